@@ -1,0 +1,80 @@
+//! The domain's error type and the closed list of kinds the HTTP layer maps
+//! to status codes.
+
+use serde::Serialize;
+
+/// One problem with one input field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+/// The closed list of error kinds; every adapter maps these without a
+/// catch-all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    Conflict,
+    Validation,
+    Internal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{resource} not found")]
+    NotFound { resource: &'static str },
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("validation failed")]
+    Validation(Vec<FieldError>),
+    /// A well-formed request the server refuses to process (422) for a reason
+    /// other than field validation, e.g. a reused idempotency key.
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Unauthenticated(_) => ErrorKind::Unauthenticated,
+            Error::Forbidden(_) => ErrorKind::Forbidden,
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Validation(_) | Error::Unprocessable { .. } => ErrorKind::Validation,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    pub fn not_found(resource: &'static str) -> Self {
+        Error::NotFound { resource }
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Error::Conflict { code: "conflict", message: message.into() }
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Validation(vec![FieldError::new(field, message)])
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Error::Forbidden(message.into())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,21 @@
+//! Sluice's domain: entities, the rules that govern them, and the ports
+//! (traits) that adapters implement. Nothing here knows about HTTP, SQL or an
+//! async runtime, so the crate can be embedded and tested with in-memory
+//! adapters.
+
+pub mod apikey;
+pub mod audit;
+pub mod clock;
+pub mod error;
+pub mod idempotency;
+pub mod identity;
+pub mod ids;
+pub mod invitation;
+pub mod org;
+pub mod page;
+pub mod ports;
+pub mod secret;
+pub mod service;
+pub mod user;
+
+pub use error::{Error, ErrorKind, FieldError, Result};

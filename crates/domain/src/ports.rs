@@ -1,0 +1,140 @@
+//! Ports: what the domain needs from the outside world. Adapters (the
+//! sea-orm store, the JWT verifier, the in-memory testkit) implement them.
+//!
+//! Every mutating method takes the [`AuditEntry`] that records it; the
+//! adapter writes the change and the entry in one transaction.
+
+use crate::Result;
+use crate::apikey::ApiKey;
+use crate::audit::{AuditEntry, AuditFilter};
+use crate::idempotency::{IdempotencyRecord, StoredResponse};
+use crate::identity::Role;
+use crate::ids::{ApiKeyId, InvitationId, OrgId, UserId};
+use crate::invitation::Invitation;
+use crate::org::{Member, Organization};
+use crate::page::{Page, PageRequest};
+use crate::user::{User, VerifiedClaims};
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait UserRepository: Send + Sync {
+    /// The user identified by the claims' issuer and subject, created with
+    /// the claims' e-mail and name if it does not exist yet.
+    async fn upsert_from_claims(&self, claims: &VerifiedClaims, now: OffsetDateTime) -> Result<User>;
+    async fn get(&self, id: UserId) -> Result<Option<User>>;
+    /// Saves `user`'s e-mail, name and `updated_at`.
+    async fn update(&self, user: &User, audit: &AuditEntry) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait OrgRepository: Send + Sync {
+    /// Creates `org` with `admin` as its first Admin.
+    ///
+    /// # Errors
+    /// `Conflict` when the slug is taken.
+    async fn create(&self, org: &Organization, admin: UserId, audit: &AuditEntry) -> Result<()>;
+    async fn get(&self, id: OrgId) -> Result<Option<Organization>>;
+    /// The organizations `user` belongs to, newest first.
+    async fn list_for_user(&self, user: UserId, page: PageRequest) -> Result<Page<Organization>>;
+    /// # Errors
+    /// `Conflict` when the new slug is taken.
+    async fn update(&self, org: &Organization, audit: &AuditEntry) -> Result<()>;
+    /// Deletes the organization with its members, invitations and keys. The
+    /// audit log keeps its entries.
+    async fn delete(&self, id: OrgId, audit: &AuditEntry) -> Result<()>;
+
+    async fn role_of(&self, org: OrgId, user: UserId) -> Result<Option<Role>>;
+    async fn list_members(&self, org: OrgId, page: PageRequest) -> Result<Page<Member>>;
+    async fn get_member(&self, org: OrgId, user: UserId) -> Result<Option<Member>>;
+    /// Changes a member's role, applying
+    /// [`check_admin_retained`](crate::org::check_admin_retained) inside the
+    /// transaction.
+    ///
+    /// # Errors
+    /// `NotFound` for a non-member; `Conflict { code: "last_admin" }`.
+    async fn set_member_role(&self, org: OrgId, user: UserId, role: Role, audit: &AuditEntry) -> Result<Member>;
+    /// Removes a member under the same rule.
+    ///
+    /// # Errors
+    /// `NotFound` for a non-member; `Conflict { code: "last_admin" }`.
+    async fn remove_member(&self, org: OrgId, user: UserId, audit: &AuditEntry) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait InvitationRepository: Send + Sync {
+    async fn create(&self, invitation: &Invitation, token_hash: &str, audit: &AuditEntry) -> Result<()>;
+    async fn find_by_token_hash(&self, token_hash: &str) -> Result<Option<Invitation>>;
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Invitation>>;
+    /// Marks the invitation accepted and adds `user` as a member with the
+    /// invitation's role, atomically.
+    ///
+    /// # Errors
+    /// `Conflict { code: "invitation_not_pending" }` when it was used or
+    /// revoked meanwhile; `Conflict { code: "already_member" }`.
+    async fn accept(
+        &self,
+        invitation: &Invitation,
+        user: UserId,
+        now: OffsetDateTime,
+        audit: &AuditEntry,
+    ) -> Result<()>;
+    /// # Errors
+    /// `NotFound`; `Conflict { code: "invitation_not_pending" }`.
+    async fn revoke(&self, org: OrgId, id: InvitationId, audit: &AuditEntry) -> Result<Invitation>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait ApiKeyRepository: Send + Sync {
+    async fn create(&self, key: &ApiKey, hash: &str, audit: &AuditEntry) -> Result<()>;
+    /// Active (not revoked) keys of `org`, newest first.
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<ApiKey>>;
+    /// # Errors
+    /// `NotFound` when no active key `id` exists in `org`.
+    async fn revoke(&self, org: OrgId, id: ApiKeyId, now: OffsetDateTime, audit: &AuditEntry) -> Result<()>;
+    /// The active key with this hash.
+    async fn find_active_by_hash(&self, hash: &str) -> Result<Option<ApiKey>>;
+    async fn touch(&self, id: ApiKeyId, now: OffsetDateTime) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait AuditRepository: Send + Sync {
+    async fn append(&self, entry: &AuditEntry) -> Result<()>;
+    async fn list(&self, org: OrgId, filter: &AuditFilter, page: PageRequest) -> Result<Page<AuditEntry>>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Inserts `record` unless one exists for its scope and key; returns the
+    /// existing record in that case.
+    async fn try_insert(&self, record: &IdempotencyRecord) -> Result<Option<IdempotencyRecord>>;
+    /// Replaces `old` with `new` if `old` is still what is stored (compare
+    /// and swap on `created_at`); whether it did.
+    async fn take_over(&self, old: &IdempotencyRecord, new: &IdempotencyRecord) -> Result<bool>;
+    async fn complete(&self, scope: &str, key: &str, response: &StoredResponse) -> Result<()>;
+    /// Forgets an in-flight record (its request failed with a 5xx).
+    async fn release(&self, scope: &str, key: &str) -> Result<()>;
+}
+
+/// Verifies session tokens.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait TokenVerifier: Send + Sync {
+    /// # Errors
+    /// `Unauthenticated` with a reason (expired, bad signature, wrong
+    /// issuer or audience, malformed).
+    async fn verify(&self, token: &str) -> Result<VerifiedClaims>;
+}
+
+/// Liveness of the metadata store.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait HealthCheck: Send + Sync {
+    async fn ping(&self) -> Result<()>;
+}

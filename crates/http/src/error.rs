@@ -1,0 +1,152 @@
+//! The one table from error kind to HTTP status and code, and the contract's
+//! error body. Every failure, malformed input included, renders through
+//! [`ApiError`], so none can become a bare 5xx.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sluice_domain::{Error, ErrorKind, FieldError};
+use utoipa::ToSchema;
+
+tokio::task_local! {
+    /// The id of the request being served, for error bodies and logs.
+    pub static REQUEST_ID: String;
+}
+
+/// The id of the current request, or an empty string outside one.
+pub fn current_request_id() -> String {
+    REQUEST_ID.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// The error body of every endpoint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// A human-readable message.
+    pub error: String,
+    /// A stable snake_case code.
+    pub code: String,
+    /// Machine-readable details; for `validation_failed`, `{"errors": [{field, message}]}`.
+    #[schema(value_type = Object)]
+    pub details: Value,
+    /// The id in the `X-Request-Id` header and the server's log line.
+    pub request_id: String,
+}
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Value,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), details: json!({}) }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn validation(errors: Vec<FieldError>) -> Self {
+        let message = match errors.as_slice() {
+            [one] => format!("{}: {}", one.field, one.message),
+            _ => format!("{} fields are invalid", errors.len()),
+        };
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", message)
+            .with_details(json!({ "errors": errors }))
+    }
+
+    pub fn malformed_json(message: impl Into<String>, line: usize, column: usize) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+            .with_details(json!({"line": line, "column": column}))
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+        .with_details(json!({"limit_bytes": limit}))
+    }
+
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "internal error; quote the request_id when reporting it",
+        )
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let kind = e.kind();
+        match e {
+            Error::Validation(errors) => ApiError::validation(errors),
+            Error::Unprocessable { code, message } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message),
+            Error::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
+            Error::NotFound { resource } => ApiError::not_found(format!("{resource} not found")),
+            Error::Internal(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "internal error");
+                ApiError::internal()
+            }
+            other => {
+                let (status, code) = status_of(kind);
+                ApiError::new(status, code, other.to_string())
+            }
+        }
+    }
+}
+
+/// The status table of the contract.
+pub fn status_of(kind: ErrorKind) -> (StatusCode, &'static str) {
+    match kind {
+        ErrorKind::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+        ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+        ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+        ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
+        ErrorKind::Validation => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let body = ErrorBody {
+            error: self.message.clone(),
+            code: self.code.to_string(),
+            details: self.details.clone(),
+            request_id: current_request_id(),
+        };
+        let mut res = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            res.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        res.json(body)
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,151 @@
+//! Extractors: the authenticated caller, the internal key, and the
+//! configuration that turns malformed JSON, paths and queries into the
+//! contract's errors.
+
+use crate::AppState;
+use crate::error::ApiError;
+use actix_web::dev::Payload;
+use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use serde::Deserialize;
+use sluice_domain::FieldError;
+use sluice_domain::identity::Principal;
+use sluice_domain::page::PageRequest;
+use sluice_domain::secret::constant_time_eq;
+use sluice_domain::user::VerifiedClaims;
+use std::future::{Ready, ready};
+use utoipa::IntoParams;
+
+pub const MAX_JSON_BODY: usize = 1024 * 1024;
+pub const INTERNAL_KEY_HEADER: &str = "X-Internal-Api-Key";
+
+/// Who is calling, as the middleware resolved it from `Authorization:
+/// Bearer` or `X-Api-Key`.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub principal: Principal,
+    /// The session token's claims; `None` for API keys.
+    pub claims: Option<VerifiedClaims>,
+}
+
+/// What the middleware found: a caller, or why the credentials failed.
+#[derive(Clone, Debug)]
+pub(crate) enum AuthOutcome {
+    Ok(Caller),
+    Failed { status: actix_web::http::StatusCode, code: &'static str, message: String },
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(match req.extensions().get::<AuthOutcome>() {
+            Some(AuthOutcome::Ok(c)) => Ok(c.clone()),
+            Some(AuthOutcome::Failed { status, code, message }) => Err(ApiError::new(*status, code, message.clone())),
+            None => Err(ApiError::unauthenticated(
+                "missing credentials: send 'Authorization: Bearer <token>' or 'X-Api-Key: <key>'",
+            )),
+        })
+    }
+}
+
+/// A request carrying the internal API key (`X-Internal-Api-Key`), compared
+/// in constant time. Without a configured key the internal endpoints answer
+/// 503.
+#[derive(Debug, Clone, Copy)]
+pub struct InternalCaller;
+
+impl FromRequest for InternalCaller {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let configured = req.app_data::<web::Data<AppState>>().and_then(|s| s.internal_api_key.clone());
+        ready(match configured {
+            None => Err(ApiError::new(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                "internal_api_disabled",
+                "internal endpoints are disabled: SLUICE_INTERNAL_API_KEY is not set",
+            )),
+            Some(expected) => match req.headers().get(INTERNAL_KEY_HEADER) {
+                Some(v) if constant_time_eq(v.as_bytes(), expected.expose().as_bytes()) => Ok(InternalCaller),
+                Some(_) => Err(ApiError::unauthenticated("invalid internal API key")),
+                None => Err(ApiError::unauthenticated(format!("missing {INTERNAL_KEY_HEADER} header"))),
+            },
+        })
+    }
+}
+
+/// `?limit=&cursor=` of list endpoints.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct Pagination {
+    /// 1–200, default 50.
+    pub limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl Pagination {
+    pub fn page(&self) -> Result<PageRequest, ApiError> {
+        Ok(PageRequest::parse(self.limit, self.cursor.as_deref())?)
+    }
+}
+
+/// Malformed JSON is 400 with its position; JSON of the wrong shape is 422;
+/// an oversized body 413.
+pub fn json_error(err: JsonPayloadError, _req: &HttpRequest) -> actix_web::Error {
+    json_api_error(err).into()
+}
+
+pub(crate) fn json_api_error(err: JsonPayloadError) -> ApiError {
+    use serde_json::error::Category;
+    match err {
+        JsonPayloadError::Overflow { limit } | JsonPayloadError::OverflowKnownLength { limit, .. } => {
+            ApiError::payload_too_large(limit)
+        }
+        JsonPayloadError::Deserialize(e) => match e.classify() {
+            Category::Data => ApiError::validation(vec![FieldError::new("body", strip_position(&e.to_string()))]),
+            Category::Eof if e.line() == 1 && e.column() == 0 => {
+                ApiError::malformed_json("the request body is empty; send a JSON object", 1, 0)
+            }
+            _ => ApiError::malformed_json(
+                format!("malformed JSON: {}", strip_position(&e.to_string())),
+                e.line(),
+                e.column(),
+            ),
+        },
+        JsonPayloadError::ContentType => ApiError::new(
+            actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as Content-Type: application/json",
+        ),
+        other => ApiError::malformed_json(format!("unreadable body: {other}"), 0, 0),
+    }
+}
+
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+/// A path segment that does not parse (an id that is not a UUID) names no
+/// resource: 404.
+pub fn path_error(_err: PathError, _req: &HttpRequest) -> actix_web::Error {
+    ApiError::not_found("no such resource").into()
+}
+
+pub fn query_error(err: QueryPayloadError, _req: &HttpRequest) -> actix_web::Error {
+    ApiError::validation(vec![FieldError::new("query", err.to_string())]).into()
+}
+
+pub fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(MAX_JSON_BODY)
+        .content_type_required(false)
+        .content_type(|_| true)
+        .error_handler(json_error)
+}

@@ -1,0 +1,136 @@
+//! Sluice's HTTP adapter: actix-web routes over the domain's use cases.
+//!
+//! [`app`] builds the whole application (routes, middleware, error handling,
+//! OpenAPI); the binary serves it and the tests drive it in process, so both
+//! run the same thing.
+
+pub mod dto;
+pub mod error;
+pub mod extract;
+pub mod middleware;
+pub mod routes;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::web::{self, Data};
+use actix_web::{App, HttpRequest, HttpResponse};
+use sluice_domain::secret::Secret;
+use sluice_domain::service::Sluice;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_actix_web::AppExt;
+use utoipa_actix_web::service_config::ServiceConfig;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub sluice: Sluice,
+    /// The key of `/v1/internal/*`; `None` disables those endpoints (503).
+    pub internal_api_key: Option<Secret>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Sluice API",
+        description = "Self-hosted data movement and governance. Errors share one body: `{error, code, details, request_id}`. \
+Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutations accept `X-Idempotency-Key`.",
+        license(name = "Apache-2.0")
+    ),
+    modifiers(&Security),
+    tags(
+        (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
+        (name = "invitations"), (name = "api-keys"), (name = "audit")
+    )
+)]
+struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+        );
+        components
+            .add_security_scheme("api_key", SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Api-Key"))));
+    }
+}
+
+/// Registers every documented `/v1` route.
+fn v1(cfg: &mut ServiceConfig) {
+    use routes::*;
+    cfg.service(health::health)
+        .service(users::me)
+        .service(users::update_me)
+        .service(users::sync_profile)
+        .service(users::accept_invitation)
+        .service(orgs::list)
+        .service(orgs::create)
+        .service(orgs::get)
+        .service(orgs::update)
+        .service(orgs::remove)
+        .service(orgs::list_members)
+        .service(orgs::update_member)
+        .service(orgs::remove_member)
+        .service(orgs::create_invitation)
+        .service(orgs::list_invitations)
+        .service(orgs::revoke_invitation)
+        .service(orgs::create_api_key)
+        .service(orgs::list_api_keys)
+        .service(orgs::revoke_api_key)
+        .service(orgs::audit_logs)
+        .route("/openapi.json", web::get().to(openapi_json));
+}
+
+/// The generated document, serialized once at start-up.
+struct OpenApiJson(Vec<u8>);
+
+async fn openapi_json(doc: Data<OpenApiJson>) -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(doc.0.clone())
+}
+
+/// The OpenAPI 3 document, generated from the handlers' annotations.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, api) = App::new()
+        .into_utoipa_app()
+        .openapi(ApiDoc::openapi())
+        .service(utoipa_actix_web::scope("/v1").configure(v1))
+        .split_for_parts();
+    api
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    use actix_web::ResponseError;
+    error::ApiError::not_found(format!("no route for {} {}", req.method(), req.path())).error_response()
+}
+
+/// The application, ready for `HttpServer::new` or `actix_web::test::init_service`.
+pub fn app(
+    state: AppState,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let (app, api) = App::new()
+        .into_utoipa_app()
+        .openapi(ApiDoc::openapi())
+        .app_data(Data::new(state))
+        .app_data(extract::json_config())
+        .app_data(web::PathConfig::default().error_handler(extract::path_error))
+        .app_data(web::QueryConfig::default().error_handler(extract::query_error))
+        .service(utoipa_actix_web::scope("/v1").configure(v1))
+        .split_for_parts();
+    let doc = serde_json::to_vec_pretty(&api).unwrap_or_default();
+    app.app_data(Data::new(OpenApiJson(doc)))
+        .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/v1/openapi.json", api))
+        .default_service(web::to(not_found))
+        .wrap(actix_web::middleware::from_fn(middleware::handle))
+}

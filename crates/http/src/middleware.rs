@@ -1,0 +1,223 @@
+//! The one middleware every request passes: it assigns the request id (the
+//! `X-Request-Id` header, error bodies and log lines), resolves the caller's
+//! credentials once, applies `X-Idempotency-Key`, and logs the outcome.
+
+use crate::AppState;
+use crate::error::{ApiError, REQUEST_ID};
+use crate::extract::{AuthOutcome, Caller};
+use actix_web::body::{BoxBody, MessageBody, to_bytes_limited};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::web::{Bytes, BytesMut, Data};
+use actix_web::{HttpMessage, HttpResponse, ResponseError};
+use futures_util::StreamExt;
+use sluice_domain::idempotency::{self, Begin, StoredResponse};
+use sluice_domain::service::Sluice;
+use std::time::Instant;
+use tracing::Instrument;
+
+pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
+pub const IDEMPOTENCY_KEY_HEADER: &str = "X-Idempotency-Key";
+pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
+pub const API_KEY_HEADER: &str = "X-Api-Key";
+/// The largest body any endpoint takes (IaC documents and gateway payloads).
+pub const MAX_ANY_BODY: usize = 4 * 1024 * 1024;
+/// Responses larger than this are not kept for replay.
+const MAX_STORED_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// The middleware function; see the module docs.
+///
+/// # Errors
+/// Never: every failure becomes a response with the contract's body.
+pub async fn handle(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let request_id = incoming_request_id(&req).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let span = tracing::info_span!("request", request_id = %request_id, method = %req.method(), path = %req.path());
+    let started = Instant::now();
+    let id = request_id.clone();
+    REQUEST_ID
+        .scope(
+            request_id.clone(),
+            async move {
+                let mut res = match serve(req, next).await {
+                    Ok(res) => res,
+                    // Handlers turn their errors into responses; only a
+                    // failure inside actix itself lands here.
+                    Err(e) => return Err(e),
+                };
+                if let Ok(v) = HeaderValue::from_str(&id) {
+                    res.headers_mut().insert(HeaderName::from_static("x-request-id"), v);
+                }
+                let status = res.status().as_u16();
+                let ms = started.elapsed().as_secs_f64() * 1000.0;
+                if res.status().is_server_error() {
+                    tracing::error!(status, latency_ms = ms, "request failed");
+                } else {
+                    tracing::info!(status, latency_ms = ms, "request");
+                }
+                Ok(res)
+            }
+            .instrument(span),
+        )
+        .await
+}
+
+/// A client's own request id is kept when it is short and printable.
+fn incoming_request_id(req: &ServiceRequest) -> Option<String> {
+    let v = req.headers().get(REQUEST_ID_HEADER)?.to_str().ok()?;
+    let ok = !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    ok.then(|| v.to_string())
+}
+
+async fn serve(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let Some(state) = req.app_data::<Data<AppState>>().cloned() else {
+        return call(next, req).await;
+    };
+    let outcome = authenticate(&state.sluice, &req).await;
+    let caller = match &outcome {
+        Some(AuthOutcome::Ok(c)) => Some(c.clone()),
+        _ => None,
+    };
+    if let Some(o) = outcome {
+        req.extensions_mut().insert(o);
+    }
+    let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
+    let key = req.headers().get(IDEMPOTENCY_KEY_HEADER).map(|v| v.to_str().map(str::to_string));
+    match (mutating, key, caller) {
+        (true, Some(Ok(key)), Some(caller)) => idempotent(&state.sluice, req, next, &caller, key).await,
+        (true, Some(Err(_)), Some(_)) => {
+            let err = ApiError::from(sluice_domain::Error::invalid(IDEMPOTENCY_KEY_HEADER, "must be printable ASCII"));
+            Ok(req.into_response(err.error_response()))
+        }
+        _ => call(next, req).await,
+    }
+}
+
+/// Calls the rest of the chain. The request must not be cloned before this:
+/// the router needs it unshared.
+async fn call(
+    next: Next<impl MessageBody + 'static>,
+    req: ServiceRequest,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
+/// Resolves `Authorization: Bearer` or `X-Api-Key`; `None` when neither is sent.
+async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutcome> {
+    let bearer = req.headers().get(header::AUTHORIZATION);
+    let api_key = req.headers().get(API_KEY_HEADER);
+    let fail = |e: ApiError| AuthOutcome::Failed { status: e.status, code: e.code, message: e.message };
+    let result = match (bearer, api_key) {
+        (None, None) => return None,
+        (Some(_), Some(_)) => Err(ApiError::unauthenticated("send either Authorization or X-Api-Key, not both")),
+        (Some(v), None) => {
+            match v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ").or_else(|| s.strip_prefix("bearer "))) {
+                Some(token) => sluice
+                    .authenticate_session(token.trim())
+                    .await
+                    .map(|(principal, claims)| Caller { principal, claims: Some(claims) })
+                    .map_err(ApiError::from),
+                None => Err(ApiError::unauthenticated("the Authorization header must be 'Bearer <token>'")),
+            }
+        }
+        (None, Some(v)) => match v.to_str() {
+            Ok(raw) => sluice
+                .authenticate_api_key(raw.trim())
+                .await
+                .map(|principal| Caller { principal, claims: None })
+                .map_err(ApiError::from),
+            Err(_) => Err(ApiError::unauthenticated("unknown or revoked API key")),
+        },
+    };
+    Some(match result {
+        Ok(c) => AuthOutcome::Ok(c),
+        Err(e) => fail(e),
+    })
+}
+
+async fn read_body(payload: &mut Payload, limit: usize) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::malformed_json(format!("unreadable body: {e}"), 0, 0))?;
+        if buf.len() + chunk.len() > limit {
+            return Err(ApiError::payload_too_large(limit));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+async fn idempotent(
+    sluice: &Sluice,
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    caller: &Caller,
+    key: String,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let scope = Sluice::idempotency_scope(&caller.principal);
+    let (http_req, mut payload) = req.into_parts();
+    let body = match read_body(&mut payload, MAX_ANY_BODY).await {
+        Ok(b) => b,
+        Err(e) => return Ok(ServiceResponse::new(http_req, e.error_response())),
+    };
+    let path = http_req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_string();
+    let fp = idempotency::fingerprint(http_req.method().as_str(), &path, &body);
+    let store = sluice.ports().idempotency.clone();
+    match idempotency::begin(store.as_ref(), &scope, &key, &fp, sluice.now()).await {
+        Err(e) => Ok(ServiceResponse::new(http_req, ApiError::from(e).error_response())),
+        Ok(Begin::Replay(stored)) => Ok(ServiceResponse::new(http_req, replay(&stored))),
+        Ok(Begin::Proceed) => {
+            let req = ServiceRequest::from_parts(http_req, Payload::from(body));
+            let res = match call(next, req).await {
+                Ok(res) if !res.status().is_server_error() => res,
+                other => {
+                    if let Err(e) = store.release(&scope, &key).await {
+                        tracing::warn!(error = %e, "releasing an idempotency key failed");
+                    }
+                    return other;
+                }
+            };
+            let (http_req, res) = res.into_parts();
+            let (head, body) = res.into_parts();
+            let bytes = match to_bytes_limited(body, MAX_STORED_RESPONSE).await {
+                Ok(Ok(b)) => b,
+                _ => {
+                    let _ = store.release(&scope, &key).await;
+                    return Ok(ServiceResponse::new(http_req, ApiError::internal().error_response()));
+                }
+            };
+            let header_str =
+                |name: header::HeaderName| head.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let stored = StoredResponse {
+                status: head.status().as_u16(),
+                body: bytes.to_vec(),
+                content_type: header_str(header::CONTENT_TYPE),
+                location: header_str(header::LOCATION),
+            };
+            if let Err(e) = store.complete(&scope, &key, &stored).await {
+                tracing::warn!(error = %e, "storing an idempotent response failed");
+            }
+            Ok(ServiceResponse::new(http_req, head.set_body(BoxBody::new(bytes))))
+        }
+    }
+}
+
+fn replay(stored: &StoredResponse) -> HttpResponse {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut res = HttpResponse::build(status);
+    res.insert_header((REPLAYED_HEADER, "true"));
+    if let Some(ct) = &stored.content_type {
+        res.insert_header((header::CONTENT_TYPE, ct.as_str()));
+    }
+    if let Some(loc) = &stored.location {
+        res.insert_header((header::LOCATION, loc.as_str()));
+    }
+    res.body(stored.body.clone())
+}

@@ -1,0 +1,15 @@
+//! Route handlers, one module per area. Each handler turns wire types into a
+//! use-case call and the result back into wire types; access rules live in
+//! the domain.
+
+pub mod health;
+pub mod orgs;
+pub mod users;
+
+use actix_web::HttpResponse;
+use serde::Serialize;
+
+/// 201 with a `Location` header.
+pub(crate) fn created<T: Serialize>(location: String, body: &T) -> HttpResponse {
+    HttpResponse::Created().insert_header((actix_web::http::header::LOCATION, location)).json(body)
+}

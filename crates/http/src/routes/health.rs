@@ -1,0 +1,25 @@
+//! `GET /v1/health`.
+
+use crate::AppState;
+use crate::dto::HealthResponse;
+use actix_web::{HttpResponse, get, web::Data};
+
+/// Liveness of the service and its metadata store.
+#[utoipa::path(tag = "system", responses(
+    (status = 200, description = "serving", body = HealthResponse),
+    (status = 503, description = "the metadata store does not answer", body = HealthResponse)))]
+#[get("/health")]
+pub async fn health(state: Data<AppState>) -> HttpResponse {
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    match state.sluice.health().await {
+        Ok(()) => HttpResponse::Ok().json(HealthResponse { status: "ok".into(), database: "ok".into(), version }),
+        Err(e) => {
+            tracing::error!(error = %e, "health check: metadata store unavailable");
+            HttpResponse::ServiceUnavailable().json(HealthResponse {
+                status: "degraded".into(),
+                database: "unavailable".into(),
+                version,
+            })
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The current user: `/v1/users/me`, `/v1/users/sync-profile`, and accepting
+//! invitations.
+
+use crate::AppState;
+use crate::dto::*;
+use crate::error::{ApiResult, ErrorBody};
+use crate::extract::Caller;
+use actix_web::web::{Data, Json};
+use actix_web::{get, patch, post};
+use sluice_domain::user::ProfileUpdate;
+
+/// The calling user (session tokens only).
+#[utoipa::path(tag = "users", security(("bearer" = [])), responses(
+    (status = 200, body = UserResponse), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+#[get("/users/me")]
+pub async fn me(state: Data<AppState>, caller: Caller) -> ApiResult<Json<UserResponse>> {
+    Ok(Json(state.sluice.me(&caller.principal).await?.into()))
+}
+
+/// Changes the calling user's name or e-mail address.
+#[utoipa::path(tag = "users", security(("bearer" = [])), request_body = UpdateMeBody, responses(
+    (status = 200, body = UserResponse), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[patch("/users/me")]
+pub async fn update_me(
+    state: Data<AppState>,
+    caller: Caller,
+    body: Json<UpdateMeBody>,
+) -> ApiResult<Json<UserResponse>> {
+    let body = body.into_inner();
+    let user = state.sluice.update_me(&caller.principal, ProfileUpdate { name: body.name, email: body.email }).await?;
+    Ok(Json(user.into()))
+}
+
+/// Copies the e-mail address and name from the session token's claims.
+#[utoipa::path(tag = "users", security(("bearer" = [])), responses(
+    (status = 200, body = UserResponse), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+#[post("/users/sync-profile")]
+pub async fn sync_profile(state: Data<AppState>, caller: Caller) -> ApiResult<Json<UserResponse>> {
+    let claims = caller.claims.clone().ok_or_else(|| {
+        crate::error::ApiError::from(sluice_domain::Error::forbidden(
+            "this endpoint needs a user session, not an API key",
+        ))
+    })?;
+    Ok(Json(state.sluice.sync_profile(&caller.principal, &claims).await?.into()))
+}
+
+/// Joins an organization with an invitation token; the session's e-mail
+/// address must be the invited one.
+#[utoipa::path(tag = "invitations", security(("bearer" = [])), request_body = AcceptInvitationBody, responses(
+    (status = 200, body = AcceptInvitationResponse),
+    (status = 403, description = "the invitation is for another e-mail address", body = ErrorBody),
+    (status = 404, body = ErrorBody),
+    (status = 409, description = "expired, already used, revoked, or already a member", body = ErrorBody)))]
+#[post("/invitations/accept")]
+pub async fn accept_invitation(
+    state: Data<AppState>,
+    caller: Caller,
+    body: Json<AcceptInvitationBody>,
+) -> ApiResult<Json<AcceptInvitationResponse>> {
+    let (org, role) = state.sluice.accept_invitation(&caller.principal, body.token.trim()).await?;
+    Ok(Json(AcceptInvitationResponse { organization: org.into(), role: role.into() }))
+}

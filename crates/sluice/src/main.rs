@@ -1,0 +1,52 @@
+//! The `sluice` command.
+
+use clap::{Parser, Subcommand};
+use sluice::settings::{Settings, parse_ttl};
+use sluice::{Application, telemetry};
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Self-hosted data movement and governance")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve,
+    /// Print an HS256 session token signed with the configured secret.
+    Token {
+        /// The user's e-mail address; it also identifies the user (`sub`).
+        #[arg(long)]
+        email: String,
+        /// The user's display name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Lifetime: 30m, 1h, 7d or seconds.
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+    },
+}
+
+#[actix_web::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut settings = Settings::from_env()?;
+    telemetry::init(settings.log_format);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            let app = Application::build(settings).await?;
+            app.run_until_stopped().await?;
+        }
+        Command::Token { email, name, ttl } => {
+            let email = sluice_domain::user::validate_email("--email", &email).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let ttl = parse_ttl(&ttl)?;
+            settings.ensure_secrets()?;
+            let secret = settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();
+            let issuer = sluice_auth::TokenIssuer::new(secret, settings.jwt_issuer, settings.jwt_audience);
+            println!("{}", issuer.issue(&email, Some(&email), name.as_deref(), ttl)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! Settings: the one place that reads the environment. Defaults live here;
+//! `Debug` never prints a secret.
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use sluice_domain::secret::{Secret, random_bytes};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://sluice.db?mode=rwc";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATA_DIR: &str = "./.sluice";
+const HS256_FILE: &str = "jwt_hs256_secret";
+const MASTER_KEY_FILE: &str = "master_key";
+
+#[derive(Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub listen: String,
+    pub data_dir: PathBuf,
+    pub jwt_hs256_secret: Option<Secret>,
+    pub jwt_jwks: Option<String>,
+    pub jwt_issuer: String,
+    pub jwt_audience: String,
+    pub internal_api_key: Option<Secret>,
+    pub master_key: Option<Secret>,
+    pub public_url: String,
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("database_url", &sluice_store::redact_url(&self.database_url))
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("jwt_hs256_secret", &self.jwt_hs256_secret)
+            .field("jwt_jwks", &self.jwt_jwks)
+            .field("jwt_issuer", &self.jwt_issuer)
+            .field("jwt_audience", &self.jwt_audience)
+            .field("internal_api_key", &self.internal_api_key)
+            .field("master_key", &self.master_key)
+            .field("public_url", &self.public_url)
+            .finish()
+    }
+}
+
+impl Settings {
+    /// Reads `SLUICE_*` variables.
+    ///
+    /// # Errors
+    /// When a variable holds an invalid value.
+    #[allow(clippy::disallowed_methods)] // this is the one place that reads the environment
+    pub fn from_env() -> anyhow::Result<Self> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let listen = var("SLUICE_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let log_format = match var("SLUICE_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => bail!("SLUICE_LOG_FORMAT must be 'text' or 'json', not '{other}'"),
+        };
+        Ok(Self {
+            database_url: var("SLUICE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
+            public_url: var("SLUICE_PUBLIC_URL").unwrap_or_else(|| format!("http://{listen}")),
+            listen,
+            data_dir: PathBuf::from(var("SLUICE_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into())),
+            jwt_hs256_secret: var("SLUICE_JWT_HS256_SECRET").map(Secret::new),
+            jwt_jwks: var("SLUICE_JWT_JWKS"),
+            jwt_issuer: var("SLUICE_JWT_ISSUER").unwrap_or_else(|| "sluice".into()),
+            jwt_audience: var("SLUICE_JWT_AUDIENCE").unwrap_or_else(|| "sluice".into()),
+            internal_api_key: var("SLUICE_INTERNAL_API_KEY").map(Secret::new),
+            master_key: var("SLUICE_MASTER_KEY").map(Secret::new),
+            log_format,
+        })
+    }
+
+    /// Fills the HS256 secret and the master key from the data directory,
+    /// generating them there (mode 0600) on first start. Logs where they
+    /// are, never their values.
+    ///
+    /// # Errors
+    /// When the data directory cannot be written or a stored key is invalid.
+    pub fn ensure_secrets(&mut self) -> anyhow::Result<()> {
+        if self.jwt_hs256_secret.is_none() {
+            let path = self.data_dir.join(HS256_FILE);
+            self.jwt_hs256_secret = Some(load_or_generate(&path, "HS256 session-token secret")?);
+        }
+        if self.master_key.is_none() {
+            let path = self.data_dir.join(MASTER_KEY_FILE);
+            self.master_key = Some(load_or_generate(&path, "master key")?);
+        }
+        if let Some(k) = &self.master_key {
+            let bytes = B64.decode(k.expose().trim()).context("SLUICE_MASTER_KEY must be base64")?;
+            if bytes.len() != 32 {
+                bail!("SLUICE_MASTER_KEY must decode to 32 bytes, not {}", bytes.len());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn load_or_generate(path: &Path, what: &str) -> anyhow::Result<Secret> {
+    if path.exists() {
+        let value = fs::read_to_string(path).with_context(|| format!("reading the {what} at {}", path.display()))?;
+        check_permissions(path);
+        return Ok(Secret::new(value.trim().to_string()));
+    }
+    let dir = path.parent().context("secret path has a parent")?;
+    fs::create_dir_all(dir).with_context(|| format!("creating the data directory {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).ok();
+    }
+    let value = B64.encode(random_bytes::<32>());
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path).with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(value.as_bytes())?;
+    f.sync_all()?;
+    tracing::info!(path = %path.display(), "generated a new {what}; keep this file private and backed up");
+    Ok(Secret::new(value))
+}
+
+fn check_permissions(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = fs::metadata(path)
+            && m.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(path = %path.display(), "secret file is readable by others; run chmod 600 on it");
+        }
+    }
+}
+
+/// `1h`, `30m`, `45s`, `7d` or plain seconds.
+pub fn parse_ttl(s: &str) -> anyhow::Result<std::time::Duration> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().with_context(|| format!("invalid duration '{s}'"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => bail!("invalid duration '{s}': use s, m, h or d"),
+    };
+    if secs == 0 {
+        bail!("the duration must be positive");
+    }
+    Ok(std::time::Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_parse_in_every_unit() {
+        assert_eq!(parse_ttl("1h").unwrap().as_secs(), 3600);
+        assert_eq!(parse_ttl("30m").unwrap().as_secs(), 1800);
+        assert_eq!(parse_ttl("90").unwrap().as_secs(), 90);
+        assert_eq!(parse_ttl("7d").unwrap().as_secs(), 604_800);
+        assert!(parse_ttl("0").is_err());
+        assert!(parse_ttl("1y").is_err());
+        assert!(parse_ttl("h").is_err());
+    }
+
+    #[test]
+    fn secrets_are_generated_once_with_private_permissions() {
+        let dir = std::env::temp_dir().join(format!("sluice-settings-{}", uuid_like()));
+        let mut s = Settings {
+            database_url: DEFAULT_DATABASE_URL.into(),
+            listen: DEFAULT_LISTEN.into(),
+            data_dir: dir.clone(),
+            jwt_hs256_secret: None,
+            jwt_jwks: None,
+            jwt_issuer: "sluice".into(),
+            jwt_audience: "sluice".into(),
+            internal_api_key: None,
+            master_key: None,
+            public_url: String::new(),
+            log_format: LogFormat::Text,
+        };
+        s.ensure_secrets().unwrap();
+        let first = s.jwt_hs256_secret.clone().unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(dir.join(HS256_FILE)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            let mode = fs::metadata(dir.join(MASTER_KEY_FILE)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        s.jwt_hs256_secret = None;
+        s.master_key = None;
+        s.ensure_secrets().unwrap();
+        assert_eq!(s.jwt_hs256_secret.clone().unwrap(), first, "a second start reads the same secret");
+        assert!(
+            !format!("{:?}", Settings { jwt_hs256_secret: Some(first.clone()), ..s.clone() }).contains(first.expose())
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn uuid_like() -> String {
+        sluice_domain::secret::random_base62(12)
+    }
+}

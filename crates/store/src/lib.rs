@@ -1,0 +1,142 @@
+//! Sluice's metadata store: the sea-orm adapter implementing the domain's
+//! repository ports on SQLite (the embedded default) and PostgreSQL
+//! (scale-out). Migrations run on [`Store::connect`].
+//!
+//! Every mutation opens one transaction that writes the change and its audit
+//! entry. SQLite allows one writer at a time, so on SQLite write transactions
+//! also take a process-wide lock instead of failing with `SQLITE_BUSY`.
+
+mod convert;
+mod entities;
+mod repos;
+
+use anyhow::Context;
+use sea_orm::{
+    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, TransactionTrait,
+};
+use sluice_domain::Error;
+use sluice_migrations::{Migrator, MigratorTrait};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+/// The metadata store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    db: DatabaseConnection,
+    write_lock: Option<Arc<Mutex<()>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("backend", &self.backend()).finish()
+    }
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite://…` or `postgres://…`) and brings the schema
+    /// up to date.
+    ///
+    /// # Errors
+    /// When the database cannot be reached or a migration fails.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let mut opts = ConnectOptions::new(url.to_string());
+        opts.sqlx_logging(false).connect_timeout(Duration::from_secs(10)).acquire_timeout(Duration::from_secs(30));
+        let sqlite = url.starts_with("sqlite:");
+        if sqlite {
+            opts.max_connections(8).min_connections(1).map_sqlx_sqlite_opts(|o| {
+                o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(30))
+                    .foreign_keys(true)
+            });
+        } else {
+            opts.max_connections(16).min_connections(1);
+        }
+        let db = Database::connect(opts)
+            .await
+            .with_context(|| format!("connecting to the metadata store at {}", redact_url(url)))?;
+        Migrator::up(&db, None).await.context("running metadata-store migrations")?;
+        Ok(Self { db, write_lock: sqlite.then(|| Arc::new(Mutex::new(()))) })
+    }
+
+    pub fn backend(&self) -> DbBackend {
+        self.db.get_database_backend()
+    }
+
+    /// The underlying connection, for adapters that add their own tables.
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    /// Begins a write transaction.
+    async fn write(&self) -> Result<Tx, Error> {
+        let guard = match &self.write_lock {
+            Some(l) => Some(l.clone().lock_owned().await),
+            None => None,
+        };
+        let txn = self.db.begin().await.map_err(db_err)?;
+        Ok(Tx { txn, _guard: guard })
+    }
+}
+
+/// A write transaction, holding SQLite's process-wide write lock while open.
+struct Tx {
+    txn: DatabaseTransaction,
+    _guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Tx {
+    fn c(&self) -> &DatabaseTransaction {
+        &self.txn
+    }
+
+    /// Commits when `result` is `Ok`, rolls back otherwise.
+    async fn finish<T>(self, result: Result<T, Error>) -> Result<T, Error> {
+        match result {
+            Ok(v) => {
+                self.txn.commit().await.map_err(db_err)?;
+                Ok(v)
+            }
+            Err(e) => {
+                if let Err(re) = self.txn.rollback().await {
+                    tracing::warn!(error = %re, "rollback failed");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A database error in domain terms: unique violations are conflicts,
+/// everything else is internal.
+pub(crate) fn db_err(e: DbErr) -> Error {
+    match e.sql_err() {
+        Some(SqlErr::UniqueConstraintViolation(_)) => Error::conflict("a resource with these values already exists"),
+        _ => Error::Internal(anyhow::Error::new(e)),
+    }
+}
+
+/// A database URL with its password replaced, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s + 3 => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..s + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redact_url_hides_the_password_only() {
+        assert_eq!(super::redact_url("postgres://u:pw@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(super::redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(super::redact_url("sqlite://sluice.db?mode=rwc"), "sqlite://sluice.db?mode=rwc");
+    }
+}

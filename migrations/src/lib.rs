@@ -1,0 +1,16 @@
+//! The metadata store's schema as sea-orm migrations. Every migration runs on
+//! SQLite and PostgreSQL; tables are created whole (SQLite cannot alter
+//! foreign keys), and later changes add tables rather than alter them.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261121_000001_identity;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261121_000001_identity::Migration)]
+    }
+}

@@ -1,0 +1,4 @@
+//! End-to-end tests: one binary, every test against the real application on
+//! a random port, on SQLite and on PostgreSQL.
+
+mod organizations;

@@ -1,0 +1,228 @@
+//! Support for the end-to-end tests: [`spawn_app`] starts the real Sluice
+//! application on a random port against a fresh metadata store, either a
+//! temporary SQLite file or a new PostgreSQL database that is dropped when
+//! the test ends.
+
+use reqwest::{Method, StatusCode};
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::Value;
+use sluice::Application;
+use sluice::settings::{LogFormat, Settings};
+use sluice_auth::TokenIssuer;
+use sluice_domain::secret::{Secret, random_base62};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const JWT_SECRET: &str = "e2e-test-secret-e2e-test-secret";
+pub const INTERNAL_KEY: &str = "e2e-internal-key";
+
+/// The PostgreSQL server the tests use; overridable for other machines.
+pub fn postgres_admin_url() -> String {
+    #[allow(clippy::disallowed_methods)] // a test switch, not configuration
+    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// Whether this is a CI run, where an unreachable server fails the test.
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// What to clean up when the test ends.
+enum Cleanup {
+    File(PathBuf),
+    PgDatabase { admin_url: String, name: String },
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub backend: Backend,
+    issuer: TokenIssuer,
+    cleanup: Vec<Cleanup>,
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    pub fn id(&self) -> String {
+        self.body["id"].as_str().unwrap_or_else(|| panic!("no id in {}", self.body)).to_string()
+    }
+}
+
+/// Credentials for one request.
+#[derive(Clone, Debug)]
+pub enum Auth {
+    None,
+    Token(String),
+    Key(String),
+}
+
+/// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
+/// CI (the test then says so loudly and passes). With `CI=true` an
+/// unreachable server fails the test.
+pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
+    sluice::install_crypto_provider();
+    let tag = random_base62(10).to_lowercase();
+    let data_dir = std::env::temp_dir().join(format!("sluice-e2e-{tag}"));
+    let mut cleanup = vec![Cleanup::File(data_dir.clone())];
+    let database_url = match backend {
+        Backend::Sqlite => {
+            let file = std::env::temp_dir().join(format!("sluice-e2e-{tag}.db"));
+            for suffix in ["", "-wal", "-shm"] {
+                cleanup.push(Cleanup::File(PathBuf::from(format!("{}{suffix}", file.display()))));
+            }
+            format!("sqlite://{}?mode=rwc", file.display())
+        }
+        Backend::Postgres => {
+            let admin_url = postgres_admin_url();
+            let name = format!("sluice_e2e_{tag}");
+            let admin = match tokio::time::timeout(Duration::from_secs(5), Database::connect(&admin_url)).await {
+                Ok(Ok(db)) => db,
+                other => {
+                    let why = match other {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "timed out".into(),
+                    };
+                    if in_ci() {
+                        panic!("PostgreSQL at {admin_url} is unreachable in CI: {why}");
+                    }
+                    eprintln!(
+                        "\n!!! SKIPPED: PostgreSQL at {admin_url} is unreachable ({why}); start it to run this test\n"
+                    );
+                    return None;
+                }
+            };
+            admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.expect("create the test database");
+            admin.close().await.ok();
+            let url = match admin_url.rsplit_once('/') {
+                Some((base, _)) => format!("{base}/{name}"),
+                None => panic!("SLUICE_TEST_POSTGRES_URL must name a database"),
+            };
+            cleanup.push(Cleanup::PgDatabase { admin_url, name });
+            url
+        }
+    };
+    let settings = Settings {
+        database_url,
+        listen: "127.0.0.1:0".into(),
+        data_dir,
+        jwt_hs256_secret: Some(Secret::new(JWT_SECRET)),
+        jwt_jwks: None,
+        jwt_issuer: "sluice".into(),
+        jwt_audience: "sluice".into(),
+        internal_api_key: Some(Secret::new(INTERNAL_KEY)),
+        master_key: None,
+        public_url: "http://127.0.0.1".into(),
+        log_format: LogFormat::Text,
+    };
+    let app = Application::build(settings).await.expect("the application starts");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    tokio::spawn(app.run_until_stopped());
+    Some(TestApp {
+        base,
+        client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client"),
+        backend,
+        issuer: TokenIssuer::new(JWT_SECRET.as_bytes().to_vec(), "sluice", "sluice"),
+        cleanup,
+    })
+}
+
+impl TestApp {
+    /// A session token for `email`.
+    pub fn token(&self, email: &str) -> Auth {
+        Auth::Token(self.issuer.issue(email, Some(email), None, Duration::from_secs(600)).expect("token"))
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        auth: &Auth,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut req = self.client.request(method, format!("{}{}", self.base, path));
+        req = match auth {
+            Auth::None => req,
+            Auth::Token(t) => req.bearer_auth(t),
+            Auth::Key(k) => req.header("X-Api-Key", k),
+        };
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.expect("request sent");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let text = res.text().await.expect("body read");
+        let body =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Resp { status, headers, body }
+    }
+
+    pub async fn get(&self, path: &str, auth: &Auth) -> Resp {
+        self.send(Method::GET, path, auth, None, &[]).await
+    }
+
+    pub async fn post(&self, path: &str, auth: &Auth, body: Value) -> Resp {
+        self.send(Method::POST, path, auth, Some(body), &[]).await
+    }
+
+    pub async fn put(&self, path: &str, auth: &Auth, body: Value) -> Resp {
+        self.send(Method::PUT, path, auth, Some(body), &[]).await
+    }
+
+    pub async fn delete(&self, path: &str, auth: &Auth) -> Resp {
+        self.send(Method::DELETE, path, auth, None, &[]).await
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        for c in self.cleanup.drain(..) {
+            match c {
+                Cleanup::File(p) => {
+                    let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+                }
+                Cleanup::PgDatabase { admin_url, name } => {
+                    // Drop cannot await; a helper thread with its own runtime can.
+                    let _ = std::thread::spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                        rt.block_on(async {
+                            let admin = Database::connect(&admin_url).await?;
+                            admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+                            admin.close().await
+                        })
+                        .map_err(std::io::Error::other)
+                    })
+                    .join();
+                }
+            }
+        }
+    }
+}
+
+/// Asserts a status, printing the body when it differs.
+#[macro_export]
+macro_rules! check {
+    ($resp:expr, $status:expr) => {{
+        let r = $resp;
+        assert_eq!(r.status.as_u16(), $status, "body: {}", r.body);
+        r
+    }};
+}
