@@ -471,3 +471,137 @@ fn invitation_json(i: &Invitation, now: time::OffsetDateTime) -> Value {
 fn api_key_json(k: &ApiKey) -> Value {
     json!({"name": k.name, "prefix": k.prefix, "roles": k.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>()})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+    use crate::ports::*;
+    use time::OffsetDateTime;
+    use time::macros::datetime;
+
+    struct Fixed(OffsetDateTime);
+    impl Clock for Fixed {
+        fn now(&self) -> OffsetDateTime {
+            self.0
+        }
+    }
+
+    const NOW: OffsetDateTime = datetime!(2026-06-01 12:00 UTC);
+
+    /// Ports whose mocks panic on any call not expected by the test.
+    fn ports(api_keys: MockApiKeyRepository, orgs: MockOrgRepository) -> Ports {
+        Ports {
+            users: Arc::new(MockUserRepository::new()),
+            orgs: Arc::new(orgs),
+            invitations: Arc::new(MockInvitationRepository::new()),
+            api_keys: Arc::new(api_keys),
+            audit: Arc::new(MockAuditRepository::new()),
+            idempotency: Arc::new(MockIdempotencyStore::new()),
+            tokens: Arc::new(MockTokenVerifier::new()),
+            health: Arc::new(MockHealthCheck::new()),
+            clock: Arc::new(Fixed(NOW)),
+        }
+    }
+
+    fn key(last_used_at: Option<OffsetDateTime>) -> ApiKey {
+        ApiKey {
+            id: ApiKeyId::new(),
+            org_id: OrgId::new(),
+            name: "ci".into(),
+            prefix: "slk_abcd".into(),
+            roles: vec![Role::Editor],
+            created_at: NOW - Duration::days(1),
+            last_used_at,
+            revoked_at: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_keys_are_refused_without_a_lookup() {
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), MockOrgRepository::new()));
+        let err = sluice.authenticate_api_key("slk_short").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated);
+    }
+
+    #[tokio::test]
+    async fn a_key_records_its_use_at_most_once_a_minute() {
+        for (last_used, touches) in
+            [(None, 1), (Some(NOW - Duration::seconds(30)), 0), (Some(NOW - Duration::minutes(2)), 1)]
+        {
+            let k = key(last_used);
+            let mut repo = MockApiKeyRepository::new();
+            let found = k.clone();
+            repo.expect_find_active_by_hash().times(1).returning(move |_| Ok(Some(found.clone())));
+            repo.expect_touch().times(touches).returning(|_, _| Ok(()));
+            let sluice = Sluice::new(ports(repo, MockOrgRepository::new()));
+            let raw = format!("slk_{}", "a".repeat(40));
+            match sluice.authenticate_api_key(&raw).await.unwrap() {
+                Principal::ApiKey { org_id, roles, .. } => {
+                    assert_eq!(org_id, k.org_id);
+                    assert_eq!(roles, vec![Role::Editor]);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_is_refused_in_another_organization_without_touching_the_store() {
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), MockOrgRepository::new()));
+        let k = key(None);
+        let principal = Principal::ApiKey { id: k.id, org_id: k.org_id, name: k.name, roles: k.roles };
+        let err = sluice.get_organization(&principal, OrgId::new()).await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+        let err = sluice.list_members(&principal, OrgId::new(), PageRequest::default()).await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+    }
+
+    #[tokio::test]
+    async fn a_viewer_cannot_change_roles_and_the_store_is_not_asked_to() {
+        let mut orgs = MockOrgRepository::new();
+        orgs.expect_role_of().returning(|_, _| Ok(Some(Role::Viewer)));
+        orgs.expect_set_member_role().never();
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), orgs));
+        let user = User {
+            id: UserId::new(),
+            issuer: "i".into(),
+            subject: "s".into(),
+            email: None,
+            name: None,
+            created_at: NOW,
+            updated_at: NOW,
+        };
+        let err = sluice.update_member_role(&Principal::User(user), OrgId::new(), UserId::new(), Role::Admin).await;
+        assert_eq!(err.unwrap_err().kind(), crate::ErrorKind::Forbidden);
+    }
+
+    #[tokio::test]
+    async fn a_role_change_is_audited_with_before_and_after() {
+        let org = OrgId::new();
+        let target = UserId::new();
+        let mut orgs = MockOrgRepository::new();
+        orgs.expect_role_of().returning(|_, _| Ok(Some(Role::Admin)));
+        orgs.expect_get_member().returning(move |o, u| {
+            Ok(Some(Member { org_id: o, user_id: u, email: None, name: None, role: Role::Viewer, joined_at: NOW }))
+        });
+        orgs.expect_set_member_role()
+            .withf(move |o, u, r, audit| {
+                *o == org
+                    && *u == target
+                    && *r == Role::Editor
+                    && audit.action == "member.role_updated"
+                    && audit.details == json!({"before": {"role": "Viewer"}, "after": {"role": "Editor"}})
+                    && audit.created_at == NOW
+            })
+            .times(1)
+            .returning(move |o, u, r, _| {
+                Ok(Member { org_id: o, user_id: u, email: None, name: None, role: r, joined_at: NOW })
+            });
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), orgs));
+        let admin =
+            Principal::ApiKey { id: ApiKeyId::new(), org_id: org, name: "ops".into(), roles: vec![Role::Admin] };
+        let m = sluice.update_member_role(&admin, org, target, Role::Editor).await.unwrap();
+        assert_eq!(m.role, Role::Editor);
+    }
+}
