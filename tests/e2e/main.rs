@@ -1,4 +1,5 @@
 //! End-to-end tests: one binary, every test against the real application on
 //! a random port, on SQLite and on PostgreSQL.
 
+mod connections;
 mod organizations;

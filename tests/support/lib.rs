@@ -34,6 +34,94 @@ pub enum Backend {
     Postgres,
 }
 
+pub const PG_TEST_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A PostgreSQL schema of the test's own in database `test`, dropped on drop.
+pub struct PgSchema {
+    pub name: String,
+}
+
+/// Creates a fresh schema, or `None` (loudly) when PostgreSQL is
+/// unreachable outside CI.
+pub async fn pg_schema() -> Option<PgSchema> {
+    use sqlx::Connection;
+    match sqlx::PgConnection::connect(PG_TEST_URL).await {
+        Ok(mut c) => {
+            let name = format!("e2e_{}", random_base62(10).to_lowercase());
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+                .execute(&mut c)
+                .await
+                .expect("create schema");
+            Some(PgSchema { name })
+        }
+        Err(e) => {
+            if in_ci() {
+                panic!("PostgreSQL is unreachable in CI: {e}");
+            }
+            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            None
+        }
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let mut c = sqlx::PgConnection::connect(PG_TEST_URL).await.map_err(std::io::Error::other)?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE")))
+                    .execute(&mut c)
+                    .await
+                    .map_err(std::io::Error::other)
+                    .map(|_| ())
+            })
+        })
+        .join();
+    }
+}
+
+/// Log lines of this test process, captured from the first call on.
+pub struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn contents(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+#[derive(Clone)]
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs a subscriber that keeps every log line (debug and up) of the
+/// process in memory, once; answers a handle on them.
+pub fn capture_logs() -> Logs {
+    static BUF: std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    let buf = BUF.get_or_init(|| {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let w = LogWriter(buf.clone());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .try_init();
+        buf
+    });
+    Logs(buf.clone())
+}
+
 /// What to clean up when the test ends.
 enum Cleanup {
     File(PathBuf),
@@ -42,6 +130,8 @@ enum Cleanup {
 
 pub struct TestApp {
     pub base: String,
+    file_root: PathBuf,
+    metadata_file: Option<PathBuf>,
     pub client: reqwest::Client,
     pub backend: Backend,
     issuer: TokenIssuer,
@@ -77,6 +167,7 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
     sluice::install_crypto_provider();
     let tag = random_base62(10).to_lowercase();
     let data_dir = std::env::temp_dir().join(format!("sluice-e2e-{tag}"));
+    let data_dir_root = data_dir.clone();
     let mut cleanup = vec![Cleanup::File(data_dir.clone())];
     let database_url = match backend {
         Backend::Sqlite => {
@@ -115,6 +206,11 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
             url
         }
     };
+    let file_root = data_dir_root.join("files");
+    let metadata_file = match backend {
+        Backend::Sqlite => Some(std::env::temp_dir().join(format!("sluice-e2e-{tag}.db"))),
+        Backend::Postgres => None,
+    };
     let settings = Settings {
         database_url,
         listen: "127.0.0.1:0".into(),
@@ -127,12 +223,15 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
         master_key: None,
         public_url: "http://127.0.0.1".into(),
         log_format: LogFormat::Text,
+        file_root: file_root.clone(),
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());
     Some(TestApp {
         base,
+        file_root,
+        metadata_file,
         client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client"),
         backend,
         issuer: TokenIssuer::new(JWT_SECRET.as_bytes().to_vec(), "sluice", "sluice"),
@@ -141,6 +240,20 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
 }
 
 impl TestApp {
+    /// The directory file and SQLite connections resolve under.
+    pub fn file_root(&self) -> &std::path::Path {
+        &self.file_root
+    }
+
+    /// The bytes of the SQLite metadata store (database and WAL), to check
+    /// what is stored in plain text.
+    pub fn metadata_bytes(&self) -> Vec<u8> {
+        let Some(f) = &self.metadata_file else { return Vec::new() };
+        let mut out = std::fs::read(f).unwrap_or_default();
+        out.extend(std::fs::read(format!("{}-wal", f.display())).unwrap_or_default());
+        out
+    }
+
     /// A session token for `email`.
     pub fn token(&self, email: &str) -> Auth {
         Auth::Token(self.issuer.issue(email, Some(email), None, Duration::from_secs(600)).expect("token"))

@@ -6,16 +6,20 @@
 pub mod apikey;
 pub mod audit;
 pub mod clock;
+pub mod connections;
+pub mod connector;
 pub mod error;
 pub mod idempotency;
 pub mod identity;
 pub mod ids;
+pub mod integration;
 pub mod invitation;
 pub mod org;
 pub mod page;
 pub mod ports;
 pub mod secret;
 pub mod service;
+pub mod transform;
 pub mod user;
 
 pub use error::{Error, ErrorKind, FieldError, Result};

@@ -7,9 +7,11 @@
 use crate::Result;
 use crate::apikey::ApiKey;
 use crate::audit::{AuditEntry, AuditFilter};
+use crate::connector::{ConnectorResult, EntitySchema};
 use crate::idempotency::{IdempotencyRecord, StoredResponse};
 use crate::identity::Role;
-use crate::ids::{ApiKeyId, InvitationId, OrgId, UserId};
+use crate::ids::{ApiKeyId, ConnectionId, IntegrationId, InvitationId, OrgId, UserId};
+use crate::integration::{Connection, ConnectionStatus, Integration};
 use crate::invitation::Invitation;
 use crate::org::{Member, Organization};
 use crate::page::{Page, PageRequest};
@@ -137,4 +139,71 @@ pub trait TokenVerifier: Send + Sync {
 #[async_trait]
 pub trait HealthCheck: Send + Sync {
     async fn ping(&self) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait IntegrationRepository: Send + Sync {
+    /// # Errors
+    /// `Conflict` when the name is taken in the organization.
+    async fn create(&self, integration: &Integration, audit: &AuditEntry) -> Result<()>;
+    async fn get(&self, org: OrgId, id: IntegrationId) -> Result<Option<Integration>>;
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Integration>>;
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Integration>>;
+    /// # Errors
+    /// `Conflict` when the new name is taken.
+    async fn update(&self, integration: &Integration, audit: &AuditEntry) -> Result<()>;
+    /// # Errors
+    /// `NotFound`; `Conflict { code: "in_use" }` while connections use it.
+    async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait ConnectionRepository: Send + Sync {
+    /// # Errors
+    /// `Conflict` when the name is taken in the organization.
+    async fn create(&self, connection: &Connection, audit: &AuditEntry) -> Result<()>;
+    async fn get(&self, org: OrgId, id: ConnectionId) -> Result<Option<Connection>>;
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Connection>>;
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>>;
+    async fn update(&self, connection: &Connection, audit: &AuditEntry) -> Result<()>;
+    /// # Errors
+    /// `NotFound`; `Conflict { code: "in_use" }` while flows use it.
+    async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()>;
+    /// Records the outcome of a test.
+    async fn record_test(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+        status: ConnectionStatus,
+        tested_at: OffsetDateTime,
+        error: Option<String>,
+    ) -> Result<()>;
+}
+
+/// The part of the data catalog that discovery writes.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait CatalogRepository: Send + Sync {
+    /// Records `schema` as the `discovered` asset `name` of `connection`:
+    /// created at version 1, or given a new version when its fields changed.
+    async fn upsert_discovered(
+        &self,
+        org: OrgId,
+        name: &str,
+        connection: ConnectionId,
+        schema: &EntitySchema,
+        now: OffsetDateTime,
+    ) -> Result<()>;
+}
+
+/// Resolves secret references (`env:NAME`, `aws:secretsmanager:ARN`).
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait SecretResolver: Send + Sync {
+    /// # Errors
+    /// `InvalidConfig` naming the reference (never a value) when it cannot
+    /// be resolved.
+    async fn resolve(&self, reference: &str) -> ConnectorResult<String>;
 }

@@ -5,14 +5,15 @@
 use crate::apikey::{self, ApiKey};
 use crate::audit::{AuditEntry, AuditFilter};
 use crate::clock::Clock;
+use crate::connector::ConnectorRegistry;
 use crate::identity::{Permission, Principal, Role, authorize, effective_role};
 use crate::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use crate::invitation::{self, INVITATION_TTL, Invitation, InvitationStatus};
 use crate::org::{self, Member, Organization, Plan};
 use crate::page::{Page, PageRequest};
 use crate::ports::{
-    ApiKeyRepository, AuditRepository, HealthCheck, IdempotencyStore, InvitationRepository, OrgRepository,
-    TokenVerifier, UserRepository,
+    ApiKeyRepository, AuditRepository, CatalogRepository, ConnectionRepository, HealthCheck, IdempotencyStore,
+    IntegrationRepository, InvitationRepository, OrgRepository, SecretResolver, TokenVerifier, UserRepository,
 };
 use crate::secret::Secret;
 use crate::user::{self, ProfileUpdate, User, VerifiedClaims};
@@ -33,6 +34,11 @@ pub struct Ports {
     pub tokens: Arc<dyn TokenVerifier>,
     pub health: Arc<dyn HealthCheck>,
     pub clock: Arc<dyn Clock>,
+    pub integrations: Arc<dyn IntegrationRepository>,
+    pub connections: Arc<dyn ConnectionRepository>,
+    pub catalog: Arc<dyn CatalogRepository>,
+    pub connectors: Arc<dyn ConnectorRegistry>,
+    pub secrets: Arc<dyn SecretResolver>,
 }
 
 /// A key's `last_used_at` is written at most this often.
@@ -40,7 +46,7 @@ const TOUCH_INTERVAL: Duration = Duration::minutes(1);
 
 #[derive(Clone)]
 pub struct Sluice {
-    ports: Ports,
+    pub(crate) ports: Ports,
 }
 
 /// A new organization.
@@ -441,7 +447,7 @@ impl Sluice {
 }
 
 /// Several field errors as one validation error.
-fn merge_validation(errors: Vec<Error>) -> Error {
+pub(crate) fn merge_validation(errors: Vec<Error>) -> Error {
     let mut fields = Vec::new();
     for e in errors {
         match e {
@@ -501,6 +507,11 @@ mod tests {
             tokens: Arc::new(MockTokenVerifier::new()),
             health: Arc::new(MockHealthCheck::new()),
             clock: Arc::new(Fixed(NOW)),
+            integrations: Arc::new(MockIntegrationRepository::new()),
+            connections: Arc::new(MockConnectionRepository::new()),
+            catalog: Arc::new(MockCatalogRepository::new()),
+            connectors: Arc::new(crate::connector::MockConnectorRegistry::new()),
+            secrets: Arc::new(MockSecretResolver::new()),
         }
     }
 

@@ -40,7 +40,8 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     modifiers(&Security),
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
-        (name = "invitations"), (name = "api-keys"), (name = "audit")
+        (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
+        (name = "integrations"), (name = "connections")
     )
 )]
 struct ApiDoc;
@@ -82,6 +83,23 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(orgs::list_api_keys)
         .service(orgs::revoke_api_key)
         .service(orgs::audit_logs)
+        .service(connections::capabilities)
+        .service(connections::list_integrations)
+        .service(connections::create_integration)
+        .service(connections::get_integration)
+        .service(connections::integration_details)
+        .service(connections::update_integration)
+        .service(connections::delete_integration)
+        .service(connections::list_connections)
+        .service(connections::create_connection)
+        .service(connections::test_unsaved)
+        .service(connections::get_connection)
+        .service(connections::update_connection)
+        .service(connections::delete_connection)
+        .service(connections::test_saved)
+        .service(connections::discover)
+        .service(connections::preview)
+        .service(connections::preview_transform)
         .route("/openapi.json", web::get().to(openapi_json));
 }
 

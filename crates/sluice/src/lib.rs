@@ -31,8 +31,8 @@ impl Application {
     /// When the store, the JWKS or the listener cannot be set up.
     pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         install_crypto_provider();
-        settings.ensure_secrets()?;
-        let store = Store::connect(&settings.database_url).await?;
+        let master_key = settings.ensure_secrets()?;
+        let store = Store::connect(&settings.database_url, &master_key).await?;
         let tokens = JwtVerifier::new(VerifierConfig {
             hs256_secret: settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()),
             jwks: settings.jwt_jwks.as_deref().map(JwksSource::parse),
@@ -52,6 +52,11 @@ impl Application {
             health: shared,
             tokens: Arc::new(tokens),
             clock: Arc::new(SystemClock),
+            integrations: Arc::new(store.clone()),
+            connections: Arc::new(store.clone()),
+            catalog: Arc::new(store.clone()),
+            connectors: Arc::new(sluice_connectors::Registry::new(absolute(&settings.file_root)?)),
+            secrets: Arc::new(sluice_clients::Secrets),
         };
         let state = AppState { sluice: Sluice::new(ports), internal_api_key: settings.internal_api_key.clone() };
         let listener = TcpListener::bind(&settings.listen).with_context(|| format!("binding {}", settings.listen))?;
@@ -77,6 +82,13 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }
+}
+
+/// The file root as an absolute path (created if missing), so connection
+/// paths resolve the same whatever the working directory.
+fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    std::fs::create_dir_all(p).with_context(|| format!("creating the file root {}", p.display()))?;
+    p.canonicalize().with_context(|| format!("resolving the file root {}", p.display()))
 }
 
 /// reqwest uses rustls with the ring provider, which must be installed once

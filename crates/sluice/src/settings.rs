@@ -28,6 +28,8 @@ pub struct Settings {
     pub master_key: Option<Secret>,
     pub public_url: String,
     pub log_format: LogFormat,
+    /// Where file and SQLite connections live; their paths resolve under it.
+    pub file_root: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +51,7 @@ impl std::fmt::Debug for Settings {
             .field("internal_api_key", &self.internal_api_key)
             .field("master_key", &self.master_key)
             .field("public_url", &self.public_url)
+            .field("file_root", &self.file_root)
             .finish()
     }
 }
@@ -67,11 +70,13 @@ impl Settings {
             Some("json") => LogFormat::Json,
             Some(other) => bail!("SLUICE_LOG_FORMAT must be 'text' or 'json', not '{other}'"),
         };
+        let data_dir = PathBuf::from(var("SLUICE_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
         Ok(Self {
+            file_root: var("SLUICE_FILE_ROOT").map(PathBuf::from).unwrap_or_else(|| data_dir.join("files")),
             database_url: var("SLUICE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
             public_url: var("SLUICE_PUBLIC_URL").unwrap_or_else(|| format!("http://{listen}")),
             listen,
-            data_dir: PathBuf::from(var("SLUICE_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into())),
+            data_dir,
             jwt_hs256_secret: var("SLUICE_JWT_HS256_SECRET").map(Secret::new),
             jwt_jwks: var("SLUICE_JWT_JWKS"),
             jwt_issuer: var("SLUICE_JWT_ISSUER").unwrap_or_else(|| "sluice".into()),
@@ -84,11 +89,11 @@ impl Settings {
 
     /// Fills the HS256 secret and the master key from the data directory,
     /// generating them there (mode 0600) on first start. Logs where they
-    /// are, never their values.
+    /// are, never their values. Answers the master key's 32 bytes.
     ///
     /// # Errors
     /// When the data directory cannot be written or a stored key is invalid.
-    pub fn ensure_secrets(&mut self) -> anyhow::Result<()> {
+    pub fn ensure_secrets(&mut self) -> anyhow::Result<[u8; 32]> {
         if self.jwt_hs256_secret.is_none() {
             let path = self.data_dir.join(HS256_FILE);
             self.jwt_hs256_secret = Some(load_or_generate(&path, "HS256 session-token secret")?);
@@ -97,14 +102,21 @@ impl Settings {
             let path = self.data_dir.join(MASTER_KEY_FILE);
             self.master_key = Some(load_or_generate(&path, "master key")?);
         }
-        if let Some(k) = &self.master_key {
-            let bytes = B64.decode(k.expose().trim()).context("SLUICE_MASTER_KEY must be base64")?;
-            if bytes.len() != 32 {
-                bail!("SLUICE_MASTER_KEY must decode to 32 bytes, not {}", bytes.len());
-            }
-        }
-        Ok(())
+        let k = self.master_key.as_ref().context("a master key is configured or generated")?;
+        decode_master_key(k.expose())
     }
+}
+
+/// A master key in base64, decoded to its 32 bytes.
+///
+/// # Errors
+/// When it is not base64 of exactly 32 bytes.
+pub fn decode_master_key(b64: &str) -> anyhow::Result<[u8; 32]> {
+    let bytes = B64.decode(b64.trim()).context("a master key must be base64")?;
+    bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("a master key must decode to 32 bytes, not {}", bytes.len()))
 }
 
 fn load_or_generate(path: &Path, what: &str) -> anyhow::Result<Secret> {
@@ -195,6 +207,7 @@ mod tests {
             master_key: None,
             public_url: String::new(),
             log_format: LogFormat::Text,
+            file_root: dir.join("files"),
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

@@ -2,7 +2,11 @@
 
 pub mod api_keys;
 pub mod audit_logs;
+pub mod connections;
+pub mod data_asset_versions;
+pub mod data_assets;
 pub mod idempotency_keys;
+pub mod integrations;
 pub mod invitations;
 pub mod memberships;
 pub mod organizations;

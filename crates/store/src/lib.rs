@@ -6,7 +6,9 @@
 //! entry. SQLite allows one writer at a time, so on SQLite write transactions
 //! also take a process-wide lock instead of failing with `SQLITE_BUSY`.
 
+mod connections;
 mod convert;
+pub mod crypto;
 mod entities;
 mod repos;
 
@@ -25,6 +27,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub struct Store {
     db: DatabaseConnection,
     write_lock: Option<Arc<Mutex<()>>>,
+    cipher: crypto::Cipher,
 }
 
 impl std::fmt::Debug for Store {
@@ -35,11 +38,11 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Connects to `url` (`sqlite://…` or `postgres://…`) and brings the schema
-    /// up to date.
+    /// up to date. `master_key` encrypts stored credentials.
     ///
     /// # Errors
     /// When the database cannot be reached or a migration fails.
-    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+    pub async fn connect(url: &str, master_key: &[u8; 32]) -> anyhow::Result<Self> {
         let mut opts = ConnectOptions::new(url.to_string());
         opts.sqlx_logging(false).connect_timeout(Duration::from_secs(10)).acquire_timeout(Duration::from_secs(30));
         let sqlite = url.starts_with("sqlite:");
@@ -57,7 +60,7 @@ impl Store {
             .await
             .with_context(|| format!("connecting to the metadata store at {}", redact_url(url)))?;
         Migrator::up(&db, None).await.context("running metadata-store migrations")?;
-        Ok(Self { db, write_lock: sqlite.then(|| Arc::new(Mutex::new(()))) })
+        Ok(Self { db, write_lock: sqlite.then(|| Arc::new(Mutex::new(()))), cipher: crypto::Cipher::new(master_key) })
     }
 
     pub fn backend(&self) -> DbBackend {

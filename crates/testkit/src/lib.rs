@@ -402,10 +402,26 @@ impl Clock for ManualClock {
     }
 }
 
-/// Ports wired to one in-memory store, the fake token verifier and `clock`.
+/// Ports wired to one in-memory store, the fake token verifier, `clock`,
+/// the in-memory connectors and fake secrets.
 pub fn in_memory_ports(store: &InMemoryStore, clock: Arc<dyn Clock>) -> Ports {
+    in_memory_ports_with(store, clock, &MemoryConnectors::new(), FakeSecrets::default())
+}
+
+pub fn in_memory_ports_with(
+    store: &InMemoryStore,
+    clock: Arc<dyn Clock>,
+    connectors: &MemoryConnectors,
+    secrets: FakeSecrets,
+) -> Ports {
     let s = Arc::new(store.clone());
+    let catalog = Arc::new(InMemoryCatalog::new(store));
     Ports {
+        integrations: catalog.clone(),
+        connections: catalog.clone(),
+        catalog,
+        connectors: Arc::new(connectors.clone()),
+        secrets: Arc::new(secrets),
         users: s.clone(),
         orgs: s.clone(),
         invitations: s.clone(),
@@ -416,4 +432,453 @@ pub fn in_memory_ports(store: &InMemoryStore, clock: Arc<dyn Clock>) -> Ports {
         health: s,
         clock,
     }
+}
+
+// ---- integrations, connections, catalog --------------------------------
+
+use sluice_domain::connector::*;
+use sluice_domain::ids::{ConnectionId, IntegrationId};
+use sluice_domain::integration::{Connection, ConnectionStatus, Integration};
+
+#[derive(Default)]
+struct CatalogState {
+    integrations: Vec<Integration>,
+    connections: Vec<Connection>,
+    /// name → (version, schema)
+    discovered: HashMap<(OrgId, String), (i32, EntitySchema)>,
+}
+
+/// Integrations, connections and discovered assets, in memory.
+#[derive(Default, Clone)]
+pub struct InMemoryCatalog {
+    state: Arc<Mutex<CatalogState>>,
+    audit: InMemoryStore,
+}
+
+impl InMemoryCatalog {
+    /// A catalog whose audit entries go to `store`.
+    pub fn new(store: &InMemoryStore) -> Self {
+        Self { state: Arc::default(), audit: store.clone() }
+    }
+
+    fn s(&self) -> MutexGuard<'_, CatalogState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The version of a discovered asset, if catalogued.
+    pub fn discovered_version(&self, org: OrgId, name: &str) -> Option<i32> {
+        self.s().discovered.get(&(org, name.to_string())).map(|(v, _)| *v)
+    }
+
+    fn log(&self, e: &AuditEntry) {
+        self.audit.s().audit.push(e.clone());
+    }
+}
+
+#[async_trait]
+impl IntegrationRepository for InMemoryCatalog {
+    async fn create(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        if s.integrations.iter().any(|x| x.org_id == i.org_id && x.name == i.name) {
+            return Err(Error::conflict("duplicate"));
+        }
+        s.integrations.push(i.clone());
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn get(&self, org: OrgId, id: IntegrationId) -> Result<Option<Integration>> {
+        Ok(self.s().integrations.iter().find(|i| i.org_id == org && i.id == id).cloned())
+    }
+
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Integration>> {
+        Ok(self.s().integrations.iter().find(|i| i.org_id == org && i.name == name).cloned())
+    }
+
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {
+        let items = self.s().integrations.iter().filter(|i| i.org_id == org).cloned().collect();
+        Ok(page_of(items, page, |i| i.id.as_uuid()))
+    }
+
+    async fn update(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        if s.integrations.iter().any(|x| x.org_id == i.org_id && x.name == i.name && x.id != i.id) {
+            return Err(Error::conflict("duplicate"));
+        }
+        if let Some(x) = s.integrations.iter_mut().find(|x| x.id == i.id) {
+            *x = i.clone();
+        }
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        let users = s.connections.iter().filter(|c| c.integration_id == Some(id)).count();
+        if users > 0 {
+            return Err(Error::Conflict {
+                code: "in_use",
+                message: format!("{users} connection(s) use this integration"),
+            });
+        }
+        let before = s.integrations.len();
+        s.integrations.retain(|i| !(i.org_id == org && i.id == id));
+        if s.integrations.len() == before {
+            return Err(Error::not_found("integration"));
+        }
+        self.log(audit);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ConnectionRepository for InMemoryCatalog {
+    async fn create(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        if s.connections.iter().any(|x| x.org_id == c.org_id && x.name == c.name) {
+            return Err(Error::conflict("duplicate"));
+        }
+        s.connections.push(c.clone());
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn get(&self, org: OrgId, id: ConnectionId) -> Result<Option<Connection>> {
+        Ok(self.s().connections.iter().find(|c| c.org_id == org && c.id == id).cloned())
+    }
+
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Connection>> {
+        Ok(self.s().connections.iter().find(|c| c.org_id == org && c.name == name).cloned())
+    }
+
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>> {
+        let items = self.s().connections.iter().filter(|c| c.org_id == org).cloned().collect();
+        Ok(page_of(items, page, |c| c.id.as_uuid()))
+    }
+
+    async fn update(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        if s.connections.iter().any(|x| x.org_id == c.org_id && x.name == c.name && x.id != c.id) {
+            return Err(Error::conflict("duplicate"));
+        }
+        if let Some(x) = s.connections.iter_mut().find(|x| x.id == c.id) {
+            *x = c.clone();
+        }
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        let before = s.connections.len();
+        s.connections.retain(|c| !(c.org_id == org && c.id == id));
+        if s.connections.len() == before {
+            return Err(Error::not_found("connection"));
+        }
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn record_test(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+        status: ConnectionStatus,
+        tested_at: OffsetDateTime,
+        error: Option<String>,
+    ) -> Result<()> {
+        if let Some(c) = self.s().connections.iter_mut().find(|c| c.org_id == org && c.id == id) {
+            c.status = status;
+            c.last_tested_at = Some(tested_at);
+            c.last_error = error;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CatalogRepository for InMemoryCatalog {
+    async fn upsert_discovered(
+        &self,
+        org: OrgId,
+        name: &str,
+        _connection: ConnectionId,
+        schema: &EntitySchema,
+        _now: OffsetDateTime,
+    ) -> Result<()> {
+        let mut s = self.s();
+        let entry = s.discovered.entry((org, name.to_string())).or_insert((0, schema.clone()));
+        if entry.0 == 0 || entry.1 != *schema {
+            entry.0 += 1;
+            entry.1 = schema.clone();
+        }
+        Ok(())
+    }
+}
+
+/// Resolves `env:` references from a fixed map, for tests.
+#[derive(Default, Clone)]
+pub struct FakeSecrets(pub HashMap<String, String>);
+
+#[async_trait]
+impl SecretResolver for FakeSecrets {
+    async fn resolve(&self, reference: &str) -> ConnectorResult<String> {
+        match reference.strip_prefix("env:") {
+            Some(name) => {
+                self.0.get(name).cloned().ok_or_else(|| ConnectorError::InvalidConfig(format!("env:{name} is not set")))
+            }
+            None => Ok(reference.to_string()),
+        }
+    }
+}
+
+// ---- an in-memory connector --------------------------------------------
+
+type Tables = HashMap<String, (EntitySchema, Vec<Vec<Value>>)>;
+
+/// A connector type `memory` whose datasets live in this process: each
+/// connection names a `dataset`; a `password` credential, when the dataset
+/// requires one, must match. Used by HTTP and sync tests.
+#[derive(Default, Clone)]
+pub struct MemoryConnectors {
+    datasets: Arc<Mutex<HashMap<String, Tables>>>,
+    passwords: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl MemoryConnectors {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts `rows` in `dataset.entity`.
+    pub fn put(&self, dataset: &str, schema: EntitySchema, rows: Vec<Vec<Value>>) {
+        let mut d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
+        d.entry(dataset.to_string()).or_default().insert(schema.name.clone(), (schema, rows));
+    }
+
+    pub fn rows(&self, dataset: &str, entity: &str) -> Option<Vec<Vec<Value>>> {
+        let d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
+        d.get(dataset).and_then(|t| t.get(entity)).map(|(_, r)| r.clone())
+    }
+
+    /// Makes `dataset` require `password`.
+    pub fn require_password(&self, dataset: &str, password: &str) {
+        self.passwords.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), password.into());
+    }
+
+    fn open(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<MemoryDataset>> {
+        let name = c.str("dataset").ok_or_else(|| ConnectorError::InvalidConfig("'dataset' is required".into()))?;
+        if let Some(p) = self.passwords.lock().unwrap_or_else(|p| p.into_inner()).get(name)
+            && c.str("password") != Some(p.as_str())
+        {
+            return Err(ConnectorError::AuthFailed(format!("wrong password for dataset {name}")));
+        }
+        Ok(Arc::new(MemoryDataset { name: name.to_string(), all: self.datasets.clone() }))
+    }
+}
+
+pub fn memory_spec() -> ConnectorSpec {
+    ConnectorSpec {
+        connector_type: "memory",
+        title: "In-memory (tests)",
+        capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
+        config_fields: vec![
+            ConfigField {
+                name: "dataset",
+                field_type: ConfigFieldType::String,
+                required: true,
+                credential: false,
+                default: None,
+                description: "dataset name",
+            },
+            ConfigField {
+                name: "password",
+                field_type: ConfigFieldType::String,
+                required: false,
+                credential: true,
+                default: None,
+                description: "password",
+            },
+        ],
+        sync_modes: vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"],
+        features: vec!["discover", "preview", "incremental"],
+    }
+}
+
+#[async_trait]
+impl ConnectorRegistry for MemoryConnectors {
+    fn specs(&self) -> Vec<ConnectorSpec> {
+        vec![memory_spec()]
+    }
+
+    async fn source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
+        Ok(self.open(c)?)
+    }
+
+    async fn destination(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>> {
+        Ok(self.open(c)?)
+    }
+}
+
+struct MemoryDataset {
+    name: String,
+    all: Arc<Mutex<HashMap<String, Tables>>>,
+}
+
+impl MemoryDataset {
+    fn tables(&self) -> MutexGuard<'_, HashMap<String, Tables>> {
+        self.all.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct VecReader {
+    fields: Arc<Vec<Field>>,
+    batches: std::vec::IntoIter<Vec<Vec<Value>>>,
+}
+
+#[async_trait]
+impl RecordReader for VecReader {
+    fn fields(&self) -> Arc<Vec<Field>> {
+        self.fields.clone()
+    }
+
+    async fn next_batch(&mut self) -> ConnectorResult<Option<RecordBatch>> {
+        Ok(self.batches.next().map(|rows| RecordBatch { fields: self.fields.clone(), rows }))
+    }
+}
+
+#[async_trait]
+impl Source for MemoryDataset {
+    async fn check(&self) -> ConnectorResult<()> {
+        Ok(())
+    }
+
+    async fn discover(&self) -> ConnectorResult<Vec<EntitySchema>> {
+        let mut v: Vec<EntitySchema> =
+            self.tables().get(&self.name).map(|t| t.values().map(|(s, _)| s.clone()).collect()).unwrap_or_default();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+
+    async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
+        let (schema, mut rows) = self
+            .tables()
+            .get(&self.name)
+            .and_then(|t| t.get(&req.entity))
+            .cloned()
+            .ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
+        if let Some(c) = &req.cursor {
+            let i = schema
+                .index_of(&c.field)
+                .ok_or_else(|| ConnectorError::InvalidConfig(format!("no field {}", c.field)))?;
+            if let Some(from) = &c.from {
+                rows.retain(|r| compare_values(&r[i], from).is_some_and(|o| o != std::cmp::Ordering::Less));
+            }
+            rows.sort_by(|a, b| compare_values(&a[i], &b[i]).unwrap_or(std::cmp::Ordering::Equal));
+        }
+        if let Some(l) = req.limit {
+            rows.truncate(l as usize);
+        }
+        let size = req.batch_size.max(1);
+        let batches: Vec<Vec<Vec<Value>>> = rows.chunks(size).map(|c| c.to_vec()).collect();
+        Ok(Box::new(VecReader { fields: Arc::new(schema.fields), batches: batches.into_iter() }))
+    }
+}
+
+#[async_trait]
+impl Destination for MemoryDataset {
+    async fn check(&self) -> ConnectorResult<()> {
+        Ok(())
+    }
+
+    async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        Ok(self.tables().get(&self.name).and_then(|t| t.get(entity)).map(|(s, _)| s.clone()))
+    }
+
+    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+        let existing = self.describe(&schema.name).await?;
+        let mut fields = match (&existing, mode) {
+            (Some(e), WriteMode::Append | WriteMode::Upsert) => e.fields.clone(),
+            _ => Vec::new(),
+        };
+        for f in &schema.fields {
+            if !fields.iter().any(|x| x.name == f.name) {
+                fields.push(f.clone());
+            }
+        }
+        Ok(Box::new(MemoryWriter {
+            dataset: self.name.clone(),
+            all: self.all.clone(),
+            schema: EntitySchema { name: schema.name.clone(), fields },
+            mode,
+            pending: Vec::new(),
+            stats: WriteStats::default(),
+        }))
+    }
+}
+
+struct MemoryWriter {
+    dataset: String,
+    all: Arc<Mutex<HashMap<String, Tables>>>,
+    schema: EntitySchema,
+    mode: WriteMode,
+    pending: Vec<Vec<Value>>,
+    stats: WriteStats,
+}
+
+impl MemoryWriter {
+    fn commit(&mut self, replace: bool) {
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        let tables = all.entry(self.dataset.clone()).or_default();
+        let entry = tables.entry(self.schema.name.clone()).or_insert_with(|| (self.schema.clone(), Vec::new()));
+        // Widen existing rows to new columns.
+        let width = self.schema.fields.len();
+        for r in &mut entry.1 {
+            r.resize(width, Value::Null);
+        }
+        entry.0 = self.schema.clone();
+        if replace {
+            entry.1.clear();
+        }
+        let key: Vec<usize> =
+            self.schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
+        for row in self.pending.drain(..) {
+            if self.mode == WriteMode::Upsert
+                && let Some(pos) = entry.1.iter().position(|r| key.iter().all(|k| r[*k] == row[*k]))
+            {
+                entry.1[pos] = row;
+                continue;
+            }
+            entry.1.push(row);
+        }
+    }
+}
+
+#[async_trait]
+impl EntityWriter for MemoryWriter {
+    async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
+        let order: Vec<Option<usize>> =
+            self.schema.fields.iter().map(|f| batch.fields.iter().position(|b| b.name == f.name)).collect();
+        for r in &batch.rows {
+            self.pending.push(order.iter().map(|i| i.map(|i| r[i].clone()).unwrap_or(Value::Null)).collect());
+        }
+        self.stats.rows_written += batch.len() as u64;
+        self.stats.bytes += batch.approx_bytes();
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
+        if self.mode != WriteMode::Overwrite {
+            self.commit(false);
+        }
+        Ok(self.stats)
+    }
+
+    async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
+        let replace = self.mode == WriteMode::Overwrite;
+        self.commit(replace);
+        Ok(self.stats)
+    }
+
+    async fn abort(self: Box<Self>) {}
 }

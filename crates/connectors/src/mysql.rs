@@ -1,0 +1,526 @@
+//! The MySQL / MariaDB connector.
+//!
+//! Sessions run in UTC (`time_zone = '+00:00'`), so `TIMESTAMP` columns read
+//! and write as UTC; `DATETIME` values are taken as UTC. Reading casts each
+//! column to a decodable form (decimals, temporal and JSON values as text).
+//! Writing uses multi-row `INSERT`s inside a transaction, `ON DUPLICATE KEY
+//! UPDATE` for upsert, and for overwrite a fresh table swapped in with one
+//! atomic `RENAME TABLE`. MariaDB's `JSON` is `LONGTEXT` with a
+//! `json_valid` check; discovery recognises it.
+
+use crate::common::*;
+use crate::sqlite::{align, text_value};
+use futures_util::TryStreamExt;
+use sluice_domain::connector::*;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::{AssertSqlSafe, MySql, Row, Transaction};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const ENGINE: &str = "mysql";
+const MAX_PARAMS: usize = 60_000;
+
+#[derive(Clone)]
+pub struct MySqlSettings {
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub user: String,
+    pub password: Option<String>,
+}
+
+pub struct MySqlConnector {
+    pool: MySqlPool,
+    opts: MySqlConnectOptions,
+    host: String,
+    database: String,
+}
+
+fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
+    match e {
+        sqlx::Error::Database(d) => match d.code().as_deref() {
+            Some("28000") => ConnectorError::AuthFailed(d.message().to_string()),
+            Some("42000") if d.message().contains("Unknown database") => {
+                ConnectorError::DatabaseNotFound(format!("database '{database}' does not exist on {host}"))
+            }
+            Some("42S02") => ConnectorError::EntityNotFound(d.message().to_string()),
+            _ if d.message().contains("Access denied") => ConnectorError::AuthFailed(d.message().to_string()),
+            _ if d.message().contains("Unknown database") => {
+                ConnectorError::DatabaseNotFound(format!("database '{database}' does not exist on {host}"))
+            }
+            _ => ConnectorError::Other(d.message().to_string()),
+        },
+        sqlx::Error::Io(io) => ConnectorError::Unreachable(format!("{host}: {io}")),
+        sqlx::Error::PoolTimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
+        other => ConnectorError::Other(db_message(other)),
+    }
+}
+
+impl MySqlConnector {
+    pub fn new(s: MySqlSettings) -> ConnectorResult<Self> {
+        let mut opts = MySqlConnectOptions::new()
+            .host(&s.host)
+            .port(s.port)
+            .database(&s.database)
+            .username(&s.user)
+            .charset("utf8mb4")
+            .timezone(Some("+00:00".to_string()));
+        if let Some(p) = &s.password {
+            opts = opts.password(p);
+        }
+        let pool = MySqlPoolOptions::new()
+            .max_connections(4)
+            .min_connections(0)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connect_lazy_with(opts.clone());
+        Ok(Self { pool, opts, host: format!("{}:{}", s.host, s.port), database: s.database })
+    }
+
+    fn e(&self, e: &sqlx::Error) -> ConnectorError {
+        err(e, &self.host, &self.database)
+    }
+
+    async fn schemas(&self, table: Option<&str>) -> ConnectorResult<Vec<EntitySchema>> {
+        with_timeout("reading the catalog", CONNECT_TIMEOUT, async {
+            let rows = sqlx::query(
+                "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
+                 CAST(DATA_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR), CAST(COLUMN_KEY AS CHAR), CAST(COLUMN_COMMENT AS CHAR) \
+                 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND (? IS NULL OR TABLE_NAME = ?) \
+                 AND TABLE_NAME NOT LIKE '%\\_\\_sluice\\_%' ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            )
+            .bind(table)
+            .bind(table)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+            // MariaDB's JSON columns: LONGTEXT with a json_valid() check.
+            let json_checks: HashSet<(String, String)> = sqlx::query(
+                "SELECT CAST(TABLE_NAME AS CHAR), CAST(CHECK_CLAUSE AS CHAR) FROM information_schema.CHECK_CONSTRAINTS \
+                 WHERE CONSTRAINT_SCHEMA = DATABASE()",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|r| {
+                let t: String = r.get(0);
+                let clause: String = r.get(1);
+                let col = clause.strip_prefix("json_valid(`")?.split('`').next()?.to_string();
+                Some((t, col))
+            })
+            .collect();
+            let mut out: Vec<EntitySchema> = Vec::new();
+            for r in rows {
+                let table: String = r.get(0);
+                let name: String = r.get(1);
+                let column_type: String = r.get(2);
+                let data_type: String = r.get(3);
+                let nullable: String = r.get(4);
+                let key: String = r.get(5);
+                let comment: String = r.get(6);
+                let is_json = json_checks.contains(&(table.clone(), name.clone())) || data_type.eq_ignore_ascii_case("json");
+                let native = if is_json { "json".to_string() } else { column_type };
+                let field_type = match (is_json, comment == ARRAY_COMMENT) {
+                    (true, true) => FieldType::Array,
+                    (true, false) => FieldType::Object,
+                    _ => map_native(&native, &data_type),
+                };
+                let f = Field {
+                    field_type,
+                    name,
+                    nullable: nullable == "YES",
+                    primary_key: key == "PRI",
+                    native_type: Some(native_tag(ENGINE, &native)),
+                };
+                match out.last_mut() {
+                    Some(s) if s.name == table => s.fields.push(f),
+                    _ => out.push(EntitySchema { name: table, fields: vec![f] }),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// MySQL type → vocabulary.
+pub fn map_native(column_type: &str, data_type: &str) -> FieldType {
+    let ct = column_type.to_ascii_lowercase();
+    match data_type.to_ascii_lowercase().as_str() {
+        "tinyint" if ct.starts_with("tinyint(1)") => FieldType::Boolean,
+        "bool" | "boolean" => FieldType::Boolean,
+        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" | "year" => FieldType::Integer,
+        "float" | "double" | "real" => FieldType::Number,
+        "decimal" | "numeric" => FieldType::Decimal,
+        "datetime" | "timestamp" => FieldType::Timestamp,
+        "date" => FieldType::Date,
+        "json" => FieldType::Object,
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "bit" => FieldType::Binary,
+        _ => FieldType::String,
+    }
+}
+
+/// Vocabulary → MySQL type for tables we create. Key columns cannot be
+/// `LONGTEXT`, so string keys are `VARCHAR(255)`.
+fn native_for_field(f: &Field) -> String {
+    if let Some(n) = native_for(f, ENGINE) {
+        return n.to_string();
+    }
+    if let (FieldType::Decimal, Some(pg)) = (f.field_type, native_for(f, "postgres"))
+        && let Some(args) = pg.strip_prefix("numeric(")
+    {
+        return format!("DECIMAL({args}");
+    }
+    match f.field_type {
+        FieldType::String if f.primary_key => "VARCHAR(255)",
+        FieldType::String => "LONGTEXT",
+        FieldType::Integer => "BIGINT",
+        FieldType::Number => "DOUBLE",
+        FieldType::Decimal => "DECIMAL(38,12)",
+        FieldType::Boolean => "BOOLEAN",
+        FieldType::Timestamp => "DATETIME(6)",
+        FieldType::Date => "DATE",
+        FieldType::Object | FieldType::Array => "JSON",
+        FieldType::Binary => "LONGBLOB",
+    }
+    .to_string()
+}
+
+fn array_comment(f: &Field) -> String {
+    if f.field_type == FieldType::Array && native_for(f, ENGINE).is_none() {
+        format!(" COMMENT '{ARRAY_COMMENT}'")
+    } else {
+        String::new()
+    }
+}
+
+fn select_expr(f: &Field) -> String {
+    let c = quote_bt(&f.name);
+    match f.field_type {
+        FieldType::Integer | FieldType::Boolean => format!("CAST({c} AS SIGNED)"),
+        FieldType::Number => format!("CAST({c} AS DOUBLE)"),
+        FieldType::Binary => c,
+        FieldType::Timestamp => format!("DATE_FORMAT({c}, '%Y-%m-%dT%H:%i:%s.%fZ')"),
+        _ => format!("CAST({c} AS CHAR)"),
+    }
+}
+
+fn decode(row: &MySqlRow, i: usize, t: FieldType) -> Result<Value, sqlx::Error> {
+    Ok(match t {
+        FieldType::Integer => row.try_get::<Option<i64>, _>(i)?.map(Value::Int),
+        FieldType::Boolean => row.try_get::<Option<i64>, _>(i)?.map(|n| Value::Bool(n != 0)),
+        FieldType::Number => row.try_get::<Option<f64>, _>(i)?.map(Value::Float),
+        FieldType::Binary => row.try_get::<Option<Vec<u8>>, _>(i)?.map(Value::Bytes),
+        other => row.try_get::<Option<String>, _>(i)?.map(|s| text_value(s, other)),
+    }
+    .unwrap_or(Value::Null))
+}
+
+type MyQuery<'q> = sqlx::query::Query<'q, MySql, <MySql as sqlx::Database>::Arguments>;
+
+fn bind<'q>(q: MyQuery<'q>, v: &Value) -> MyQuery<'q> {
+    match v {
+        Value::Null => q.bind(Option::<String>::None),
+        Value::Bool(b) => q.bind(*b),
+        Value::Int(i) => q.bind(*i),
+        Value::Float(f) => q.bind(*f),
+        Value::Decimal(s) | Value::String(s) => q.bind(s.clone()),
+        Value::Timestamp(t) => {
+            let t = t.to_offset(time::UtcOffset::UTC);
+            q.bind(time::PrimitiveDateTime::new(t.date(), t.time()))
+        }
+        Value::Date(d) => q.bind(*d),
+        Value::Json(j) => q.bind(j.to_string()),
+        Value::Bytes(b) => q.bind(b.clone()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for MySqlConnector {
+    async fn check(&self) -> ConnectorResult<()> {
+        with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
+            use sqlx::Connection;
+            let mut conn = sqlx::MySqlConnection::connect_with(&self.opts).await.map_err(|e| self.e(&e))?;
+            sqlx::query("SELECT 1").execute(&mut conn).await.map_err(|e| self.e(&e))?;
+            let _ = conn.close().await;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn discover(&self) -> ConnectorResult<Vec<EntitySchema>> {
+        self.schemas(None).await
+    }
+
+    async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
+        let schema = self
+            .schemas(Some(&req.entity))
+            .await?
+            .pop()
+            .ok_or_else(|| ConnectorError::EntityNotFound(format!("table '{}' does not exist", req.entity)))?;
+        let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
+        let mut sql = format!("SELECT {} FROM {}", cols.join(", "), quote_bt(&schema.name));
+        let mut bound = None;
+        if let Some(c) = &req.cursor {
+            if schema.field(&c.field).is_none() {
+                return Err(ConnectorError::InvalidConfig(format!(
+                    "cursor field '{}' is not in {}",
+                    c.field, schema.name
+                )));
+            }
+            if let Some(from) = &c.from {
+                sql.push_str(&format!(" WHERE {} >= ?", quote_bt(&c.field)));
+                bound = Some(from.clone());
+            }
+            sql.push_str(&format!(" ORDER BY {}", quote_bt(&c.field)));
+        }
+        if let Some(l) = req.limit {
+            sql.push_str(&format!(" LIMIT {l}"));
+        }
+        let fields = Arc::new(schema.fields);
+        let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
+        let pool = self.pool.clone();
+        let (host, db) = (self.host.clone(), self.database.clone());
+        let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
+        let f2 = fields.clone();
+        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            if let Some(v) = &bound {
+                q = bind(q, v);
+            }
+            let mut rows = q.fetch(&pool);
+            let mut batch = Vec::with_capacity(batch_size);
+            loop {
+                match rows.try_next().await {
+                    Ok(Some(row)) => {
+                        let mut out = Vec::with_capacity(types.len());
+                        for (i, t) in types.iter().enumerate() {
+                            match decode(&row, i, *t) {
+                                Ok(v) => out.push(v),
+                                Err(e) => {
+                                    send(&tx, Err(err(&e, &host, &db))).await;
+                                    return;
+                                }
+                            }
+                        }
+                        batch.push(out);
+                        if batch.len() >= batch_size {
+                            let b = RecordBatch {
+                                fields: f2.clone(),
+                                rows: std::mem::replace(&mut batch, Vec::with_capacity(batch_size)),
+                            };
+                            if !send(&tx, Ok(b)).await {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        send(&tx, Err(err(&e, &host, &db))).await;
+                        return;
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                send(&tx, Ok(RecordBatch { fields: f2, rows: batch })).await;
+            }
+        })))
+    }
+}
+
+#[async_trait::async_trait]
+impl Destination for MySqlConnector {
+    async fn check(&self) -> ConnectorResult<()> {
+        Source::check(self).await
+    }
+
+    async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        Ok(self.schemas(Some(entity)).await?.pop())
+    }
+
+    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+        let pk: Vec<&str> = schema.primary_key();
+        if mode == WriteMode::Upsert && pk.is_empty() {
+            return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));
+        }
+        let existing = self.describe(&schema.name).await?;
+        let exec = |sql: String| sqlx::query(AssertSqlSafe(sql));
+        let new_table = format!("{}__sluice_new", schema.name);
+        let create = |table: &str| {
+            let mut cols: Vec<String> = schema
+                .fields
+                .iter()
+                .map(|f| {
+                    let nn = if !f.nullable || f.primary_key { " NOT NULL" } else { " NULL" };
+                    format!("{} {}{nn}{}", quote_bt(&f.name), native_for_field(f), array_comment(f))
+                })
+                .collect();
+            if !pk.is_empty() {
+                cols.push(format!("PRIMARY KEY ({})", pk.iter().map(|p| quote_bt(p)).collect::<Vec<_>>().join(", ")));
+            }
+            format!("CREATE TABLE {} ({}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", quote_bt(table), cols.join(", "))
+        };
+        // DDL commits implicitly in MySQL, so it runs before the data transaction.
+        match (mode, &existing) {
+            (WriteMode::Overwrite, _) => {
+                exec(format!("DROP TABLE IF EXISTS {}", quote_bt(&new_table)))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| self.e(&e))?;
+                exec(create(&new_table)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+            }
+            (_, None) => {
+                exec(create(&schema.name)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+            }
+            (_, Some(current)) => {
+                for f in &schema.fields {
+                    if current.field(&f.name).is_none() {
+                        exec(format!(
+                            "ALTER TABLE {} ADD COLUMN {} {} NULL{}",
+                            quote_bt(&schema.name),
+                            quote_bt(&f.name),
+                            native_for_field(f),
+                            array_comment(f)
+                        ))
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| self.e(&e))?;
+                    }
+                }
+            }
+        }
+        let target = if mode == WriteMode::Overwrite { new_table.clone() } else { schema.name.clone() };
+        let cols: Vec<String> = schema.fields.iter().map(|f| quote_bt(&f.name)).collect();
+        let on_dup = if mode == WriteMode::Upsert {
+            let updates: Vec<String> = schema
+                .fields
+                .iter()
+                .filter(|f| !f.primary_key)
+                .map(|f| format!("{0} = VALUES({0})", quote_bt(&f.name)))
+                .collect();
+            if updates.is_empty() {
+                format!(" ON DUPLICATE KEY UPDATE {0} = {0}", quote_bt(pk[0]))
+            } else {
+                format!(" ON DUPLICATE KEY UPDATE {}", updates.join(", "))
+            }
+        } else {
+            String::new()
+        };
+        let tx = self.pool.begin().await.map_err(|e| self.e(&e))?;
+        Ok(Box::new(MySqlWriter {
+            pool: self.pool.clone(),
+            tx: Some(tx),
+            mode,
+            insert_head: format!("INSERT INTO {} ({}) VALUES ", quote_bt(&target), cols.join(", ")),
+            on_dup,
+            width: schema.fields.len(),
+            order: schema.fields.iter().map(|f| f.name.clone()).collect(),
+            table: schema.name.clone(),
+            new_table,
+            host: self.host.clone(),
+            database: self.database.clone(),
+            stats: WriteStats::default(),
+            pending: WriteStats::default(),
+        }))
+    }
+}
+
+struct MySqlWriter {
+    pool: MySqlPool,
+    tx: Option<Transaction<'static, MySql>>,
+    mode: WriteMode,
+    insert_head: String,
+    on_dup: String,
+    width: usize,
+    order: Vec<String>,
+    table: String,
+    new_table: String,
+    host: String,
+    database: String,
+    stats: WriteStats,
+    pending: WriteStats,
+}
+
+impl MySqlWriter {
+    fn e(&self, e: &sqlx::Error) -> ConnectorError {
+        err(e, &self.host, &self.database)
+    }
+}
+
+#[async_trait::async_trait]
+impl EntityWriter for MySqlWriter {
+    async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let rows = align(batch, &self.order);
+        let per_stmt = (MAX_PARAMS / self.width.max(1)).clamp(1, 2_000);
+        let placeholder = format!("({})", vec!["?"; self.width].join(", "));
+        for chunk in rows.chunks(per_stmt) {
+            let sql =
+                format!("{}{}{}", self.insert_head, vec![placeholder.as_str(); chunk.len()].join(", "), self.on_dup);
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for row in chunk {
+                for v in row {
+                    q = bind(q, v);
+                }
+            }
+            let (host, db) = (self.host.clone(), self.database.clone());
+            let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+            q.execute(&mut **tx).await.map_err(|e| err(&e, &host, &db))?;
+        }
+        self.pending.rows_written += batch.len() as u64;
+        self.pending.bytes += batch.approx_bytes();
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
+        if self.mode == WriteMode::Overwrite {
+            return Ok(self.stats);
+        }
+        let tx = self.tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        tx.commit().await.map_err(|e| self.e(&e))?;
+        self.tx = Some(self.pool.begin().await.map_err(|e| self.e(&e))?);
+        self.stats.rows_written += self.pending.rows_written;
+        self.stats.bytes += self.pending.bytes;
+        self.pending = WriteStats::default();
+        Ok(self.stats)
+    }
+
+    async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
+        let tx = self.tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        tx.commit().await.map_err(|e| self.e(&e))?;
+        if self.mode == WriteMode::Overwrite {
+            let (t, n, old) =
+                (quote_bt(&self.table), quote_bt(&self.new_table), quote_bt(&format!("{}__sluice_old", self.table)));
+            let exists: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+            )
+            .bind(&self.table)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+            let exec = |sql: String| sqlx::query(AssertSqlSafe(sql));
+            exec(format!("DROP TABLE IF EXISTS {old}")).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+            // One RENAME TABLE statement swaps both names atomically.
+            let rename = if exists > 0 {
+                format!("RENAME TABLE {t} TO {old}, {n} TO {t}")
+            } else {
+                format!("RENAME TABLE {n} TO {t}")
+            };
+            exec(rename).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+            exec(format!("DROP TABLE IF EXISTS {old}")).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+        }
+        self.stats.rows_written += self.pending.rows_written;
+        self.stats.bytes += self.pending.bytes;
+        Ok(self.stats)
+    }
+
+    async fn abort(mut self: Box<Self>) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.rollback().await;
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! The SQLite connector: a database file under the file root, as source and
+//! destination.
+//!
+//! Types: declared types map by SQLite's affinity rules with a few names of
+//! our own so values keep their meaning on the way back: decimals are
+//! `DECIMAL_TEXT` (text affinity, exact), timestamps `TIMESTAMP` (RFC 3339
+//! text in UTC), objects `JSON_TEXT` and arrays `JSON_ARRAY_TEXT`, booleans `BOOLEAN` (0/1).
+
+use crate::common::*;
+use futures_util::TryStreamExt;
+use sluice_domain::connector::*;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction, TypeInfo, ValueRef};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub const ENGINE: &str = "sqlite";
+/// SQLite's limit of bound parameters per statement is 32766.
+const MAX_PARAMS: usize = 32_000;
+
+pub struct SqliteConnector {
+    path: PathBuf,
+    pool: SqlitePool,
+}
+
+impl SqliteConnector {
+    /// Opens the database at `path`; `create` makes it when missing
+    /// (destinations), otherwise a missing file is `DatabaseNotFound`.
+    pub async fn open(path: PathBuf, create: bool) -> ConnectorResult<Self> {
+        if !create && !path.exists() {
+            return Err(ConnectorError::DatabaseNotFound(format!("no SQLite file at {}", path.display())));
+        }
+        if create && let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| ConnectorError::InvalidConfig(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(create)
+            .busy_timeout(std::time::Duration::from_secs(30))
+            .foreign_keys(false);
+        let pool = SqlitePoolOptions::new().max_connections(4).acquire_timeout(CONNECT_TIMEOUT).connect_lazy_with(opts);
+        Ok(Self { path, pool })
+    }
+
+    async fn entity_schema(&self, table: &str) -> ConnectorResult<Option<EntitySchema>> {
+        let rows = sqlx::query("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?) ORDER BY cid")
+            .bind(table.to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| err(&e))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let fields = rows
+            .iter()
+            .map(|r| {
+                let name: String = r.get(0);
+                let declared: String = r.get(1);
+                let notnull: i64 = r.get(2);
+                let pk: i64 = r.get(3);
+                Field {
+                    name,
+                    field_type: map_declared(&declared),
+                    nullable: notnull == 0 && pk == 0,
+                    primary_key: pk > 0,
+                    native_type: Some(native_tag(ENGINE, &declared)),
+                }
+            })
+            .collect();
+        Ok(Some(EntitySchema { name: table.to_string(), fields }))
+    }
+}
+
+fn err(e: &sqlx::Error) -> ConnectorError {
+    match e {
+        sqlx::Error::Database(d) if d.message().contains("no such table") => {
+            ConnectorError::EntityNotFound(d.message().to_string())
+        }
+        sqlx::Error::PoolTimedOut => ConnectorError::Timeout("waiting for the SQLite file".into()),
+        _ => ConnectorError::Other(db_message(e)),
+    }
+}
+
+/// Declared type → vocabulary, by SQLite's affinity rules refined.
+pub fn map_declared(declared: &str) -> FieldType {
+    let t = declared.to_ascii_uppercase();
+    if t.contains("BOOL") {
+        FieldType::Boolean
+    } else if t.contains("DECIMAL") || t.contains("NUMERIC") {
+        FieldType::Decimal
+    } else if t.contains("INT") {
+        FieldType::Integer
+    } else if t.contains("REAL") || t.contains("FLOA") || t.contains("DOUB") {
+        FieldType::Number
+    } else if t.contains("TIMESTAMP") || t.contains("DATETIME") {
+        FieldType::Timestamp
+    } else if t.starts_with("DATE") {
+        FieldType::Date
+    } else if t.contains("JSON_ARRAY") {
+        FieldType::Array
+    } else if t.contains("JSON") {
+        FieldType::Object
+    } else if t.contains("BLOB") {
+        FieldType::Binary
+    } else {
+        FieldType::String
+    }
+}
+
+/// Vocabulary → declared type for tables we create.
+fn declared_for(f: &Field) -> String {
+    if let Some(n) = native_for(f, ENGINE) {
+        return n.to_string();
+    }
+    match f.field_type {
+        FieldType::String => "TEXT",
+        FieldType::Integer => "INTEGER",
+        FieldType::Number => "REAL",
+        FieldType::Decimal => "DECIMAL_TEXT",
+        FieldType::Boolean => "BOOLEAN",
+        FieldType::Timestamp => "TIMESTAMP",
+        FieldType::Date => "DATE",
+        FieldType::Object => "JSON_TEXT",
+        FieldType::Array => "JSON_ARRAY_TEXT",
+        FieldType::Binary => "BLOB",
+    }
+    .to_string()
+}
+
+fn decode(row: &SqliteRow, i: usize, t: FieldType) -> ConnectorResult<Value> {
+    let raw = row.try_get_raw(i).map_err(|e| err(&e))?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let kind = raw.type_info().name().to_string();
+    let bad = |e: sqlx::error::BoxDynError| ConnectorError::Other(format!("cannot read column {i}: {e}"));
+    Ok(match kind.as_str() {
+        "INTEGER" => {
+            let n = <i64 as sqlx::Decode<Sqlite>>::decode(raw).map_err(bad)?;
+            match t {
+                FieldType::Boolean => Value::Bool(n != 0),
+                FieldType::Number => Value::Float(n as f64),
+                FieldType::Decimal => Value::Decimal(n.to_string()),
+                FieldType::Timestamp => {
+                    time::OffsetDateTime::from_unix_timestamp(n).map(Value::Timestamp).unwrap_or(Value::Int(n))
+                }
+                FieldType::String => Value::String(n.to_string()),
+                _ => Value::Int(n),
+            }
+        }
+        "REAL" => {
+            let f = <f64 as sqlx::Decode<Sqlite>>::decode(raw).map_err(bad)?;
+            match t {
+                FieldType::Decimal => Value::Decimal(f.to_string()),
+                FieldType::String => Value::String(f.to_string()),
+                _ => Value::Float(f),
+            }
+        }
+        "BLOB" => {
+            let b = <Vec<u8> as sqlx::Decode<Sqlite>>::decode(raw).map_err(bad)?;
+            match t {
+                FieldType::Binary => Value::Bytes(b),
+                _ => Value::String(String::from_utf8_lossy(&b).into_owned()),
+            }
+        }
+        _ => {
+            let s = <String as sqlx::Decode<Sqlite>>::decode(raw).map_err(bad)?;
+            text_value(s, t)
+        }
+    })
+}
+
+/// Interprets stored text as a value of type `t`; text that does not parse
+/// stays a string rather than being lost.
+pub fn text_value(s: String, t: FieldType) -> Value {
+    match t {
+        FieldType::Integer => s.trim().parse().map(Value::Int).unwrap_or(Value::String(s)),
+        FieldType::Number => s.trim().parse().map(Value::Float).unwrap_or(Value::String(s)),
+        FieldType::Decimal => Value::Decimal(s),
+        FieldType::Boolean => match s.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "t" => Value::Bool(true),
+            "0" | "false" | "f" => Value::Bool(false),
+            _ => Value::String(s),
+        },
+        FieldType::Timestamp => parse_timestamp(&s).map(Value::Timestamp).unwrap_or(Value::String(s)),
+        FieldType::Date => parse_date(&s).map(Value::Date).unwrap_or(Value::String(s)),
+        FieldType::Object | FieldType::Array => serde_json::from_str(&s).map(Value::Json).unwrap_or(Value::String(s)),
+        FieldType::Binary => Value::Bytes(s.into_bytes()),
+        FieldType::String => Value::String(s),
+    }
+}
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
+
+fn bind<'q>(q: SqliteQuery<'q>, v: &Value) -> SqliteQuery<'q> {
+    match v {
+        Value::Null => q.bind(Option::<String>::None),
+        Value::Bool(b) => q.bind(i64::from(*b)),
+        Value::Int(i) => q.bind(*i),
+        Value::Float(f) => q.bind(*f),
+        Value::Decimal(s) | Value::String(s) => q.bind(s.clone()),
+        Value::Timestamp(t) => q.bind(format_timestamp(*t)),
+        Value::Date(d) => q.bind(format_date(*d)),
+        Value::Json(j) => q.bind(j.to_string()),
+        Value::Bytes(b) => q.bind(b.clone()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for SqliteConnector {
+    async fn check(&self) -> ConnectorResult<()> {
+        with_timeout("opening the SQLite file", CONNECT_TIMEOUT, async {
+            sqlx::query("SELECT count(*) FROM sqlite_master").fetch_one(&self.pool).await.map_err(|e| {
+                let m = db_message(&e);
+                if m.contains("file is not a database") {
+                    ConnectorError::InvalidConfig(format!("{} is not a SQLite database", self.path.display()))
+                } else {
+                    err(&e)
+                }
+            })?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn discover(&self) -> ConnectorResult<Vec<EntitySchema>> {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' \
+             AND name NOT LIKE '%__sluice_new' ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| err(&e))?;
+        let mut out = Vec::new();
+        for n in names {
+            if let Some(s) = self.entity_schema(&n).await? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
+        let schema =
+            self.entity_schema(&req.entity).await?.ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
+        let cols: Vec<String> = schema.fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let mut sql = format!("SELECT {} FROM {}", cols.join(", "), quote_dq(&schema.name));
+        let mut bound = None;
+        if let Some(c) = &req.cursor {
+            if schema.field(&c.field).is_none() {
+                return Err(ConnectorError::InvalidConfig(format!(
+                    "cursor field '{}' is not in {}",
+                    c.field, schema.name
+                )));
+            }
+            if let Some(from) = &c.from {
+                sql.push_str(&format!(" WHERE {} >= ?", quote_dq(&c.field)));
+                bound = Some(from.clone());
+            }
+            sql.push_str(&format!(" ORDER BY {}", quote_dq(&c.field)));
+        }
+        if let Some(l) = req.limit {
+            sql.push_str(&format!(" LIMIT {l}"));
+        }
+        let fields = Arc::new(schema.fields);
+        let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
+        let pool = self.pool.clone();
+        let batch_size = req.batch_size.max(1);
+        let f2 = fields.clone();
+        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            if let Some(v) = &bound {
+                q = bind(q, v);
+            }
+            let mut rows = q.fetch(&pool);
+            let mut batch = Vec::with_capacity(batch_size);
+            loop {
+                match rows.try_next().await {
+                    Ok(Some(row)) => {
+                        let mut out = Vec::with_capacity(types.len());
+                        for (i, t) in types.iter().enumerate() {
+                            match decode(&row, i, *t) {
+                                Ok(v) => out.push(v),
+                                Err(e) => {
+                                    send(&tx, Err(e)).await;
+                                    return;
+                                }
+                            }
+                        }
+                        batch.push(out);
+                        if batch.len() >= batch_size {
+                            let b = RecordBatch {
+                                fields: f2.clone(),
+                                rows: std::mem::replace(&mut batch, Vec::with_capacity(batch_size)),
+                            };
+                            if !send(&tx, Ok(b)).await {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        send(&tx, Err(err(&e))).await;
+                        return;
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                send(&tx, Ok(RecordBatch { fields: f2, rows: batch })).await;
+            }
+        })))
+    }
+}
+
+#[async_trait::async_trait]
+impl Destination for SqliteConnector {
+    async fn check(&self) -> ConnectorResult<()> {
+        Source::check(self).await
+    }
+
+    async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        self.entity_schema(entity).await
+    }
+
+    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+        let mut tx = self.pool.begin().await.map_err(|e| err(&e))?;
+        let existing = self.entity_schema(&schema.name).await?;
+        let target = match mode {
+            WriteMode::Overwrite => format!("{}__sluice_new", schema.name),
+            _ => schema.name.clone(),
+        };
+        let pk = schema.primary_key();
+        if mode == WriteMode::Upsert && pk.is_empty() {
+            return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));
+        }
+        let create = |table: &str| {
+            let mut cols: Vec<String> = schema
+                .fields
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} {}{}",
+                        quote_dq(&f.name),
+                        declared_for(f),
+                        if f.nullable || f.primary_key { "" } else { " NOT NULL" }
+                    )
+                })
+                .collect();
+            if !pk.is_empty() {
+                cols.push(format!("PRIMARY KEY ({})", pk.iter().map(|p| quote_dq(p)).collect::<Vec<_>>().join(", ")));
+            }
+            format!("CREATE TABLE {} ({})", quote_dq(table), cols.join(", "))
+        };
+        let exec = |sql: String| sqlx::query(AssertSqlSafe(sql));
+        match (mode, existing) {
+            (WriteMode::Overwrite, _) | (_, None) => {
+                exec(format!("DROP TABLE IF EXISTS {}", quote_dq(&target)))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| err(&e))?;
+                exec(create(&target)).execute(&mut *tx).await.map_err(|e| err(&e))?;
+            }
+            (_, Some(current)) => {
+                for f in &schema.fields {
+                    if current.field(&f.name).is_none() {
+                        exec(format!(
+                            "ALTER TABLE {} ADD COLUMN {} {}",
+                            quote_dq(&target),
+                            quote_dq(&f.name),
+                            declared_for(f)
+                        ))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| err(&e))?;
+                    }
+                }
+            }
+        }
+        let cols: Vec<String> = schema.fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let conflict = if mode == WriteMode::Upsert {
+            let updates: Vec<String> = schema
+                .fields
+                .iter()
+                .filter(|f| !f.primary_key)
+                .map(|f| format!("{0} = excluded.{0}", quote_dq(&f.name)))
+                .collect();
+            let keys = pk.iter().map(|p| quote_dq(p)).collect::<Vec<_>>().join(", ");
+            if updates.is_empty() {
+                format!(" ON CONFLICT ({keys}) DO NOTHING")
+            } else {
+                format!(" ON CONFLICT ({keys}) DO UPDATE SET {}", updates.join(", "))
+            }
+        } else {
+            String::new()
+        };
+        Ok(Box::new(SqliteWriter {
+            pool: self.pool.clone(),
+            tx: Some(tx),
+            mode,
+            table: schema.name.clone(),
+            target,
+            insert_head: format!(
+                "INSERT INTO {} ({}) VALUES ",
+                quote_dq(&schema.name_for_insert(mode)),
+                cols.join(", ")
+            ),
+            conflict,
+            width: schema.fields.len(),
+            order: schema.fields.iter().map(|f| f.name.clone()).collect(),
+            stats: WriteStats::default(),
+            pending: WriteStats::default(),
+        }))
+    }
+}
+
+/// The table an insert goes to.
+trait InsertTarget {
+    fn name_for_insert(&self, mode: WriteMode) -> String;
+}
+
+impl InsertTarget for EntitySchema {
+    fn name_for_insert(&self, mode: WriteMode) -> String {
+        match mode {
+            WriteMode::Overwrite => format!("{}__sluice_new", self.name),
+            _ => self.name.clone(),
+        }
+    }
+}
+
+struct SqliteWriter {
+    pool: SqlitePool,
+    tx: Option<Transaction<'static, Sqlite>>,
+    mode: WriteMode,
+    table: String,
+    target: String,
+    insert_head: String,
+    conflict: String,
+    width: usize,
+    order: Vec<String>,
+    stats: WriteStats,
+    pending: WriteStats,
+}
+
+impl SqliteWriter {
+    fn tx(&mut self) -> ConnectorResult<&mut Transaction<'static, Sqlite>> {
+        self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))
+    }
+}
+
+/// Reorders a batch's rows to `order` (the writer's column order); fields the
+/// batch lacks are null.
+pub fn align(batch: &RecordBatch, order: &[String]) -> Vec<Vec<Value>> {
+    let idx: Vec<Option<usize>> = order.iter().map(|n| batch.fields.iter().position(|f| &f.name == n)).collect();
+    if idx.iter().enumerate().all(|(i, j)| *j == Some(i)) && batch.fields.len() == order.len() {
+        return batch.rows.clone();
+    }
+    batch.rows.iter().map(|r| idx.iter().map(|j| j.map(|j| r[j].clone()).unwrap_or(Value::Null)).collect()).collect()
+}
+
+#[async_trait::async_trait]
+impl EntityWriter for SqliteWriter {
+    async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let rows = align(batch, &self.order);
+        let per_stmt = (MAX_PARAMS / self.width.max(1)).max(1);
+        let placeholder = format!("({})", vec!["?"; self.width].join(", "));
+        for chunk in rows.chunks(per_stmt) {
+            let sql =
+                format!("{}{}{}", self.insert_head, vec![placeholder.as_str(); chunk.len()].join(", "), self.conflict);
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for row in chunk {
+                for v in row {
+                    q = bind(q, v);
+                }
+            }
+            let tx = self.tx()?;
+            q.execute(&mut **tx).await.map_err(|e| err(&e))?;
+        }
+        self.pending.rows_written += batch.len() as u64;
+        self.pending.bytes += batch.approx_bytes();
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
+        if self.mode != WriteMode::Overwrite {
+            let tx = self.tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+            tx.commit().await.map_err(|e| err(&e))?;
+            self.tx = Some(self.pool.begin().await.map_err(|e| err(&e))?);
+            self.stats.rows_written += self.pending.rows_written;
+            self.stats.bytes += self.pending.bytes;
+            self.pending = WriteStats::default();
+        }
+        Ok(self.stats)
+    }
+
+    async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
+        if self.mode == WriteMode::Overwrite {
+            let (table, target) = (quote_dq(&self.table), quote_dq(&self.target));
+            let tx = self.tx()?;
+            sqlx::query(AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| err(&e))?;
+            sqlx::query(AssertSqlSafe(format!("ALTER TABLE {target} RENAME TO {table}")))
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| err(&e))?;
+        }
+        let tx = self.tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        tx.commit().await.map_err(|e| err(&e))?;
+        self.stats.rows_written += self.pending.rows_written;
+        self.stats.bytes += self.pending.bytes;
+        Ok(self.stats)
+    }
+
+    async fn abort(mut self: Box<Self>) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.rollback().await;
+        }
+    }
+}

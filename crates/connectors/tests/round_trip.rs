@@ -1,0 +1,324 @@
+//! Each connector against the real servers on this machine: write a table
+//! holding every type of the vocabulary, discover it, read it back, copy it
+//! to every other connector, and compare values: NULLs, unicode, large
+//! text, extreme numbers and time zones included.
+//!
+//! PostgreSQL (127.0.0.1:5432) and MariaDB (127.0.0.1:3306) tests use a
+//! schema or database of their own, dropped afterwards. An unreachable
+//! server is skipped loudly, or fails the run with CI=true.
+
+use serde_json::json;
+use sluice_connectors::Registry;
+use sluice_domain::connector::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn tag() -> String {
+    sluice_domain::secret::random_base62(8).to_lowercase()
+}
+
+fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
+    let values: BTreeMap<String, serde_json::Value> = serde_json::from_value(values).unwrap();
+    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()] }
+}
+
+/// A live database for one test, removed on drop.
+struct Db {
+    config: ResolvedConfig,
+    cleanup: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(f) = self.cleanup.take() {
+            f();
+        }
+    }
+}
+
+fn skip(what: &str, why: &str) -> Option<Db> {
+    if in_ci() {
+        panic!("{what} is unreachable in CI: {why}");
+    }
+    eprintln!("\n!!! SKIPPED: {what} is unreachable ({why}); start it to run this test\n");
+    None
+}
+
+fn run_blocking(f: impl FnOnce() + Send + 'static) {
+    let _ = std::thread::spawn(f).join();
+}
+
+async fn postgres() -> Option<Db> {
+    use sqlx::Connection;
+    let url = "postgres://postgres@127.0.0.1:5432/test";
+    let mut conn = match sqlx::PgConnection::connect(url).await {
+        Ok(c) => c,
+        Err(e) => return skip("PostgreSQL at 127.0.0.1:5432", &e.to_string()),
+    };
+    let schema = format!("rt_{}", tag());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await.unwrap();
+    let config = config(
+        "postgres",
+        json!({"host": "127.0.0.1", "port": 5432, "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}),
+    );
+    Some(Db {
+        config,
+        cleanup: Some(Box::new(move || {
+            run_blocking(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                rt.block_on(async {
+                    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+                        .execute(&mut c)
+                        .await
+                        .unwrap();
+                });
+            })
+        })),
+    })
+}
+
+async fn mariadb() -> Option<Db> {
+    use sqlx::Connection;
+    let url = "mysql://root@127.0.0.1:3306/test";
+    let mut conn = match sqlx::MySqlConnection::connect(url).await {
+        Ok(c) => c,
+        Err(e) => return skip("MariaDB at 127.0.0.1:3306", &e.to_string()),
+    };
+    let db = format!("rt_{}", tag());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db} CHARACTER SET utf8mb4")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let config = config("mysql", json!({"host": "127.0.0.1", "port": 3306, "database": db, "user": "root"}));
+    Some(Db {
+        config,
+        cleanup: Some(Box::new(move || {
+            run_blocking(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                rt.block_on(async {
+                    let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&mut c).await.unwrap();
+                });
+            })
+        })),
+    })
+}
+
+fn sqlite(root: &std::path::Path) -> Db {
+    Db { config: config("sqlite", json!({"path": format!("rt-{}.db", tag())})), cleanup: None }.with_root(root)
+}
+
+impl Db {
+    fn with_root(self, _root: &std::path::Path) -> Self {
+        self
+    }
+}
+
+fn field(name: &str, t: FieldType, pk: bool) -> Field {
+    Field { name: name.into(), field_type: t, nullable: !pk, primary_key: pk, native_type: None }
+}
+
+fn fixture() -> (EntitySchema, Vec<Vec<Value>>) {
+    let schema = EntitySchema {
+        name: "every_type".into(),
+        fields: vec![
+            field("id", FieldType::Integer, true),
+            field("s", FieldType::String, false),
+            field("i", FieldType::Integer, false),
+            field("n", FieldType::Number, false),
+            field("d", FieldType::Decimal, false),
+            field("b", FieldType::Boolean, false),
+            field("ts", FieldType::Timestamp, false),
+            field("dt", FieldType::Date, false),
+            field("obj", FieldType::Object, false),
+            field("arr", FieldType::Array, false),
+            field("bin", FieldType::Binary, false),
+        ],
+    };
+    let ts = |s: &str| Value::Timestamp(parse_timestamp(s).unwrap());
+    let date = |s: &str| Value::Date(parse_date(s).unwrap());
+    let rows = vec![
+        vec![
+            Value::Int(1),
+            Value::String("héllo, 世界 🎉 \"quoted\", comma\nnewline\ttab\\backslash".into()),
+            Value::Int(42),
+            Value::Float(3.25),
+            Value::Decimal("1234.56".into()),
+            Value::Bool(true),
+            ts("2026-03-01T12:00:00.123456+05:30"),
+            date("2026-02-28"),
+            Value::Json(json!({"a": 1, "nested": {"b": [true, null, "ü"]}})),
+            Value::Json(json!([1, "two", {"three": 3}])),
+            Value::Bytes(vec![0, 1, 2, 254, 255]),
+        ],
+        vec![
+            Value::Int(2),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+        ],
+        vec![
+            Value::Int(3),
+            Value::String("x".repeat(100_000)),
+            Value::Int(i64::MAX),
+            Value::Float(1e308),
+            Value::Decimal("-9999999999.99".into()),
+            Value::Bool(false),
+            ts("1970-01-01T00:00:00Z"),
+            date("9999-12-31"),
+            Value::Json(json!({})),
+            Value::Json(json!([])),
+            Value::Bytes(vec![]),
+        ],
+        vec![
+            Value::Int(4),
+            Value::String(String::new()),
+            Value::Int(i64::MIN),
+            Value::Float(-2.2250738585072014e-308),
+            Value::Decimal("0.01".into()),
+            Value::Bool(true),
+            ts("2038-01-19T03:14:08Z"),
+            date("1970-01-01"),
+            Value::Json(json!({"k": "v"})),
+            Value::Json(json!([[1, 2], [3]])),
+            Value::Bytes(vec![0xde, 0xad, 0xbe, 0xef]),
+        ],
+    ];
+    (schema, rows)
+}
+
+/// Values compare by meaning: decimals numerically, timestamps as instants.
+/// CSV cannot tell an empty string or empty bytes from null (documented),
+/// so through CSV they are the same.
+fn same(a: &Value, b: &Value, csv: bool) -> bool {
+    match (a, b) {
+        (Value::Null, Value::String(s)) | (Value::String(s), Value::Null) if csv => s.is_empty(),
+        (Value::Null, Value::Bytes(b)) | (Value::Bytes(b), Value::Null) if csv => b.is_empty(),
+        (Value::Decimal(x), Value::Decimal(y)) => norm_decimal(x) == norm_decimal(y),
+        _ => a == b,
+    }
+}
+
+fn norm_decimal(s: &str) -> String {
+    let s = s.trim();
+    if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s.to_string() }
+}
+
+async fn read_all(src: &Arc<dyn Source>, entity: &str) -> (Arc<Vec<Field>>, Vec<Vec<Value>>) {
+    let mut reader = src
+        .read(ReadRequest {
+            entity: entity.into(),
+            cursor: Some(CursorBound { field: "id".into(), from: None }),
+            limit: None,
+            batch_size: 2,
+        })
+        .await
+        .unwrap();
+    let fields = reader.fields();
+    let mut rows = Vec::new();
+    while let Some(b) = reader.next_batch().await.unwrap() {
+        assert!(b.len() <= 2, "batches respect the batch size");
+        rows.extend(b.rows);
+    }
+    (fields, rows)
+}
+
+fn assert_rows(what: &str, fields: &[Field], got: &[Vec<Value>], want: &[Vec<Value>], names: &[String]) {
+    let csv = what.contains("csv");
+    assert_eq!(got.len(), want.len(), "{what}: row count");
+    for (r, (g, w)) in got.iter().zip(want).enumerate() {
+        for (c, name) in names.iter().enumerate() {
+            let gi =
+                fields.iter().position(|f| &f.name == name).unwrap_or_else(|| panic!("{what}: column {name} missing"));
+            assert!(
+                same(&g[gi], &w[c], csv),
+                "{what}: row {r} column {name}: got {:?}, want {:?}",
+                trunc(&g[gi]),
+                trunc(&w[c])
+            );
+        }
+    }
+}
+
+fn trunc(v: &Value) -> String {
+    let s = format!("{v:?}");
+    if s.len() > 120 { format!("{}…", &s[..120]) } else { s }
+}
+
+async fn write(dst: &Arc<dyn Destination>, schema: &EntitySchema, rows: &[Vec<Value>], mode: WriteMode) {
+    let mut w = dst.open(schema, mode).await.unwrap();
+    let fields = Arc::new(schema.fields.clone());
+    for chunk in rows.chunks(3) {
+        w.write(&RecordBatch { fields: fields.clone(), rows: chunk.to_vec() }).await.unwrap();
+    }
+    let stats = w.finish().await.unwrap();
+    assert_eq!(stats.rows_written, rows.len() as u64);
+}
+
+async fn round_trip(name: &str, source: &Db, others: &[(&str, &Db)], registry: &Registry) {
+    let (schema, rows) = fixture();
+    let names: Vec<String> = schema.fields.iter().map(|f| f.name.clone()).collect();
+    let dst = registry.destination(&source.config).await.unwrap();
+    dst.check().await.unwrap();
+    write(&dst, &schema, &rows, WriteMode::Overwrite).await;
+
+    let src = registry.source(&source.config).await.unwrap();
+    let found = src.discover().await.unwrap().into_iter().find(|e| e.name == "every_type").expect("discovered");
+    for f in &schema.fields {
+        let d = found.field(&f.name).unwrap();
+        assert_eq!(d.field_type, f.field_type, "{name}: type of {}", f.name);
+        assert_eq!(d.primary_key, f.primary_key, "{name}: key flag of {}", f.name);
+    }
+    let (fields, got) = read_all(&src, "every_type").await;
+    assert_rows(&format!("{name} → {name}"), &fields, &got, &rows, &names);
+
+    for (other_name, other) in others {
+        let target = registry.destination(&other.config).await.unwrap();
+        let copy = EntitySchema { name: format!("from_{name}"), fields: found.fields.clone() };
+        write(&target, &copy, &got, WriteMode::Overwrite).await;
+        let back = registry.source(&other.config).await.unwrap();
+        let (f2, rows2) = read_all(&back, &copy.name).await;
+        assert_rows(&format!("{name} → {other_name}"), &f2, &rows2, &rows, &names);
+    }
+}
+
+#[tokio::test]
+async fn every_connector_round_trips_every_type_to_every_other() {
+    let root = std::env::temp_dir().join(format!("sluice-rt-{}", tag()));
+    std::fs::create_dir_all(&root).unwrap();
+    let registry = Registry::new(root.clone());
+    let lite = sqlite(&root);
+    let pg = postgres().await;
+    let my = mariadb().await;
+    let jsonl = Db { config: config("file", json!({"path": "jsonl-dir", "format": "jsonl"})), cleanup: None };
+    let csv = Db { config: config("file", json!({"path": "csv-dir", "format": "csv"})), cleanup: None };
+    let mut all: Vec<(&str, &Db)> = vec![("sqlite", &lite), ("jsonl", &jsonl), ("csv", &csv)];
+    if let Some(p) = &pg {
+        all.push(("postgres", p));
+    }
+    if let Some(m) = &my {
+        all.push(("mysql", m));
+    }
+    if in_ci() {
+        assert_eq!(all.len(), 5, "CI runs every connector");
+    }
+    for (name, db) in &all {
+        eprintln!("round trip from {name} to {} other connector(s)", all.len() - 1);
+        let others: Vec<(&str, &Db)> = all.iter().filter(|(n, _)| n != name).copied().collect();
+        round_trip(name, db, &others, &registry).await;
+    }
+    std::fs::remove_dir_all(root).unwrap();
+}

@@ -1,0 +1,658 @@
+//! The connector layer's vocabulary and ports: field types, values, record
+//! batches, entity schemas, and the source/destination traits that the
+//! PostgreSQL, MySQL, SQLite and file adapters implement.
+//!
+//! Sources are pulled batch by batch ([`RecordReader`]), so a sync holds one
+//! or two batches in memory however large the table. Destinations write
+//! inside a transaction that the caller commits at checkpoints
+//! ([`EntityWriter::checkpoint`]); overwrite replaces the table atomically
+//! at [`EntityWriter::finish`].
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use time::{Date, OffsetDateTime};
+
+/// The catalog's type vocabulary; every connector maps its native types to
+/// and from these (see `docs/connectors.md` for each mapping and its lossy
+/// cases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    String,
+    Integer,
+    Number,
+    /// Exact decimal, carried as its canonical string.
+    Decimal,
+    Boolean,
+    Timestamp,
+    Date,
+    Object,
+    Array,
+    Binary,
+}
+
+impl FieldType {
+    pub const ALL: [FieldType; 10] = [
+        FieldType::String,
+        FieldType::Integer,
+        FieldType::Number,
+        FieldType::Decimal,
+        FieldType::Boolean,
+        FieldType::Timestamp,
+        FieldType::Date,
+        FieldType::Object,
+        FieldType::Array,
+        FieldType::Binary,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldType::String => "string",
+            FieldType::Integer => "integer",
+            FieldType::Number => "number",
+            FieldType::Decimal => "decimal",
+            FieldType::Boolean => "boolean",
+            FieldType::Timestamp => "timestamp",
+            FieldType::Date => "date",
+            FieldType::Object => "object",
+            FieldType::Array => "array",
+            FieldType::Binary => "binary",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        FieldType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+impl fmt::Display for FieldType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One field of an entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Field {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub field_type: FieldType,
+    pub nullable: bool,
+    pub primary_key: bool,
+    /// The source's own type (`numeric(12,2)`, `timestamptz`, …), so that a
+    /// destination of the same engine can keep it exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_type: Option<String>,
+}
+
+impl Field {
+    pub fn new(name: impl Into<String>, field_type: FieldType) -> Self {
+        Self { name: name.into(), field_type, nullable: true, primary_key: false, native_type: None }
+    }
+}
+
+/// A table, file or other entity and its fields, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntitySchema {
+    pub name: String,
+    pub fields: Vec<Field>,
+}
+
+impl EntitySchema {
+    pub fn field(&self, name: &str) -> Option<&Field> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    pub fn primary_key(&self) -> Vec<&str> {
+        self.fields.iter().filter(|f| f.primary_key).map(|f| f.name.as_str()).collect()
+    }
+}
+
+/// One value of a record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// A decimal in canonical form (`-12.50`).
+    Decimal(String),
+    String(String),
+    Timestamp(OffsetDateTime),
+    Date(Date),
+    /// Objects and arrays.
+    Json(serde_json::Value),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    /// An approximation of the value's size, for the bytes counters.
+    pub fn approx_size(&self) -> usize {
+        match self {
+            Value::Null => 1,
+            Value::Bool(_) => 1,
+            Value::Int(_) | Value::Float(_) | Value::Timestamp(_) => 8,
+            Value::Date(_) => 4,
+            Value::Decimal(s) | Value::String(s) => s.len(),
+            Value::Json(j) => j.to_string().len(),
+            Value::Bytes(b) => b.len(),
+        }
+    }
+
+    /// The value as JSON, for previews and file output. Timestamps are RFC
+    /// 3339 in UTC, dates ISO 8601, decimals strings (exactness first), bytes
+    /// base64.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
+            Value::Decimal(d) => J::String(d.clone()),
+            Value::String(s) => J::String(s.clone()),
+            Value::Timestamp(t) => J::String(format_timestamp(*t)),
+            Value::Date(d) => J::String(format_date(*d)),
+            Value::Json(j) => j.clone(),
+            Value::Bytes(b) => J::String(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b)),
+        }
+    }
+}
+
+/// Orders two values of one column: numbers numerically (integers, floats
+/// and decimals together), timestamps and dates in time, strings and bytes
+/// lexically. Null sorts first. `None` for values that do not compare.
+pub fn compare_values(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    fn num(v: &Value) -> Option<f64> {
+        match v {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            Value::Decimal(d) => d.trim().parse().ok(),
+            _ => None,
+        }
+    }
+    match (a, b) {
+        (Value::Null, Value::Null) => Some(Ordering::Equal),
+        (Value::Null, _) => Some(Ordering::Less),
+        (_, Value::Null) => Some(Ordering::Greater),
+        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+        (Value::Timestamp(x), Value::Timestamp(y)) => Some(x.cmp(y)),
+        (Value::Date(x), Value::Date(y)) => Some(x.cmp(y)),
+        (Value::Timestamp(x), Value::Date(y)) => Some(x.cmp(&y.midnight().assume_utc())),
+        (Value::Date(x), Value::Timestamp(y)) => Some(x.midnight().assume_utc().cmp(y)),
+        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+        (Value::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
+        (Value::Bytes(x), Value::Bytes(y)) => Some(x.cmp(y)),
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => x.partial_cmp(&y),
+            _ => None,
+        },
+    }
+}
+
+/// RFC 3339 in UTC with microseconds (`2026-01-02T03:04:05.123456Z`).
+pub fn format_timestamp(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        t.month() as u8,
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+pub fn format_date(d: Date) -> String {
+    format!("{:04}-{:02}-{:02}", d.year(), d.month() as u8, d.day())
+}
+
+/// Parses RFC 3339 / ISO 8601 timestamps, with `T` or a space, with or
+/// without an offset (none means UTC).
+pub fn parse_timestamp(s: &str) -> Option<OffsetDateTime> {
+    use time::format_description::well_known::{Iso8601, Rfc3339};
+    let s = s.trim();
+    if let Ok(t) = OffsetDateTime::parse(s, &Rfc3339) {
+        return Some(t);
+    }
+    if let Ok(t) = OffsetDateTime::parse(s, &Iso8601::DEFAULT) {
+        return Some(t);
+    }
+    let normalized = s.replacen(' ', "T", 1);
+    if let Ok(t) = OffsetDateTime::parse(&normalized, &Rfc3339) {
+        return Some(t);
+    }
+    let fmt = time::macros::format_description!(
+        version = 2,
+        "[year]-[month]-[day]T[hour]:[minute]:[second][optional [.[subsecond]]]"
+    );
+    time::PrimitiveDateTime::parse(&normalized, &fmt).ok().map(|p| p.assume_utc())
+}
+
+pub fn parse_date(s: &str) -> Option<Date> {
+    let fmt = time::macros::format_description!("[year]-[month]-[day]");
+    Date::parse(s.trim(), &fmt).ok()
+}
+
+/// Rows of one entity with a shared field list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordBatch {
+    pub fields: Arc<Vec<Field>>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl RecordBatch {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn approx_bytes(&self) -> u64 {
+        self.rows.iter().map(|r| r.iter().map(Value::approx_size).sum::<usize>() as u64).sum()
+    }
+
+    /// The rows as JSON objects (previews).
+    pub fn to_json_records(&self) -> Vec<serde_json::Map<String, serde_json::Value>> {
+        self.rows
+            .iter()
+            .map(|row| self.fields.iter().zip(row).map(|(f, v)| (f.name.clone(), v.to_json())).collect())
+            .collect()
+    }
+}
+
+/// What to read of an entity.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReadRequest {
+    pub entity: String,
+    /// Read only records whose cursor field is at or past this value,
+    /// ordered by the cursor field.
+    pub cursor: Option<CursorBound>,
+    /// Stop after this many records.
+    pub limit: Option<u64>,
+    /// Rows per batch.
+    pub batch_size: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CursorBound {
+    pub field: String,
+    /// `None`: read everything, still ordered by the cursor.
+    pub from: Option<Value>,
+}
+
+/// How a destination writes an entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    Append,
+    /// Replace the whole table atomically when the writer finishes.
+    Overwrite,
+    /// Insert or update by primary key.
+    Upsert,
+}
+
+/// Counters of a writer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    pub rows_written: u64,
+    pub bytes: u64,
+}
+
+/// Failures of a connector, told apart so users can act on them. Messages
+/// never contain a credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectorError {
+    #[error("cannot reach {0}")]
+    Unreachable(String),
+    #[error("authentication failed: {0}")]
+    AuthFailed(String),
+    #[error("database not found: {0}")]
+    DatabaseNotFound(String),
+    #[error("entity not found: {0}")]
+    EntityNotFound(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ConnectorError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConnectorError::Unreachable(_) => "unreachable",
+            ConnectorError::AuthFailed(_) => "auth_failed",
+            ConnectorError::DatabaseNotFound(_) => "database_not_found",
+            ConnectorError::EntityNotFound(_) => "entity_not_found",
+            ConnectorError::Timeout(_) => "timeout",
+            ConnectorError::InvalidConfig(_) => "invalid_config",
+            ConnectorError::Unsupported(_) => "unsupported",
+            ConnectorError::Other(_) => "connector_error",
+        }
+    }
+}
+
+pub type ConnectorResult<T> = std::result::Result<T, ConnectorError>;
+
+/// Pulls batches of one entity.
+#[async_trait::async_trait]
+pub trait RecordReader: Send {
+    /// The entity's fields, in the order of every batch's rows.
+    fn fields(&self) -> Arc<Vec<Field>>;
+    /// The next batch, or `None` at the end.
+    async fn next_batch(&mut self) -> ConnectorResult<Option<RecordBatch>>;
+}
+
+#[async_trait::async_trait]
+pub trait Source: Send + Sync {
+    async fn check(&self) -> ConnectorResult<()>;
+    async fn discover(&self) -> ConnectorResult<Vec<EntitySchema>>;
+    /// # Errors
+    /// `EntityNotFound` for an unknown entity; `InvalidConfig` for an
+    /// unknown cursor field.
+    async fn read(&self, request: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>>;
+}
+
+/// Writes one entity inside a transaction.
+#[async_trait::async_trait]
+pub trait EntityWriter: Send {
+    async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()>;
+    /// Commits what was written so far and opens the next transaction
+    /// (append and upsert). Overwrite writes stay invisible until `finish`.
+    async fn checkpoint(&mut self) -> ConnectorResult<WriteStats>;
+    /// Commits the rest; for overwrite, swaps the new table in atomically.
+    async fn finish(self: Box<Self>) -> ConnectorResult<WriteStats>;
+    /// Rolls back what is not yet committed.
+    async fn abort(self: Box<Self>);
+}
+
+#[async_trait::async_trait]
+pub trait Destination: Send + Sync {
+    async fn check(&self) -> ConnectorResult<()>;
+    /// The destination's schema of `entity`, if it exists.
+    async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>>;
+    /// Creates the entity from `schema` or adds the columns it lacks, then
+    /// opens a writer.
+    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>>;
+}
+
+/// Whether a connector type reads, writes, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capability {
+    Source,
+    Destination,
+    Both,
+}
+
+impl Capability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Source => "source",
+            Capability::Destination => "destination",
+            Capability::Both => "both",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "source" => Some(Capability::Source),
+            "destination" => Some(Capability::Destination),
+            "both" => Some(Capability::Both),
+            _ => None,
+        }
+    }
+
+    pub fn reads(self) -> bool {
+        matches!(self, Capability::Source | Capability::Both)
+    }
+
+    pub fn writes(self) -> bool {
+        matches!(self, Capability::Destination | Capability::Both)
+    }
+}
+
+/// The type of a configuration field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigFieldType {
+    String,
+    Integer,
+    Boolean,
+}
+
+/// One configuration field of a connector type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigField {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub field_type: ConfigFieldType,
+    pub required: bool,
+    /// A credential: stored encrypted, read back as `***`.
+    pub credential: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default: Option<serde_json::Value>,
+    pub description: &'static str,
+}
+
+/// A connector type as `/v1/connectors/capabilities` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectorSpec {
+    #[serde(rename = "type")]
+    pub connector_type: &'static str,
+    pub title: &'static str,
+    pub capabilities: Vec<Capability>,
+    pub config_fields: Vec<ConfigField>,
+    pub sync_modes: Vec<&'static str>,
+    pub features: Vec<&'static str>,
+}
+
+impl ConnectorSpec {
+    pub fn credential_fields(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.config_fields.iter().filter(|f| f.credential).map(|f| f.name)
+    }
+
+    /// Checks a merged configuration (connection config over integration
+    /// credentials): required fields present, known fields of the right type.
+    pub fn validate(&self, config: &BTreeMap<String, serde_json::Value>) -> Vec<crate::FieldError> {
+        let mut errors = Vec::new();
+        for f in &self.config_fields {
+            match config.get(f.name) {
+                None | Some(serde_json::Value::Null) if f.required && f.default.is_none() => {
+                    errors.push(crate::FieldError::new(format!("config.{}", f.name), "is required"))
+                }
+                None | Some(serde_json::Value::Null) => {}
+                Some(v) => {
+                    let ok = match f.field_type {
+                        ConfigFieldType::String => v.is_string(),
+                        ConfigFieldType::Integer => {
+                            v.as_i64().is_some() || v.as_str().is_some_and(|s| s.parse::<i64>().is_ok())
+                        }
+                        ConfigFieldType::Boolean => v.is_boolean(),
+                    };
+                    if !ok {
+                        errors.push(crate::FieldError::new(
+                            format!("config.{}", f.name),
+                            format!(
+                                "must be a {}",
+                                serde_json::to_value(f.field_type).unwrap_or_default().as_str().unwrap_or("value")
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        for k in config.keys() {
+            if !self.config_fields.iter().any(|f| f.name == k) {
+                errors.push(crate::FieldError::new(
+                    format!("config.{k}"),
+                    format!("is not a setting of {}", self.connector_type),
+                ));
+            }
+        }
+        errors
+    }
+}
+
+/// A connection's settings with every secret resolved, handed to a
+/// connector. `Debug` hides credential values.
+#[derive(Clone, PartialEq)]
+pub struct ResolvedConfig {
+    pub connector_type: String,
+    pub values: BTreeMap<String, serde_json::Value>,
+    pub credential_keys: Vec<String>,
+}
+
+impl ResolvedConfig {
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.values.get(key).and_then(|v| v.as_str())
+    }
+
+    pub fn int(&self, key: &str) -> Option<i64> {
+        self.values.get(key).and_then(|v| v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+    }
+
+    pub fn bool(&self, key: &str) -> Option<bool> {
+        self.values.get(key).and_then(|v| v.as_bool())
+    }
+}
+
+impl fmt::Debug for ResolvedConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: BTreeMap<&String, String> = self
+            .values
+            .iter()
+            .map(|(k, v)| (k, if self.credential_keys.contains(k) { "***".to_string() } else { v.to_string() }))
+            .collect();
+        f.debug_struct("ResolvedConfig").field("type", &self.connector_type).field("values", &shown).finish()
+    }
+}
+
+/// Builds connectors from resolved configurations.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait::async_trait]
+pub trait ConnectorRegistry: Send + Sync {
+    fn specs(&self) -> Vec<ConnectorSpec>;
+    fn spec(&self, connector_type: &str) -> Option<ConnectorSpec> {
+        self.specs().into_iter().find(|s| s.connector_type == connector_type)
+    }
+    async fn source(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>>;
+    async fn destination(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps_parse_in_the_shapes_users_send() {
+        let want = time::macros::datetime!(2026-01-02 03:04:05 UTC);
+        for s in ["2026-01-02T03:04:05Z", "2026-01-02T05:04:05+02:00", "2026-01-02 03:04:05", "2026-01-02T03:04:05"] {
+            assert_eq!(parse_timestamp(s), Some(want), "{s}");
+        }
+        assert_eq!(parse_timestamp("2026-01-02T03:04:05.250Z").unwrap().millisecond(), 250);
+        for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "12"] {
+            assert_eq!(parse_timestamp(bad), None, "{bad}");
+        }
+        assert_eq!(format_timestamp(want), "2026-01-02T03:04:05.000000Z");
+    }
+
+    #[test]
+    fn values_compare_by_meaning() {
+        use std::cmp::Ordering::*;
+        assert_eq!(compare_values(&Value::Int(2), &Value::Decimal("10.5".into())), Some(Less));
+        assert_eq!(compare_values(&Value::Null, &Value::Int(0)), Some(Less));
+        let t = |s| Value::Timestamp(parse_timestamp(s).unwrap());
+        assert_eq!(compare_values(&t("2026-01-01T00:00:00+01:00"), &t("2025-12-31T23:30:00Z")), Some(Less));
+        assert_eq!(compare_values(&Value::String("b".into()), &Value::String("a".into())), Some(Greater));
+        assert_eq!(compare_values(&Value::String("1".into()), &Value::Bool(true)), None);
+    }
+
+    #[test]
+    fn values_render_as_json_without_losing_exactness() {
+        assert_eq!(Value::Decimal("12.50".into()).to_json(), json!("12.50"));
+        assert_eq!(Value::Int(i64::MAX).to_json(), json!(i64::MAX));
+        assert_eq!(Value::Float(f64::NAN).to_json(), json!(null));
+        assert_eq!(Value::Bytes(vec![0, 255]).to_json(), json!("AP8="));
+        assert_eq!(Value::Date(time::macros::date!(2026 - 02 - 28)).to_json(), json!("2026-02-28"));
+    }
+
+    fn spec() -> ConnectorSpec {
+        ConnectorSpec {
+            connector_type: "postgres",
+            title: "PostgreSQL",
+            capabilities: vec![Capability::Both],
+            config_fields: vec![
+                ConfigField {
+                    name: "host",
+                    field_type: ConfigFieldType::String,
+                    required: true,
+                    credential: false,
+                    default: None,
+                    description: "",
+                },
+                ConfigField {
+                    name: "port",
+                    field_type: ConfigFieldType::Integer,
+                    required: false,
+                    credential: false,
+                    default: Some(json!(5432)),
+                    description: "",
+                },
+                ConfigField {
+                    name: "password",
+                    field_type: ConfigFieldType::String,
+                    required: false,
+                    credential: true,
+                    default: None,
+                    description: "",
+                },
+            ],
+            sync_modes: vec![],
+            features: vec![],
+        }
+    }
+
+    #[test]
+    fn configs_are_checked_against_the_spec() {
+        let ok: BTreeMap<String, serde_json::Value> =
+            [("host".to_string(), json!("db")), ("port".into(), json!(5433))].into();
+        assert!(spec().validate(&ok).is_empty());
+        let bad: BTreeMap<String, serde_json::Value> =
+            [("port".to_string(), json!("x")), ("hots".into(), json!("db"))].into();
+        let fields: Vec<String> = spec().validate(&bad).into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["config.host", "config.port", "config.hots"]);
+        assert_eq!(spec().credential_fields().collect::<Vec<_>>(), ["password"]);
+    }
+
+    #[test]
+    fn resolved_configs_hide_credentials_in_debug() {
+        let c = ResolvedConfig {
+            connector_type: "postgres".into(),
+            values: [("password".to_string(), json!("hunter2")), ("host".into(), json!("db"))].into(),
+            credential_keys: vec!["password".into()],
+        };
+        let d = format!("{c:?}");
+        assert!(!d.contains("hunter2") && d.contains("db"), "{d}");
+    }
+}

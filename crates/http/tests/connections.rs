@@ -1,0 +1,373 @@
+//! HTTP tests of connector capabilities, integrations and connections over
+//! the in-memory adapters and the in-memory connector type.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::{Method, StatusCode};
+use actix_web::test::{self, TestRequest};
+use serde_json::{Value, json};
+use sluice_domain::clock::Clock;
+use sluice_domain::connector::{EntitySchema, Field, FieldType, Value as V};
+use sluice_domain::service::Sluice;
+use sluice_http::{AppState, app};
+use sluice_testkit::{FakeSecrets, FakeTokens, InMemoryStore, ManualClock, MemoryConnectors, in_memory_ports_with};
+use std::sync::Arc;
+
+fn auth(who: &str) -> (&'static str, String) {
+    ("Authorization", format!("Bearer {}", FakeTokens::token(who, &format!("{who}@example.com"))))
+}
+
+async fn send<S, B>(app: &S, req: TestRequest) -> (StatusCode, Value)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    let res = test::call_service(app, req.to_request()).await;
+    let status = res.status();
+    let bytes = test::read_body(res).await;
+    (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() })
+}
+
+fn req(method: Method, uri: &str, who: &str) -> TestRequest {
+    TestRequest::default().method(method).uri(uri).insert_header(auth(who))
+}
+
+macro_rules! expect {
+    ($app:expr, $req:expr, $status:expr) => {{
+        let (s, b) = send(&$app, $req).await;
+        assert_eq!(s, $status, "body: {b}");
+        b
+    }};
+}
+
+fn people() -> EntitySchema {
+    let mut id = Field::new("id", FieldType::Integer);
+    id.primary_key = true;
+    id.nullable = false;
+    EntitySchema {
+        name: "people".into(),
+        fields: vec![id, Field::new("email", FieldType::String), Field::new("age", FieldType::String)],
+    }
+}
+
+macro_rules! setup {
+    () => {{
+        let store = InMemoryStore::new();
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+        let connectors = MemoryConnectors::new();
+        connectors.put(
+            "crm",
+            people(),
+            (1..=30)
+                .map(|i| vec![V::Int(i), V::String(format!("user{i}@example.com")), V::String(format!("{}", 20 + i))])
+                .collect(),
+        );
+        connectors.require_password("crm", "s3cret-pw");
+        let secrets = FakeSecrets([("CRM_PASSWORD".to_string(), "s3cret-pw".to_string())].into());
+        let ports = in_memory_ports_with(&store, clock, &connectors, secrets);
+        let app = test::init_service(app(AppState { sluice: Sluice::new(ports), internal_api_key: None })).await;
+        let org = expect!(
+            app,
+            req(Method::POST, "/v1/organizations", "ann").set_json(json!({"name": "Acme"})),
+            StatusCode::CREATED
+        )["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (app, store, org)
+    }};
+}
+
+#[actix_web::test]
+async fn capabilities_are_public_and_mark_credentials() {
+    let (app, _, _) = setup!();
+    let (s, b) = send(&app, TestRequest::get().uri("/v1/connectors/capabilities")).await;
+    assert_eq!(s, StatusCode::OK);
+    let memory = &b["connectors"][0];
+    assert_eq!(memory["type"], "memory");
+    let password = memory["config_fields"].as_array().unwrap().iter().find(|f| f["name"] == "password").unwrap();
+    assert_eq!(password["credential"], true);
+    assert!(memory["sync_modes"].as_array().unwrap().iter().any(|m| m == "incremental_deduped"));
+}
+
+#[actix_web::test]
+async fn integration_secrets_are_encrypted_masked_and_shown_only_to_admins() {
+    let (app, store, org) = setup!();
+    let base = format!("/v1/organizations/{org}/integrations");
+    let created = expect!(
+        app,
+        req(Method::POST, &base, "ann")
+            .set_json(json!({"name": "crm", "type": "memory", "credentials": {"password": "s3cret-pw"}})),
+        StatusCode::CREATED
+    );
+    assert_eq!(created["credentials"]["password"], "***");
+    let id = created["id"].as_str().unwrap().to_string();
+    let listed = expect!(app, req(Method::GET, &base, "ann"), StatusCode::OK);
+    assert!(!listed.to_string().contains("s3cret-pw"));
+    let details = expect!(app, req(Method::GET, &format!("{base}/{id}/details"), "ann"), StatusCode::OK);
+    assert_eq!(details["credentials"]["password"], "s3cret-pw");
+
+    // The placeholder keeps the secret; a reference replaces it.
+    expect!(
+        app,
+        req(Method::PATCH, &format!("{base}/{id}"), "ann").set_json(json!({"credentials": {"password": "***"}})),
+        StatusCode::OK
+    );
+    let details = expect!(app, req(Method::GET, &format!("{base}/{id}/details"), "ann"), StatusCode::OK);
+    assert_eq!(details["credentials"]["password"], "s3cret-pw");
+    expect!(
+        app,
+        req(Method::PATCH, &format!("{base}/{id}"), "ann")
+            .set_json(json!({"credentials": {"password": "env:CRM_PASSWORD"}})),
+        StatusCode::OK
+    );
+    let details = expect!(app, req(Method::GET, &format!("{base}/{id}/details"), "ann"), StatusCode::OK);
+    assert_eq!(details["credentials"]["password"], "env:CRM_PASSWORD");
+
+    let err = expect!(
+        app,
+        req(Method::POST, &base, "ann").set_json(json!({"name": "x", "type": "oracle"})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "type");
+    expect!(
+        app,
+        req(Method::POST, &base, "ann").set_json(json!({"name": "crm", "type": "memory"})),
+        StatusCode::CONFLICT
+    );
+    let err = expect!(
+        app,
+        req(Method::POST, &base, "ann")
+            .set_json(json!({"name": "y", "type": "memory", "credentials": {"password": "env:bad name"}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "credentials.password");
+    assert!(
+        store.audit_entries().iter().all(|e| !e.details.to_string().contains("s3cret-pw")),
+        "secrets never reach the audit log"
+    );
+}
+
+#[actix_web::test]
+async fn viewers_read_but_cannot_write_or_see_details() {
+    let (app, _, org) = setup!();
+    let inv = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/invitations"), "ann")
+            .set_json(json!({"email": "vic@example.com", "role": "Viewer"})),
+        StatusCode::CREATED
+    );
+    expect!(
+        app,
+        req(Method::POST, "/v1/invitations/accept", "vic").set_json(json!({"token": inv["token"]})),
+        StatusCode::OK
+    );
+    let i = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "ann")
+            .set_json(json!({"name": "crm", "type": "memory", "credentials": {"password": "s3cret-pw"}})),
+        StatusCode::CREATED
+    );
+    let iid = i["id"].as_str().unwrap();
+    let c = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/connections"), "ann").set_json(json!({
+            "name": "crm", "type": "memory", "capability": "source", "integration_id": iid, "config": {"dataset": "crm"}
+        })),
+        StatusCode::CREATED
+    );
+    let cid = c["id"].as_str().unwrap();
+    expect!(app, req(Method::GET, &format!("/v1/organizations/{org}/integrations"), "vic"), StatusCode::OK);
+    expect!(app, req(Method::GET, &format!("/v1/organizations/{org}/connections/{cid}"), "vic"), StatusCode::OK);
+    expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/connections/{cid}/preview"), "vic")
+            .set_json(json!({"entity": "people"})),
+        StatusCode::OK
+    );
+    for r in [
+        req(Method::GET, &format!("/v1/organizations/{org}/integrations/{iid}/details"), "vic"),
+        req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "vic")
+            .set_json(json!({"name": "x", "type": "memory"})),
+        req(Method::PATCH, &format!("/v1/organizations/{org}/integrations/{iid}"), "vic")
+            .set_json(json!({"name": "x"})),
+        req(Method::DELETE, &format!("/v1/organizations/{org}/integrations/{iid}"), "vic"),
+        req(Method::POST, &format!("/v1/organizations/{org}/connections"), "vic")
+            .set_json(json!({"name": "x", "type": "memory", "capability": "source", "config": {"dataset": "crm"}})),
+        req(Method::PATCH, &format!("/v1/organizations/{org}/connections/{cid}"), "vic").set_json(json!({"name": "x"})),
+        req(Method::DELETE, &format!("/v1/organizations/{org}/connections/{cid}"), "vic"),
+        req(Method::POST, &format!("/v1/organizations/{org}/connections/{cid}/test"), "vic"),
+        req(Method::POST, &format!("/v1/organizations/{org}/connections/{cid}/discover"), "vic"),
+    ] {
+        let (s, b) = send(&app, r).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{b}");
+    }
+    // Another organization sees none of it.
+    expect!(
+        app,
+        req(Method::GET, &format!("/v1/organizations/{org}/connections/{cid}"), "mallory"),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[actix_web::test]
+async fn a_connection_is_tested_discovered_previewed_and_transformed() {
+    let (app, _, org) = setup!();
+    let conns = format!("/v1/organizations/{org}/connections");
+    // An unsaved test with a wrong password is ok: false, not an HTTP error.
+    let t = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/test"), "ann").set_json(
+            json!({"type": "memory", "capability": "source", "config": {"dataset": "crm", "password": "wrong"}})
+        ),
+        StatusCode::OK
+    );
+    assert_eq!(t["ok"], false);
+    assert_eq!(t["error_code"], "auth_failed");
+    assert!(!t.to_string().contains("wrong\""), "{t}");
+
+    let c = expect!(
+        app,
+        req(Method::POST, &conns, "ann").set_json(json!({
+            "name": "crm", "type": "memory", "capability": "source", "config": {"dataset": "crm", "password": "env:CRM_PASSWORD"}
+        })),
+        StatusCode::CREATED
+    );
+    assert_eq!(c["status"], "untested");
+    assert_eq!(c["config"]["password"], "***");
+    let cid = c["id"].as_str().unwrap().to_string();
+    let t = expect!(app, req(Method::POST, &format!("{conns}/{cid}/test"), "ann"), StatusCode::OK);
+    assert_eq!(t["ok"], true, "{t}");
+    let c = expect!(app, req(Method::GET, &format!("{conns}/{cid}"), "ann"), StatusCode::OK);
+    assert_eq!(c["status"], "healthy");
+    assert!(c["last_tested_at"].is_string());
+
+    let d = expect!(app, req(Method::POST, &format!("{conns}/{cid}/discover"), "ann"), StatusCode::OK);
+    assert_eq!(d["entities"][0]["name"], "people");
+    assert_eq!(
+        d["entities"][0]["fields"][0],
+        json!({"name": "id", "type": "integer", "nullable": false, "primary_key": true})
+    );
+
+    let p = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{cid}/preview"), "ann").set_json(json!({"entity": "people"})),
+        StatusCode::OK
+    );
+    assert_eq!(p["records"].as_array().unwrap().len(), 20, "default limit");
+    let p = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{cid}/preview"), "ann").set_json(json!({"entity": "people", "limit": 3})),
+        StatusCode::OK
+    );
+    assert_eq!(p["records"][2], json!({"id": 3, "email": "user3@example.com", "age": "23"}));
+    for bad in
+        [json!({"entity": "people", "limit": 0}), json!({"entity": "people", "limit": 1001}), json!({"entity": ""})]
+    {
+        expect!(
+            app,
+            req(Method::POST, &format!("{conns}/{cid}/preview"), "ann").set_json(bad),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+    }
+    let e = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{cid}/preview"), "ann").set_json(json!({"entity": "nope"})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(e["code"], "entity_not_found");
+
+    let p = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{cid}/preview/transform"), "ann").set_json(json!({
+            "entity": "people", "limit": 5,
+            "transform": [
+                {"op": "cast", "field": "age", "to": "integer"},
+                {"op": "filter", "field": "age", "gt": 22},
+                {"op": "mask", "field": "email"},
+                {"op": "rename", "from": "email", "to": "contact"},
+                {"op": "set", "field": "source", "value": "crm"}
+            ]
+        })),
+        StatusCode::OK
+    );
+    assert_eq!(p["records"].as_array().unwrap().len(), 3);
+    assert_eq!(p["records"][0], json!({"id": 3, "contact": "use****@example.com", "age": 23, "source": "crm"}));
+    assert_eq!(p["fields"][2]["type"], "integer");
+    let e = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{cid}/preview/transform"), "ann")
+            .set_json(json!({"entity": "people", "transform": [{"op": "explode"}, {"op": "drop", "field": "nope"}]})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(e["details"]["errors"][0]["field"], "transform[0]");
+    let e = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{cid}/preview/transform"), "ann")
+            .set_json(json!({"entity": "people", "transform": [{"op": "drop", "field": "nope"}]})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert!(e["details"]["errors"][0]["message"].as_str().unwrap().contains("nope"));
+}
+
+#[actix_web::test]
+async fn connection_validation_names_every_problem() {
+    let (app, _, org) = setup!();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let e = expect!(
+        app,
+        req(Method::POST, &conns, "ann")
+            .set_json(json!({"name": "", "type": "memory", "capability": "source", "config": {"nope": 1}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let fields: Vec<&str> =
+        e["details"]["errors"].as_array().unwrap().iter().map(|x| x["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, ["name", "config.dataset", "config.nope"]);
+    expect!(
+        app,
+        req(Method::POST, &conns, "ann").set_json(json!({"name": "x", "type": "memory", "capability": "sideways"})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let e = expect!(
+        app,
+        req(Method::POST, &conns, "ann").set_json(json!({
+            "name": "x", "type": "memory", "capability": "source", "integration_id": uuid::Uuid::new_v4(), "config": {"dataset": "crm"}
+        })),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(e["details"]["errors"][0]["field"], "integration_id");
+    // A destination cannot be previewed.
+    let c = expect!(
+        app,
+        req(Method::POST, &conns, "ann").set_json(
+            json!({"name": "sink", "type": "memory", "capability": "destination", "config": {"dataset": "out"}})
+        ),
+        StatusCode::CREATED
+    );
+    let e = expect!(
+        app,
+        req(Method::POST, &format!("{conns}/{}/preview", c["id"].as_str().unwrap()), "ann")
+            .set_json(json!({"entity": "people"})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(e["code"], "not_a_source");
+    // An integration in use cannot be deleted.
+    let i = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "ann")
+            .set_json(json!({"name": "crm", "type": "memory"})),
+        StatusCode::CREATED
+    );
+    let iid = i["id"].as_str().unwrap();
+    expect!(
+        app,
+        req(Method::POST, &conns, "ann").set_json(json!({"name": "y", "type": "memory", "capability": "source", "integration_id": iid, "config": {"dataset": "crm"}})),
+        StatusCode::CREATED
+    );
+    let e = expect!(
+        app,
+        req(Method::DELETE, &format!("/v1/organizations/{org}/integrations/{iid}"), "ann"),
+        StatusCode::CONFLICT
+    );
+    assert_eq!(e["code"], "in_use");
+}

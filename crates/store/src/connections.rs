@@ -1,0 +1,427 @@
+//! Integrations, connections and discovered catalog assets on sea-orm.
+//! Credentials are sealed with the store's [`Cipher`](crate::crypto::Cipher)
+//! on the way in and opened on the way out; the domain sees plaintext only.
+
+use crate::entities::*;
+use crate::{Store, db_err};
+use async_trait::async_trait;
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+use serde_json::{Value, json};
+use sluice_domain::audit::AuditEntry;
+use sluice_domain::connector::{Capability, EntitySchema};
+use sluice_domain::ids::{ConnectionId, IntegrationId, OrgId};
+use sluice_domain::integration::{Connection, ConnectionStatus, Credentials, Integration};
+use sluice_domain::page::{Page, PageRequest};
+use sluice_domain::ports::{CatalogRepository, ConnectionRepository, IntegrationRepository};
+use sluice_domain::{Error, Result};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+async fn insert_audit(c: &impl ConnectionTrait, e: &AuditEntry) -> Result<()> {
+    audit_logs::Entity::insert(crate::convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;
+    Ok(())
+}
+
+fn integration_aad(id: Uuid) -> String {
+    format!("integration:{id}")
+}
+
+fn connection_aad(id: Uuid) -> String {
+    format!("connection:{id}")
+}
+
+impl Store {
+    fn integration_from(&self, m: integrations::Model) -> Result<Integration> {
+        Ok(Integration {
+            id: m.id.into(),
+            org_id: m.org_id.into(),
+            name: m.name,
+            integration_type: m.integration_type,
+            credentials: Credentials(self.cipher.open_map(&m.credentials, &integration_aad(m.id))?),
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        })
+    }
+
+    fn connection_from(&self, m: connections::Model) -> Result<Connection> {
+        let config: BTreeMap<String, Value> = serde_json::from_value(m.config)
+            .map_err(|e| Error::Internal(anyhow::anyhow!("stored connection config is invalid: {e}")))?;
+        Ok(Connection {
+            id: m.id.into(),
+            org_id: m.org_id.into(),
+            name: m.name,
+            integration_id: m.integration_id.map(Into::into),
+            connector_type: m.connector_type,
+            capability: Capability::parse(&m.capability)
+                .ok_or_else(|| Error::Internal(anyhow::anyhow!("stored capability {} is invalid", m.capability)))?,
+            config,
+            secrets: Credentials(self.cipher.open_map(&m.secrets, &connection_aad(m.id))?),
+            status: ConnectionStatus::parse(&m.status)?,
+            last_tested_at: m.last_tested_at,
+            last_error: m.last_error,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        })
+    }
+
+    fn connection_model(&self, c: &Connection) -> Result<connections::ActiveModel> {
+        Ok(connections::ActiveModel {
+            id: Set(c.id.as_uuid()),
+            org_id: Set(c.org_id.as_uuid()),
+            name: Set(c.name.clone()),
+            integration_id: Set(c.integration_id.map(|i| i.as_uuid())),
+            connector_type: Set(c.connector_type.clone()),
+            capability: Set(c.capability.as_str().to_string()),
+            config: Set(serde_json::to_value(&c.config).map_err(|e| Error::Internal(e.into()))?),
+            secrets: Set(self.cipher.seal_map(&c.secrets.0, &connection_aad(c.id.as_uuid()))?),
+            status: Set(c.status.as_str().to_string()),
+            last_tested_at: Set(c.last_tested_at),
+            last_error: Set(c.last_error.clone()),
+            created_at: Set(c.created_at),
+            updated_at: Set(c.updated_at),
+        })
+    }
+
+    /// Re-encrypts every stored credential with `new` (the `sluice
+    /// rotate-master-key` command), in one transaction. Answers how many
+    /// values were re-encrypted.
+    ///
+    /// # Errors
+    /// When a value does not decrypt with the current key; nothing changes then.
+    pub async fn rotate_master_key(&self, new: &[u8; 32]) -> Result<u64> {
+        let next = crate::crypto::Cipher::new(new);
+        let tx = self.write().await?;
+        let r = async {
+            let mut n = 0;
+            for m in integrations::Entity::find().all(tx.c()).await.map_err(db_err)? {
+                let aad = integration_aad(m.id);
+                let plain = self.cipher.decrypt(&m.credentials, &aad)?;
+                integrations::Entity::update_many()
+                    .col_expr(integrations::Column::Credentials, Expr::value(next.encrypt(&plain, &aad)?))
+                    .filter(integrations::Column::Id.eq(m.id))
+                    .exec(tx.c())
+                    .await
+                    .map_err(db_err)?;
+                n += 1;
+            }
+            for m in connections::Entity::find().all(tx.c()).await.map_err(db_err)? {
+                let aad = connection_aad(m.id);
+                let plain = self.cipher.decrypt(&m.secrets, &aad)?;
+                connections::Entity::update_many()
+                    .col_expr(connections::Column::Secrets, Expr::value(next.encrypt(&plain, &aad)?))
+                    .filter(connections::Column::Id.eq(m.id))
+                    .exec(tx.c())
+                    .await
+                    .map_err(db_err)?;
+                n += 1;
+            }
+            Ok(n)
+        }
+        .await;
+        tx.finish(r).await
+    }
+}
+
+#[async_trait]
+impl IntegrationRepository for Store {
+    async fn create(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            integrations::Entity::insert(integrations::ActiveModel {
+                id: Set(i.id.as_uuid()),
+                org_id: Set(i.org_id.as_uuid()),
+                name: Set(i.name.clone()),
+                integration_type: Set(i.integration_type.clone()),
+                credentials: Set(self.cipher.seal_map(&i.credentials.0, &integration_aad(i.id.as_uuid()))?),
+                created_at: Set(i.created_at),
+                updated_at: Set(i.updated_at),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn get(&self, org: OrgId, id: IntegrationId) -> Result<Option<Integration>> {
+        integrations::Entity::find_by_id(id.as_uuid())
+            .filter(integrations::Column::OrgId.eq(org.as_uuid()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(|m| self.integration_from(m))
+            .transpose()
+    }
+
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Integration>> {
+        integrations::Entity::find()
+            .filter(integrations::Column::OrgId.eq(org.as_uuid()))
+            .filter(integrations::Column::Name.eq(name))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(|m| self.integration_from(m))
+            .transpose()
+    }
+
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {
+        let mut q = integrations::Entity::find().filter(integrations::Column::OrgId.eq(org.as_uuid()));
+        if let Some(after) = page.after {
+            q = q.filter(integrations::Column::Id.lt(after));
+        }
+        let rows =
+            q.order_by_desc(integrations::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let items = rows.into_iter().map(|m| self.integration_from(m)).collect::<Result<Vec<_>>>()?;
+        Ok(Page::from_overfetch(items, page.limit, |i| i.id.as_uuid()))
+    }
+
+    async fn update(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            integrations::Entity::update_many()
+                .col_expr(integrations::Column::Name, Expr::value(i.name.clone()))
+                .col_expr(
+                    integrations::Column::Credentials,
+                    Expr::value(self.cipher.seal_map(&i.credentials.0, &integration_aad(i.id.as_uuid()))?),
+                )
+                .col_expr(integrations::Column::UpdatedAt, Expr::value(i.updated_at))
+                .filter(integrations::Column::Id.eq(i.id.as_uuid()))
+                .filter(integrations::Column::OrgId.eq(i.org_id.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let users = connections::Entity::find()
+                .filter(connections::Column::IntegrationId.eq(id.as_uuid()))
+                .count(tx.c())
+                .await
+                .map_err(db_err)?;
+            if users > 0 {
+                return Err(Error::Conflict {
+                    code: "in_use",
+                    message: format!("{users} connection(s) use this integration; delete or move them first"),
+                });
+            }
+            let res = integrations::Entity::delete_many()
+                .filter(integrations::Column::Id.eq(id.as_uuid()))
+                .filter(integrations::Column::OrgId.eq(org.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            if res.rows_affected == 0 {
+                return Err(Error::not_found("integration"));
+            }
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+}
+
+#[async_trait]
+impl ConnectionRepository for Store {
+    async fn create(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            connections::Entity::insert(self.connection_model(c)?)
+                .exec_without_returning(tx.c())
+                .await
+                .map_err(db_err)?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn get(&self, org: OrgId, id: ConnectionId) -> Result<Option<Connection>> {
+        connections::Entity::find_by_id(id.as_uuid())
+            .filter(connections::Column::OrgId.eq(org.as_uuid()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(|m| self.connection_from(m))
+            .transpose()
+    }
+
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Connection>> {
+        connections::Entity::find()
+            .filter(connections::Column::OrgId.eq(org.as_uuid()))
+            .filter(connections::Column::Name.eq(name))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(|m| self.connection_from(m))
+            .transpose()
+    }
+
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>> {
+        let mut q = connections::Entity::find().filter(connections::Column::OrgId.eq(org.as_uuid()));
+        if let Some(after) = page.after {
+            q = q.filter(connections::Column::Id.lt(after));
+        }
+        let rows =
+            q.order_by_desc(connections::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let items = rows.into_iter().map(|m| self.connection_from(m)).collect::<Result<Vec<_>>>()?;
+        Ok(Page::from_overfetch(items, page.limit, |c| c.id.as_uuid()))
+    }
+
+    async fn update(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let mut m = self.connection_model(c)?;
+            m.id = sea_orm::ActiveValue::Unchanged(c.id.as_uuid());
+            m.org_id = sea_orm::ActiveValue::NotSet;
+            m.created_at = sea_orm::ActiveValue::NotSet;
+            connections::Entity::update(m).exec(tx.c()).await.map_err(db_err)?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let res = connections::Entity::delete_many()
+                .filter(connections::Column::Id.eq(id.as_uuid()))
+                .filter(connections::Column::OrgId.eq(org.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            if res.rows_affected == 0 {
+                return Err(Error::not_found("connection"));
+            }
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn record_test(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+        status: ConnectionStatus,
+        tested_at: OffsetDateTime,
+        error: Option<String>,
+    ) -> Result<()> {
+        let tx = self.write().await?;
+        let r = connections::Entity::update_many()
+            .col_expr(connections::Column::Status, Expr::value(status.as_str()))
+            .col_expr(connections::Column::LastTestedAt, Expr::value(Some(tested_at)))
+            .col_expr(connections::Column::LastError, Expr::value(error))
+            .filter(connections::Column::Id.eq(id.as_uuid()))
+            .filter(connections::Column::OrgId.eq(org.as_uuid()))
+            .exec(tx.c())
+            .await
+            .map(|_| ())
+            .map_err(db_err);
+        tx.finish(r).await
+    }
+}
+
+/// The catalog's field list of a discovered entity.
+fn asset_fields(schema: &EntitySchema) -> Value {
+    Value::Array(
+        schema
+            .fields
+            .iter()
+            .map(|f| {
+                json!({
+                    "name": f.name,
+                    "type": f.field_type.as_str(),
+                    "required": !f.nullable,
+                    "tags": [],
+                    "primary_key": f.primary_key,
+                })
+            })
+            .collect(),
+    )
+}
+
+#[async_trait]
+impl CatalogRepository for Store {
+    async fn upsert_discovered(
+        &self,
+        org: OrgId,
+        name: &str,
+        connection: ConnectionId,
+        schema: &EntitySchema,
+        now: OffsetDateTime,
+    ) -> Result<()> {
+        let fields = asset_fields(schema);
+        let tx = self.write().await?;
+        let r = async {
+            let existing = data_assets::Entity::find()
+                .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+                .filter(data_assets::Column::Name.eq(name))
+                .one(tx.c())
+                .await
+                .map_err(db_err)?;
+            let (asset_id, version) = match existing {
+                Some(a) if a.fields == fields => return Ok(()),
+                Some(a) => {
+                    let version = a.version + 1;
+                    data_assets::Entity::update_many()
+                        .col_expr(data_assets::Column::Fields, Expr::value(fields.clone()))
+                        .col_expr(data_assets::Column::Version, Expr::value(version))
+                        .col_expr(data_assets::Column::UpdatedAt, Expr::value(now))
+                        .filter(data_assets::Column::Id.eq(a.id))
+                        .exec(tx.c())
+                        .await
+                        .map_err(db_err)?;
+                    (a.id, version)
+                }
+                None => {
+                    let id = Uuid::now_v7();
+                    data_assets::Entity::insert(data_assets::ActiveModel {
+                        id: Set(id),
+                        org_id: Set(org.as_uuid()),
+                        name: Set(name.to_string()),
+                        kind: Set("discovered".into()),
+                        version: Set(1),
+                        fields: Set(fields.clone()),
+                        description: Set(None),
+                        connection_id: Set(Some(connection.as_uuid())),
+                        entity: Set(Some(schema.name.clone())),
+                        created_at: Set(now),
+                        updated_at: Set(now),
+                    })
+                    .exec_without_returning(tx.c())
+                    .await
+                    .map_err(db_err)?;
+                    (id, 1)
+                }
+            };
+            data_asset_versions::Entity::insert(data_asset_versions::ActiveModel {
+                id: Set(Uuid::now_v7()),
+                asset_id: Set(asset_id),
+                version: Set(version),
+                fields: Set(fields.clone()),
+                change: Set(if version == 1 { "compatible".into() } else { "discovered".into() }),
+                created_at: Set(now),
+                created_by: Set(Some("discovery".into())),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+}
