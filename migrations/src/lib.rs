@@ -6,12 +6,17 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_identity;
 mod m20261121_000002_connections;
+mod m20261121_000003_oauth_states;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261121_000001_identity::Migration), Box::new(m20261121_000002_connections::Migration)]
+        vec![
+            Box::new(m20261121_000001_identity::Migration),
+            Box::new(m20261121_000002_connections::Migration),
+            Box::new(m20261121_000003_oauth_states::Migration),
+        ]
     }
 }

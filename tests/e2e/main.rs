@@ -2,4 +2,5 @@
 //! a random port, on SQLite and on PostgreSQL.
 
 mod connections;
+mod oauth;
 mod organizations;

@@ -160,10 +160,20 @@ pub enum Auth {
     Key(String),
 }
 
+/// Optional settings of a test app.
+#[derive(Default, Clone)]
+pub struct Options {
+    pub oauth: std::collections::BTreeMap<String, sluice_clients::oauth::ProviderConfig>,
+}
+
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
 /// CI (the test then says so loudly and passes). With `CI=true` an
 /// unreachable server fails the test.
 pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
+    spawn_app_with(backend, Options::default()).await
+}
+
+pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestApp> {
     sluice::install_crypto_provider();
     let tag = random_base62(10).to_lowercase();
     let data_dir = std::env::temp_dir().join(format!("sluice-e2e-{tag}"));
@@ -224,6 +234,9 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
         public_url: "http://127.0.0.1".into(),
         log_format: LogFormat::Text,
         file_root: file_root.clone(),
+        aws: None,
+        oauth: options.oauth.clone(),
+        console_url: "http://console.example".into(),
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());

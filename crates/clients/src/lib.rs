@@ -1,5 +1,9 @@
-//! Clients of services outside Sluice. For now: resolving secret references
-//! in credentials (`env:NAME` from the process environment).
+//! Clients of services outside Sluice: resolving secret references in
+//! credentials, from the process environment (`env:NAME`) and from AWS
+//! Secrets Manager (`aws:secretsmanager:ARN`).
+
+pub mod aws;
+pub mod oauth;
 
 use async_trait::async_trait;
 use sluice_domain::connector::{ConnectorError, ConnectorResult};
@@ -7,9 +11,18 @@ use sluice_domain::integration::SecretValue;
 use sluice_domain::ports::SecretResolver;
 
 /// Resolves `env:` references from the process environment, by design at
-/// the moment of use (agents set them at run time).
-#[derive(Debug, Default, Clone)]
-pub struct Secrets;
+/// the moment of use (agents set them at run time), and
+/// `aws:secretsmanager:` references when AWS is configured.
+#[derive(Default)]
+pub struct Secrets {
+    aws: Option<aws::SecretsManager>,
+}
+
+impl Secrets {
+    pub fn new(aws: Option<aws::AwsConfig>) -> Self {
+        Self { aws: aws.map(aws::SecretsManager::new) }
+    }
+}
 
 #[async_trait]
 impl SecretResolver for Secrets {
@@ -26,9 +39,12 @@ impl SecretResolver for Secrets {
                     ))
                 })
             }
-            SecretValue::AwsSecretsManager(arn) => Err(ConnectorError::Unsupported(format!(
-                "aws:secretsmanager:{arn} cannot be resolved: AWS Secrets Manager is not configured"
-            ))),
+            SecretValue::AwsSecretsManager(arn) => match &self.aws {
+                Some(sm) => sm.get(arn).await,
+                None => Err(ConnectorError::InvalidConfig(format!(
+                    "aws:secretsmanager:{arn} cannot be resolved: set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION"
+                ))),
+            },
         }
     }
 }
@@ -39,7 +55,7 @@ mod tests {
 
     #[tokio::test]
     async fn env_references_resolve_and_missing_ones_are_named_without_a_value() {
-        let s = Secrets;
+        let s = Secrets::default();
         assert_eq!(s.resolve("plain").await.unwrap(), "plain");
         let path = s.resolve("env:PATH").await.unwrap();
         assert!(!path.is_empty());

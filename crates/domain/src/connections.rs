@@ -123,7 +123,8 @@ impl Sluice {
         self.access(p, org, Permission::Write).await?;
         let mut errors = Vec::new();
         let name = validate_name("name", &new.name).map_err(|e| errors.push(e)).ok();
-        if let Err(e) = self.spec(&new.integration_type, "type") {
+        let oauth_provider = self.ports.oauth.as_ref().is_some_and(|o| o.providers().contains(&new.integration_type));
+        if !oauth_provider && let Err(e) = self.spec(&new.integration_type, "type") {
             errors.push(e);
         }
         let mut credentials = Credentials::default();

@@ -14,6 +14,7 @@ pub mod identity;
 pub mod ids;
 pub mod integration;
 pub mod invitation;
+pub mod oauth;
 pub mod org;
 pub mod page;
 pub mod ports;

@@ -39,6 +39,11 @@ pub struct Ports {
     pub catalog: Arc<dyn CatalogRepository>,
     pub connectors: Arc<dyn ConnectorRegistry>,
     pub secrets: Arc<dyn SecretResolver>,
+    /// OAuth providers; `None` when none is configured.
+    pub oauth: Option<Arc<dyn crate::oauth::OAuthClient>>,
+    pub oauth_states: Option<Arc<dyn crate::oauth::OAuthStateStore>>,
+    /// Signs OAuth `state` parameters.
+    pub oauth_state_key: Vec<u8>,
 }
 
 /// A key's `last_used_at` is written at most this often.
@@ -512,6 +517,9 @@ mod tests {
             catalog: Arc::new(MockCatalogRepository::new()),
             connectors: Arc::new(crate::connector::MockConnectorRegistry::new()),
             secrets: Arc::new(MockSecretResolver::new()),
+            oauth: None,
+            oauth_states: None,
+            oauth_state_key: vec![0; 32],
         }
     }
 

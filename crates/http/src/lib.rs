@@ -27,6 +27,8 @@ pub struct AppState {
     pub sluice: Sluice,
     /// The key of `/v1/internal/*`; `None` disables those endpoints (503).
     pub internal_api_key: Option<Secret>,
+    /// Where the OAuth callback sends the browser at the end.
+    pub console_url: String,
 }
 
 #[derive(OpenApi)]
@@ -41,7 +43,7 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
         (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
-        (name = "integrations"), (name = "connections")
+        (name = "integrations"), (name = "connections"), (name = "oauth")
     )
 )]
 struct ApiDoc;
@@ -100,6 +102,9 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(connections::discover)
         .service(connections::preview)
         .service(connections::preview_transform)
+        .service(oauth::start)
+        .service(oauth::callback)
+        .service(oauth::complete)
         .route("/openapi.json", web::get().to(openapi_json));
 }
 

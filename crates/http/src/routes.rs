@@ -4,6 +4,7 @@
 
 pub mod connections;
 pub mod health;
+pub mod oauth;
 pub mod orgs;
 pub mod users;
 

@@ -61,7 +61,11 @@ where
 
 fn state(store: &InMemoryStore, clock: &ManualClock, internal: Option<&str>) -> AppState {
     let clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    AppState { sluice: Sluice::new(in_memory_ports(store, clock)), internal_api_key: internal.map(Secret::new) }
+    AppState {
+        sluice: Sluice::new(in_memory_ports(store, clock)),
+        internal_api_key: internal.map(Secret::new),
+        console_url: "http://console.example".into(),
+    }
 }
 
 macro_rules! setup {

@@ -65,7 +65,7 @@ macro_rules! setup {
         connectors.require_password("crm", "s3cret-pw");
         let secrets = FakeSecrets([("CRM_PASSWORD".to_string(), "s3cret-pw".to_string())].into());
         let ports = in_memory_ports_with(&store, clock, &connectors, secrets);
-        let app = test::init_service(app(AppState { sluice: Sluice::new(ports), internal_api_key: None })).await;
+        let app = test::init_service(app(AppState { sluice: Sluice::new(ports), internal_api_key: None, console_url: "http://console.example".into() })).await;
         let org = expect!(
             app,
             req(Method::POST, "/v1/organizations", "ann").set_json(json!({"name": "Acme"})),

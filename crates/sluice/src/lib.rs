@@ -56,9 +56,22 @@ impl Application {
             connections: Arc::new(store.clone()),
             catalog: Arc::new(store.clone()),
             connectors: Arc::new(sluice_connectors::Registry::new(absolute(&settings.file_root)?)),
-            secrets: Arc::new(sluice_clients::Secrets),
+            secrets: Arc::new(sluice_clients::Secrets::new(settings.aws.clone())),
+            oauth: (!settings.oauth.is_empty()).then(|| {
+                Arc::new(sluice_clients::oauth::OAuthProviders::new(settings.oauth.clone(), &settings.public_url))
+                    as Arc<dyn sluice_domain::oauth::OAuthClient>
+            }),
+            oauth_states: Some(Arc::new(store.clone())),
+            // Derived from the master key, so states survive restarts and
+            // are valid across processes sharing the key.
+            oauth_state_key: sluice_domain::secret::sha256_hex(&[&master_key[..], b"sluice oauth state"].concat())
+                .into_bytes(),
         };
-        let state = AppState { sluice: Sluice::new(ports), internal_api_key: settings.internal_api_key.clone() };
+        let state = AppState {
+            sluice: Sluice::new(ports),
+            internal_api_key: settings.internal_api_key.clone(),
+            console_url: settings.console_url.clone(),
+        };
         let listener = TcpListener::bind(&settings.listen).with_context(|| format!("binding {}", settings.listen))?;
         let port = listener.local_addr()?.port();
         let server =
@@ -82,6 +95,41 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }
+}
+
+/// Re-encrypts every stored credential with a new master key, in one
+/// transaction. With the key in the data directory, a new one is generated
+/// (unless given) and the file replaced after the database commits (the old
+/// one kept as `master_key.previous`); with `SLUICE_MASTER_KEY`, the new key
+/// must be given and the variable updated by the operator.
+///
+/// # Errors
+/// When the database cannot be reached, a stored value does not decrypt
+/// with the current key (nothing changes then), or the key file cannot be
+/// written.
+pub async fn rotate_master_key(mut settings: Settings, new_key: Option<&str>) -> anyhow::Result<u64> {
+    let from_env = settings.master_key.is_some();
+    let current = settings.ensure_secrets()?;
+    let next = match new_key {
+        Some(k) => settings::decode_master_key(k)?,
+        None if from_env => {
+            anyhow::bail!("the master key comes from SLUICE_MASTER_KEY: pass the new one with --new-key")
+        }
+        None => sluice_domain::secret::random_bytes::<32>(),
+    };
+    if next == current {
+        anyhow::bail!("the new master key is the current one");
+    }
+    let store = Store::connect(&settings.database_url, &current).await?;
+    let n = store.rotate_master_key(&next).await?;
+    if from_env {
+        tracing::warn!(
+            "credentials are now encrypted with the new key: set SLUICE_MASTER_KEY to it before starting sluice"
+        );
+    } else {
+        settings::replace_master_key_file(&settings.data_dir, &next)?;
+    }
+    Ok(n)
 }
 
 /// The file root as an absolute path (created if missing), so connection

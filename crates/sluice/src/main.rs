@@ -27,6 +27,15 @@ enum Command {
         #[arg(long, default_value = "1h")]
         ttl: String,
     },
+    /// Re-encrypt every stored credential with a new master key. Stop the
+    /// servers first; start them with the new key afterwards.
+    RotateMasterKey {
+        /// The new key (base64 of 32 bytes). Required when the current key
+        /// comes from SLUICE_MASTER_KEY; otherwise one is generated and the
+        /// key file in the data directory is replaced.
+        #[arg(long)]
+        new_key: Option<String>,
+    },
 }
 
 #[actix_web::main]
@@ -46,6 +55,10 @@ async fn main() -> anyhow::Result<()> {
             let secret = settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();
             let issuer = sluice_auth::TokenIssuer::new(secret, settings.jwt_issuer, settings.jwt_audience);
             println!("{}", issuer.issue(&email, Some(&email), name.as_deref(), ttl)?);
+        }
+        Command::RotateMasterKey { new_key } => {
+            let n = sluice::rotate_master_key(settings, new_key.as_deref()).await?;
+            eprintln!("re-encrypted {n} stored credential set(s) with the new master key");
         }
     }
     Ok(())

@@ -30,6 +30,14 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Where file and SQLite connections live; their paths resolve under it.
     pub file_root: PathBuf,
+    /// AWS credentials for `aws:secretsmanager:` references (the standard
+    /// `AWS_*` variables; `SLUICE_AWS_ENDPOINT` overrides the endpoint).
+    pub aws: Option<sluice_clients::aws::AwsConfig>,
+    /// OAuth providers by lowercase name (`SLUICE_OAUTH_<PROVIDER>_*`).
+    pub oauth: std::collections::BTreeMap<String, sluice_clients::oauth::ProviderConfig>,
+    /// Where the OAuth callback sends the browser at the end
+    /// (`SLUICE_CONSOLE_URL`, default the public URL).
+    pub console_url: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +60,9 @@ impl std::fmt::Debug for Settings {
             .field("master_key", &self.master_key)
             .field("public_url", &self.public_url)
             .field("file_root", &self.file_root)
+            .field("aws", &self.aws)
+            .field("oauth", &self.oauth)
+            .field("console_url", &self.console_url)
             .finish()
     }
 }
@@ -71,10 +82,24 @@ impl Settings {
             Some(other) => bail!("SLUICE_LOG_FORMAT must be 'text' or 'json', not '{other}'"),
         };
         let data_dir = PathBuf::from(var("SLUICE_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
+        let aws = match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(sluice_clients::aws::AwsConfig {
+                access_key_id,
+                secret_access_key,
+                session_token: var("AWS_SESSION_TOKEN"),
+                region: var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION")).unwrap_or_else(|| "us-east-1".into()),
+                endpoint: var("SLUICE_AWS_ENDPOINT"),
+            }),
+            _ => None,
+        };
+        let public_url = var("SLUICE_PUBLIC_URL").unwrap_or_else(|| format!("http://{listen}"));
         Ok(Self {
+            aws,
+            oauth: oauth_providers(&var)?,
+            console_url: var("SLUICE_CONSOLE_URL").unwrap_or_else(|| public_url.clone()),
             file_root: var("SLUICE_FILE_ROOT").map(PathBuf::from).unwrap_or_else(|| data_dir.join("files")),
             database_url: var("SLUICE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
-            public_url: var("SLUICE_PUBLIC_URL").unwrap_or_else(|| format!("http://{listen}")),
+            public_url,
             listen,
             data_dir,
             jwt_hs256_secret: var("SLUICE_JWT_HS256_SECRET").map(Secret::new),
@@ -105,6 +130,34 @@ impl Settings {
         let k = self.master_key.as_ref().context("a master key is configured or generated")?;
         decode_master_key(k.expose())
     }
+}
+
+/// Replaces the master key file in `data_dir` with `key`, keeping the old
+/// one as `master_key.previous` (both mode 0600).
+///
+/// # Errors
+/// When the files cannot be written.
+pub fn replace_master_key_file(data_dir: &Path, key: &[u8; 32]) -> anyhow::Result<()> {
+    let path = data_dir.join(MASTER_KEY_FILE);
+    let previous = data_dir.join(format!("{MASTER_KEY_FILE}.previous"));
+    let tmp = data_dir.join(format!(".{MASTER_KEY_FILE}.tmp"));
+    let _ = fs::remove_file(&tmp);
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(B64.encode(key).as_bytes())?;
+    f.sync_all()?;
+    if path.exists() {
+        fs::rename(&path, &previous).with_context(|| format!("keeping the old key as {}", previous.display()))?;
+    }
+    fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    tracing::info!(path = %path.display(), previous = %previous.display(), "master key replaced");
+    Ok(())
 }
 
 /// A master key in base64, decoded to its 32 bytes.
@@ -159,6 +212,36 @@ fn check_permissions(path: &Path) {
     }
 }
 
+/// Providers from `SLUICE_OAUTH_<PROVIDER>_{CLIENT_ID,CLIENT_SECRET,AUTH_URL,TOKEN_URL}`
+/// and optional `_SCOPES`; a provider missing one of the four is an error.
+fn oauth_providers(
+    var: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<std::collections::BTreeMap<String, sluice_clients::oauth::ProviderConfig>> {
+    let mut names: Vec<String> = std::env::vars()
+        .filter_map(|(k, _)| {
+            k.strip_prefix("SLUICE_OAUTH_").and_then(|r| r.strip_suffix("_CLIENT_ID")).map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    let mut out = std::collections::BTreeMap::new();
+    for n in names {
+        let get = |suffix: &str| {
+            var(&format!("SLUICE_OAUTH_{n}_{suffix}")).with_context(|| format!("SLUICE_OAUTH_{n}_{suffix} is required"))
+        };
+        out.insert(
+            n.to_ascii_lowercase(),
+            sluice_clients::oauth::ProviderConfig {
+                client_id: get("CLIENT_ID")?,
+                client_secret: Secret::new(get("CLIENT_SECRET")?),
+                auth_url: get("AUTH_URL")?,
+                token_url: get("TOKEN_URL")?,
+                scopes: var(&format!("SLUICE_OAUTH_{n}_SCOPES")),
+            },
+        );
+    }
+    Ok(out)
+}
+
 /// `1h`, `30m`, `45s`, `7d` or plain seconds.
 pub fn parse_ttl(s: &str) -> anyhow::Result<std::time::Duration> {
     let s = s.trim();
@@ -208,6 +291,9 @@ mod tests {
             public_url: String::new(),
             log_format: LogFormat::Text,
             file_root: dir.join("files"),
+            aws: None,
+            oauth: Default::default(),
+            console_url: String::new(),
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

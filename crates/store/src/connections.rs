@@ -425,3 +425,61 @@ impl CatalogRepository for Store {
         tx.finish(r).await
     }
 }
+
+#[async_trait]
+impl sluice_domain::oauth::OAuthStateStore for Store {
+    async fn put(&self, s: &sluice_domain::oauth::OAuthState) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            // Flows older than their expiry are forgotten as new ones start.
+            oauth_states::Entity::delete_many()
+                .filter(oauth_states::Column::ExpiresAt.lt(OffsetDateTime::now_utc()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            oauth_states::Entity::insert(oauth_states::ActiveModel {
+                id: Set(s.id.clone()),
+                org_id: Set(s.org_id.as_uuid()),
+                provider: Set(s.provider.clone()),
+                integration_name: Set(s.integration_name.clone()),
+                verifier: Set(self.cipher.encrypt(s.verifier.as_bytes(), &format!("oauth_state:{}", s.id))?),
+                actor: Set(serde_json::to_value(&s.actor).map_err(|e| Error::Internal(e.into()))?),
+                expires_at: Set(s.expires_at),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn take(&self, id: &str) -> Result<Option<sluice_domain::oauth::OAuthState>> {
+        let tx = self.write().await?;
+        let r = async {
+            let Some(m) = oauth_states::Entity::find_by_id(id.to_string()).one(tx.c()).await.map_err(db_err)? else {
+                return Ok(None);
+            };
+            // Deleting first makes the state single-use even under a race:
+            // only the transaction that deletes the row goes on.
+            let res = oauth_states::Entity::delete_by_id(id.to_string()).exec(tx.c()).await.map_err(db_err)?;
+            if res.rows_affected != 1 {
+                return Ok(None);
+            }
+            let verifier = String::from_utf8(self.cipher.decrypt(&m.verifier, &format!("oauth_state:{}", m.id))?)
+                .map_err(|e| Error::Internal(e.into()))?;
+            Ok(Some(sluice_domain::oauth::OAuthState {
+                id: m.id,
+                org_id: m.org_id.into(),
+                provider: m.provider,
+                integration_name: m.integration_name,
+                verifier,
+                actor: serde_json::from_value(m.actor).map_err(|e| Error::Internal(e.into()))?,
+                expires_at: m.expires_at,
+            }))
+        }
+        .await;
+        tx.finish(r).await
+    }
+}

@@ -9,5 +9,6 @@ pub mod idempotency_keys;
 pub mod integrations;
 pub mod invitations;
 pub mod memberships;
+pub mod oauth_states;
 pub mod organizations;
 pub mod users;
