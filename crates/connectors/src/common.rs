@@ -113,6 +113,51 @@ pub fn confine(root: &Path, path: &str) -> ConnectorResult<PathBuf> {
     Ok(joined)
 }
 
+/// Drains a row stream into batches of `batch_size` sent through `tx`: the
+/// producer side of every SQL connector's reader. Stops at the first error
+/// (sent to the reader) or when the reader goes away.
+pub async fn pump_rows<R>(
+    mut rows: futures_util::stream::BoxStream<'_, Result<R, sqlx::Error>>,
+    fields: Arc<Vec<Field>>,
+    batch_size: usize,
+    tx: mpsc::Sender<ConnectorResult<RecordBatch>>,
+    decode: impl Fn(&R) -> ConnectorResult<Vec<sluice_domain::connector::Value>>,
+    err: impl Fn(&sqlx::Error) -> ConnectorError,
+) {
+    use futures_util::TryStreamExt;
+    let mut batch = Vec::with_capacity(batch_size);
+    loop {
+        match rows.try_next().await {
+            Ok(Some(row)) => match decode(&row) {
+                Ok(values) => {
+                    batch.push(values);
+                    if batch.len() >= batch_size {
+                        let b = RecordBatch {
+                            fields: fields.clone(),
+                            rows: std::mem::replace(&mut batch, Vec::with_capacity(batch_size)),
+                        };
+                        if !send(&tx, Ok(b)).await {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    send(&tx, Err(e)).await;
+                    return;
+                }
+            },
+            Ok(None) => break,
+            Err(e) => {
+                send(&tx, Err(err(&e))).await;
+                return;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        send(&tx, Ok(RecordBatch { fields, rows: batch })).await;
+    }
+}
+
 /// Sends `batch` unless the reader went away; answers whether to go on.
 pub async fn send(tx: &mpsc::Sender<ConnectorResult<RecordBatch>>, item: ConnectorResult<RecordBatch>) -> bool {
     tx.send(item).await.is_ok()

@@ -229,6 +229,89 @@ fn infer_text(s: &str) -> FieldType {
     }
 }
 
+/// Reads `path` record by record, sending batches as they fill: memory
+/// holds one batch (plus the channel's) however large the file.
+fn stream_records(
+    path: &Path,
+    format: Format,
+    fields: &Arc<Vec<Field>>,
+    limit: Option<u64>,
+    batch_size: usize,
+    tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>,
+) -> ConnectorResult<()> {
+    let what = path.display().to_string();
+    let file = File::open(path).map_err(|e| io(&what, e))?;
+    let limit = limit.unwrap_or(u64::MAX);
+    let mut batch: Vec<Vec<Value>> = Vec::with_capacity(batch_size);
+    let mut count = 0u64;
+    let emit = |row: Vec<Value>, batch: &mut Vec<Vec<Value>>| -> bool {
+        batch.push(row);
+        if batch.len() >= batch_size {
+            let full = std::mem::replace(batch, Vec::with_capacity(batch_size));
+            return tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: full })).is_ok();
+        }
+        true
+    };
+    match format {
+        Format::Jsonl => {
+            for (n, line) in BufReader::with_capacity(1 << 20, file).lines().enumerate() {
+                if count >= limit {
+                    break;
+                }
+                let line = line.map_err(|e| io(&what, e))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let mut obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&line)
+                    .map_err(|e| ConnectorError::Other(format!("{what} line {}: not a JSON object: {e}", n + 1)))?;
+                let row = fields
+                    .iter()
+                    .map(|f| obj.remove(&f.name).map(|v| to_value(&v, f.field_type)).unwrap_or(Value::Null))
+                    .collect();
+                count += 1;
+                if !emit(row, &mut batch) {
+                    return Ok(());
+                }
+            }
+        }
+        Format::Csv => {
+            let mut rdr = csv::ReaderBuilder::new()
+                .has_headers(true)
+                .flexible(true)
+                .from_reader(BufReader::with_capacity(1 << 20, file));
+            let headers: Vec<String> = rdr
+                .headers()
+                .map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?
+                .iter()
+                .map(str::to_string)
+                .collect();
+            let positions: Vec<Option<usize>> =
+                fields.iter().map(|f| headers.iter().position(|h| h == &f.name)).collect();
+            let mut rec = csv::StringRecord::new();
+            while count < limit
+                && rdr.read_record(&mut rec).map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?
+            {
+                let row = fields
+                    .iter()
+                    .zip(&positions)
+                    .map(|(f, p)| match p.and_then(|i| rec.get(i)) {
+                        None | Some("") => Value::Null,
+                        Some(text) => to_value(&serde_json::Value::String(text.to_string()), f.field_type),
+                    })
+                    .collect();
+                count += 1;
+                if !emit(row, &mut batch) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: batch }));
+    }
+    Ok(())
+}
+
 /// A raw JSON value as a value of type `t`.
 fn to_value(v: &serde_json::Value, t: FieldType) -> Value {
     use serde_json::Value as J;
@@ -344,17 +427,7 @@ impl Source for FileConnector {
                         }
                         return Ok(());
                     }
-                    let mut sent = 0u64;
-                    let (_, raws) = read_records(&path, format, req.limit.map(|l| l as usize))?;
-                    for chunk in raws.chunks(batch_size) {
-                        let rows = records_of(&f2, chunk.to_vec());
-                        sent += rows.len() as u64;
-                        if tx.blocking_send(Ok(RecordBatch { fields: f2.clone(), rows })).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = sent;
-                    Ok(())
+                    stream_records(&path, format, &f2, req.limit, batch_size, &tx)
                 };
                 if let Err(e) = produce() {
                     let _ = tx.blocking_send(Err(e));

@@ -10,7 +10,6 @@
 
 use crate::common::*;
 use crate::sqlite::{align, text_value};
-use futures_util::TryStreamExt;
 use sluice_domain::connector::*;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, MySql, Row, Transaction};
@@ -290,42 +289,18 @@ impl Source for MySqlConnector {
             if let Some(v) = &bound {
                 q = bind(q, v);
             }
-            let mut rows = q.fetch(&pool);
-            let mut batch = Vec::with_capacity(batch_size);
-            loop {
-                match rows.try_next().await {
-                    Ok(Some(row)) => {
-                        let mut out = Vec::with_capacity(types.len());
-                        for (i, t) in types.iter().enumerate() {
-                            match decode(&row, i, *t) {
-                                Ok(v) => out.push(v),
-                                Err(e) => {
-                                    send(&tx, Err(err(&e, &host, &db))).await;
-                                    return;
-                                }
-                            }
-                        }
-                        batch.push(out);
-                        if batch.len() >= batch_size {
-                            let b = RecordBatch {
-                                fields: f2.clone(),
-                                rows: std::mem::replace(&mut batch, Vec::with_capacity(batch_size)),
-                            };
-                            if !send(&tx, Ok(b)).await {
-                                return;
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        send(&tx, Err(err(&e, &host, &db))).await;
-                        return;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                send(&tx, Ok(RecordBatch { fields: f2, rows: batch })).await;
-            }
+            let rows = q.fetch(&pool);
+            pump_rows(
+                rows,
+                f2,
+                batch_size,
+                tx,
+                |row| {
+                    types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
+                },
+                |e| err(e, &host, &db),
+            )
+            .await;
         })))
     }
 }

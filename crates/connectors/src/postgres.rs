@@ -10,7 +10,6 @@
 //! transaction for overwrite, with the primary key built after the load.
 
 use crate::common::*;
-use futures_util::TryStreamExt;
 use sluice_domain::connector::*;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgSslMode};
@@ -335,42 +334,18 @@ impl Source for PgConnector {
             if let Some(b) = bound {
                 q = q.bind(b);
             }
-            let mut rows = q.fetch(&pool);
-            let mut batch = Vec::with_capacity(batch_size);
-            loop {
-                match rows.try_next().await {
-                    Ok(Some(row)) => {
-                        let mut out = Vec::with_capacity(types.len());
-                        for (i, t) in types.iter().enumerate() {
-                            match decode(&row, i, *t) {
-                                Ok(v) => out.push(v),
-                                Err(e) => {
-                                    send(&tx, Err(err(&e, &host, &db))).await;
-                                    return;
-                                }
-                            }
-                        }
-                        batch.push(out);
-                        if batch.len() >= batch_size {
-                            let b = RecordBatch {
-                                fields: f2.clone(),
-                                rows: std::mem::replace(&mut batch, Vec::with_capacity(batch_size)),
-                            };
-                            if !send(&tx, Ok(b)).await {
-                                return;
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        send(&tx, Err(err(&e, &host, &db))).await;
-                        return;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                send(&tx, Ok(RecordBatch { fields: f2, rows: batch })).await;
-            }
+            let rows = q.fetch(&pool);
+            pump_rows(
+                rows,
+                f2,
+                batch_size,
+                tx,
+                |row| {
+                    types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
+                },
+                |e| err(e, &host, &db),
+            )
+            .await;
         })))
     }
 }

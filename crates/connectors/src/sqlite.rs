@@ -7,7 +7,6 @@
 //! text in UTC), objects `JSON_TEXT` and arrays `JSON_ARRAY_TEXT`, booleans `BOOLEAN` (0/1).
 
 use crate::common::*;
-use futures_util::TryStreamExt;
 use sluice_domain::connector::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction, TypeInfo, ValueRef};
@@ -273,42 +272,16 @@ impl Source for SqliteConnector {
             if let Some(v) = &bound {
                 q = bind(q, v);
             }
-            let mut rows = q.fetch(&pool);
-            let mut batch = Vec::with_capacity(batch_size);
-            loop {
-                match rows.try_next().await {
-                    Ok(Some(row)) => {
-                        let mut out = Vec::with_capacity(types.len());
-                        for (i, t) in types.iter().enumerate() {
-                            match decode(&row, i, *t) {
-                                Ok(v) => out.push(v),
-                                Err(e) => {
-                                    send(&tx, Err(e)).await;
-                                    return;
-                                }
-                            }
-                        }
-                        batch.push(out);
-                        if batch.len() >= batch_size {
-                            let b = RecordBatch {
-                                fields: f2.clone(),
-                                rows: std::mem::replace(&mut batch, Vec::with_capacity(batch_size)),
-                            };
-                            if !send(&tx, Ok(b)).await {
-                                return;
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        send(&tx, Err(err(&e))).await;
-                        return;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                send(&tx, Ok(RecordBatch { fields: f2, rows: batch })).await;
-            }
+            let rows = q.fetch(&pool);
+            pump_rows(
+                rows,
+                f2,
+                batch_size,
+                tx,
+                |row| types.iter().enumerate().map(|(i, t)| decode(row, i, *t)).collect(),
+                err,
+            )
+            .await;
         })))
     }
 }

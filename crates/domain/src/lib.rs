@@ -20,6 +20,7 @@ pub mod page;
 pub mod ports;
 pub mod secret;
 pub mod service;
+pub mod sync;
 pub mod transform;
 pub mod user;
 

@@ -1,0 +1,323 @@
+//! The rules of syncing an entity: sync modes and the write mode each uses,
+//! what a mapping must name, cursor values (parsing, ordering, advancing),
+//! and de-duplication within a batch.
+//!
+//! Incremental reads take records **at or past** the stored cursor, ordered
+//! by it, so records that share the boundary value are never lost; the
+//! overlap is absorbed by the upsert of `incremental_deduped` (and is
+//! documented as re-delivered by `incremental_append`).
+
+use crate::connector::{
+    EntitySchema, FieldType, RecordBatch, Value, WriteMode, compare_values, parse_date, parse_timestamp,
+};
+use crate::{Error, FieldError};
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    FullRefreshOverwrite,
+    FullRefreshAppend,
+    IncrementalAppend,
+    IncrementalDeduped,
+}
+
+impl SyncMode {
+    pub const ALL: [SyncMode; 4] = [
+        SyncMode::FullRefreshOverwrite,
+        SyncMode::FullRefreshAppend,
+        SyncMode::IncrementalAppend,
+        SyncMode::IncrementalDeduped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::FullRefreshOverwrite => "full_refresh_overwrite",
+            SyncMode::FullRefreshAppend => "full_refresh_append",
+            SyncMode::IncrementalAppend => "incremental_append",
+            SyncMode::IncrementalDeduped => "incremental_deduped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        SyncMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    pub fn incremental(self) -> bool {
+        matches!(self, SyncMode::IncrementalAppend | SyncMode::IncrementalDeduped)
+    }
+
+    pub fn needs_primary_key(self) -> bool {
+        self == SyncMode::IncrementalDeduped
+    }
+
+    pub fn write_mode(self) -> WriteMode {
+        match self {
+            SyncMode::FullRefreshOverwrite => WriteMode::Overwrite,
+            SyncMode::FullRefreshAppend | SyncMode::IncrementalAppend => WriteMode::Append,
+            SyncMode::IncrementalDeduped => WriteMode::Upsert,
+        }
+    }
+}
+
+/// Checks the fields a sync mode needs, against the source schema when it
+/// is known. `path` prefixes the field names in errors (`config.mappings[0]`).
+pub fn check_mapping(
+    path: &str,
+    mode: SyncMode,
+    cursor_field: Option<&str>,
+    primary_key: Option<&str>,
+    schema: Option<&EntitySchema>,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if mode.incremental() {
+        match cursor_field {
+            None | Some("") => errors
+                .push(FieldError::new(format!("{path}.cursor_field"), format!("is required by {}", mode.as_str()))),
+            Some(c) => {
+                if let Some(s) = schema {
+                    match s.field(c) {
+                        None => errors.push(FieldError::new(
+                            format!("{path}.cursor_field"),
+                            format!("'{c}' is not a field of {}", s.name),
+                        )),
+                        Some(f) if !cursor_type(f.field_type) => errors.push(FieldError::new(
+                            format!("{path}.cursor_field"),
+                            format!(
+                                "'{c}' is {}; a cursor must be an integer, number, decimal, timestamp, date or string",
+                                f.field_type
+                            ),
+                        )),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    if mode.needs_primary_key() {
+        match primary_key {
+            None | Some("") => {
+                errors.push(FieldError::new(format!("{path}.primary_key"), format!("is required by {}", mode.as_str())))
+            }
+            Some(k) => {
+                if let Some(s) = schema {
+                    for part in k.split(',').map(str::trim) {
+                        if s.field(part).is_none() {
+                            errors.push(FieldError::new(
+                                format!("{path}.primary_key"),
+                                format!("'{part}' is not a field of {}", s.name),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// Types a cursor can be.
+pub fn cursor_type(t: FieldType) -> bool {
+    matches!(
+        t,
+        FieldType::Integer
+            | FieldType::Number
+            | FieldType::Decimal
+            | FieldType::Timestamp
+            | FieldType::Date
+            | FieldType::String
+    )
+}
+
+/// A cursor value as given by a user (`PUT …/state/{entity}`), checked
+/// against the cursor column's type: ISO 8601 for timestamps and dates,
+/// an integer for integer ids.
+///
+/// # Errors
+/// `Validation` on `cursor_value` naming the expected form.
+pub fn parse_cursor(raw: &str, t: FieldType) -> Result<Value, Error> {
+    let bad = |want: &str| Error::invalid("cursor_value", format!("must be {want} for a {t} cursor"));
+    let s = raw.trim();
+    match t {
+        FieldType::Integer => s.parse::<i64>().map(Value::Int).map_err(|_| bad("an integer")),
+        FieldType::Number => {
+            s.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float).ok_or_else(|| bad("a number"))
+        }
+        FieldType::Decimal => {
+            if s.parse::<f64>().is_ok_and(f64::is_finite) && !s.contains(['e', 'E']) {
+                Ok(Value::Decimal(s.to_string()))
+            } else {
+                Err(bad("a decimal number"))
+            }
+        }
+        FieldType::Timestamp => parse_timestamp(s).map(Value::Timestamp).ok_or_else(|| bad("an ISO 8601 timestamp")),
+        FieldType::Date => parse_date(s).map(Value::Date).ok_or_else(|| bad("an ISO 8601 date (YYYY-MM-DD)")),
+        FieldType::String => Ok(Value::String(raw.to_string())),
+        other => Err(Error::invalid("cursor_value", format!("a {other} field cannot be a cursor"))),
+    }
+}
+
+/// The stored form of a cursor value (what `GET …/state` shows).
+pub fn cursor_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        other => Some(crate::transform::display(other)),
+    }
+}
+
+/// The greatest cursor value of a batch, or `current` if none is greater.
+pub fn advance(current: Option<Value>, batch: &RecordBatch, cursor_idx: usize) -> Option<Value> {
+    let mut best = current;
+    for r in &batch.rows {
+        let v = &r[cursor_idx];
+        if v.is_null() {
+            continue;
+        }
+        let greater = match &best {
+            None => true,
+            Some(b) => compare_values(v, b) == Some(Ordering::Greater),
+        };
+        if greater {
+            best = Some(v.clone());
+        }
+    }
+    best
+}
+
+/// Keeps one row per primary key: the one with the greatest cursor (the
+/// later row when cursors tie or there is no cursor). Row order otherwise
+/// follows first appearance.
+pub fn dedupe(batch: RecordBatch, key_idx: &[usize], cursor_idx: Option<usize>) -> RecordBatch {
+    if key_idx.is_empty() {
+        return batch;
+    }
+    let key_of = |r: &[Value]| key_idx.iter().map(|i| format!("{:?}", r[*i])).collect::<Vec<_>>().join("\u{1f}");
+    let mut slot: HashMap<String, usize> = HashMap::new();
+    let mut out: Vec<Vec<Value>> = Vec::with_capacity(batch.rows.len());
+    for row in batch.rows {
+        let k = key_of(&row);
+        match slot.get(&k) {
+            None => {
+                slot.insert(k, out.len());
+                out.push(row);
+            }
+            Some(&i) => {
+                let replace = match cursor_idx {
+                    Some(c) => compare_values(&row[c], &out[i][c]) != Some(Ordering::Less),
+                    None => true,
+                };
+                if replace {
+                    out[i] = row;
+                }
+            }
+        }
+    }
+    RecordBatch { fields: batch.fields, rows: out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connector::Field;
+    use std::sync::Arc;
+
+    fn ts(s: &str) -> Value {
+        Value::Timestamp(parse_timestamp(s).unwrap())
+    }
+
+    fn batch(rows: Vec<Vec<Value>>) -> RecordBatch {
+        RecordBatch {
+            fields: Arc::new(vec![Field::new("id", FieldType::Integer), Field::new("updated", FieldType::Timestamp)]),
+            rows,
+        }
+    }
+
+    #[test]
+    fn modes_write_the_way_their_names_say() {
+        assert_eq!(SyncMode::FullRefreshOverwrite.write_mode(), WriteMode::Overwrite);
+        assert_eq!(SyncMode::IncrementalAppend.write_mode(), WriteMode::Append);
+        assert_eq!(SyncMode::IncrementalDeduped.write_mode(), WriteMode::Upsert);
+        assert_eq!(SyncMode::parse("incremental_deduped"), Some(SyncMode::IncrementalDeduped));
+        assert_eq!(SyncMode::parse("incremental"), None);
+    }
+
+    #[test]
+    fn the_greatest_cursor_of_a_key_wins_whatever_the_order() {
+        let b = batch(vec![
+            vec![Value::Int(1), ts("2026-01-02T00:00:00Z")],
+            vec![Value::Int(2), ts("2026-01-01T00:00:00Z")],
+            vec![Value::Int(1), ts("2026-01-01T00:00:00Z")],
+            vec![Value::Int(1), ts("2026-01-03T00:00:00Z")],
+        ]);
+        let d = dedupe(b, &[0], Some(1));
+        assert_eq!(
+            d.rows,
+            vec![vec![Value::Int(1), ts("2026-01-03T00:00:00Z")], vec![Value::Int(2), ts("2026-01-01T00:00:00Z")]]
+        );
+    }
+
+    #[test]
+    fn among_equal_cursors_the_later_row_wins() {
+        let mut b = batch(vec![
+            vec![Value::Int(1), ts("2026-01-01T00:00:00Z")],
+            vec![Value::Int(1), ts("2026-01-01T00:00:00Z")],
+        ]);
+        b.fields = Arc::new(vec![Field::new("id", FieldType::Integer), Field::new("v", FieldType::String)]);
+        b.rows[0][1] = Value::String("first".into());
+        b.rows[1][1] = Value::String("second".into());
+        assert_eq!(dedupe(b, &[0], None).rows, vec![vec![Value::Int(1), Value::String("second".into())]]);
+    }
+
+    #[test]
+    fn the_cursor_advances_to_the_greatest_value_and_never_back() {
+        let b = batch(vec![
+            vec![Value::Int(1), ts("2026-01-02T00:00:00Z")],
+            vec![Value::Int(2), Value::Null],
+            vec![Value::Int(3), ts("2026-01-01T00:00:00Z")],
+        ]);
+        assert_eq!(advance(None, &b, 1), Some(ts("2026-01-02T00:00:00Z")));
+        assert_eq!(advance(Some(ts("2026-02-01T00:00:00Z")), &b, 1), Some(ts("2026-02-01T00:00:00Z")));
+        assert_eq!(advance(None, &batch(vec![]), 1), None);
+    }
+
+    #[test]
+    fn cursor_values_are_checked_against_the_column_type() {
+        assert_eq!(
+            parse_cursor("2026-01-01T00:00:00+02:00", FieldType::Timestamp).unwrap(),
+            ts("2025-12-31T22:00:00Z")
+        );
+        assert_eq!(parse_cursor(" 42 ", FieldType::Integer).unwrap(), Value::Int(42));
+        assert!(parse_cursor("yesterday", FieldType::Timestamp).is_err());
+        assert!(parse_cursor("4.2", FieldType::Integer).is_err());
+        assert!(parse_cursor("2026-02-30", FieldType::Date).is_err());
+        let e = parse_cursor("x", FieldType::Timestamp).unwrap_err();
+        assert!(
+            matches!(e, Error::Validation(ref f) if f[0].field == "cursor_value" && f[0].message.contains("ISO 8601"))
+        );
+        assert!(parse_cursor("{}", FieldType::Object).is_err());
+    }
+
+    #[test]
+    fn mappings_name_what_their_mode_needs() {
+        let mut id = Field::new("id", FieldType::Integer);
+        id.primary_key = true;
+        let schema = EntitySchema {
+            name: "orders".into(),
+            fields: vec![id, Field::new("updated", FieldType::Timestamp), Field::new("meta", FieldType::Object)],
+        };
+        assert!(check_mapping("m", SyncMode::FullRefreshOverwrite, None, None, Some(&schema)).is_empty());
+        let e = check_mapping("m", SyncMode::IncrementalDeduped, None, None, Some(&schema));
+        assert_eq!(e.iter().map(|x| x.field.as_str()).collect::<Vec<_>>(), ["m.cursor_field", "m.primary_key"]);
+        let e = check_mapping("m", SyncMode::IncrementalAppend, Some("nope"), None, Some(&schema));
+        assert!(e[0].message.contains("not a field"));
+        let e = check_mapping("m", SyncMode::IncrementalAppend, Some("meta"), None, Some(&schema));
+        assert!(e[0].message.contains("cannot") || e[0].message.contains("must be"));
+        assert!(
+            check_mapping("m", SyncMode::IncrementalDeduped, Some("updated"), Some("id"), Some(&schema)).is_empty()
+        );
+        // Without the source's schema only presence is checked.
+        assert!(check_mapping("m", SyncMode::IncrementalDeduped, Some("x"), Some("y"), None).is_empty());
+    }
+}
