@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261121_000001_identity;
 mod m20261121_000002_connections;
 mod m20261121_000003_oauth_states;
+mod m20261121_000004_flows;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000001_identity::Migration),
             Box::new(m20261121_000002_connections::Migration),
             Box::new(m20261121_000003_oauth_states::Migration),
+            Box::new(m20261121_000004_flows::Migration),
         ]
     }
 }

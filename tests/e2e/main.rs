@@ -2,5 +2,6 @@
 //! a random port, on SQLite and on PostgreSQL.
 
 mod connections;
+mod flows;
 mod oauth;
 mod organizations;

@@ -237,6 +237,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         aws: None,
         oauth: options.oauth.clone(),
         console_url: "http://console.example".into(),
+        run_worker: true,
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());

@@ -52,4 +52,4 @@ macro_rules! id_type {
     )*};
 }
 
-id_type!(UserId, OrgId, InvitationId, ApiKeyId, AuditId, IntegrationId, ConnectionId, AssetId);
+id_type!(UserId, OrgId, InvitationId, ApiKeyId, AuditId, IntegrationId, ConnectionId, AssetId, FlowId, RunId);

@@ -44,6 +44,9 @@ pub struct Ports {
     pub oauth_states: Option<Arc<dyn crate::oauth::OAuthStateStore>>,
     /// Signs OAuth `state` parameters.
     pub oauth_state_key: Vec<u8>,
+    pub flows: Arc<dyn crate::flow::FlowRepository>,
+    pub runs: Arc<dyn crate::flow::RunRepository>,
+    pub cursors: Arc<dyn crate::flow::CursorRepository>,
 }
 
 /// A key's `last_used_at` is written at most this often.
@@ -520,6 +523,9 @@ mod tests {
             oauth: None,
             oauth_states: None,
             oauth_state_key: vec![0; 32],
+            flows: Arc::new(crate::flow::MockFlowRepository::new()),
+            runs: Arc::new(crate::flow::MockRunRepository::new()),
+            cursors: Arc::new(crate::flow::MockCursorRepository::new()),
         }
     }
 

@@ -43,7 +43,7 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
         (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
-        (name = "integrations"), (name = "connections"), (name = "oauth")
+        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs")
     )
 )]
 struct ApiDoc;
@@ -102,6 +102,20 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(connections::discover)
         .service(connections::preview)
         .service(connections::preview_transform)
+        .service(flows::list)
+        .service(flows::create)
+        .service(flows::get)
+        .service(flows::update)
+        .service(flows::remove)
+        .service(flows::run)
+        .service(flows::runs)
+        .service(flows::get_run)
+        .service(flows::cancel)
+        .service(flows::logs)
+        .service(flows::get_state)
+        .service(flows::set_state)
+        .service(flows::reset_state)
+        .service(flows::details)
         .service(oauth::start)
         .service(oauth::callback)
         .service(oauth::complete)

@@ -3,6 +3,7 @@
 //! the domain.
 
 pub mod connections;
+pub mod flows;
 pub mod health;
 pub mod oauth;
 pub mod orgs;

@@ -4,6 +4,7 @@
 
 pub mod settings;
 pub mod telemetry;
+pub mod worker;
 
 use actix_web::HttpServer;
 use anyhow::Context;
@@ -24,12 +25,8 @@ pub struct Application {
 }
 
 impl Application {
-    /// Connects the store (running migrations), wires the ports and binds the
-    /// listener (`:0` picks a free port).
-    ///
-    /// # Errors
-    /// When the store, the JWKS or the listener cannot be set up.
-    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
+    /// Connects the store (running migrations) and wires every port.
+    async fn wire(settings: &mut Settings) -> anyhow::Result<(Sluice, Store)> {
         install_crypto_provider();
         let master_key = settings.ensure_secrets()?;
         let store = Store::connect(&settings.database_url, &master_key).await?;
@@ -66,9 +63,25 @@ impl Application {
             // are valid across processes sharing the key.
             oauth_state_key: sluice_domain::secret::sha256_hex(&[&master_key[..], b"sluice oauth state"].concat())
                 .into_bytes(),
+            flows: Arc::new(store.clone()),
+            runs: Arc::new(store.clone()),
+            cursors: Arc::new(store.clone()),
         };
+        Ok((Sluice::new(ports), store))
+    }
+
+    /// Connects the store (running migrations), wires the ports and binds the
+    /// listener (`:0` picks a free port); starts a worker unless told not to.
+    ///
+    /// # Errors
+    /// When the store, the JWKS or the listener cannot be set up.
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
+        let (sluice, store) = Self::wire(&mut settings).await?;
+        if settings.run_worker {
+            tokio::spawn(worker::run(sluice.clone(), worker::worker_id()));
+        }
         let state = AppState {
-            sluice: Sluice::new(ports),
+            sluice,
             internal_api_key: settings.internal_api_key.clone(),
             console_url: settings.console_url.clone(),
         };
@@ -78,6 +91,16 @@ impl Application {
             HttpServer::new(move || sluice_http::app(state.clone())).listen(listener)?.shutdown_timeout(10).run();
         tracing::info!(address = %settings.listen, port, backend = ?store.backend(), "sluice is serving");
         Ok(Self { port, server, store })
+    }
+
+    /// A worker alone, without the HTTP API (`sluice worker`).
+    ///
+    /// # Errors
+    /// When the store cannot be set up.
+    pub async fn worker_only(mut settings: Settings) -> anyhow::Result<()> {
+        let (sluice, _store) = Self::wire(&mut settings).await?;
+        worker::run(sluice, worker::worker_id()).await;
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {

@@ -13,8 +13,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the HTTP API (the default).
-    Serve,
+    /// Serve the HTTP API and execute runs (the default).
+    Serve {
+        /// Serve the API only; runs are executed by `sluice worker` processes.
+        #[arg(long)]
+        no_worker: bool,
+    },
+    /// Execute queued runs only, without the HTTP API.
+    Worker,
     /// Print an HS256 session token signed with the configured secret.
     Token {
         /// The user's e-mail address; it also identifies the user (`sub`).
@@ -43,11 +49,13 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut settings = Settings::from_env()?;
     telemetry::init(settings.log_format);
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => {
+    match cli.command.unwrap_or(Command::Serve { no_worker: false }) {
+        Command::Serve { no_worker } => {
+            settings.run_worker = !no_worker;
             let app = Application::build(settings).await?;
             app.run_until_stopped().await?;
         }
+        Command::Worker => Application::worker_only(settings).await?,
         Command::Token { email, name, ttl } => {
             let email = sluice_domain::user::validate_email("--email", &email).map_err(|e| anyhow::anyhow!("{e:?}"))?;
             let ttl = parse_ttl(&ttl)?;

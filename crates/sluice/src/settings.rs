@@ -38,6 +38,8 @@ pub struct Settings {
     /// Where the OAuth callback sends the browser at the end
     /// (`SLUICE_CONSOLE_URL`, default the public URL).
     pub console_url: String,
+    /// Whether this process executes runs (`serve --no-worker` turns it off).
+    pub run_worker: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +99,7 @@ impl Settings {
             aws,
             oauth: oauth_providers(&var)?,
             console_url: var("SLUICE_CONSOLE_URL").unwrap_or_else(|| public_url.clone()),
+            run_worker: true,
             file_root: var("SLUICE_FILE_ROOT").map(PathBuf::from).unwrap_or_else(|| data_dir.join("files")),
             database_url: var("SLUICE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
             public_url,
@@ -294,6 +297,7 @@ mod tests {
             aws: None,
             oauth: Default::default(),
             console_url: String::new(),
+            run_worker: false,
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

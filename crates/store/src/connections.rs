@@ -296,6 +296,21 @@ impl ConnectionRepository for Store {
     async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()> {
         let tx = self.write().await?;
         let r = async {
+            let users = flows::Entity::find()
+                .filter(
+                    sea_orm::Condition::any()
+                        .add(flows::Column::SourceConnectionId.eq(id.as_uuid()))
+                        .add(flows::Column::DestinationConnectionId.eq(id.as_uuid())),
+                )
+                .count(tx.c())
+                .await
+                .map_err(db_err)?;
+            if users > 0 {
+                return Err(Error::Conflict {
+                    code: "in_use",
+                    message: format!("{users} flow(s) use this connection; delete or change them first"),
+                });
+            }
             let res = connections::Entity::delete_many()
                 .filter(connections::Column::Id.eq(id.as_uuid()))
                 .filter(connections::Column::OrgId.eq(org.as_uuid()))

@@ -3,12 +3,16 @@
 pub mod api_keys;
 pub mod audit_logs;
 pub mod connections;
+pub mod cursors;
 pub mod data_asset_versions;
 pub mod data_assets;
+pub mod flows;
 pub mod idempotency_keys;
 pub mod integrations;
 pub mod invitations;
 pub mod memberships;
 pub mod oauth_states;
 pub mod organizations;
+pub mod run_logs;
+pub mod runs;
 pub mod users;

@@ -10,6 +10,7 @@ mod connections;
 mod convert;
 pub mod crypto;
 mod entities;
+mod flows;
 mod repos;
 
 use anyhow::Context;

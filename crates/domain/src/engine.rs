@@ -1,0 +1,321 @@
+//! The sync engine: executes a claimed run, entity by entity.
+//!
+//! Records flow from the source in bounded batches (the source reads ahead
+//! while a batch is written), through the mapping's transform and, for
+//! `incremental_deduped`, de-duplication within the batch. Every
+//! [`CHECKPOINT_ROWS`] rows the destination commits and only then is the
+//! cursor advanced to the greatest value it has committed, so a crash
+//! resumes from the last checkpoint: nothing is lost, and the re-read
+//! overlap is absorbed by the upsert. Overwrite commits once, at the end,
+//! swapping the new table in.
+
+use crate::connector::{CursorBound, Destination, EntitySchema, ReadRequest, Source, Value};
+use crate::flow::*;
+use crate::service::Sluice;
+use crate::sync::{SyncMode, advance, cursor_text, dedupe, parse_cursor};
+use crate::transform;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Rows between commits (and cursor advances) of an incremental sync.
+pub const CHECKPOINT_ROWS: u64 = 50_000;
+/// Rows per batch read from a source.
+pub const BATCH_ROWS: usize = 10_000;
+
+enum Outcome {
+    Done,
+    Drift,
+    Canceled,
+}
+
+impl Sluice {
+    /// Claims the next queued run for `worker`.
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn claim_run(&self, worker: &str) -> crate::Result<Option<Run>> {
+        self.ports.runs.claim(worker, self.now()).await
+    }
+
+    async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
+        let line = RunLog { ts: self.now(), level: level.into(), entity: entity.map(str::to_string), message };
+        if let Err(e) = self.ports.runs.log(run.id, &line).await {
+            tracing::warn!(run = %run.id, error = %e, "recording a run log line failed");
+        }
+    }
+
+    async fn canceled(&self, run: &Run) -> bool {
+        matches!(self.ports.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
+    }
+
+    /// Executes a claimed run to its end and stores the outcome.
+    pub async fn execute_run(&self, mut run: Run) -> Run {
+        run.started_at.get_or_insert(self.now());
+        let result = self.execute_entities(&mut run).await;
+        run.finished_at = Some(self.now());
+        run.status = match result {
+            Err(message) => {
+                self.log(&run, "error", None, message.clone()).await;
+                run.error = Some(message);
+                RunStatus::Failed
+            }
+            Ok(Outcome::Canceled) => RunStatus::Canceled,
+            Ok(Outcome::Drift) => RunStatus::DriftDetected,
+            Ok(Outcome::Done) => {
+                let failed: Vec<&str> =
+                    run.entities.iter().filter(|e| e.status == "failed").map(|e| e.entity.as_str()).collect();
+                if failed.is_empty() {
+                    RunStatus::Succeeded
+                } else {
+                    run.error = Some(format!(
+                        "{} of {} entities failed: {}",
+                        failed.len(),
+                        run.entities.len(),
+                        failed.join(", ")
+                    ));
+                    RunStatus::Failed
+                }
+            }
+        };
+        if run.status == RunStatus::Canceled {
+            run.error = Some("canceled".into());
+        }
+        let rows: u64 = run.entities.iter().map(|e| e.rows_written).sum();
+        self.log(
+            &run,
+            if run.status == RunStatus::Succeeded { "info" } else { "warn" },
+            None,
+            format!("run {} ({rows} rows written)", run.status.as_str()),
+        )
+        .await;
+        if let Err(e) = self.ports.runs.save(&run).await {
+            tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
+        }
+        run
+    }
+
+    async fn execute_entities(&self, run: &mut Run) -> Result<Outcome, String> {
+        let flow = self
+            .ports
+            .flows
+            .get(run.org_id, run.flow_id)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("the flow was deleted")?;
+        let conn = |id| async move {
+            let c = self
+                .ports
+                .connections
+                .get(flow.org_id, id)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("a connection of the flow was deleted")?;
+            self.resolve_connection(&c).await.map_err(|e| format!("connection '{}': {e}", c.name))
+        };
+        let source = self
+            .ports
+            .connectors
+            .source(&conn(flow.source_connection_id).await?)
+            .await
+            .map_err(|e| format!("source: {e}"))?;
+        let dest = self
+            .ports
+            .connectors
+            .destination(&conn(flow.destination_connection_id).await?)
+            .await
+            .map_err(|e| format!("destination: {e}"))?;
+        self.log(
+            run,
+            "info",
+            None,
+            format!("run started ({}), {} entities", run.trigger.as_str(), flow.config.mappings.len()),
+        )
+        .await;
+        let mut drift = false;
+        for m in &flow.config.mappings {
+            if self.canceled(run).await {
+                return Ok(Outcome::Canceled);
+            }
+            let started = Instant::now();
+            let mut stats =
+                EntityStats { entity: m.source_entity.clone(), status: "running".into(), ..Default::default() };
+            let outcome = self.sync_entity(run, &flow, m, &source, &dest, &mut stats).await;
+            stats.duration_ms = started.elapsed().as_millis() as u64;
+            match outcome {
+                Ok(Outcome::Done) => {
+                    stats.status = "succeeded".into();
+                    self.log(
+                        run,
+                        "info",
+                        Some(&m.source_entity),
+                        format!("{} rows read, {} written", stats.rows_read, stats.rows_written),
+                    )
+                    .await;
+                }
+                Ok(Outcome::Drift) => {
+                    stats.status = "drift_detected".into();
+                    drift = true;
+                }
+                Ok(Outcome::Canceled) => {
+                    stats.status = "canceled".into();
+                    run.entities.push(stats);
+                    return Ok(Outcome::Canceled);
+                }
+                Err(e) => {
+                    self.log(run, "error", Some(&m.source_entity), e.clone()).await;
+                    stats.status = "failed".into();
+                    stats.error = Some(e);
+                }
+            }
+            run.entities.push(stats);
+        }
+        Ok(if drift { Outcome::Drift } else { Outcome::Done })
+    }
+
+    async fn sync_entity(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        m: &Mapping,
+        source: &Arc<dyn Source>,
+        dest: &Arc<dyn Destination>,
+        stats: &mut EntityStats,
+    ) -> Result<Outcome, String> {
+        let entity = m.source_entity.as_str();
+        // The source's fields first: the stored cursor is typed by them.
+        let probe = source
+            .read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 })
+            .await
+            .map_err(|e| e.to_string())?;
+        let source_fields = probe.fields();
+        drop(probe);
+        let incremental = m.sync_mode.incremental();
+        let cursor_idx = if incremental {
+            let c = m.cursor_field.as_deref().ok_or("the mapping names no cursor_field")?;
+            Some(
+                source_fields
+                    .iter()
+                    .position(|f| f.name == c)
+                    .ok_or_else(|| format!("the source has no cursor field '{c}'"))?,
+            )
+        } else {
+            None
+        };
+        let stored = self.ports.cursors.get(flow.id, entity).await.map_err(|e| e.to_string())?;
+        stats.cursor_before = stored.as_ref().and_then(|c| c.cursor_value.clone());
+        let mut cursor: Option<Value> = match (cursor_idx, &stats.cursor_before) {
+            (Some(i), Some(text)) => {
+                Some(parse_cursor(text, source_fields[i].field_type).map_err(|e| format!("stored cursor: {e:?}"))?)
+            }
+            _ => None,
+        };
+        let bound = cursor_idx.map(|i| CursorBound { field: source_fields[i].name.clone(), from: cursor.clone() });
+        if let Some(b) = &bound {
+            self.log(
+                run,
+                "info",
+                Some(entity),
+                match &stats.cursor_before {
+                    Some(v) => format!("reading where {} >= {v}", b.field),
+                    None => format!("reading everything (no cursor on {})", b.field),
+                },
+            )
+            .await;
+        }
+        // The destination's schema: the transformed fields, keyed as the mapping says.
+        let mut out_fields = transform::plan("transform", &m.transform, &source_fields)
+            .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
+        let keys = m.key_fields();
+        if !keys.is_empty() {
+            for f in &mut out_fields {
+                f.primary_key = keys.contains(&f.name.as_str());
+                if f.primary_key {
+                    f.nullable = false;
+                }
+            }
+        }
+        let schema = EntitySchema { name: m.destination().to_string(), fields: out_fields };
+        if m.schema_policy == SchemaPolicy::BlockOnNewColumn
+            && let Some(existing) = dest.describe(&schema.name).await.map_err(|e| e.to_string())?
+        {
+            let new: Vec<&str> =
+                schema.fields.iter().filter(|f| existing.field(&f.name).is_none()).map(|f| f.name.as_str()).collect();
+            if !new.is_empty() {
+                self.log(
+                    run,
+                    "warn",
+                    Some(entity),
+                    format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", ")),
+                )
+                .await;
+                return Ok(Outcome::Drift);
+            }
+        }
+        let key_idx: Vec<usize> =
+            schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
+        let out_cursor_idx = m.cursor_field.as_deref().and_then(|c| schema.index_of(c));
+        let mut reader = source
+            .read(ReadRequest { entity: entity.into(), cursor: bound, limit: None, batch_size: BATCH_ROWS })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut writer = dest.open(&schema, m.sync_mode.write_mode()).await.map_err(|e| e.to_string())?;
+        let mut since_checkpoint = 0u64;
+        let checkpoints = m.sync_mode != SyncMode::FullRefreshOverwrite;
+        loop {
+            let batch = match reader.next_batch().await {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(e) => {
+                    writer.abort().await;
+                    return Err(e.to_string());
+                }
+            };
+            stats.rows_read += batch.len() as u64;
+            stats.bytes += batch.approx_bytes();
+            if let Some(ci) = cursor_idx {
+                cursor = advance(cursor, &batch, ci);
+            }
+            let mut out = transform::apply(&m.transform, batch);
+            if m.sync_mode == SyncMode::IncrementalDeduped {
+                out = dedupe(out, &key_idx, out_cursor_idx);
+            }
+            since_checkpoint += out.len() as u64;
+            if let Err(e) = writer.write(&out).await {
+                writer.abort().await;
+                return Err(e.to_string());
+            }
+            if checkpoints && since_checkpoint >= CHECKPOINT_ROWS {
+                let w = writer.checkpoint().await.map_err(|e| e.to_string())?;
+                stats.rows_written = w.rows_written;
+                // The destination holds everything read so far: the cursor may advance.
+                self.store_cursor(flow, m, &cursor).await?;
+                stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+                since_checkpoint = 0;
+                if self.canceled(run).await {
+                    writer.abort().await;
+                    self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into())
+                        .await;
+                    return Ok(Outcome::Canceled);
+                }
+            }
+        }
+        let w = writer.finish().await.map_err(|e| e.to_string())?;
+        stats.rows_written = w.rows_written;
+        if incremental {
+            self.store_cursor(flow, m, &cursor).await?;
+        }
+        stats.cursor_after = if incremental { cursor.as_ref().and_then(cursor_text) } else { None };
+        Ok(Outcome::Done)
+    }
+
+    async fn store_cursor(&self, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), String> {
+        let Some(v) = cursor else { return Ok(()) };
+        let c = Cursor {
+            entity: m.source_entity.clone(),
+            cursor_field: m.cursor_field.clone(),
+            cursor_value: cursor_text(v),
+            updated_at: self.now(),
+        };
+        self.ports.cursors.set(flow.id, &c, None).await.map_err(|e| e.to_string())
+    }
+}

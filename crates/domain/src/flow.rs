@@ -1,0 +1,452 @@
+//! Flows, runs and cursors: the models, their validation rules (cron
+//! schedules, mappings, dependency cycles), and the ports that store them.
+
+use crate::audit::AuditEntry;
+use crate::ids::{ConnectionId, FlowId, OrgId, RunId};
+use crate::page::{Page, PageRequest};
+use crate::sync::SyncMode;
+use crate::transform::Step;
+use crate::{Error, FieldError, Result};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaPolicy {
+    #[default]
+    AllowAll,
+    BlockOnNewColumn,
+}
+
+/// One synchronized entity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mapping {
+    pub source_entity: String,
+    /// Defaults to the source entity's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest_entity: Option<String>,
+    pub sync_mode: SyncMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor_field: Option<String>,
+    /// One field, or several separated by commas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transform: Vec<Step>,
+    #[serde(default)]
+    pub schema_policy: SchemaPolicy,
+}
+
+impl Mapping {
+    pub fn destination(&self) -> &str {
+        self.dest_entity.as_deref().unwrap_or(&self.source_entity)
+    }
+
+    pub fn key_fields(&self) -> Vec<&str> {
+        self.primary_key
+            .as_deref()
+            .map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DependsOn {
+    Success,
+    Failure,
+    Completion,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    /// An upstream flow's id or name.
+    pub flow: String,
+    pub on: DependsOn,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowConfig {
+    pub mappings: Vec<Mapping>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowStatus {
+    Active,
+    Paused,
+}
+
+impl FlowStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowStatus::Active => "active",
+            FlowStatus::Paused => "paused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(FlowStatus::Active),
+            "paused" => Some(FlowStatus::Paused),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flow {
+    pub id: FlowId,
+    pub org_id: OrgId,
+    pub name: String,
+    pub source_connection_id: ConnectionId,
+    pub destination_connection_id: ConnectionId,
+    pub schedule: Option<String>,
+    pub config: FlowConfig,
+    pub status: FlowStatus,
+    pub next_run_at: Option<OffsetDateTime>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+/// Parses a five-field cron expression (minute hour day-of-month month
+/// day-of-week), UTC.
+pub fn parse_cron(expr: &str) -> std::result::Result<croner::Cron, String> {
+    use croner::parser::{CronParser, Seconds, Year};
+    if expr.split_whitespace().count() != 5 {
+        return Err("must have five fields: minute hour day-of-month month day-of-week".into());
+    }
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+        .parse(expr)
+        .map_err(|e| e.to_string())
+}
+
+/// The first time `expr` matches strictly after `after` (UTC).
+pub fn next_run(expr: &str, after: OffsetDateTime) -> Option<OffsetDateTime> {
+    let cron = parse_cron(expr).ok()?;
+    let start = chrono::DateTime::<chrono::Utc>::from_timestamp(after.unix_timestamp(), 0)?;
+    let next = cron.find_next_occurrence(&start, false).ok()?;
+    OffsetDateTime::from_unix_timestamp(next.timestamp()).ok()
+}
+
+/// Checks a flow's config on its own: mappings present, names unique,
+/// each mode's fields named, transforms parsable.
+pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if config.mappings.is_empty() {
+        errors.push(FieldError::new("config.mappings", "must hold at least one mapping"));
+    }
+    let mut dests = BTreeSet::new();
+    for (i, m) in config.mappings.iter().enumerate() {
+        let path = format!("config.mappings[{i}]");
+        if m.source_entity.trim().is_empty() {
+            errors.push(FieldError::new(format!("{path}.source_entity"), "is required"));
+        }
+        if !dests.insert(m.destination().to_string()) {
+            errors.push(FieldError::new(
+                format!("{path}.dest_entity"),
+                format!("'{}' is written by another mapping", m.destination()),
+            ));
+        }
+        errors.extend(crate::sync::check_mapping(
+            &path,
+            m.sync_mode,
+            m.cursor_field.as_deref(),
+            m.primary_key.as_deref(),
+            None,
+        ));
+    }
+    errors
+}
+
+/// A cycle in the dependency graph (`edges`: flow → its upstream flows),
+/// as the path of flow names that closes it.
+pub fn find_cycle(edges: &BTreeMap<FlowId, Vec<FlowId>>, names: &BTreeMap<FlowId, String>) -> Option<Vec<String>> {
+    fn visit(
+        n: FlowId,
+        edges: &BTreeMap<FlowId, Vec<FlowId>>,
+        state: &mut BTreeMap<FlowId, u8>,
+        stack: &mut Vec<FlowId>,
+    ) -> Option<Vec<FlowId>> {
+        state.insert(n, 1);
+        stack.push(n);
+        for m in edges.get(&n).into_iter().flatten() {
+            match state.get(m).copied().unwrap_or(0) {
+                1 => {
+                    let start = stack.iter().position(|x| x == m).unwrap_or(0);
+                    let mut cycle = stack[start..].to_vec();
+                    cycle.push(*m);
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(c) = visit(*m, edges, state, stack) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(n, 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in edges.keys() {
+        if state.get(n).copied().unwrap_or(0) == 0 {
+            let mut stack = Vec::new();
+            if let Some(c) = visit(*n, edges, &mut state, &mut stack) {
+                return Some(
+                    c.into_iter().map(|id| names.get(&id).cloned().unwrap_or_else(|| id.to_string())).collect(),
+                );
+            }
+        }
+    }
+    None
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    Schedule,
+    Manual,
+    Upstream,
+    Api,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::Manual => "manual",
+            Trigger::Upstream => "upstream",
+            Trigger::Api => "api",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Trigger::Schedule, Trigger::Manual, Trigger::Upstream, Trigger::Api].into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+    DriftDetected,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Canceled,
+        RunStatus::DriftDetected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Canceled => "canceled",
+            RunStatus::DriftDetected => "drift_detected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        RunStatus::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub fn finished(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+/// What a run did to one entity.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EntityStats {
+    pub entity: String,
+    pub status: String,
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub bytes: u64,
+    pub cursor_before: Option<String>,
+    pub cursor_after: Option<String>,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: RunId,
+    pub org_id: OrgId,
+    pub flow_id: FlowId,
+    pub trace_id: Uuid,
+    pub trigger: Trigger,
+    pub status: RunStatus,
+    pub queued_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub finished_at: Option<OffsetDateTime>,
+    pub entities: Vec<EntityStats>,
+    pub error: Option<String>,
+    pub attempt: u32,
+    pub claimed_by: Option<String>,
+    pub heartbeat_at: Option<OffsetDateTime>,
+}
+
+/// One log line of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLog {
+    pub ts: OffsetDateTime,
+    pub level: String,
+    pub entity: Option<String>,
+    pub message: String,
+}
+
+/// The stored cursor of one entity of a flow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cursor {
+    pub entity: String,
+    pub cursor_field: Option<String>,
+    pub cursor_value: Option<String>,
+    pub updated_at: OffsetDateTime,
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait FlowRepository: Send + Sync {
+    /// # Errors
+    /// `Conflict` when the name is taken.
+    async fn create(&self, flow: &Flow, audit: &AuditEntry) -> Result<()>;
+    async fn get(&self, org: OrgId, id: FlowId) -> Result<Option<Flow>>;
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Flow>>;
+    async fn list(&self, org: OrgId, status: Option<FlowStatus>, page: PageRequest) -> Result<Page<Flow>>;
+    /// Every flow of the organization (dependency checks, topology).
+    async fn all(&self, org: OrgId) -> Result<Vec<Flow>>;
+    async fn update(&self, flow: &Flow, audit: &AuditEntry) -> Result<()>;
+    /// Deletes the flow with its runs, logs and cursors.
+    async fn delete(&self, org: OrgId, id: FlowId, audit: &AuditEntry) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait RunRepository: Send + Sync {
+    async fn enqueue(&self, run: &Run) -> Result<()>;
+    /// Claims the oldest queued run whose flow has no running run: it
+    /// becomes `running`, held by `worker` with a heartbeat at `now`.
+    /// Atomic: two workers never claim one run.
+    async fn claim(&self, worker: &str, now: OffsetDateTime) -> Result<Option<Run>>;
+    /// Renews the lease; `false` when the run is no longer held by `worker`.
+    async fn heartbeat(&self, id: RunId, worker: &str, now: OffsetDateTime) -> Result<bool>;
+    /// Stores the run's status, stats, error and finish time.
+    async fn save(&self, run: &Run) -> Result<()>;
+    async fn get(&self, org: OrgId, id: RunId) -> Result<Option<Run>>;
+    /// The current status of a run (cancellation checks).
+    async fn status(&self, id: RunId) -> Result<Option<RunStatus>>;
+    async fn list_for_flow(
+        &self,
+        org: OrgId,
+        flow: FlowId,
+        status: Option<RunStatus>,
+        page: PageRequest,
+    ) -> Result<Page<Run>>;
+    async fn running_for_flow(&self, flow: FlowId) -> Result<bool>;
+    async fn log(&self, run: RunId, line: &RunLog) -> Result<()>;
+    async fn logs(&self, run: RunId) -> Result<Vec<RunLog>>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait CursorRepository: Send + Sync {
+    async fn list(&self, flow: FlowId) -> Result<Vec<Cursor>>;
+    async fn get(&self, flow: FlowId, entity: &str) -> Result<Option<Cursor>>;
+    /// Stores a cursor; with `audit`, in the same transaction.
+    async fn set(&self, flow: FlowId, cursor: &Cursor, audit: Option<AuditEntry>) -> Result<()>;
+    async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()>;
+}
+
+/// Checks a cron expression as a validation error on `schedule`.
+pub fn check_schedule(schedule: Option<&str>) -> std::result::Result<(), Error> {
+    match schedule {
+        Some(s) => parse_cron(s)
+            .map(|_| ())
+            .map_err(|m| Error::invalid("schedule", format!("'{s}' is not a valid cron expression: {m}"))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn five_field_cron_expressions_are_accepted_and_others_refused() {
+        assert!(parse_cron("*/15 * * * *").is_ok());
+        assert!(parse_cron("0 3 * * 1-5").is_ok());
+        for bad in ["* * * *", "0 */15 * * * *", "61 * * * *", "every hour", ""] {
+            assert!(parse_cron(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_next_run_is_strictly_after() {
+        assert_eq!(next_run("*/15 * * * *", datetime!(2026-01-01 10:07:30 UTC)), Some(datetime!(2026-01-01 10:15 UTC)));
+        assert_eq!(next_run("*/15 * * * *", datetime!(2026-01-01 10:15 UTC)), Some(datetime!(2026-01-01 10:30 UTC)));
+        assert_eq!(next_run("0 3 * * *", datetime!(2026-01-01 04:00 UTC)), Some(datetime!(2026-01-02 03:00 UTC)));
+    }
+
+    #[test]
+    fn a_dependency_cycle_is_named() {
+        let (a, b, c) = (FlowId::new(), FlowId::new(), FlowId::new());
+        let names: BTreeMap<FlowId, String> = [(a, "a".to_string()), (b, "b".to_string()), (c, "c".to_string())].into();
+        let mut edges: BTreeMap<FlowId, Vec<FlowId>> = [(a, vec![b]), (b, vec![c]), (c, vec![])].into();
+        assert_eq!(find_cycle(&edges, &names), None);
+        edges.insert(c, vec![a]);
+        let cycle = find_cycle(&edges, &names).unwrap();
+        assert_eq!(cycle.first(), cycle.last());
+        assert_eq!(cycle.len(), 4);
+        edges.insert(c, vec![c]);
+        assert_eq!(find_cycle(&edges, &names).unwrap(), ["c", "c"]);
+    }
+
+    #[test]
+    fn configs_name_every_problem() {
+        let config: FlowConfig = serde_json::from_value(serde_json::json!({"mappings": [
+            {"source_entity": "orders", "sync_mode": "incremental_deduped"},
+            {"source_entity": "users", "dest_entity": "orders", "sync_mode": "full_refresh_overwrite"}
+        ]}))
+        .unwrap();
+        let fields: Vec<String> = check_config(&config).into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            ["config.mappings[0].cursor_field", "config.mappings[0].primary_key", "config.mappings[1].dest_entity"]
+        );
+        assert!(!check_config(&FlowConfig::default()).is_empty());
+        assert!(
+            serde_json::from_value::<FlowConfig>(
+                serde_json::json!({"mappings": [{"source_entity": "x", "sync_mode": "sometimes"}]})
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,438 @@
+//! Use cases of flows: CRUD with validation against the connections and
+//! the source's schema, manual runs, run history and logs, and cursors
+//! (read, set, reset, audit-logged).
+
+use crate::audit::AuditEntry;
+use crate::connector::{EntitySchema, ReadRequest};
+use crate::flow::*;
+use crate::identity::{Permission, Principal};
+use crate::ids::{ConnectionId, FlowId, OrgId, RunId};
+use crate::integration::Connection;
+use crate::page::{Page, PageRequest};
+use crate::service::Sluice;
+use crate::sync::{check_mapping, parse_cursor};
+use crate::user::validate_name;
+use crate::{Error, FieldError, Result};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// A flow to create; connections are named by id.
+#[derive(Debug, Clone)]
+pub struct NewFlow {
+    pub name: String,
+    pub source_connection_id: ConnectionId,
+    pub destination_connection_id: ConnectionId,
+    pub schedule: Option<String>,
+    pub config: FlowConfig,
+    pub status: FlowStatus,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FlowUpdate {
+    pub name: Option<String>,
+    pub source_connection_id: Option<ConnectionId>,
+    pub destination_connection_id: Option<ConnectionId>,
+    /// `Some(None)` removes the schedule.
+    pub schedule: Option<Option<String>>,
+    pub config: Option<FlowConfig>,
+    pub status: Option<FlowStatus>,
+}
+
+fn flow_json(f: &Flow) -> Value {
+    json!({
+        "name": f.name,
+        "source_connection_id": f.source_connection_id,
+        "destination_connection_id": f.destination_connection_id,
+        "schedule": f.schedule,
+        "status": f.status.as_str(),
+        "config": f.config,
+    })
+}
+
+impl Sluice {
+    pub async fn list_flows(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        status: Option<FlowStatus>,
+        page: PageRequest,
+    ) -> Result<Page<Flow>> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.flows.list(org, status, page).await
+    }
+
+    pub async fn get_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Flow> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))
+    }
+
+    /// A flow by id or name.
+    pub async fn find_flow(&self, org: OrgId, id_or_name: &str) -> Result<Option<Flow>> {
+        if let Ok(id) = id_or_name.parse::<FlowId>()
+            && let Some(f) = self.ports.flows.get(org, id).await?
+        {
+            return Ok(Some(f));
+        }
+        self.ports.flows.find_by_name(org, id_or_name).await
+    }
+
+    /// The source's schema of each mapped entity, when the source answers
+    /// (validation is then exact; otherwise only what can be checked offline).
+    async fn source_schemas(&self, source: &Connection, config: &FlowConfig) -> Option<BTreeMap<String, EntitySchema>> {
+        let cfg = self.resolve_connection(source).await.ok()?;
+        let src = self.ports.connectors.source(&cfg).await.ok()?;
+        src.check().await.ok()?;
+        let mut out = BTreeMap::new();
+        for m in &config.mappings {
+            if let Ok(r) = src
+                .read(ReadRequest { entity: m.source_entity.clone(), cursor: None, limit: Some(0), batch_size: 1 })
+                .await
+            {
+                out.insert(
+                    m.source_entity.clone(),
+                    EntitySchema { name: m.source_entity.clone(), fields: r.fields().as_ref().clone() },
+                );
+            }
+        }
+        Some(out)
+    }
+
+    /// Validates a flow against its connections, the source's schema and
+    /// the other flows of the organization; normalizes `depends_on` to ids.
+    async fn validate_flow(&self, flow: &mut Flow) -> Result<()> {
+        let mut errors: Vec<FieldError> = Vec::new();
+        if let Err(Error::Validation(f)) = validate_name("name", &flow.name) {
+            errors.extend(f);
+        }
+        if let Err(Error::Validation(f)) = check_schedule(flow.schedule.as_deref()) {
+            errors.extend(f);
+        }
+        errors.extend(check_config(&flow.config));
+        let source = self.ports.connections.get(flow.org_id, flow.source_connection_id).await?;
+        let dest = self.ports.connections.get(flow.org_id, flow.destination_connection_id).await?;
+        match &source {
+            None => errors.push(FieldError::new("source_connection_id", "no such connection in this organization")),
+            Some(c) if !c.capability.reads() => {
+                errors.push(FieldError::new("source_connection_id", format!("'{}' is a destination only", c.name)))
+            }
+            _ => {}
+        }
+        match &dest {
+            None => {
+                errors.push(FieldError::new("destination_connection_id", "no such connection in this organization"))
+            }
+            Some(c) if !c.capability.writes() => {
+                errors.push(FieldError::new("destination_connection_id", format!("'{}' is a source only", c.name)))
+            }
+            _ => {}
+        }
+        if let Some(src) = source.as_ref().filter(|c| c.capability.reads())
+            && let Some(schemas) = self.source_schemas(src, &flow.config).await
+        {
+            for (i, m) in flow.config.mappings.iter().enumerate() {
+                let path = format!("config.mappings[{i}]");
+                match schemas.get(&m.source_entity) {
+                    None => errors.push(FieldError::new(
+                        format!("{path}.source_entity"),
+                        format!("'{}' does not exist in '{}'", m.source_entity, src.name),
+                    )),
+                    Some(s) => {
+                        errors.extend(check_mapping(
+                            &path,
+                            m.sync_mode,
+                            m.cursor_field.as_deref(),
+                            m.primary_key.as_deref(),
+                            Some(s),
+                        ));
+                        if let Err(f) = crate::transform::plan(&format!("{path}.transform"), &m.transform, &s.fields) {
+                            errors.extend(f);
+                        }
+                    }
+                }
+            }
+        }
+        // Dependencies: resolve ids or names, and refuse cycles.
+        let all = self.ports.flows.all(flow.org_id).await?;
+        let mut names: BTreeMap<FlowId, String> = all.iter().map(|f| (f.id, f.name.clone())).collect();
+        names.insert(flow.id, flow.name.clone());
+        let mut edges: BTreeMap<FlowId, Vec<FlowId>> =
+            all.iter().filter(|f| f.id != flow.id).map(|f| (f.id, upstream_ids(f))).collect();
+        let mut mine = Vec::new();
+        for (i, d) in flow.config.depends_on.iter_mut().enumerate() {
+            let found = all.iter().find(|f| f.id.to_string() == d.flow || f.name == d.flow);
+            match found {
+                Some(f) if f.id == flow.id => errors
+                    .push(FieldError::new(format!("config.depends_on[{i}].flow"), "a flow cannot depend on itself")),
+                Some(f) => {
+                    d.flow = f.id.to_string();
+                    mine.push(f.id);
+                }
+                None => errors.push(FieldError::new(
+                    format!("config.depends_on[{i}].flow"),
+                    format!("no flow '{}' in this organization", d.flow),
+                )),
+            }
+        }
+        edges.insert(flow.id, mine);
+        if let Some(cycle) = find_cycle(&edges, &names) {
+            errors.push(FieldError::new("config.depends_on", format!("creates a cycle: {}", cycle.join(" → "))));
+        }
+        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
+    }
+
+    fn schedule_next(&self, f: &mut Flow) {
+        f.next_run_at = match (&f.schedule, f.status) {
+            (Some(s), FlowStatus::Active) => next_run(s, self.now()),
+            _ => None,
+        };
+    }
+
+    pub async fn create_flow(&self, p: &Principal, org: OrgId, new: NewFlow) -> Result<Flow> {
+        self.access(p, org, Permission::Write).await?;
+        let now = self.now();
+        let mut f = Flow {
+            id: FlowId::new(),
+            org_id: org,
+            name: new.name.trim().to_string(),
+            source_connection_id: new.source_connection_id,
+            destination_connection_id: new.destination_connection_id,
+            schedule: new.schedule,
+            config: new.config,
+            status: new.status,
+            next_run_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        self.validate_flow(&mut f).await?;
+        self.schedule_next(&mut f);
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.created", "flow", f.id, now)
+            .with_change(Value::Null, flow_json(&f));
+        self.ports.flows.create(&f, &audit).await.map_err(|e| match e {
+            Error::Conflict { code: "conflict", .. } => {
+                Error::conflict(format!("a flow named '{}' already exists", f.name))
+            }
+            other => other,
+        })?;
+        Ok(f)
+    }
+
+    pub async fn update_flow(&self, p: &Principal, org: OrgId, id: FlowId, u: FlowUpdate) -> Result<Flow> {
+        self.access(p, org, Permission::Write).await?;
+        let before = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let mut after = before.clone();
+        if let Some(n) = u.name {
+            after.name = n.trim().to_string();
+        }
+        if let Some(s) = u.source_connection_id {
+            after.source_connection_id = s;
+        }
+        if let Some(d) = u.destination_connection_id {
+            after.destination_connection_id = d;
+        }
+        if let Some(s) = u.schedule {
+            after.schedule = s;
+        }
+        if let Some(c) = u.config {
+            after.config = c;
+        }
+        if let Some(s) = u.status {
+            after.status = s;
+        }
+        self.validate_flow(&mut after).await?;
+        self.schedule_next(&mut after);
+        if after.name == before.name
+            && after.schedule == before.schedule
+            && after.config == before.config
+            && after.status == before.status
+            && after.source_connection_id == before.source_connection_id
+            && after.destination_connection_id == before.destination_connection_id
+        {
+            return Ok(before);
+        }
+        after.updated_at = self.now();
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.updated", "flow", id, after.updated_at)
+            .with_change(flow_json(&before), flow_json(&after));
+        self.ports.flows.update(&after, &audit).await.map_err(|e| match e {
+            Error::Conflict { code: "conflict", .. } => {
+                Error::conflict(format!("a flow named '{}' already exists", after.name))
+            }
+            other => other,
+        })?;
+        Ok(after)
+    }
+
+    pub async fn delete_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<()> {
+        self.access(p, org, Permission::Write).await?;
+        let before = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        if self.ports.runs.running_for_flow(id).await? {
+            return Err(Error::Conflict {
+                code: "run_in_progress",
+                message: "a run of this flow is executing; cancel it first".into(),
+            });
+        }
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.deleted", "flow", id, self.now())
+            .with_change(flow_json(&before), Value::Null);
+        self.ports.flows.delete(org, id, &audit).await
+    }
+
+    /// Queues a run of the flow (202).
+    pub async fn trigger_run(&self, p: &Principal, org: OrgId, id: FlowId, trigger: Trigger) -> Result<Run> {
+        self.access(p, org, Permission::Write).await?;
+        let f = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let run = self.queue_run(&f, trigger, Uuid::now_v7()).await?;
+        let audit = AuditEntry::new(Some(org), p.actor(), "run.triggered", "run", run.id, run.queued_at)
+            .with_details(json!({"flow_id": f.id, "trigger": trigger.as_str()}));
+        self.ports.audit.append(&audit).await?;
+        Ok(run)
+    }
+
+    /// Queues a run in trace `trace_id`.
+    pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
+        let run = Run {
+            id: RunId::new(),
+            org_id: f.org_id,
+            flow_id: f.id,
+            trace_id,
+            trigger,
+            status: RunStatus::Queued,
+            queued_at: self.now(),
+            started_at: None,
+            finished_at: None,
+            entities: Vec::new(),
+            error: None,
+            attempt: 1,
+            claimed_by: None,
+            heartbeat_at: None,
+        };
+        self.ports.runs.enqueue(&run).await?;
+        Ok(run)
+    }
+
+    pub async fn list_runs(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        flow: FlowId,
+        status: Option<RunStatus>,
+        page: PageRequest,
+    ) -> Result<Page<Run>> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.flows.get(org, flow).await?.ok_or(Error::not_found("flow"))?;
+        self.ports.runs.list_for_flow(org, flow, status, page).await
+    }
+
+    pub async fn get_run(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Run> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))
+    }
+
+    pub async fn run_logs(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Vec<RunLog>> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
+        self.ports.runs.logs(id).await
+    }
+
+    /// Cancels a queued run at once, or asks a running one to stop at its
+    /// next batch.
+    pub async fn cancel_run(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Run> {
+        self.access(p, org, Permission::Write).await?;
+        let mut run = self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
+        if run.status.finished() {
+            return Err(Error::Conflict {
+                code: "run_finished",
+                message: format!("the run already ended as {}", run.status.as_str()),
+            });
+        }
+        run.status = RunStatus::Canceled;
+        run.finished_at = Some(self.now());
+        run.error = Some("canceled".into());
+        self.ports.runs.save(&run).await?;
+        let audit = AuditEntry::new(Some(org), p.actor(), "run.canceled", "run", id, self.now())
+            .with_details(json!({"flow_id": run.flow_id}));
+        self.ports.audit.append(&audit).await?;
+        Ok(run)
+    }
+
+    /// The cursor of every mapped entity (null where none is stored).
+    pub async fn flow_state(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
+        self.access(p, org, Permission::Read).await?;
+        let f = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let stored = self.ports.cursors.list(id).await?;
+        Ok(f.config
+            .mappings
+            .iter()
+            .map(|m| {
+                stored.iter().find(|c| c.entity == m.source_entity).cloned().unwrap_or(Cursor {
+                    entity: m.source_entity.clone(),
+                    cursor_field: m.cursor_field.clone(),
+                    cursor_value: None,
+                    updated_at: f.updated_at,
+                })
+            })
+            .collect())
+    }
+
+    async fn mapping_for(&self, org: OrgId, id: FlowId, entity: &str) -> Result<(Flow, Mapping)> {
+        let f = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let m =
+            f.config.mappings.iter().find(|m| m.source_entity == entity).cloned().ok_or(Error::not_found("entity"))?;
+        if self.ports.runs.running_for_flow(id).await? {
+            return Err(Error::Conflict {
+                code: "run_in_progress",
+                message: "a run of this flow is executing; try again when it ends".into(),
+            });
+        }
+        Ok((f, m))
+    }
+
+    /// Sets an entity's cursor; the value must parse as the cursor column's type.
+    pub async fn set_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str, value: &str) -> Result<Cursor> {
+        self.access(p, org, Permission::Write).await?;
+        let (f, m) = self.mapping_for(org, id, entity).await?;
+        let field = m.cursor_field.clone().ok_or_else(|| Error::Unprocessable {
+            code: "no_cursor",
+            message: format!("'{entity}' syncs in {} mode, which keeps no cursor", m.sync_mode.as_str()),
+        })?;
+        let source =
+            self.ports.connections.get(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
+        let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
+            code: "source_unreachable",
+            message: "the source cannot be reached to check the cursor's type".into(),
+        })?;
+        let t = schemas.get(entity).and_then(|s| s.field(&field)).map(|x| x.field_type).ok_or_else(|| {
+            Error::Unprocessable {
+                code: "cursor_field_missing",
+                message: format!("the source has no field '{field}' in '{entity}'"),
+            }
+        })?;
+        let parsed = parse_cursor(value, t)?;
+        let old = self.ports.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
+        let cursor = Cursor {
+            entity: entity.to_string(),
+            cursor_field: Some(field),
+            cursor_value: crate::sync::cursor_text(&parsed),
+            updated_at: self.now(),
+        };
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.updated", "flow", id, cursor.updated_at)
+            .with_details(json!({"entity": entity, "old_value": old, "new_value": cursor.cursor_value}));
+        self.ports.cursors.set(id, &cursor, Some(audit)).await?;
+        Ok(cursor)
+    }
+
+    /// Clears an entity's cursor: the next run reads everything; the
+    /// destination is not truncated.
+    pub async fn reset_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str) -> Result<()> {
+        self.access(p, org, Permission::Write).await?;
+        self.mapping_for(org, id, entity).await?;
+        let old = self.ports.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.reset", "flow", id, self.now())
+            .with_details(json!({"entity": entity, "old_value": old, "new_value": null}));
+        self.ports.cursors.clear(id, entity, &audit).await
+    }
+}
+
+/// The ids of a flow's upstream flows (as normalized on save).
+pub fn upstream_ids(f: &Flow) -> Vec<FlowId> {
+    f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).collect()
+}

@@ -1,0 +1,499 @@
+//! Flows, runs, run logs and cursors.
+
+use super::created;
+use crate::AppState;
+use crate::dto::ListResponse;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::Caller;
+use actix_web::web::{Data, Json, Path, Query};
+use actix_web::{HttpResponse, delete, get, patch, post, put};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sluice_domain::FieldError;
+use sluice_domain::flow::{Cursor, EntityStats, Flow, FlowConfig, FlowStatus, Run, RunLog, RunStatus, Trigger};
+use sluice_domain::flows::{FlowUpdate, NewFlow};
+use sluice_domain::ids::{ConnectionId, FlowId, OrgId, RunId};
+use sluice_domain::page::PageRequest;
+use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFlowBody {
+    pub name: String,
+    pub source_connection_id: Uuid,
+    pub destination_connection_id: Uuid,
+    /// Five-field cron expression (UTC), or null for manual runs only.
+    pub schedule: Option<String>,
+    /// `{mappings: [{source_entity, dest_entity?, sync_mode, cursor_field?, primary_key?, transform?, schema_policy?}], depends_on?: [{flow, on}]}`
+    #[schema(value_type = Object)]
+    pub config: FlowConfig,
+    /// `active` (default) or `paused`.
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateFlowBody {
+    pub name: Option<String>,
+    pub source_connection_id: Option<Uuid>,
+    pub destination_connection_id: Option<Uuid>,
+    /// A cron expression, or null to remove the schedule.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub schedule: Option<Value>,
+    #[schema(value_type = Object)]
+    pub config: Option<FlowConfig>,
+    pub status: Option<String>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn status_of(s: Option<&str>) -> Result<Option<FlowStatus>, ApiError> {
+    match s {
+        None => Ok(None),
+        Some(x) => FlowStatus::parse(x)
+            .map(Some)
+            .ok_or_else(|| ApiError::validation(vec![FieldError::new("status", "must be active or paused")])),
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunResponse {
+    pub id: Uuid,
+    pub flow_id: Uuid,
+    pub trace_id: Uuid,
+    /// `schedule`, `manual`, `upstream` or `api`.
+    pub trigger: String,
+    /// `queued`, `running`, `succeeded`, `failed`, `canceled` or `drift_detected`.
+    pub status: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub queued_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// Per entity: rows_read, rows_written, bytes, cursor_before, cursor_after, duration_ms, status.
+    #[schema(value_type = Vec<Object>)]
+    pub entities: Vec<EntityStats>,
+    pub error: Option<String>,
+}
+
+impl From<Run> for RunResponse {
+    fn from(r: Run) -> Self {
+        Self {
+            id: r.id.as_uuid(),
+            flow_id: r.flow_id.as_uuid(),
+            trace_id: r.trace_id,
+            trigger: r.trigger.as_str().into(),
+            status: r.status.as_str().into(),
+            queued_at: r.queued_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            entities: r.entities,
+            error: r.error,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FlowResponse {
+    pub id: Uuid,
+    pub name: String,
+    pub source_connection_id: Uuid,
+    pub destination_connection_id: Uuid,
+    pub schedule: Option<String>,
+    #[schema(value_type = Object)]
+    pub config: FlowConfig,
+    /// `active` or `paused`.
+    pub status: String,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub next_run_at: Option<OffsetDateTime>,
+    pub last_run: Option<RunResponse>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+impl FlowResponse {
+    fn new(f: Flow, last_run: Option<Run>) -> Self {
+        Self {
+            id: f.id.as_uuid(),
+            name: f.name,
+            source_connection_id: f.source_connection_id.as_uuid(),
+            destination_connection_id: f.destination_connection_id.as_uuid(),
+            schedule: f.schedule,
+            config: f.config,
+            status: f.status.as_str().into(),
+            next_run_at: f.next_run_at,
+            last_run: last_run.map(Into::into),
+            created_at: f.created_at,
+            updated_at: f.updated_at,
+        }
+    }
+}
+
+async fn last_run(state: &AppState, caller: &Caller, org: OrgId, flow: FlowId) -> ApiResult<Option<Run>> {
+    let page =
+        state.sluice.list_runs(&caller.principal, org, flow, None, PageRequest { limit: 1, after: None }).await?;
+    Ok(page.items.into_iter().next())
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FlowQuery {
+    /// `active` or `paused`.
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// Flows of an organization, newest first.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), FlowQuery), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = ListResponse<FlowResponse>), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows")]
+pub async fn list(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<Uuid>,
+    q: Query<FlowQuery>,
+) -> ApiResult<Json<ListResponse<FlowResponse>>> {
+    let org = OrgId::from(*path);
+    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let flows = state.sluice.list_flows(&caller.principal, org, status_of(q.status.as_deref())?, page).await?;
+    let mut data = Vec::with_capacity(flows.items.len());
+    for f in flows.items {
+        let last = last_run(&state, &caller, org, f.id).await?;
+        data.push(FlowResponse::new(f, last));
+    }
+    Ok(Json(ListResponse { data, next_cursor: flows.next_cursor }))
+}
+
+/// Creates a flow (Editor), validated against its connections and the source's schema.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])), request_body = CreateFlowBody,
+    responses((status = 201, body = FlowResponse), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[post("/organizations/{orgId}/flows")]
+pub async fn create(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<Uuid>,
+    body: Json<CreateFlowBody>,
+) -> ApiResult<HttpResponse> {
+    let org = OrgId::from(*path);
+    let b = body.into_inner();
+    let f = state
+        .sluice
+        .create_flow(
+            &caller.principal,
+            org,
+            NewFlow {
+                name: b.name,
+                source_connection_id: ConnectionId::from(b.source_connection_id),
+                destination_connection_id: ConnectionId::from(b.destination_connection_id),
+                schedule: b.schedule,
+                config: b.config,
+                status: status_of(b.status.as_deref())?.unwrap_or(FlowStatus::Active),
+            },
+        )
+        .await?;
+    let id = f.id;
+    Ok(created(format!("/v1/organizations/{org}/flows/{id}"), &FlowResponse::new(f, None)))
+}
+
+/// One flow with its last run.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = FlowResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows/{flowId}")]
+pub async fn get(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<FlowResponse>> {
+    let (org, id) = path.into_inner();
+    let f = state.sluice.get_flow(&caller.principal, org.into(), FlowId::from(id)).await?;
+    let last = last_run(&state, &caller, org.into(), f.id).await?;
+    Ok(Json(FlowResponse::new(f, last)))
+}
+
+/// Changes a flow (Editor).
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    request_body = UpdateFlowBody, responses((status = 200, body = FlowResponse), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[patch("/organizations/{orgId}/flows/{flowId}")]
+pub async fn update(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+    body: Json<UpdateFlowBody>,
+) -> ApiResult<Json<FlowResponse>> {
+    let (org, id) = path.into_inner();
+    let b = body.into_inner();
+    let schedule = match b.schedule {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::String(s)) => Some(Some(s)),
+        Some(_) => {
+            return Err(ApiError::validation(vec![FieldError::new("schedule", "must be a cron expression or null")]));
+        }
+    };
+    let f = state
+        .sluice
+        .update_flow(
+            &caller.principal,
+            org.into(),
+            FlowId::from(id),
+            FlowUpdate {
+                name: b.name,
+                source_connection_id: b.source_connection_id.map(Into::into),
+                destination_connection_id: b.destination_connection_id.map(Into::into),
+                schedule,
+                config: b.config,
+                status: status_of(b.status.as_deref())?,
+            },
+        )
+        .await?;
+    let last = last_run(&state, &caller, org.into(), f.id).await?;
+    Ok(Json(FlowResponse::new(f, last)))
+}
+
+/// Deletes a flow with its runs and cursors (Editor); the destination's data stays.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[delete("/organizations/{orgId}/flows/{flowId}")]
+pub async fn remove(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
+    let (org, id) = path.into_inner();
+    state.sluice.delete_flow(&caller.principal, org.into(), FlowId::from(id)).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Queues a run (Editor): 202 with the run, which a worker then executes.
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 202, body = RunResponse), (status = 404, body = ErrorBody)))]
+#[post("/organizations/{orgId}/flows/{flowId}/run")]
+pub async fn run(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
+    let (org, id) = path.into_inner();
+    let trigger = if caller.claims.is_some() { Trigger::Manual } else { Trigger::Api };
+    let r = state.sluice.trigger_run(&caller.principal, org.into(), FlowId::from(id), trigger).await?;
+    let rid = r.id;
+    Ok(HttpResponse::Accepted()
+        .insert_header((actix_web::http::header::LOCATION, format!("/v1/organizations/{org}/runs/{rid}")))
+        .json(RunResponse::from(r)))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunQuery {
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// Run history of a flow, newest first.
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path), RunQuery), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = ListResponse<RunResponse>), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows/{flowId}/runs")]
+pub async fn runs(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+    q: Query<RunQuery>,
+) -> ApiResult<Json<ListResponse<RunResponse>>> {
+    let (org, id) = path.into_inner();
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(
+            RunStatus::parse(s)
+                .ok_or_else(|| ApiError::validation(vec![FieldError::new("status", "is not a run status")]))?,
+        ),
+    };
+    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let p = state.sluice.list_runs(&caller.principal, org.into(), FlowId::from(id), status, page).await?;
+    Ok(Json(ListResponse::from_page(p, Into::into)))
+}
+
+/// One run with its per-entity stats.
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("runId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = RunResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/runs/{runId}")]
+pub async fn get_run(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<RunResponse>> {
+    let (org, id) = path.into_inner();
+    Ok(Json(state.sluice.get_run(&caller.principal, org.into(), RunId::from(id)).await?.into()))
+}
+
+/// Cancels a queued or running run (Editor); a running one stops at its next checkpoint.
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("runId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = RunResponse), (status = 404, body = ErrorBody), (status = 409, description = "already finished", body = ErrorBody)))]
+#[post("/organizations/{orgId}/runs/{runId}/cancel")]
+pub async fn cancel(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<RunResponse>> {
+    let (org, id) = path.into_inner();
+    Ok(Json(state.sluice.cancel_run(&caller.principal, org.into(), RunId::from(id)).await?.into()))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogLine {
+    #[serde(with = "time::serde::rfc3339")]
+    pub ts: OffsetDateTime,
+    pub level: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entity: Option<String>,
+    pub message: String,
+}
+
+impl From<RunLog> for LogLine {
+    fn from(l: RunLog) -> Self {
+        Self { ts: l.ts, level: l.level, entity: l.entity, message: l.message }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogsResponse {
+    pub run_id: Uuid,
+    pub data: Vec<LogLine>,
+}
+
+/// Log lines of one run, oldest first.
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("runId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/logs/{runId}")]
+pub async fn logs(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<LogsResponse>> {
+    let (org, id) = path.into_inner();
+    let lines = state.sluice.run_logs(&caller.principal, org.into(), RunId::from(id)).await?;
+    Ok(Json(LogsResponse { run_id: id, data: lines.into_iter().map(Into::into).collect() }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CursorResponse {
+    pub entity: String,
+    pub cursor_field: Option<String>,
+    pub cursor_value: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+impl From<Cursor> for CursorResponse {
+    fn from(c: Cursor) -> Self {
+        Self { entity: c.entity, cursor_field: c.cursor_field, cursor_value: c.cursor_value, updated_at: c.updated_at }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateResponse {
+    pub flow_id: Uuid,
+    pub data: Vec<CursorResponse>,
+}
+
+/// The cursor of every entity of the flow (null where none is stored).
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = StateResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows/{flowId}/state")]
+pub async fn get_state(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+) -> ApiResult<Json<StateResponse>> {
+    let (org, id) = path.into_inner();
+    let cursors = state.sluice.flow_state(&caller.principal, org.into(), FlowId::from(id)).await?;
+    Ok(Json(StateResponse { flow_id: id, data: cursors.into_iter().map(Into::into).collect() }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetCursorBody {
+    /// ISO 8601 for a timestamp cursor, an integer for an id.
+    pub cursor_value: String,
+}
+
+/// Sets an entity's cursor (Editor; audit-logged). The next run reads records at or past it.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path), ("entity" = String, Path)), security(("bearer" = []), ("api_key" = [])),
+    request_body = SetCursorBody, responses((status = 200, body = CursorResponse), (status = 404, body = ErrorBody),
+    (status = 409, description = "a run is executing", body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[put("/organizations/{orgId}/flows/{flowId}/state/{entity}")]
+pub async fn set_state(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid, String)>,
+    body: Json<SetCursorBody>,
+) -> ApiResult<Json<CursorResponse>> {
+    let (org, id, entity) = path.into_inner();
+    let c =
+        state.sluice.set_cursor(&caller.principal, org.into(), FlowId::from(id), &entity, &body.cursor_value).await?;
+    Ok(Json(c.into()))
+}
+
+/// Clears an entity's cursor (Editor; audit-logged): the next run reads everything; the destination is not truncated.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path), ("entity" = String, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[delete("/organizations/{orgId}/flows/{flowId}/state/{entity}")]
+pub async fn reset_state(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid, String)>,
+) -> ApiResult<HttpResponse> {
+    let (org, id, entity) = path.into_inner();
+    state.sluice.reset_cursor(&caller.principal, org.into(), FlowId::from(id), &entity).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DetailsResponse {
+    pub flow: FlowResponse,
+    /// The last 20 runs, newest first.
+    pub runs: Vec<RunResponse>,
+    pub cursors: Vec<CursorResponse>,
+    /// Flows this one depends on, and flows that depend on it.
+    pub upstream: Vec<FlowRef>,
+    pub downstream: Vec<FlowRef>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FlowRef {
+    pub id: Uuid,
+    pub name: String,
+    /// `success`, `failure` or `completion`.
+    pub on: String,
+}
+
+/// A flow with its last 20 runs, its cursors, and its upstream and downstream flows.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = DetailsResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows/{flowId}/details")]
+pub async fn details(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+) -> ApiResult<Json<DetailsResponse>> {
+    let (org, id) = path.into_inner();
+    let (org, id) = (OrgId::from(org), FlowId::from(id));
+    let f = state.sluice.get_flow(&caller.principal, org, id).await?;
+    let recent =
+        state.sluice.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
+    let cursors = state.sluice.flow_state(&caller.principal, org, id).await?;
+    let all = state.sluice.ports().flows.all(org).await?;
+    let name_of = |fid: &str| all.iter().find(|x| x.id.to_string() == fid).map(|x| x.name.clone()).unwrap_or_default();
+    let on = |o: sluice_domain::flow::DependsOn| {
+        serde_json::to_value(o).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    };
+    let upstream = f
+        .config
+        .depends_on
+        .iter()
+        .filter_map(|d| Uuid::parse_str(&d.flow).ok().map(|u| FlowRef { id: u, name: name_of(&d.flow), on: on(d.on) }))
+        .collect();
+    let downstream = all
+        .iter()
+        .flat_map(|x| {
+            x.config.depends_on.iter().filter(|d| d.flow == id.to_string()).map(move |d| FlowRef {
+                id: x.id.as_uuid(),
+                name: x.name.clone(),
+                on: on(d.on),
+            })
+        })
+        .collect();
+    let last = recent.items.first().cloned();
+    Ok(Json(DetailsResponse {
+        flow: FlowResponse::new(f, last),
+        runs: recent.items.into_iter().map(Into::into).collect(),
+        cursors: cursors.into_iter().map(Into::into).collect(),
+        upstream,
+        downstream,
+    }))
+}

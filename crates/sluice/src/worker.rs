@@ -1,0 +1,51 @@
+//! The worker: claims queued runs from the metadata store and executes
+//! them, renewing its lease with a heartbeat while a run lasts.
+
+use sluice_domain::service::Sluice;
+use std::time::Duration;
+
+/// How often an idle worker looks for queued runs.
+pub const POLL: Duration = Duration::from_millis(250);
+/// How often a busy worker renews its lease.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// A name that tells processes apart in run records (`host:pid:random`).
+pub fn worker_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
+    format!("{host}:{}:{}", std::process::id(), sluice_domain::secret::random_base62(6))
+}
+
+/// Runs forever: claim, execute, repeat.
+pub async fn run(sluice: Sluice, id: String) {
+    tracing::info!(worker = %id, "worker started");
+    loop {
+        match sluice.claim_run(&id).await {
+            Ok(Some(run)) => {
+                let run_id = run.id;
+                tracing::info!(worker = %id, run = %run_id, flow = %run.flow_id, "run claimed");
+                let beat = {
+                    let (sluice, id) = (sluice.clone(), id.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(HEARTBEAT).await;
+                            match sluice.ports().runs.heartbeat(run_id, &id, sluice.now()).await {
+                                Ok(true) => {}
+                                Ok(false) => break,
+                                Err(e) => tracing::warn!(run = %run_id, error = %e, "heartbeat failed"),
+                            }
+                        }
+                    })
+                };
+                let done = sluice.execute_run(run).await;
+                beat.abort();
+                let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
+                tracing::info!(worker = %id, run = %run_id, status = done.status.as_str(), rows, "run finished");
+            }
+            Ok(None) => tokio::time::sleep(POLL).await,
+            Err(e) => {
+                tracing::error!(worker = %id, error = %e, "claiming runs failed");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! Flows, runs (queue, claiming, heartbeats), run logs and cursors on sea-orm.
+//!
+//! Claiming is a conditional `UPDATE … WHERE status = 'queued'` whose rows
+//! affected tell the winner, on SQLite and PostgreSQL alike; on PostgreSQL
+//! candidates are read `FOR UPDATE SKIP LOCKED` so concurrent workers pass
+//! each other instead of queueing. A partial unique index allows one
+//! running run per flow, whatever the number of workers.
+
+use crate::entities::*;
+use crate::{Store, db_err};
+use async_trait::async_trait;
+use sea_orm::sea_query::{Expr, LockBehavior, LockType};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+use sluice_domain::audit::AuditEntry;
+use sluice_domain::flow::*;
+use sluice_domain::ids::{FlowId, OrgId, RunId};
+use sluice_domain::page::{Page, PageRequest};
+use sluice_domain::{Error, Result};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+async fn insert_audit(c: &impl ConnectionTrait, e: &AuditEntry) -> Result<()> {
+    audit_logs::Entity::insert(crate::convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;
+    Ok(())
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::Internal(anyhow::anyhow!("stored {what} is invalid"))
+}
+
+fn flow_from(m: flows::Model) -> Result<Flow> {
+    Ok(Flow {
+        id: m.id.into(),
+        org_id: m.org_id.into(),
+        name: m.name,
+        source_connection_id: m.source_connection_id.into(),
+        destination_connection_id: m.destination_connection_id.into(),
+        schedule: m.schedule,
+        config: serde_json::from_value(m.config).map_err(|_| corrupt("flow config"))?,
+        status: FlowStatus::parse(&m.status).ok_or_else(|| corrupt("flow status"))?,
+        next_run_at: m.next_run_at,
+        created_at: m.created_at,
+        updated_at: m.updated_at,
+    })
+}
+
+fn flow_model(f: &Flow) -> Result<flows::ActiveModel> {
+    Ok(flows::ActiveModel {
+        id: Set(f.id.as_uuid()),
+        org_id: Set(f.org_id.as_uuid()),
+        name: Set(f.name.clone()),
+        source_connection_id: Set(f.source_connection_id.as_uuid()),
+        destination_connection_id: Set(f.destination_connection_id.as_uuid()),
+        schedule: Set(f.schedule.clone()),
+        config: Set(serde_json::to_value(&f.config).map_err(|e| Error::Internal(e.into()))?),
+        status: Set(f.status.as_str().to_string()),
+        next_run_at: Set(f.next_run_at),
+        created_at: Set(f.created_at),
+        updated_at: Set(f.updated_at),
+    })
+}
+
+fn run_from(m: runs::Model) -> Result<Run> {
+    Ok(Run {
+        id: m.id.into(),
+        org_id: m.org_id.into(),
+        flow_id: m.flow_id.into(),
+        trace_id: m.trace_id,
+        trigger: Trigger::parse(&m.trigger).ok_or_else(|| corrupt("run trigger"))?,
+        status: RunStatus::parse(&m.status).ok_or_else(|| corrupt("run status"))?,
+        queued_at: m.queued_at,
+        started_at: m.started_at,
+        finished_at: m.finished_at,
+        entities: serde_json::from_value(m.entities).map_err(|_| corrupt("run stats"))?,
+        error: m.error,
+        attempt: m.attempt as u32,
+        claimed_by: m.claimed_by,
+        heartbeat_at: m.heartbeat_at,
+    })
+}
+
+fn conflict_name(e: Error, name: &str) -> Error {
+    match e {
+        Error::Conflict { code: "conflict", .. } => Error::conflict(format!("a flow named '{name}' already exists")),
+        other => other,
+    }
+}
+
+#[async_trait]
+impl FlowRepository for Store {
+    async fn create(&self, f: &Flow, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            flows::Entity::insert(flow_model(f)?)
+                .exec_without_returning(tx.c())
+                .await
+                .map_err(|e| conflict_name(db_err(e), &f.name))?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn get(&self, org: OrgId, id: FlowId) -> Result<Option<Flow>> {
+        flows::Entity::find_by_id(id.as_uuid())
+            .filter(flows::Column::OrgId.eq(org.as_uuid()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(flow_from)
+            .transpose()
+    }
+
+    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Flow>> {
+        flows::Entity::find()
+            .filter(flows::Column::OrgId.eq(org.as_uuid()))
+            .filter(flows::Column::Name.eq(name))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(flow_from)
+            .transpose()
+    }
+
+    async fn list(&self, org: OrgId, status: Option<FlowStatus>, page: PageRequest) -> Result<Page<Flow>> {
+        let mut q = flows::Entity::find().filter(flows::Column::OrgId.eq(org.as_uuid()));
+        if let Some(s) = status {
+            q = q.filter(flows::Column::Status.eq(s.as_str()));
+        }
+        if let Some(after) = page.after {
+            q = q.filter(flows::Column::Id.lt(after));
+        }
+        let rows = q.order_by_desc(flows::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let items = rows.into_iter().map(flow_from).collect::<Result<Vec<_>>>()?;
+        Ok(Page::from_overfetch(items, page.limit, |f| f.id.as_uuid()))
+    }
+
+    async fn all(&self, org: OrgId) -> Result<Vec<Flow>> {
+        flows::Entity::find()
+            .filter(flows::Column::OrgId.eq(org.as_uuid()))
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(flow_from)
+            .collect()
+    }
+
+    async fn update(&self, f: &Flow, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let mut m = flow_model(f)?;
+            m.id = sea_orm::ActiveValue::Unchanged(f.id.as_uuid());
+            m.org_id = sea_orm::ActiveValue::NotSet;
+            m.created_at = sea_orm::ActiveValue::NotSet;
+            flows::Entity::update(m).exec(tx.c()).await.map_err(|e| conflict_name(db_err(e), &f.name))?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn delete(&self, org: OrgId, id: FlowId, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let res = flows::Entity::delete_many()
+                .filter(flows::Column::Id.eq(id.as_uuid()))
+                .filter(flows::Column::OrgId.eq(org.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            if res.rows_affected == 0 {
+                return Err(Error::not_found("flow"));
+            }
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+}
+
+#[async_trait]
+impl RunRepository for Store {
+    async fn enqueue(&self, run: &Run) -> Result<()> {
+        let tx = self.write().await?;
+        let r = runs::Entity::insert(runs::ActiveModel {
+            id: Set(run.id.as_uuid()),
+            org_id: Set(run.org_id.as_uuid()),
+            flow_id: Set(run.flow_id.as_uuid()),
+            trace_id: Set(run.trace_id),
+            trigger: Set(run.trigger.as_str().to_string()),
+            status: Set(run.status.as_str().to_string()),
+            queued_at: Set(run.queued_at),
+            started_at: Set(run.started_at),
+            finished_at: Set(run.finished_at),
+            entities: Set(serde_json::to_value(&run.entities).map_err(|e| Error::Internal(e.into()))?),
+            error: Set(run.error.clone()),
+            attempt: Set(run.attempt as i32),
+            claimed_by: Set(None),
+            heartbeat_at: Set(None),
+        })
+        .exec_without_returning(tx.c())
+        .await
+        .map(|_| ())
+        .map_err(db_err);
+        tx.finish(r).await
+    }
+
+    async fn claim(&self, worker: &str, now: OffsetDateTime) -> Result<Option<Run>> {
+        let busy = "flow_id NOT IN (SELECT flow_id FROM runs WHERE status = 'running')";
+        for _ in 0..5 {
+            let tx = self.write().await?;
+            let r = async {
+                let mut q = runs::Entity::find()
+                    .filter(runs::Column::Status.eq(RunStatus::Queued.as_str()))
+                    .filter(Expr::cust(busy))
+                    .order_by_asc(runs::Column::Id)
+                    .limit(1);
+                if self.backend() == DbBackend::Postgres {
+                    q = q.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+                }
+                let Some(candidate) = q.one(tx.c()).await.map_err(db_err)? else { return Ok(None) };
+                let res = runs::Entity::update_many()
+                    .col_expr(runs::Column::Status, Expr::value(RunStatus::Running.as_str()))
+                    .col_expr(runs::Column::ClaimedBy, Expr::value(worker))
+                    .col_expr(runs::Column::HeartbeatAt, Expr::value(now))
+                    .col_expr(runs::Column::StartedAt, Expr::value(now))
+                    .filter(runs::Column::Id.eq(candidate.id))
+                    .filter(runs::Column::Status.eq(RunStatus::Queued.as_str()))
+                    .exec(tx.c())
+                    .await;
+                match res {
+                    Ok(r) if r.rows_affected == 1 => {}
+                    // Another worker won it, or its flow started a run meanwhile.
+                    Ok(_) | Err(_) => return Err(Error::Conflict { code: "claim_lost", message: String::new() }),
+                }
+                let mut run = run_from(candidate)?;
+                run.status = RunStatus::Running;
+                run.claimed_by = Some(worker.to_string());
+                run.heartbeat_at = Some(now);
+                run.started_at = Some(now);
+                Ok(Some(run))
+            }
+            .await;
+            match tx.finish(r).await {
+                Err(Error::Conflict { code: "claim_lost", .. }) => continue,
+                // The one-running-run-per-flow index refused the claim.
+                Err(Error::Conflict { .. }) => continue,
+                other => return other,
+            }
+        }
+        Ok(None)
+    }
+
+    async fn heartbeat(&self, id: RunId, worker: &str, now: OffsetDateTime) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = runs::Entity::update_many()
+            .col_expr(runs::Column::HeartbeatAt, Expr::value(now))
+            .filter(runs::Column::Id.eq(id.as_uuid()))
+            .filter(runs::Column::ClaimedBy.eq(worker))
+            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+            .exec(tx.c())
+            .await
+            .map(|r| r.rows_affected == 1)
+            .map_err(db_err);
+        tx.finish(r).await
+    }
+
+    async fn save(&self, run: &Run) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            // A cancellation recorded meanwhile wins over a worker's outcome.
+            let current = runs::Entity::find_by_id(run.id.as_uuid()).one(tx.c()).await.map_err(db_err)?;
+            let status = match current.as_ref().map(|c| c.status.as_str()) {
+                Some("canceled") => RunStatus::Canceled,
+                _ => run.status,
+            };
+            runs::Entity::update_many()
+                .col_expr(runs::Column::Status, Expr::value(status.as_str()))
+                .col_expr(runs::Column::StartedAt, Expr::value(run.started_at))
+                .col_expr(runs::Column::FinishedAt, Expr::value(run.finished_at))
+                .col_expr(
+                    runs::Column::Entities,
+                    Expr::value(serde_json::to_value(&run.entities).map_err(|e| Error::Internal(e.into()))?),
+                )
+                .col_expr(runs::Column::Error, Expr::value(run.error.clone()))
+                .col_expr(runs::Column::Attempt, Expr::value(run.attempt as i32))
+                .filter(runs::Column::Id.eq(run.id.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn get(&self, org: OrgId, id: RunId) -> Result<Option<Run>> {
+        runs::Entity::find_by_id(id.as_uuid())
+            .filter(runs::Column::OrgId.eq(org.as_uuid()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(run_from)
+            .transpose()
+    }
+
+    async fn status(&self, id: RunId) -> Result<Option<RunStatus>> {
+        Ok(runs::Entity::find_by_id(id.as_uuid())
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .and_then(|m| RunStatus::parse(&m.status)))
+    }
+
+    async fn list_for_flow(
+        &self,
+        org: OrgId,
+        flow: FlowId,
+        status: Option<RunStatus>,
+        page: PageRequest,
+    ) -> Result<Page<Run>> {
+        let mut q = runs::Entity::find()
+            .filter(runs::Column::OrgId.eq(org.as_uuid()))
+            .filter(runs::Column::FlowId.eq(flow.as_uuid()));
+        if let Some(s) = status {
+            q = q.filter(runs::Column::Status.eq(s.as_str()));
+        }
+        if let Some(after) = page.after {
+            q = q.filter(runs::Column::Id.lt(after));
+        }
+        let rows = q.order_by_desc(runs::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let items = rows.into_iter().map(run_from).collect::<Result<Vec<_>>>()?;
+        Ok(Page::from_overfetch(items, page.limit, |r| r.id.as_uuid()))
+    }
+
+    async fn running_for_flow(&self, flow: FlowId) -> Result<bool> {
+        Ok(runs::Entity::find()
+            .filter(runs::Column::FlowId.eq(flow.as_uuid()))
+            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .is_some())
+    }
+
+    async fn log(&self, run: RunId, line: &RunLog) -> Result<()> {
+        let tx = self.write().await?;
+        let r = run_logs::Entity::insert(run_logs::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            run_id: Set(run.as_uuid()),
+            ts: Set(line.ts),
+            level: Set(line.level.clone()),
+            entity: Set(line.entity.clone()),
+            message: Set(line.message.clone()),
+        })
+        .exec_without_returning(tx.c())
+        .await
+        .map(|_| ())
+        .map_err(db_err);
+        tx.finish(r).await
+    }
+
+    async fn logs(&self, run: RunId) -> Result<Vec<RunLog>> {
+        Ok(run_logs::Entity::find()
+            .filter(run_logs::Column::RunId.eq(run.as_uuid()))
+            .order_by_asc(run_logs::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(|m| RunLog { ts: m.ts, level: m.level, entity: m.entity, message: m.message })
+            .collect())
+    }
+}
+
+fn cursor_from(m: cursors::Model) -> Cursor {
+    Cursor { entity: m.entity, cursor_field: m.cursor_field, cursor_value: m.cursor_value, updated_at: m.updated_at }
+}
+
+#[async_trait]
+impl CursorRepository for Store {
+    async fn list(&self, flow: FlowId) -> Result<Vec<Cursor>> {
+        Ok(cursors::Entity::find()
+            .filter(cursors::Column::FlowId.eq(flow.as_uuid()))
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(cursor_from)
+            .collect())
+    }
+
+    async fn get(&self, flow: FlowId, entity: &str) -> Result<Option<Cursor>> {
+        Ok(cursors::Entity::find_by_id((flow.as_uuid(), entity.to_string()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(cursor_from))
+    }
+
+    async fn set(&self, flow: FlowId, c: &Cursor, audit: Option<AuditEntry>) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            cursors::Entity::delete_by_id((flow.as_uuid(), c.entity.clone())).exec(tx.c()).await.map_err(db_err)?;
+            cursors::Entity::insert(cursors::ActiveModel {
+                flow_id: Set(flow.as_uuid()),
+                entity: Set(c.entity.clone()),
+                cursor_field: Set(c.cursor_field.clone()),
+                cursor_value: Set(c.cursor_value.clone()),
+                updated_at: Set(c.updated_at),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            if let Some(a) = &audit {
+                insert_audit(tx.c(), a).await?;
+            }
+            Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            cursors::Entity::delete_by_id((flow.as_uuid(), entity.to_string())).exec(tx.c()).await.map_err(db_err)?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+}

@@ -1,0 +1,325 @@
+//! The sync engine over in-memory connectors: sync modes, cursors (set,
+//! reset, boundaries), de-duplication, cancellation and schema drift.
+
+use serde_json::json;
+use sluice_domain::clock::Clock;
+use sluice_domain::connections::NewConnection;
+use sluice_domain::connector::{Capability, EntitySchema, Field, FieldType, Value, parse_timestamp};
+use sluice_domain::flow::*;
+use sluice_domain::flows::NewFlow;
+use sluice_domain::identity::Principal;
+use sluice_domain::ids::{ConnectionId, OrgId};
+use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_testkit::*;
+use std::sync::Arc;
+
+struct World {
+    sluice: Sluice,
+    mem: MemoryConnectors,
+    p: Principal,
+    org: OrgId,
+    src: ConnectionId,
+    dst: ConnectionId,
+}
+
+fn ts(s: &str) -> Value {
+    Value::Timestamp(parse_timestamp(s).unwrap())
+}
+
+fn people_schema(extra: bool) -> EntitySchema {
+    let mut id = Field::new("id", FieldType::Integer);
+    id.primary_key = true;
+    id.nullable = false;
+    let mut fields = vec![id, Field::new("name", FieldType::String), Field::new("updated", FieldType::Timestamp)];
+    if extra {
+        fields.push(Field::new("email", FieldType::String));
+    }
+    EntitySchema { name: "people".into(), fields }
+}
+
+fn person(id: i64, name: &str, updated: &str) -> Vec<Value> {
+    vec![Value::Int(id), Value::String(name.into()), ts(updated)]
+}
+
+async fn world() -> World {
+    let store = InMemoryStore::new();
+    let clock: Arc<dyn Clock> = Arc::new(sluice_domain::clock::SystemClock);
+    let mem = MemoryConnectors::new();
+    mem.put(
+        "crm",
+        people_schema(false),
+        vec![
+            person(1, "ann", "2026-01-01T00:00:00Z"),
+            person(2, "bob", "2026-01-02T00:00:00Z"),
+            person(3, "cy", "2026-01-03T00:00:00Z"),
+        ],
+    );
+    let sluice = Sluice::new(in_memory_ports_with(&store, clock, &mem, FakeSecrets::default()));
+    let (p, _) = sluice.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
+    let org = sluice.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
+    let conn = |name: &str, dataset: &str, cap| NewConnection {
+        name: name.into(),
+        integration_id: None,
+        connector_type: "memory".into(),
+        capability: cap,
+        config: [("dataset".to_string(), json!(dataset))].into(),
+    };
+    let src = sluice.create_connection(&p, org, conn("crm", "crm", Capability::Source)).await.unwrap().id;
+    let dst = sluice.create_connection(&p, org, conn("wh", "wh", Capability::Destination)).await.unwrap().id;
+    World { sluice, mem, p, org, src, dst }
+}
+
+impl World {
+    async fn flow(&self, name: &str, mapping: serde_json::Value) -> Flow {
+        let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
+        self.sluice
+            .create_flow(
+                &self.p,
+                self.org,
+                NewFlow {
+                    name: name.into(),
+                    source_connection_id: self.src,
+                    destination_connection_id: self.dst,
+                    schedule: None,
+                    config,
+                    status: FlowStatus::Active,
+                },
+            )
+            .await
+            .unwrap()
+    }
+
+    /// Queues a run and executes it as a worker would.
+    async fn run(&self, f: &Flow) -> Run {
+        self.sluice.trigger_run(&self.p, self.org, f.id, Trigger::Manual).await.unwrap();
+        let claimed = self.sluice.claim_run("w1").await.unwrap().expect("a queued run");
+        self.sluice.execute_run(claimed).await
+    }
+
+    fn dest(&self, entity: &str) -> Vec<Vec<Value>> {
+        let mut rows = self.mem.rows("wh", entity).unwrap_or_default();
+        rows.sort_by_key(|r| if let Value::Int(i) = r[0] { i } else { 0 });
+        rows
+    }
+}
+
+fn ids(rows: &[Vec<Value>]) -> Vec<i64> {
+    rows.iter().map(|r| if let Value::Int(i) = r[0] { i } else { panic!() }).collect()
+}
+
+#[tokio::test]
+async fn incremental_deduped_syncs_changes_once_and_follows_the_cursor() {
+    let w = world().await;
+    let f = w.flow("people", json!({"source_entity": "people", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"})).await;
+
+    let r = w.run(&f).await;
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    assert_eq!(r.entities[0].rows_read, 3);
+    assert_eq!(r.entities[0].cursor_before, None);
+    assert_eq!(r.entities[0].cursor_after.as_deref(), Some("2026-01-03T00:00:00.000000Z"));
+    assert_eq!(ids(&w.dest("people")), [1, 2, 3]);
+
+    // A change, an insert, and an insert that shares the boundary value.
+    w.mem.put(
+        "crm",
+        people_schema(false),
+        vec![
+            person(1, "ann", "2026-01-01T00:00:00Z"),
+            person(2, "bobby", "2026-01-05T00:00:00Z"),
+            person(3, "cy", "2026-01-03T00:00:00Z"),
+            person(4, "dee", "2026-01-03T00:00:00Z"),
+            person(5, "eve", "2026-01-06T00:00:00Z"),
+        ],
+    );
+    let r = w.run(&f).await;
+    assert_eq!(r.status, RunStatus::Succeeded);
+    assert_eq!(r.entities[0].rows_read, 4, "records at the boundary are re-read, none lost");
+    let rows = w.dest("people");
+    assert_eq!(ids(&rows), [1, 2, 3, 4, 5], "exactly one row per key");
+    assert_eq!(rows[1][1], Value::String("bobby".into()));
+
+    // Nothing new: the boundary record only.
+    let r = w.run(&f).await;
+    assert_eq!(r.entities[0].rows_read, 1);
+    assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
+
+    // Set back: re-reads from there; de-duplication absorbs it.
+    let c = w.sluice.set_cursor(&w.p, w.org, f.id, "people", "2026-01-02T00:00:00+00:00").await.unwrap();
+    assert_eq!(c.cursor_value.as_deref(), Some("2026-01-02T00:00:00.000000Z"));
+    let r = w.run(&f).await;
+    assert_eq!(r.entities[0].cursor_before.as_deref(), Some("2026-01-02T00:00:00.000000Z"));
+    assert_eq!(r.entities[0].rows_read, 4);
+    assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
+
+    // Reset: everything is read again; the destination is not truncated.
+    w.sluice.reset_cursor(&w.p, w.org, f.id, "people").await.unwrap();
+    let state = w.sluice.flow_state(&w.p, w.org, f.id).await.unwrap();
+    assert_eq!(state[0].cursor_value, None);
+    let r = w.run(&f).await;
+    assert_eq!(r.entities[0].rows_read, 5);
+    assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
+
+    // Cursor values are checked against the column's type; unknown entities are 404.
+    let e = w.sluice.set_cursor(&w.p, w.org, f.id, "people", "last tuesday").await.unwrap_err();
+    assert_eq!(e.kind(), sluice_domain::ErrorKind::Validation);
+    let e = w.sluice.set_cursor(&w.p, w.org, f.id, "nope", "2026-01-01T00:00:00Z").await.unwrap_err();
+    assert_eq!(e.kind(), sluice_domain::ErrorKind::NotFound);
+    let logs = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap();
+    assert!(logs.iter().any(|l| l.message.contains("no cursor")), "{logs:?}");
+}
+
+#[tokio::test]
+async fn append_modes_add_and_overwrite_replaces() {
+    let w = world().await;
+    let append = w
+        .flow(
+            "append",
+            json!({"source_entity": "people", "dest_entity": "people_log", "sync_mode": "full_refresh_append"}),
+        )
+        .await;
+    w.run(&append).await;
+    w.run(&append).await;
+    assert_eq!(w.dest("people_log").len(), 6, "full_refresh_append adds a copy each run");
+
+    let over = w
+        .flow(
+            "over",
+            json!({"source_entity": "people", "dest_entity": "people_copy", "sync_mode": "full_refresh_overwrite"}),
+        )
+        .await;
+    w.run(&over).await;
+    w.mem.put("crm", people_schema(false), vec![person(9, "zed", "2026-02-01T00:00:00Z")]);
+    w.run(&over).await;
+    assert_eq!(ids(&w.dest("people_copy")), [9], "overwrite replaces");
+
+    let inc = w.flow("inc", json!({"source_entity": "people", "dest_entity": "people_inc", "sync_mode": "incremental_append", "cursor_field": "updated"})).await;
+    w.run(&inc).await;
+    w.mem.put(
+        "crm",
+        people_schema(false),
+        vec![person(9, "zed", "2026-02-01T00:00:00Z"), person(10, "ann", "2026-02-02T00:00:00Z")],
+    );
+    let r = w.run(&inc).await;
+    assert_eq!(r.entities[0].rows_read, 2);
+    assert_eq!(ids(&w.dest("people_inc")), [9, 9, 10], "incremental_append re-delivers the boundary record");
+}
+
+#[tokio::test]
+async fn transforms_apply_and_new_columns_reach_the_destination_unless_blocked() {
+    let w = world().await;
+    let f = w
+        .flow(
+            "t",
+            json!({"source_entity": "people", "dest_entity": "masked", "sync_mode": "full_refresh_overwrite",
+            "transform": [{"op": "mask", "field": "name"}, {"op": "set", "field": "source", "value": "crm"}]}),
+        )
+        .await;
+    w.run(&f).await;
+    let rows = w.dest("masked");
+    assert_eq!(rows[0][1], Value::String("a****".into()));
+    assert_eq!(rows[0][3], Value::String("crm".into()));
+
+    let evolving = w.flow("evolving", json!({"source_entity": "people", "dest_entity": "evolving", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"})).await;
+    let blocked = w
+        .flow("blocked", json!({"source_entity": "people", "dest_entity": "blocked", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id", "schema_policy": "block_on_new_column"}))
+        .await;
+    w.run(&evolving).await;
+    w.run(&blocked).await;
+    w.mem.put(
+        "crm",
+        people_schema(true),
+        vec![vec![
+            Value::Int(7),
+            Value::String("gus".into()),
+            ts("2026-03-01T00:00:00Z"),
+            Value::String("gus@example.com".into()),
+        ]],
+    );
+    let r = w.run(&evolving).await;
+    assert_eq!(r.status, RunStatus::Succeeded);
+    let rows = w.dest("evolving");
+    assert_eq!(rows.last().unwrap()[3], Value::String("gus@example.com".into()), "the new column is carried");
+    let r = w.run(&blocked).await;
+    assert_eq!(r.status, RunStatus::DriftDetected);
+    assert_eq!(r.entities[0].status, "drift_detected");
+    assert_eq!(ids(&w.dest("blocked")), [1, 2, 3], "nothing written past the drift");
+}
+
+#[tokio::test]
+async fn runs_queue_cancel_and_validate() {
+    let w = world().await;
+    let f = w.flow("p", json!({"source_entity": "people", "sync_mode": "full_refresh_overwrite"})).await;
+    let queued = w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    assert_eq!(queued.status, RunStatus::Queued);
+    let canceled = w.sluice.cancel_run(&w.p, w.org, queued.id).await.unwrap();
+    assert_eq!(canceled.status, RunStatus::Canceled);
+    assert!(w.sluice.claim_run("w1").await.unwrap().is_none(), "a canceled run is not claimed");
+    assert!(w.sluice.cancel_run(&w.p, w.org, queued.id).await.is_err());
+
+    let bad: FlowConfig = serde_json::from_value(json!({"mappings": [{"source_entity": "nope", "sync_mode": "incremental_deduped", "cursor_field": "x", "primary_key": "id"}]})).unwrap();
+    let e = w
+        .sluice
+        .create_flow(
+            &w.p,
+            w.org,
+            NewFlow {
+                name: "bad".into(),
+                source_connection_id: w.src,
+                destination_connection_id: w.src,
+                schedule: Some("every minute".into()),
+                config: bad,
+                status: FlowStatus::Active,
+            },
+        )
+        .await
+        .unwrap_err();
+    let sluice_domain::Error::Validation(errors) = e else { panic!("{e:?}") };
+    let fields: Vec<&str> = errors.iter().map(|x| x.field.as_str()).collect();
+    assert!(
+        fields.contains(&"schedule")
+            && fields.contains(&"destination_connection_id")
+            && fields.contains(&"config.mappings[0].source_entity"),
+        "{fields:?}"
+    );
+
+    // A dependency cycle is refused, naming it.
+    let a = w
+        .flow("a", json!({"source_entity": "people", "dest_entity": "a", "sync_mode": "full_refresh_overwrite"}))
+        .await;
+    let mut b_config: FlowConfig = serde_json::from_value(
+        json!({"mappings": [{"source_entity": "people", "dest_entity": "b", "sync_mode": "full_refresh_overwrite"}]}),
+    )
+    .unwrap();
+    b_config.depends_on.push(Dependency { flow: "a".into(), on: DependsOn::Success });
+    let b = w
+        .sluice
+        .create_flow(
+            &w.p,
+            w.org,
+            NewFlow {
+                name: "b".into(),
+                source_connection_id: w.src,
+                destination_connection_id: w.dst,
+                schedule: Some("*/5 * * * *".into()),
+                config: b_config,
+                status: FlowStatus::Active,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(b.next_run_at.is_some());
+    assert_eq!(b.config.depends_on[0].flow, a.id.to_string(), "names are stored as ids");
+    let mut a_config = a.config.clone();
+    a_config.depends_on.push(Dependency { flow: "b".into(), on: DependsOn::Completion });
+    let e = w
+        .sluice
+        .update_flow(
+            &w.p,
+            w.org,
+            a.id,
+            sluice_domain::flows::FlowUpdate { config: Some(a_config), ..Default::default() },
+        )
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("cycle"), "{e:?}");
+}

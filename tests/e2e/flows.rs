@@ -1,0 +1,269 @@
+//! Flows end to end through the API against the real servers: a PostgreSQL
+//! source synced into PostgreSQL, MariaDB, SQLite and file destinations;
+//! first sync, changes and inserts, second sync, cursor set back, cursor
+//! reset, a new source column, overwrite; exact row counts, no duplicate keys.
+
+use serde_json::{Value, json};
+use sluice_tests::{Auth, Backend, TestApp, check, spawn_app};
+use sqlx::Connection;
+use std::time::{Duration, Instant};
+
+async fn pg_exec(sql: String) {
+    let mut c = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+}
+
+/// Queues a run and polls it to its end (deadline 60 s).
+async fn run(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Value {
+    let queued = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), auth, json!({})).await, 202);
+    assert_eq!(queued.body["status"], "queued");
+    let id = queued.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{id}"), auth).await, 200);
+        let status = r.body["status"].as_str().unwrap().to_string();
+        if !["queued", "running"].contains(&status.as_str()) {
+            return r.body;
+        }
+        assert!(Instant::now() < deadline, "run {id} still {status} after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The destination's rows, read back through the API (preview), by id.
+async fn dest_rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<Value> {
+    let p = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections/{conn}/preview"),
+            auth,
+            json!({"entity": entity, "limit": 1000})
+        )
+        .await,
+        200
+    );
+    let mut rows = p.body["records"].as_array().unwrap().clone();
+    rows.sort_by_key(|r| r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok())).unwrap_or(0));
+    rows
+}
+
+fn ids(rows: &[Value]) -> Vec<i64> {
+    rows.iter().map(|r| r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok())).unwrap()).collect()
+}
+
+async fn scenario(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    pg_exec(format!(
+        "CREATE TABLE {s}.people (id bigint PRIMARY KEY, name text NOT NULL, updated timestamptz NOT NULL);
+         INSERT INTO {s}.people VALUES (1, 'ann', '2026-01-01T00:00:00Z'), (2, 'bob', '2026-01-02T00:00:00Z'), (3, 'cy', '2026-01-03T00:00:00Z');"
+    ))
+    .await;
+    let mut my = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await.expect("MariaDB");
+    let mydb = format!("flows_{}", sluice_domain::secret::random_base62(8).to_lowercase());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let pg = |schema: &str, cap: &str| {
+        json!({"type": "postgres", "capability": cap,
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let mut body = pg(s, "source");
+    body["name"] = json!("crm");
+    let source = check!(app.post(&conns, &ann, body).await, 201).id();
+    let dests = [
+        ("postgres", pg(&dst.name, "both")),
+        (
+            "mysql",
+            json!({"type": "mysql", "capability": "both", "config": {"host": "127.0.0.1", "database": mydb, "user": "root"}}),
+        ),
+        ("sqlite", json!({"type": "sqlite", "capability": "both", "config": {"path": "warehouse.db"}})),
+        ("file", json!({"type": "file", "capability": "both", "config": {"path": "lake", "format": "jsonl"}})),
+    ];
+    let mut flows = Vec::new();
+    for (name, mut body) in dests {
+        body["name"] = json!(format!("wh-{name}"));
+        let conn = check!(app.post(&conns, &ann, body).await, 201).id();
+        let flow = check!(
+            app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+                "name": format!("people-to-{name}"), "source_connection_id": source, "destination_connection_id": conn, "schedule": null,
+                "config": {"mappings": [{"source_entity": "people", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}]}
+            })).await,
+            201
+        );
+        flows.push((name, conn, flow.id()));
+    }
+
+    // First sync.
+    for (name, conn, flow) in &flows {
+        let r = run(&app, &ann, &org, flow).await;
+        assert_eq!(r["status"], "succeeded", "{name}: {r}");
+        assert_eq!(r["entities"][0]["rows_read"], 3, "{name}");
+        assert_eq!(ids(&dest_rows(&app, &ann, &org, conn, "people").await), [1, 2, 3], "{name}");
+    }
+
+    // A change, an insert at the boundary value, an insert past it.
+    pg_exec(format!(
+        "UPDATE {s}.people SET name = 'bobby', updated = '2026-01-05T00:00:00Z' WHERE id = 2;
+         INSERT INTO {s}.people VALUES (4, 'dee', '2026-01-03T00:00:00Z'), (5, 'eve', '2026-01-06T00:00:00Z');"
+    ))
+    .await;
+    for (name, conn, flow) in &flows {
+        let r = run(&app, &ann, &org, flow).await;
+        assert_eq!(r["status"], "succeeded", "{name}: {r}");
+        assert_eq!(r["entities"][0]["rows_read"], 4, "{name}: the boundary is re-read, nothing lost");
+        let rows = dest_rows(&app, &ann, &org, conn, "people").await;
+        assert_eq!(ids(&rows), [1, 2, 3, 4, 5], "{name}: one row per key");
+        assert_eq!(rows[1]["name"], "bobby", "{name}");
+    }
+
+    // Cursor set back, then reset: the same rows, no duplicates.
+    let (_, conn, flow) = &flows[0];
+    let state = format!("/v1/organizations/{org}/flows/{flow}/state");
+    let st = check!(app.get(&state, &ann).await, 200);
+    assert_eq!(st.body["data"][0]["cursor_value"], "2026-01-06T00:00:00.000000Z");
+    check!(app.put(&format!("{state}/people"), &ann, json!({"cursor_value": "2026-01-02T00:00:00Z"})).await, 200);
+    check!(app.put(&format!("{state}/people"), &ann, json!({"cursor_value": "not a time"})).await, 422);
+    check!(app.put(&format!("{state}/nope"), &ann, json!({"cursor_value": "2026-01-02T00:00:00Z"})).await, 404);
+    let r = run(&app, &ann, &org, flow).await;
+    assert_eq!(r["entities"][0]["cursor_before"], "2026-01-02T00:00:00.000000Z");
+    assert_eq!(r["entities"][0]["rows_read"], 4);
+    check!(app.delete(&format!("{state}/people"), &ann).await, 204);
+    let r = run(&app, &ann, &org, flow).await;
+    assert_eq!(r["entities"][0]["rows_read"], 5, "a reset reads everything");
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, conn, "people").await), [1, 2, 3, 4, 5]);
+    let audit = check!(app.get(&format!("/v1/organizations/{org}/audit-logs?resource_id={flow}"), &ann).await, 200);
+    let actions: Vec<&str> =
+        audit.body["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert!(actions.contains(&"flow.cursor.updated") && actions.contains(&"flow.cursor.reset"), "{actions:?}");
+    let updated = audit.body["data"].as_array().unwrap().iter().find(|e| e["action"] == "flow.cursor.updated").unwrap();
+    assert_eq!(updated["details"]["entity"], "people");
+    assert_eq!(updated["details"]["old_value"], "2026-01-06T00:00:00.000000Z");
+    assert_eq!(updated["details"]["new_value"], "2026-01-02T00:00:00.000000Z");
+
+    // A new source column reaches every destination.
+    pg_exec(format!("ALTER TABLE {s}.people ADD COLUMN email text; UPDATE {s}.people SET email = 'eve@example.com', updated = '2026-01-07T00:00:00Z' WHERE id = 5;")).await;
+    for (name, conn, flow) in &flows {
+        let r = run(&app, &ann, &org, flow).await;
+        assert_eq!(r["status"], "succeeded", "{name}: {r}");
+        let rows = dest_rows(&app, &ann, &org, conn, "people").await;
+        assert_eq!(ids(&rows), [1, 2, 3, 4, 5], "{name}");
+        assert_eq!(rows[4]["email"], "eve@example.com", "{name}: the new column is carried");
+    }
+
+    // Overwrite replaces the destination table.
+    let over = check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "snapshot", "source_connection_id": source, "destination_connection_id": conn,
+            "config": {"mappings": [{"source_entity": "people", "dest_entity": "people_snapshot", "sync_mode": "full_refresh_overwrite"}]}
+        })).await,
+        201
+    )
+    .id();
+    run(&app, &ann, &org, &over).await;
+    pg_exec(format!("DELETE FROM {s}.people WHERE id > 2")).await;
+    let r = run(&app, &ann, &org, &over).await;
+    assert_eq!(r["entities"][0]["rows_written"], 2);
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, conn, "people_snapshot").await), [1, 2]);
+
+    let logs = check!(app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), &ann).await, 200);
+    assert!(
+        logs.body["data"].as_array().unwrap().iter().any(|l| l["message"].as_str().unwrap().contains("rows written")),
+        "{}",
+        logs.body
+    );
+    let details = check!(app.get(&format!("/v1/organizations/{org}/flows/{over}/details"), &ann).await, 200);
+    assert_eq!(details.body["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(details.body["flow"]["last_run"]["status"], "succeeded");
+    let runs = check!(app.get(&format!("/v1/organizations/{org}/flows/{over}/runs?status=succeeded"), &ann).await, 200);
+    assert_eq!(runs.body["data"].as_array().unwrap().len(), 2);
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+}
+
+#[tokio::test]
+async fn flows_sync_incrementally_into_every_destination_with_sqlite_metadata() {
+    scenario(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn flows_sync_incrementally_into_every_destination_with_postgres_metadata() {
+    scenario(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn flow_validation_and_roles() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let c = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections"),
+            &ann,
+            json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "x"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let bad =
+        check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "bad", "source_connection_id": c, "destination_connection_id": c, "schedule": "every minute",
+            "config": {"mappings": [{"source_entity": "people", "sync_mode": "incremental_deduped"}]}
+        })).await,
+        422
+    );
+    let fields: Vec<&str> =
+        bad.body["details"]["errors"].as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
+    assert!(
+        fields.contains(&"schedule")
+            && fields.contains(&"config.mappings[0].cursor_field")
+            && fields.contains(&"config.mappings[0].primary_key"),
+        "{fields:?}"
+    );
+    check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            json!({
+                "name": "bad", "source_connection_id": c, "destination_connection_id": c,
+                "config": {"mappings": [{"source_entity": "people", "sync_mode": "sometimes"}]}
+            })
+        )
+        .await,
+        422
+    );
+    let f = check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "ok", "source_connection_id": c, "destination_connection_id": c, "schedule": "*/15 * * * *",
+            "config": {"mappings": [{"source_entity": "people", "dest_entity": "people_copy", "sync_mode": "full_refresh_append"}]}
+        })).await,
+        201
+    );
+    assert!(f.body["next_run_at"].is_string());
+    let paused = check!(
+        app.send(
+            reqwest::Method::PATCH,
+            &format!("/v1/organizations/{org}/flows/{}", f.id()),
+            &ann,
+            Some(json!({"status": "paused"})),
+            &[]
+        )
+        .await,
+        200
+    );
+    assert_eq!(paused.body["next_run_at"], Value::Null, "a paused flow is not scheduled");
+    let listed = check!(app.get(&format!("/v1/organizations/{org}/flows?status=paused"), &ann).await, 200);
+    assert_eq!(listed.body["data"].as_array().unwrap().len(), 1);
+    // The connection is in use.
+    let e = check!(app.delete(&format!("/v1/organizations/{org}/connections/{c}"), &ann).await, 409);
+    assert_eq!(e.body["code"], "in_use");
+    // Another organization sees nothing.
+    let mal = app.token("mallory@example.com");
+    check!(app.get(&format!("/v1/organizations/{org}/flows/{}", f.id()), &mal).await, 404);
+    check!(app.post(&format!("/v1/organizations/{org}/flows/{}/run", f.id()), &mal, json!({})).await, 404);
+}
