@@ -8,6 +8,7 @@ mod m20261121_000001_identity;
 mod m20261121_000002_connections;
 mod m20261121_000003_oauth_states;
 mod m20261121_000004_flows;
+mod m20261121_000005_markers_activity;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000002_connections::Migration),
             Box::new(m20261121_000003_oauth_states::Migration),
             Box::new(m20261121_000004_flows::Migration),
+            Box::new(m20261121_000005_markers_activity::Migration),
         ]
     }
 }

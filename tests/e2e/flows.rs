@@ -267,3 +267,110 @@ async fn flow_validation_and_roles() {
     check!(app.get(&format!("/v1/organizations/{org}/flows/{}", f.id()), &mal).await, 404);
     check!(app.post(&format!("/v1/organizations/{org}/flows/{}/run", f.id()), &mal, json!({})).await, 404);
 }
+
+#[tokio::test]
+async fn downstream_flows_share_the_trace_and_show_in_topology_and_activity() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let dir = app.file_root().join("src");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let c = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections"),
+            &ann,
+            json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "src"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let flow = |name: &str, deps: Value| {
+        json!({"name": name, "source_connection_id": c, "destination_connection_id": c,
+               "config": {"mappings": [{"source_entity": "events", "dest_entity": format!("out_{name}"), "sync_mode": "full_refresh_overwrite"}], "depends_on": deps}})
+    };
+    let extract =
+        check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, flow("extract", json!([]))).await, 201).id();
+    let load = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            flow("load", json!([{"flow": "extract", "on": "success"}]))
+        )
+        .await,
+        201
+    )
+    .id();
+    let alert = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            flow("alert", json!([{"flow": extract, "on": "failure"}]))
+        )
+        .await,
+        201
+    )
+    .id();
+    let cycle = check!(
+        app.send(
+            reqwest::Method::PATCH,
+            &format!("/v1/organizations/{org}/flows/{extract}"),
+            &ann,
+            Some(json!({"config": flow("extract", json!([{"flow": "load", "on": "completion"}]))["config"]})),
+            &[]
+        )
+        .await,
+        422
+    );
+    assert!(cycle.body["details"]["errors"][0]["message"].as_str().unwrap().contains("cycle"), "{}", cycle.body);
+
+    let root = run(&app, &ann, &org, &extract).await;
+    assert_eq!(root["status"], "succeeded");
+    let trace_id = root["trace_id"].as_str().unwrap().to_string();
+    // The worker runs the downstream flow in the same trace.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let trace = loop {
+        let t = check!(app.get(&format!("/v1/organizations/{org}/flows/traces/{trace_id}"), &ann).await, 200);
+        let runs = t.body["runs"].as_array().unwrap().clone();
+        if runs.len() == 2 && runs.iter().all(|r| r["status"] == "succeeded") {
+            break runs;
+        }
+        assert!(Instant::now() < deadline, "{}", t.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(trace[0]["flow_id"], extract.as_str());
+    assert_eq!(trace[1]["flow_id"], load.as_str());
+    assert_eq!(trace[1]["trigger"], "upstream");
+
+    let topo = check!(app.get(&format!("/v1/organizations/{org}/flows/topology"), &ann).await, 200);
+    assert_eq!(topo.body["nodes"].as_array().unwrap().len(), 3);
+    let edges = topo.body["edges"].as_array().unwrap();
+    assert!(edges.contains(&json!({"from": extract, "to": load, "on": "success"})), "{}", topo.body);
+    assert!(edges.contains(&json!({"from": extract, "to": alert, "on": "failure"})));
+    let activity = check!(app.get(&format!("/v1/organizations/{org}/activity"), &ann).await, 200);
+    assert!(activity.body["data"].as_array().unwrap().iter().filter(|e| e["type"] == "run.succeeded").count() >= 2);
+    check!(app.get(&format!("/v1/organizations/{org}/flows/traces/{}", uuid_like()), &ann).await, 404);
+
+    // The internal trigger queues what a failure would have.
+    let body = json!({"flow_id": extract, "run_id": root["id"], "status": "failed"});
+    let resp =
+        app.client.post(format!("{}/v1/internal/orchestrate/trigger", app.base)).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = app
+        .client
+        .post(format!("{}/v1/internal/orchestrate/trigger", app.base))
+        .header("X-Internal-Api-Key", sluice_tests::INTERNAL_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let queued: Value = resp.json().await.unwrap();
+    assert_eq!(queued["queued"][0]["flow_id"], alert.as_str());
+    assert_eq!(queued["queued"][0]["trace_id"], trace_id.as_str());
+}
+
+fn uuid_like() -> String {
+    "00000000-0000-7000-8000-000000000000".into()
+}

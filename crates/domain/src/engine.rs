@@ -91,6 +91,18 @@ impl Sluice {
         if let Err(e) = self.ports.runs.save(&run).await {
             tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
+        // The stored status wins (a cancellation recorded meanwhile).
+        if let Ok(Some(s)) = self.ports.runs.status(run.id).await {
+            run.status = s;
+        }
+        match self.after_run(&run).await {
+            Ok(next) if !next.is_empty() => {
+                let ids: Vec<String> = next.iter().map(|r| r.flow_id.to_string()).collect();
+                self.log(&run, "info", None, format!("queued downstream flows {}", ids.join(", "))).await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(run = %run.id, error = %e, "orchestrating downstream flows failed"),
+        }
         run
     }
 

@@ -289,22 +289,7 @@ impl Sluice {
 
     /// Queues a run in trace `trace_id`.
     pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
-        let run = Run {
-            id: RunId::new(),
-            org_id: f.org_id,
-            flow_id: f.id,
-            trace_id,
-            trigger,
-            status: RunStatus::Queued,
-            queued_at: self.now(),
-            started_at: None,
-            finished_at: None,
-            entities: Vec::new(),
-            error: None,
-            attempt: 1,
-            claimed_by: None,
-            heartbeat_at: None,
-        };
+        let run = crate::orchestrate::new_run(f, trigger, trace_id, self.now());
         self.ports.runs.enqueue(&run).await?;
         Ok(run)
     }
@@ -344,10 +329,15 @@ impl Sluice {
                 message: format!("the run already ended as {}", run.status.as_str()),
             });
         }
+        let was_queued = run.status == RunStatus::Queued;
         run.status = RunStatus::Canceled;
         run.finished_at = Some(self.now());
         run.error = Some("canceled".into());
         self.ports.runs.save(&run).await?;
+        if was_queued {
+            // A running run reports its own end; a queued one ends here.
+            self.after_run(&run).await?;
+        }
         let audit = AuditEntry::new(Some(org), p.actor(), "run.canceled", "run", id, self.now())
             .with_details(json!({"flow_id": run.flow_id}));
         self.ports.audit.append(&audit).await?;

@@ -18,6 +18,7 @@ pub mod ids;
 pub mod integration;
 pub mod invitation;
 pub mod oauth;
+pub mod orchestrate;
 pub mod org;
 pub mod page;
 pub mod ports;

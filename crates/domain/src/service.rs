@@ -47,6 +47,7 @@ pub struct Ports {
     pub flows: Arc<dyn crate::flow::FlowRepository>,
     pub runs: Arc<dyn crate::flow::RunRepository>,
     pub cursors: Arc<dyn crate::flow::CursorRepository>,
+    pub queue: Arc<dyn crate::orchestrate::QueueRepository>,
 }
 
 /// A key's `last_used_at` is written at most this often.
@@ -526,6 +527,7 @@ mod tests {
             flows: Arc::new(crate::flow::MockFlowRepository::new()),
             runs: Arc::new(crate::flow::MockRunRepository::new()),
             cursors: Arc::new(crate::flow::MockCursorRepository::new()),
+            queue: Arc::new(crate::orchestrate::MockQueueRepository::new()),
         }
     }
 

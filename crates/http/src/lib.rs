@@ -43,7 +43,7 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
         (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
-        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs")
+        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "internal")
     )
 )]
 struct ApiDoc;
@@ -104,6 +104,8 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(connections::preview_transform)
         .service(flows::list)
         .service(flows::create)
+        .service(flows::topology)
+        .service(flows::get_trace)
         .service(flows::get)
         .service(flows::update)
         .service(flows::remove)
@@ -116,6 +118,8 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(flows::set_state)
         .service(flows::reset_state)
         .service(flows::details)
+        .service(flows::activity)
+        .service(flows::orchestrate)
         .service(oauth::start)
         .service(oauth::callback)
         .service(oauth::complete)

@@ -66,6 +66,7 @@ impl Application {
             flows: Arc::new(store.clone()),
             runs: Arc::new(store.clone()),
             cursors: Arc::new(store.clone()),
+            queue: Arc::new(store.clone()),
         };
         Ok((Sluice::new(ports), store))
     }
@@ -80,6 +81,7 @@ impl Application {
         if settings.run_worker {
             tokio::spawn(worker::run(sluice.clone(), worker::worker_id()));
         }
+        tokio::spawn(worker::schedule(sluice.clone()));
         let state = AppState {
             sluice,
             internal_api_key: settings.internal_api_key.clone(),
@@ -99,6 +101,7 @@ impl Application {
     /// When the store cannot be set up.
     pub async fn worker_only(mut settings: Settings) -> anyhow::Result<()> {
         let (sluice, _store) = Self::wire(&mut settings).await?;
+        tokio::spawn(worker::schedule(sluice.clone()));
         worker::run(sluice, worker::worker_id()).await;
         Ok(())
     }

@@ -49,3 +49,24 @@ pub async fn run(sluice: Sluice, id: String) {
         }
     }
 }
+
+/// How often due flows are queued and lost runs recovered.
+pub const TICK: Duration = Duration::from_secs(5);
+
+/// Runs forever: queue due flows (once per scheduled time, whatever the
+/// number of processes), recover runs whose worker stopped answering.
+pub async fn schedule(sluice: Sluice) {
+    loop {
+        match sluice.schedule_due().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(queued = n, "scheduled runs queued"),
+            Err(e) => tracing::error!(error = %e, "scheduling failed"),
+        }
+        match sluice.recover_lost_runs().await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(recovered = n, "runs of lost workers recovered"),
+            Err(e) => tracing::error!(error = %e, "recovering lost runs failed"),
+        }
+        tokio::time::sleep(TICK).await;
+    }
+}

@@ -1,5 +1,6 @@
 //! sea-orm models of the metadata tables. They never leave this crate.
 
+pub mod activity_events;
 pub mod api_keys;
 pub mod audit_logs;
 pub mod connections;
@@ -14,5 +15,6 @@ pub mod memberships;
 pub mod oauth_states;
 pub mod organizations;
 pub mod run_logs;
+pub mod run_markers;
 pub mod runs;
 pub mod users;

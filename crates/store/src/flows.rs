@@ -9,7 +9,7 @@
 use crate::entities::*;
 use crate::{Store, db_err};
 use async_trait::async_trait;
-use sea_orm::sea_query::{Expr, LockBehavior, LockType};
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
@@ -432,5 +432,177 @@ impl CursorRepository for Store {
         }
         .await;
         tx.finish(r).await
+    }
+}
+
+#[async_trait]
+impl sluice_domain::orchestrate::QueueRepository for Store {
+    async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
+        flows::Entity::find()
+            .filter(flows::Column::Status.eq(FlowStatus::Active.as_str()))
+            .filter(flows::Column::NextRunAt.lte(now))
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(flow_from)
+            .collect()
+    }
+
+    async fn queue_once(
+        &self,
+        marker: &str,
+        run: &Run,
+        next_run_at: Option<(FlowId, Option<OffsetDateTime>)>,
+    ) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = async {
+            let inserted = run_markers::Entity::insert(run_markers::ActiveModel {
+                key: Set(marker.to_string()),
+                run_id: Set(run.id.as_uuid()),
+                created_at: Set(run.queued_at),
+            })
+            .exec_without_returning(tx.c())
+            .await;
+            match inserted {
+                Ok(_) => {}
+                Err(e) => {
+                    return match db_err(e) {
+                        Error::Conflict { .. } => Ok(false),
+                        other => Err(other),
+                    };
+                }
+            }
+            runs::Entity::insert(runs::ActiveModel {
+                id: Set(run.id.as_uuid()),
+                org_id: Set(run.org_id.as_uuid()),
+                flow_id: Set(run.flow_id.as_uuid()),
+                trace_id: Set(run.trace_id),
+                trigger: Set(run.trigger.as_str().to_string()),
+                status: Set(run.status.as_str().to_string()),
+                queued_at: Set(run.queued_at),
+                started_at: Set(None),
+                finished_at: Set(None),
+                entities: Set(serde_json::json!([])),
+                error: Set(None),
+                attempt: Set(run.attempt as i32),
+                claimed_by: Set(None),
+                heartbeat_at: Set(None),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            if let Some((flow, next)) = next_run_at {
+                flows::Entity::update_many()
+                    .col_expr(flows::Column::NextRunAt, Expr::value(next))
+                    .filter(flows::Column::Id.eq(flow.as_uuid()))
+                    .exec(tx.c())
+                    .await
+                    .map_err(db_err)?;
+            }
+            Ok(true)
+        }
+        .await;
+        match tx.finish(r).await {
+            // A concurrent process inserted the same marker first.
+            Err(Error::Conflict { .. }) => Ok(false),
+            other => other,
+        }
+    }
+
+    async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>> {
+        runs::Entity::find()
+            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(runs::Column::HeartbeatAt.lt(before))
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(run_from)
+            .collect()
+    }
+
+    async fn requeue(&self, id: RunId, worker: Option<String>) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = async {
+            let mut q = runs::Entity::update_many()
+                .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
+                .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
+                .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
+                .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
+                .filter(runs::Column::Id.eq(id.as_uuid()))
+                .filter(runs::Column::Status.eq(RunStatus::Running.as_str()));
+            if let Some(w) = worker {
+                q = q.filter(runs::Column::ClaimedBy.eq(w));
+            }
+            Ok(q.exec(tx.c()).await.map_err(db_err)?.rows_affected == 1)
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>> {
+        let mut runs: Vec<Run> = runs::Entity::find()
+            .filter(runs::Column::OrgId.eq(org.as_uuid()))
+            .filter(runs::Column::TraceId.eq(trace))
+            .order_by_asc(runs::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(run_from)
+            .collect::<Result<_>>()?;
+        runs.sort_by_key(|r| (r.started_at.unwrap_or(r.queued_at), r.id));
+        Ok(runs)
+    }
+
+    async fn record_event(&self, e: &sluice_domain::orchestrate::ActivityEvent) -> Result<()> {
+        let tx = self.write().await?;
+        let r = activity_events::Entity::insert(activity_events::ActiveModel {
+            id: Set(e.id),
+            org_id: Set(e.org_id.as_uuid()),
+            event_type: Set(e.event_type.clone()),
+            severity: Set(e.severity.clone()),
+            message: Set(e.message.clone()),
+            data: Set(e.data.clone()),
+            created_at: Set(e.created_at),
+        })
+        .exec_without_returning(tx.c())
+        .await
+        .map(|_| ())
+        .map_err(db_err);
+        tx.finish(r).await
+    }
+
+    async fn events(
+        &self,
+        org: OrgId,
+        since: Option<OffsetDateTime>,
+        limit: u64,
+    ) -> Result<Vec<sluice_domain::orchestrate::ActivityEvent>> {
+        let mut q = activity_events::Entity::find().filter(activity_events::Column::OrgId.eq(org.as_uuid()));
+        if let Some(s) = since {
+            q = q.filter(activity_events::Column::CreatedAt.gte(s.to_offset(time::UtcOffset::UTC)));
+        }
+        Ok(q.order_by_desc(activity_events::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(|m| sluice_domain::orchestrate::ActivityEvent {
+                id: m.id,
+                org_id: m.org_id.into(),
+                event_type: m.event_type,
+                severity: m.severity,
+                message: m.message,
+                data: m.data,
+                created_at: m.created_at,
+            })
+            .collect())
+    }
+
+    async fn find_run(&self, id: RunId) -> Result<Option<Run>> {
+        runs::Entity::find_by_id(id.as_uuid()).one(&self.db).await.map_err(db_err)?.map(run_from).transpose()
     }
 }

@@ -428,7 +428,8 @@ pub fn in_memory_ports_with(
         oauth_state_key: vec![7; 32],
         flows: Arc::new(flows.clone()),
         runs: Arc::new(flows.clone()),
-        cursors: Arc::new(flows),
+        cursors: Arc::new(flows.clone()),
+        queue: Arc::new(flows),
         users: s.clone(),
         orgs: s.clone(),
         invitations: s.clone(),
@@ -901,6 +902,8 @@ struct FlowState {
     runs: Vec<Run>,
     logs: HashMap<RunId, Vec<RunLog>>,
     cursors: HashMap<(FlowId, String), Cursor>,
+    markers: std::collections::HashSet<String>,
+    events: Vec<sluice_domain::orchestrate::ActivityEvent>,
 }
 
 /// Flows, runs and cursors in memory.
@@ -1091,5 +1094,99 @@ impl CursorRepository for InMemoryFlows {
         self.s().cursors.remove(&(flow, entity.to_string()));
         self.audit.s().audit.push(audit.clone());
         Ok(())
+    }
+}
+
+#[async_trait]
+impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
+    async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
+        Ok(self
+            .s()
+            .flows
+            .iter()
+            .filter(|f| f.status == FlowStatus::Active && f.next_run_at.is_some_and(|t| t <= now))
+            .cloned()
+            .collect())
+    }
+
+    async fn queue_once(
+        &self,
+        marker: &str,
+        run: &Run,
+        next_run_at: Option<(FlowId, Option<OffsetDateTime>)>,
+    ) -> Result<bool> {
+        let mut s = self.s();
+        if !s.markers.insert(marker.to_string()) {
+            return Ok(false);
+        }
+        s.runs.push(run.clone());
+        if let Some((flow, next)) = next_run_at
+            && let Some(f) = s.flows.iter_mut().find(|f| f.id == flow)
+        {
+            f.next_run_at = next;
+        }
+        Ok(true)
+    }
+
+    async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>> {
+        Ok(self
+            .s()
+            .runs
+            .iter()
+            .filter(|r| r.status == RunStatus::Running && r.heartbeat_at.is_some_and(|h| h < before))
+            .cloned()
+            .collect())
+    }
+
+    async fn requeue(&self, id: RunId, worker: Option<String>) -> Result<bool> {
+        let mut s = self.s();
+        match s
+            .runs
+            .iter_mut()
+            .find(|r| r.id == id && r.status == RunStatus::Running && (worker.is_none() || r.claimed_by == worker))
+        {
+            Some(r) => {
+                r.status = RunStatus::Queued;
+                r.claimed_by = None;
+                r.heartbeat_at = None;
+                r.attempt += 1;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn trace(&self, org: OrgId, trace: uuid::Uuid) -> Result<Vec<Run>> {
+        let mut runs: Vec<Run> =
+            self.s().runs.iter().filter(|r| r.org_id == org && r.trace_id == trace).cloned().collect();
+        runs.sort_by_key(|r| (r.started_at.unwrap_or(r.queued_at), r.id));
+        Ok(runs)
+    }
+
+    async fn record_event(&self, e: &sluice_domain::orchestrate::ActivityEvent) -> Result<()> {
+        self.s().events.push(e.clone());
+        Ok(())
+    }
+
+    async fn events(
+        &self,
+        org: OrgId,
+        since: Option<OffsetDateTime>,
+        limit: u64,
+    ) -> Result<Vec<sluice_domain::orchestrate::ActivityEvent>> {
+        let mut v: Vec<_> = self
+            .s()
+            .events
+            .iter()
+            .filter(|e| e.org_id == org && since.is_none_or(|t| e.created_at >= t))
+            .cloned()
+            .collect();
+        v.reverse();
+        v.truncate(limit as usize);
+        Ok(v)
+    }
+
+    async fn find_run(&self, id: RunId) -> Result<Option<Run>> {
+        Ok(self.s().runs.iter().find(|r| r.id == id).cloned())
     }
 }

@@ -497,3 +497,165 @@ pub async fn details(
         downstream,
     }))
 }
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TopologyNode {
+    pub id: Uuid,
+    pub name: String,
+    pub status: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TopologyEdge {
+    /// The upstream flow.
+    pub from: Uuid,
+    /// The downstream flow.
+    pub to: Uuid,
+    /// `success`, `failure` or `completion`.
+    pub on: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TopologyResponse {
+    pub nodes: Vec<TopologyNode>,
+    pub edges: Vec<TopologyEdge>,
+}
+
+/// The organization's flow dependency graph.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = TopologyResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows/topology")]
+pub async fn topology(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> ApiResult<Json<TopologyResponse>> {
+    let flows = state.sluice.topology(&caller.principal, OrgId::from(*path)).await?;
+    let nodes = flows
+        .iter()
+        .map(|f| TopologyNode { id: f.id.as_uuid(), name: f.name.clone(), status: f.status.as_str().into() })
+        .collect();
+    let edges = flows
+        .iter()
+        .flat_map(|f| {
+            f.config.depends_on.iter().filter_map(move |d| {
+                Uuid::parse_str(&d.flow).ok().map(|from| TopologyEdge {
+                    from,
+                    to: f.id.as_uuid(),
+                    on: serde_json::to_value(d.on)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                })
+            })
+        })
+        .collect();
+    Ok(Json(TopologyResponse { nodes, edges }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TraceResponse {
+    pub trace_id: Uuid,
+    /// In start order.
+    pub runs: Vec<RunResponse>,
+}
+
+/// All runs of one execution trace (a run and the downstream runs it caused).
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("traceId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = TraceResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/flows/traces/{traceId}")]
+pub async fn get_trace(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+) -> ApiResult<Json<TraceResponse>> {
+    let (org, trace_id) = path.into_inner();
+    let in_trace = state.sluice.trace(&caller.principal, org.into(), trace_id).await?;
+    Ok(Json(TraceResponse { trace_id, runs: in_trace.into_iter().map(Into::into).collect() }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActivityResponse {
+    pub id: Uuid,
+    /// e.g. `run.succeeded`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// `info`, `warning` or `error`.
+    pub severity: String,
+    pub message: String,
+    #[schema(value_type = Object)]
+    pub data: Value,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ActivityQuery {
+    /// RFC 3339; events at or after.
+    pub since: Option<String>,
+    /// 1–200, default 50.
+    pub limit: Option<i64>,
+}
+
+/// System events (activity feed), newest first.
+#[utoipa::path(tag = "activity", params(("orgId" = Uuid, Path), ActivityQuery), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = ListResponse<ActivityResponse>), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[get("/organizations/{orgId}/activity")]
+pub async fn activity(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<Uuid>,
+    q: Query<ActivityQuery>,
+) -> ApiResult<Json<ListResponse<ActivityResponse>>> {
+    let since = match q.since.as_deref() {
+        None => None,
+        Some(s) => Some(
+            OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .map_err(|_| ApiError::validation(vec![FieldError::new("since", "must be an RFC 3339 timestamp")]))?,
+        ),
+    };
+    let limit = PageRequest::parse(q.limit, None)?.limit;
+    let events = state.sluice.activity(&caller.principal, OrgId::from(*path), since, limit).await?;
+    let data = events
+        .into_iter()
+        .map(|e| ActivityResponse {
+            id: e.id,
+            event_type: e.event_type,
+            severity: e.severity,
+            message: e.message,
+            data: e.data,
+            created_at: e.created_at,
+        })
+        .collect();
+    Ok(Json(ListResponse { data, next_cursor: None }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrchestrateBody {
+    pub flow_id: Uuid,
+    pub run_id: Uuid,
+    /// The upstream run's outcome: `succeeded`, `failed`, `canceled` or `drift_detected`.
+    pub status: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrchestrateResponse {
+    /// The downstream runs queued, in the upstream run's trace.
+    pub queued: Vec<RunResponse>,
+}
+
+/// Queues the downstream flows whose `depends_on` condition the given
+/// outcome meets (internal key).
+#[utoipa::path(tag = "internal", request_body = OrchestrateBody, security(("internal_key" = [])),
+    responses((status = 200, body = OrchestrateResponse), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    (status = 422, body = ErrorBody), (status = 503, description = "no internal key configured", body = ErrorBody)))]
+#[post("/internal/orchestrate/trigger")]
+pub async fn orchestrate(
+    state: Data<AppState>,
+    _internal: crate::extract::InternalCaller,
+    body: Json<OrchestrateBody>,
+) -> ApiResult<Json<OrchestrateResponse>> {
+    let status = RunStatus::parse(&body.status).filter(|s| s.finished()).ok_or_else(|| {
+        ApiError::validation(vec![FieldError::new("status", "must be succeeded, failed, canceled or drift_detected")])
+    })?;
+    let queued = state.sluice.orchestrate_trigger(FlowId::from(body.flow_id), RunId::from(body.run_id), status).await?;
+    Ok(Json(OrchestrateResponse { queued: queued.into_iter().map(Into::into).collect() }))
+}

@@ -1,0 +1,252 @@
+//! Scheduling, recovery of runs whose worker died, and orchestration of
+//! downstream flows.
+//!
+//! Every "do this once" is a marker with a unique key in the metadata store
+//! (`schedule:<flow>:<time>`, `trace:<trace>:<flow>`), written in the same
+//! transaction as the run it queues: with any number of processes, the
+//! insert that wins queues the run, the others find the key taken.
+
+use crate::flow::*;
+use crate::ids::{FlowId, OrgId, RunId};
+use crate::service::Sluice;
+use crate::{Error, Result};
+use async_trait::async_trait;
+use serde_json::json;
+use time::{Duration, OffsetDateTime};
+use uuid::Uuid;
+
+/// A run whose worker has not renewed its lease for this long is presumed
+/// lost.
+pub const LEASE: Duration = Duration::seconds(60);
+/// A lost run is queued again until it has been attempted this many times.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// A system event for the activity feed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivityEvent {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub event_type: String,
+    pub severity: String,
+    pub message: String,
+    pub data: serde_json::Value,
+    pub created_at: OffsetDateTime,
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait QueueRepository: Send + Sync {
+    /// Active flows due at or before `now`.
+    async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>>;
+    /// Queues `run` unless `marker` exists, and stores `next_run_at` on the
+    /// flow, in one transaction; whether it queued.
+    async fn queue_once(
+        &self,
+        marker: &str,
+        run: &Run,
+        next_run_at: Option<(FlowId, Option<OffsetDateTime>)>,
+    ) -> Result<bool>;
+    /// Running runs whose heartbeat is older than `before`.
+    async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>>;
+    /// Puts a lost run back in the queue (attempt + 1) if it is still held
+    /// by `worker`; whether it did.
+    async fn requeue(&self, id: RunId, worker: Option<String>) -> Result<bool>;
+    /// Runs of a trace in start order.
+    async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>>;
+    async fn record_event(&self, event: &ActivityEvent) -> Result<()>;
+    async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
+    /// A run of any organization (internal calls).
+    async fn find_run(&self, id: RunId) -> Result<Option<Run>>;
+}
+
+fn matches(on: DependsOn, status: RunStatus) -> bool {
+    match on {
+        DependsOn::Success => status == RunStatus::Succeeded,
+        DependsOn::Failure => matches!(status, RunStatus::Failed | RunStatus::DriftDetected),
+        DependsOn::Completion => status.finished(),
+    }
+}
+
+impl Sluice {
+    /// Queues every due flow once per scheduled time; answers how many runs
+    /// this process queued.
+    pub async fn schedule_due(&self) -> Result<usize> {
+        let now = self.now();
+        let mut queued = 0;
+        for f in self.ports.queue.due_flows(now).await? {
+            let (Some(at), Some(expr)) = (f.next_run_at, f.schedule.clone()) else { continue };
+            let run = new_run(&f, Trigger::Schedule, Uuid::now_v7(), now);
+            let next = next_run(&expr, now);
+            let marker = format!("schedule:{}:{}", f.id, at.unix_timestamp());
+            if self.ports.queue.queue_once(&marker, &run, Some((f.id, next))).await? {
+                queued += 1;
+            }
+        }
+        Ok(queued)
+    }
+
+    /// Finds running runs whose worker stopped renewing its lease: queued
+    /// again while attempts remain, failed otherwise. Answers how many.
+    pub async fn recover_lost_runs(&self) -> Result<usize> {
+        let now = self.now();
+        let mut n = 0;
+        for mut run in self.ports.queue.stale_runs(now - LEASE).await? {
+            if run.attempt < MAX_ATTEMPTS {
+                if self.ports.queue.requeue(run.id, run.claimed_by.clone()).await? {
+                    let _ = self
+                        .ports
+                        .runs
+                        .log(
+                            run.id,
+                            &RunLog {
+                                ts: now,
+                                level: "warn".into(),
+                                entity: None,
+                                message: format!(
+                                    "worker {} stopped answering; queued again (attempt {})",
+                                    run.claimed_by.as_deref().unwrap_or("?"),
+                                    run.attempt + 1
+                                ),
+                            },
+                        )
+                        .await;
+                    n += 1;
+                }
+            } else {
+                run.status = RunStatus::Failed;
+                run.finished_at = Some(now);
+                run.error = Some(format!("the worker was lost {} times; giving up", run.attempt));
+                self.ports.runs.save(&run).await?;
+                self.after_run(&run).await?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// What follows a finished run: its activity event, and the downstream
+    /// flows whose condition it meets, queued in the same trace.
+    pub async fn after_run(&self, run: &Run) -> Result<Vec<Run>> {
+        let now = self.now();
+        let rows: u64 = run.entities.iter().map(|e| e.rows_written).sum();
+        let severity = match run.status {
+            RunStatus::Succeeded => "info",
+            RunStatus::Canceled | RunStatus::DriftDetected => "warning",
+            _ => "error",
+        };
+        self.ports
+            .queue
+            .record_event(&ActivityEvent {
+                id: Uuid::now_v7(),
+                org_id: run.org_id,
+                event_type: format!("run.{}", run.status.as_str()),
+                severity: severity.into(),
+                message: format!("run {} of flow {} {} ({rows} rows written)", run.id, run.flow_id, run.status.as_str()),
+                data: json!({"run_id": run.id, "flow_id": run.flow_id, "trace_id": run.trace_id, "rows_written": rows, "error": run.error}),
+                created_at: now,
+            })
+            .await?;
+        self.orchestrate(run).await
+    }
+
+    /// Queues the flows downstream of `run`'s flow whose conditions hold.
+    /// A flow with several upstream flows (fan-in) is queued once all of
+    /// them have a finished run in the trace meeting its condition.
+    pub async fn orchestrate(&self, run: &Run) -> Result<Vec<Run>> {
+        if !run.status.finished() {
+            return Ok(Vec::new());
+        }
+        let flows = self.ports.flows.all(run.org_id).await?;
+        let trace = self.ports.queue.trace(run.org_id, run.trace_id).await?;
+        let upstream = run.flow_id.to_string();
+        let mut queued = Vec::new();
+        for d in flows.iter().filter(|f| f.config.depends_on.iter().any(|x| x.flow == upstream)) {
+            let ready = d.config.depends_on.iter().all(|dep| {
+                trace
+                    .iter()
+                    .filter(|r| r.flow_id.to_string() == dep.flow && r.status.finished())
+                    .max_by_key(|r| r.id)
+                    .is_some_and(|r| matches(dep.on, if r.id == run.id { run.status } else { r.status }))
+            });
+            if !ready {
+                continue;
+            }
+            let next = new_run(d, Trigger::Upstream, run.trace_id, self.now());
+            if self.ports.queue.queue_once(&format!("trace:{}:{}", run.trace_id, d.id), &next, None).await? {
+                queued.push(next);
+            }
+        }
+        Ok(queued)
+    }
+
+    /// `POST /v1/internal/orchestrate/trigger`: orchestration for a run as if
+    /// it had just finished with `status`.
+    pub async fn orchestrate_trigger(&self, flow: FlowId, run: RunId, status: RunStatus) -> Result<Vec<Run>> {
+        let r = self.ports.queue.find_run(run).await?.ok_or(Error::not_found("run"))?;
+        if r.flow_id != flow {
+            return Err(Error::invalid("flow_id", "is not the run's flow"));
+        }
+        self.orchestrate(&Run { status, ..r }).await
+    }
+
+    pub async fn trace(&self, p: &crate::identity::Principal, org: OrgId, trace: Uuid) -> Result<Vec<Run>> {
+        self.access(p, org, crate::identity::Permission::Read).await?;
+        let runs = self.ports.queue.trace(org, trace).await?;
+        if runs.is_empty() {
+            return Err(Error::not_found("trace"));
+        }
+        Ok(runs)
+    }
+
+    pub async fn topology(&self, p: &crate::identity::Principal, org: OrgId) -> Result<Vec<Flow>> {
+        self.access(p, org, crate::identity::Permission::Read).await?;
+        self.ports.flows.all(org).await
+    }
+
+    pub async fn activity(
+        &self,
+        p: &crate::identity::Principal,
+        org: OrgId,
+        since: Option<OffsetDateTime>,
+        limit: u64,
+    ) -> Result<Vec<ActivityEvent>> {
+        self.access(p, org, crate::identity::Permission::Read).await?;
+        self.ports.queue.events(org, since, limit).await
+    }
+}
+
+/// A queued run of `f`.
+pub fn new_run(f: &Flow, trigger: Trigger, trace_id: Uuid, now: OffsetDateTime) -> Run {
+    Run {
+        id: RunId::new(),
+        org_id: f.org_id,
+        flow_id: f.id,
+        trace_id,
+        trigger,
+        status: RunStatus::Queued,
+        queued_at: now,
+        started_at: None,
+        finished_at: None,
+        entities: Vec::new(),
+        error: None,
+        attempt: 1,
+        claimed_by: None,
+        heartbeat_at: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_match_the_statuses_they_name() {
+        assert!(matches(DependsOn::Success, RunStatus::Succeeded));
+        assert!(!matches(DependsOn::Success, RunStatus::Failed));
+        assert!(matches(DependsOn::Failure, RunStatus::Failed));
+        assert!(matches(DependsOn::Failure, RunStatus::DriftDetected));
+        assert!(!matches(DependsOn::Failure, RunStatus::Canceled));
+        assert!(matches(DependsOn::Completion, RunStatus::Canceled));
+        assert!(!matches(DependsOn::Completion, RunStatus::Running));
+    }
+}

@@ -1,0 +1,166 @@
+//! Claiming runs and once-markers on a real PostgreSQL metadata store,
+//! with two stores (two connection pools, as two processes would have)
+//! working at once. A fresh database per test, dropped afterwards; skipped
+//! loudly when PostgreSQL is unreachable outside CI.
+
+use sea_orm::{ConnectionTrait, Database};
+use sluice_domain::audit::AuditEntry;
+use sluice_domain::connector::Capability;
+use sluice_domain::flow::*;
+use sluice_domain::identity::Actor;
+use sluice_domain::ids::{ConnectionId, FlowId, OrgId};
+use sluice_domain::integration::{Connection, ConnectionStatus, Credentials};
+use sluice_domain::orchestrate::{QueueRepository, new_run};
+use sluice_domain::org::{Organization, Plan};
+use sluice_domain::ports::{ConnectionRepository, OrgRepository, UserRepository};
+use sluice_domain::user::VerifiedClaims;
+use sluice_store::Store;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+struct Db(String);
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(db) = Database::connect(ADMIN).await {
+                    let _ = db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+async fn fresh() -> Option<(Db, String)> {
+    let admin = match Database::connect(ADMIN).await {
+        Ok(a) => a,
+        Err(e) => {
+            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            return None;
+        }
+    };
+    let name = format!("sluice_claim_{}", sluice_domain::secret::random_base62(8).to_lowercase());
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+    Some((Db(name.clone()), format!("postgres://postgres@127.0.0.1:5432/{name}")))
+}
+
+async fn seed(store: &Store, flows: usize) -> (OrgId, Vec<Flow>) {
+    let now = time::OffsetDateTime::now_utc();
+    let user = store
+        .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
+        .await
+        .unwrap();
+    let org =
+        Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), plan: Plan::Free, created_at: now };
+    let audit = || AuditEntry::new(Some(org.id), Actor::system(), "x", "x", "x", now);
+    OrgRepository::create(store, &org, user.id, &audit()).await.unwrap();
+    let conn = Connection {
+        id: ConnectionId::new(),
+        org_id: org.id,
+        name: "c".into(),
+        integration_id: None,
+        connector_type: "memory".into(),
+        capability: Capability::Both,
+        config: Default::default(),
+        secrets: Credentials::default(),
+        status: ConnectionStatus::Untested,
+        last_tested_at: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+    };
+    ConnectionRepository::create(store, &conn, &audit()).await.unwrap();
+    let mut out = Vec::new();
+    for i in 0..flows {
+        let f = Flow {
+            id: FlowId::new(),
+            org_id: org.id,
+            name: format!("f{i}"),
+            source_connection_id: conn.id,
+            destination_connection_id: conn.id,
+            schedule: None,
+            config: FlowConfig::default(),
+            status: FlowStatus::Active,
+            next_run_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        FlowRepository::create(store, &f, &audit()).await.unwrap();
+        out.push(f);
+    }
+    (org.id, out)
+}
+
+#[tokio::test]
+async fn two_stores_claim_fifty_runs_each_exactly_once() {
+    let Some((_db, url)) = fresh().await else { return };
+    let key = [9u8; 32];
+    let a = Arc::new(Store::connect(&url, &key).await.unwrap());
+    let b = Arc::new(Store::connect(&url, &key).await.unwrap());
+    let (_org, flows) = seed(&a, 50).await;
+    let now = time::OffsetDateTime::now_utc();
+    for f in &flows {
+        RunRepository::enqueue(a.as_ref(), &new_run(f, Trigger::Manual, uuid::Uuid::now_v7(), now)).await.unwrap();
+    }
+    let worker = |store: Arc<Store>, name: &'static str| {
+        tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while let Some(r) = store.claim(name, time::OffsetDateTime::now_utc()).await.unwrap() {
+                assert_eq!(r.claimed_by.as_deref(), Some(name));
+                mine.push(r.id);
+            }
+            mine
+        })
+    };
+    let (x, y) = tokio::join!(worker(a.clone(), "worker-a"), worker(b.clone(), "worker-b"));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let all: HashSet<_> = x.iter().chain(&y).copied().collect();
+    assert_eq!(x.len() + y.len(), 50, "every run claimed");
+    assert_eq!(all.len(), 50, "no run claimed twice");
+    eprintln!("worker-a claimed {}, worker-b claimed {}", x.len(), y.len());
+}
+
+#[tokio::test]
+async fn one_flow_never_has_two_running_runs_and_markers_win_once() {
+    let Some((_db, url)) = fresh().await else { return };
+    let key = [9u8; 32];
+    let a = Arc::new(Store::connect(&url, &key).await.unwrap());
+    let b = Arc::new(Store::connect(&url, &key).await.unwrap());
+    let (_org, flows) = seed(&a, 1).await;
+    let f = &flows[0];
+    let now = time::OffsetDateTime::now_utc();
+    for _ in 0..3 {
+        RunRepository::enqueue(a.as_ref(), &new_run(f, Trigger::Manual, uuid::Uuid::now_v7(), now)).await.unwrap();
+    }
+    let (x, y) = tokio::join!(a.claim("a", now), b.claim("b", now));
+    let claimed = [x.unwrap(), y.unwrap()].into_iter().flatten().count();
+    assert_eq!(claimed, 1, "one running run per flow");
+    assert!(a.claim("a", now).await.unwrap().is_none());
+
+    // Twenty concurrent attempts at one marker: one queues.
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let run = new_run(f, Trigger::Schedule, uuid::Uuid::now_v7(), now);
+        tasks.push(tokio::spawn(async move { store.queue_once("schedule:test:1", &run, None).await.unwrap() }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            wins += 1;
+        }
+    }
+    assert_eq!(wins, 1);
+}

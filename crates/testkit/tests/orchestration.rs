@@ -1,0 +1,181 @@
+//! Scheduling, recovery of lost runs, orchestration of downstream flows
+//! and the activity feed, over the in-memory adapters with a manual clock.
+
+use serde_json::json;
+use sluice_domain::clock::Clock;
+use sluice_domain::connections::NewConnection;
+use sluice_domain::connector::{Capability, EntitySchema, Field, FieldType, Value};
+use sluice_domain::flow::*;
+use sluice_domain::flows::NewFlow;
+use sluice_domain::identity::Principal;
+use sluice_domain::ids::{ConnectionId, OrgId};
+use sluice_domain::orchestrate::{LEASE, MAX_ATTEMPTS};
+use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_testkit::*;
+use std::sync::Arc;
+
+struct W {
+    sluice: Sluice,
+    clock: ManualClock,
+    p: Principal,
+    org: OrgId,
+    conn: ConnectionId,
+}
+
+async fn world() -> W {
+    let store = InMemoryStore::new();
+    let clock = ManualClock::new(time::macros::datetime!(2026-05-01 10:00:30 UTC));
+    let mem = MemoryConnectors::new();
+    let mut id = Field::new("id", FieldType::Integer);
+    id.primary_key = true;
+    mem.put("d", EntitySchema { name: "t".into(), fields: vec![id] }, vec![vec![Value::Int(1)]]);
+    let c: Arc<dyn Clock> = Arc::new(clock.clone());
+    let sluice = Sluice::new(in_memory_ports_with(&store, c, &mem, FakeSecrets::default()));
+    let (p, _) = sluice.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
+    let org = sluice.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
+    let conn = sluice
+        .create_connection(
+            &p,
+            org,
+            NewConnection {
+                name: "m".into(),
+                integration_id: None,
+                connector_type: "memory".into(),
+                capability: Capability::Both,
+                config: [("dataset".to_string(), json!("d"))].into(),
+            },
+        )
+        .await
+        .unwrap()
+        .id;
+    W { sluice, clock, p, org, conn }
+}
+
+impl W {
+    async fn flow(&self, name: &str, schedule: Option<&str>, depends_on: Vec<(&str, DependsOn)>) -> Flow {
+        let mut config: FlowConfig =
+            serde_json::from_value(json!({"mappings": [{"source_entity": "t", "dest_entity": format!("out_{name}"), "sync_mode": "full_refresh_overwrite"}]})).unwrap();
+        config.depends_on = depends_on.into_iter().map(|(f, on)| Dependency { flow: f.into(), on }).collect();
+        self.sluice
+            .create_flow(
+                &self.p,
+                self.org,
+                NewFlow {
+                    name: name.into(),
+                    source_connection_id: self.conn,
+                    destination_connection_id: self.conn,
+                    schedule: schedule.map(str::to_string),
+                    config,
+                    status: FlowStatus::Active,
+                },
+            )
+            .await
+            .unwrap()
+    }
+
+    /// Claims and executes the next queued run.
+    async fn work(&self) -> Option<Run> {
+        let r = self.sluice.claim_run("w").await.unwrap()?;
+        Some(self.sluice.execute_run(r).await)
+    }
+
+    async fn queued(&self, f: &Flow) -> Vec<Run> {
+        self.sluice.list_runs(&self.p, self.org, f.id, Some(RunStatus::Queued), Default::default()).await.unwrap().items
+    }
+}
+
+#[tokio::test]
+async fn downstream_flows_run_in_the_same_trace_on_their_condition() {
+    let w = world().await;
+    let a = w.flow("a", None, vec![]).await;
+    let b = w.flow("b", None, vec![("a", DependsOn::Success)]).await;
+    let c = w.flow("c", None, vec![("a", DependsOn::Failure)]).await;
+    let d = w.flow("d", None, vec![("b", DependsOn::Completion)]).await;
+
+    let root = w.sluice.trigger_run(&w.p, w.org, a.id, Trigger::Manual).await.unwrap();
+    let done = w.work().await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    let qb = w.queued(&b).await;
+    assert_eq!(qb.len(), 1);
+    assert_eq!(qb[0].trigger, Trigger::Upstream);
+    assert_eq!(qb[0].trace_id, root.trace_id);
+    assert!(w.queued(&c).await.is_empty(), "c runs on failure only");
+    w.work().await.unwrap();
+    assert_eq!(w.queued(&d).await.len(), 1);
+    w.work().await.unwrap();
+    assert!(w.work().await.is_none());
+
+    let trace = w.sluice.trace(&w.p, w.org, root.trace_id).await.unwrap();
+    let flows: Vec<_> = trace.iter().map(|r| r.flow_id).collect();
+    assert_eq!(flows, [a.id, b.id, d.id], "in start order");
+    let events = w.sluice.activity(&w.p, w.org, None, 50).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event_type == "run.succeeded").count(), 3);
+}
+
+#[tokio::test]
+async fn a_fan_in_flow_waits_for_every_upstream_and_runs_once() {
+    let w = world().await;
+    let root = w.flow("root", None, vec![]).await;
+    let left = w.flow("left", None, vec![("root", DependsOn::Success)]).await;
+    w.flow("right", None, vec![("root", DependsOn::Success)]).await;
+    let join = w.flow("join", None, vec![("left", DependsOn::Success), ("right", DependsOn::Success)]).await;
+    w.sluice.trigger_run(&w.p, w.org, root.id, Trigger::Manual).await.unwrap();
+    w.work().await.unwrap(); // root → left, right
+    w.work().await.unwrap(); // left
+    assert!(w.queued(&join).await.is_empty(), "right has not finished");
+    w.work().await.unwrap(); // right → join
+    assert_eq!(w.queued(&join).await.len(), 1);
+    // Orchestrating an upstream's outcome again queues nothing more.
+    let left_run = w.sluice.list_runs(&w.p, w.org, left.id, None, Default::default()).await.unwrap().items[0].clone();
+    assert_eq!(left_run.status, RunStatus::Succeeded);
+    let again = w.sluice.orchestrate(&left_run).await.unwrap();
+    assert!(again.is_empty(), "join was already queued in this trace");
+    assert_eq!(w.queued(&join).await.len(), 1);
+}
+
+#[tokio::test]
+async fn scheduled_flows_are_queued_once_per_scheduled_time() {
+    let w = world().await;
+    let f = w.flow("every-minute", Some("* * * * *"), vec![]).await;
+    assert_eq!(f.next_run_at, Some(time::macros::datetime!(2026-05-01 10:01 UTC)));
+    assert_eq!(w.sluice.schedule_due().await.unwrap(), 0, "not due yet");
+    w.clock.advance(time::Duration::seconds(45));
+    assert_eq!(w.sluice.schedule_due().await.unwrap(), 1);
+    assert_eq!(w.sluice.schedule_due().await.unwrap(), 0, "once per scheduled time");
+    let queued = w.queued(&f).await;
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].trigger, Trigger::Schedule);
+    let f = w.sluice.get_flow(&w.p, w.org, f.id).await.unwrap();
+    assert_eq!(f.next_run_at, Some(time::macros::datetime!(2026-05-01 10:02 UTC)));
+    // A paused flow is not scheduled.
+    w.sluice
+        .update_flow(
+            &w.p,
+            w.org,
+            f.id,
+            sluice_domain::flows::FlowUpdate { status: Some(FlowStatus::Paused), ..Default::default() },
+        )
+        .await
+        .unwrap();
+    w.clock.advance(time::Duration::minutes(5));
+    assert_eq!(w.sluice.schedule_due().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_run_whose_worker_died_is_retried_then_failed_never_left_running() {
+    let w = world().await;
+    let f = w.flow("f", None, vec![]).await;
+    let r = w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    for attempt in 1..=MAX_ATTEMPTS {
+        let claimed = w.sluice.claim_run("doomed").await.unwrap().unwrap();
+        assert_eq!(claimed.attempt, attempt);
+        assert_eq!(w.sluice.recover_lost_runs().await.unwrap(), 0, "the lease still holds");
+        w.clock.advance(LEASE + time::Duration::seconds(1));
+        assert_eq!(w.sluice.recover_lost_runs().await.unwrap(), 1);
+    }
+    let run = w.sluice.get_run(&w.p, w.org, r.id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(run.error.unwrap().contains("lost"));
+    let logs = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap();
+    assert!(logs.iter().any(|l| l.message.contains("queued again")));
+}
