@@ -5,3 +5,4 @@ mod connections;
 mod flows;
 mod oauth;
 mod organizations;
+mod processes;

@@ -88,9 +88,20 @@ impl Sluice {
     /// Finds running runs whose worker stopped renewing its lease: queued
     /// again while attempts remain, failed otherwise. Answers how many.
     pub async fn recover_lost_runs(&self) -> Result<usize> {
+        self.recover_runs_older_than(self.now() - LEASE).await
+    }
+
+    /// Recovers every run marked running: for a store only this process
+    /// uses (SQLite), at start-up, where any such run is an orphan of a
+    /// crash.
+    pub async fn recover_orphans(&self) -> Result<usize> {
+        self.recover_runs_older_than(self.now() + Duration::days(1)).await
+    }
+
+    async fn recover_runs_older_than(&self, cutoff: OffsetDateTime) -> Result<usize> {
         let now = self.now();
         let mut n = 0;
-        for mut run in self.ports.queue.stale_runs(now - LEASE).await? {
+        for mut run in self.ports.queue.stale_runs(cutoff).await? {
             if run.attempt < MAX_ATTEMPTS {
                 if self.ports.queue.requeue(run.id, run.claimed_by.clone()).await? {
                     let _ = self

@@ -78,6 +78,14 @@ impl Application {
     /// When the store, the JWKS or the listener cannot be set up.
     pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         let (sluice, store) = Self::wire(&mut settings).await?;
+        if store.backend() == sluice_store::Backend::Sqlite {
+            // The embedded store has one process: a run left running is
+            // an orphan of a crash, to resume now rather than after a lease.
+            let n = sluice.recover_orphans().await?;
+            if n > 0 {
+                tracing::warn!(runs = n, "runs interrupted by a crash queued again");
+            }
+        }
         if settings.run_worker {
             tokio::spawn(worker::run(sluice.clone(), worker::worker_id()));
         }

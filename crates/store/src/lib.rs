@@ -23,6 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+/// The metadata store's database engine.
+pub use sea_orm::DbBackend as Backend;
+
 /// The metadata store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {

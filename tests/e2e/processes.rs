@@ -1,0 +1,318 @@
+//! The real `sluice` binary as separate processes: a process killed with
+//! SIGKILL in the middle of a large incremental sync resumes after restart
+//! with every record exactly once; two `sluice worker` processes on one
+//! PostgreSQL metadata store execute 50 queued runs each exactly once.
+
+use serde_json::{Value, json};
+use sluice_auth::TokenIssuer;
+use sluice_domain::secret::random_base62;
+use sqlx::Connection;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "process-test-secret-process-test";
+/// base64 of 32 bytes of 7.
+const MASTER_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+
+/// The `sluice` binary of this build (`cargo test --workspace` builds it).
+fn sluice_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().join("sluice")
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    sluice::install_crypto_provider();
+    reqwest::Client::new()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn(args: &[&str], env: &[(&str, String)]) -> Proc {
+    let bin = sluice_bin();
+    assert!(bin.exists(), "{} is missing: build the workspace first", bin.display());
+    let mut cmd = Command::new(bin);
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null()).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Proc(cmd.spawn().unwrap())
+}
+
+async fn wait_healthy(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if client.get(format!("{base}/v1/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("sluice at {base} did not become healthy");
+}
+
+struct Api {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Api {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let (s, b) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        assert!(s == 201 || s == 202 || s == 200, "{path}: {s} {b}");
+        b
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (s, b) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+        b
+    }
+}
+
+fn env(data: &Path, db: &str, port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("SLUICE_DATABASE_URL", db.to_string()),
+        ("SLUICE_LISTEN", format!("127.0.0.1:{port}")),
+        ("SLUICE_DATA_DIR", data.display().to_string()),
+        ("SLUICE_FILE_ROOT", data.join("files").display().to_string()),
+        ("SLUICE_JWT_HS256_SECRET", SECRET.to_string()),
+        ("SLUICE_MASTER_KEY", MASTER_KEY.to_string()),
+    ]
+}
+
+fn token() -> String {
+    TokenIssuer::new(SECRET.as_bytes().to_vec(), "sluice", "sluice")
+        .issue("ops@example.com", Some("ops@example.com"), None, Duration::from_secs(3600))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once() {
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    const ROWS: i64 = 400_000;
+    let mut pg = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {s}.events (id bigint PRIMARY KEY, payload text NOT NULL, updated timestamptz NOT NULL);
+         INSERT INTO {s}.events SELECT g, 'event number ' || g, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {ROWS}) g;",
+        s = src.name
+    )))
+    .execute(&mut pg)
+    .await
+    .unwrap();
+
+    let data = std::env::temp_dir().join(format!("sluice-crash-{}", random_base62(8).to_lowercase()));
+    std::fs::create_dir_all(&data).unwrap();
+    let db = format!("sqlite://{}?mode=rwc", data.join("meta.db").display());
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let first = spawn(&["serve"], &env(&data, &db, port));
+    wait_healthy(&api.client, &api.base).await;
+
+    let org = api.post("/v1/organizations", json!({"name": "Crash"})).await["id"].as_str().unwrap().to_string();
+    let conn = |name: &str, schema: &str| {
+        json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let s = api.post(&format!("/v1/organizations/{org}/connections"), conn("src", &src.name)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = api.post(&format!("/v1/organizations/{org}/connections"), conn("dst", &dst.name)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let flow = api
+        .post(&format!("/v1/organizations/{org}/flows"), json!({"name": "events", "source_connection_id": s, "destination_connection_id": d,
+            "config": {"mappings": [{"source_entity": "events", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}]}}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Wait for a checkpoint (a stored cursor) while the run is still going, then kill.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let state = api.get(&format!("/v1/organizations/{org}/flows/{flow}/state")).await;
+        let status = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await["status"].clone();
+        assert_ne!(status, "succeeded", "the sync ended before it could be interrupted; make it larger");
+        if state["data"][0]["cursor_value"].is_string() && status == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint within 120 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(first); // SIGKILL
+    let (copied,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {}.events", dst.name)))
+        .fetch_one(&mut pg)
+        .await
+        .unwrap();
+    assert!(copied > 0 && copied < ROWS, "killed mid-sync with {copied} of {ROWS} rows committed");
+
+    // Restart: the interrupted run is queued again and finishes from its checkpoint.
+    let _second = spawn(&["serve"], &env(&data, &db, port));
+    wait_healthy(&api.client, &api.base).await;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let done = loop {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        if r["status"] == "succeeded" {
+            break r;
+        }
+        assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+        assert!(Instant::now() < deadline, "the resumed run did not finish: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(done["entities"][0]["cursor_before"].is_string(), "resumed from the checkpoint: {done}");
+    assert!(
+        done["entities"][0]["rows_read"].as_i64().unwrap() < ROWS,
+        "read from the checkpoint on, not from the start: {done}"
+    );
+    let (count, distinct): (i64, i64) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*), count(DISTINCT id) FROM {}.events", dst.name)))
+            .fetch_one(&mut pg)
+            .await
+            .unwrap();
+    assert_eq!((count, distinct), (ROWS, ROWS), "every source record exactly once");
+    let logs = api.get(&format!("/v1/organizations/{org}/logs/{run}")).await;
+    assert!(
+        logs["data"].as_array().unwrap().iter().any(|l| l["message"].as_str().unwrap().contains("queued again")),
+        "{logs}"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test]
+async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
+    use sea_orm::{ConnectionTrait, Database};
+    let admin_url = sluice_tests::postgres_admin_url();
+    let admin = match Database::connect(&admin_url).await {
+        Ok(a) => a,
+        Err(e) => {
+            assert!(!sluice_tests::in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            return;
+        }
+    };
+    let name = format!("sluice_scale_{}", random_base62(8).to_lowercase());
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
+    let data = std::env::temp_dir().join(format!("sluice-scale-{}", random_base62(8).to_lowercase()));
+    std::fs::create_dir_all(data.join("files/in")).unwrap();
+    std::fs::write(data.join("files/in/items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let _api_proc = spawn(&["serve", "--no-worker"], &env(&data, &db, port));
+    wait_healthy(&api.client, &api.base).await;
+    let org = api.post("/v1/organizations", json!({"name": "Scale"})).await["id"].as_str().unwrap().to_string();
+    let c = api
+        .post(
+            &format!("/v1/organizations/{org}/connections"),
+            json!({"name": "files", "type": "file", "capability": "both", "config": {"path": "in"}}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut flows = Vec::new();
+    for i in 0..10 {
+        let f = api
+            .post(&format!("/v1/organizations/{org}/flows"), json!({"name": format!("f{i}"), "source_connection_id": c, "destination_connection_id": c,
+                "config": {"mappings": [{"source_entity": "items", "dest_entity": format!("out_{i}"), "sync_mode": "full_refresh_append"}]}}))
+            .await["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        flows.push(f);
+    }
+    // 50 runs queued before any worker exists.
+    let mut runs = Vec::new();
+    for f in &flows {
+        for _ in 0..5 {
+            runs.push(
+                api.post(&format!("/v1/organizations/{org}/flows/{f}/run"), json!({})).await["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    let w1 = spawn(&["worker"], &env(&data, &db, free_port()));
+    let w2 = spawn(&["worker"], &env(&data, &db, free_port()));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let mut finished = 0;
+        for r in &runs {
+            let s = api.get(&format!("/v1/organizations/{org}/runs/{r}")).await["status"].clone();
+            assert!(s != "failed", "run {r} failed");
+            if s == "succeeded" {
+                finished += 1;
+            }
+        }
+        if finished == runs.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{finished} of 50 runs finished in 180 s");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    drop((w1, w2));
+    // Exactly once, in the data: five appends of two records per flow.
+    for i in 0..10 {
+        let lines = std::fs::read_to_string(data.join(format!("files/in/out_{i}.jsonl"))).unwrap().lines().count();
+        assert_eq!(lines, 10, "out_{i}: each of its 5 runs appended once");
+    }
+    // And in the logs: one start per run; both processes worked.
+    for r in &runs {
+        let logs = api.get(&format!("/v1/organizations/{org}/logs/{r}")).await;
+        let starts = logs["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["message"].as_str().unwrap().starts_with("run started"))
+            .count();
+        assert_eq!(starts, 1, "run {r} started {starts} times");
+    }
+    let meta = Database::connect(&db).await.unwrap();
+    let rows = meta
+        .query_all_raw(sea_orm::Statement::from_string(
+            meta.get_database_backend(),
+            "SELECT claimed_by, count(*) AS n FROM runs GROUP BY claimed_by",
+        ))
+        .await
+        .unwrap();
+    let per_worker: Vec<(String, i64)> =
+        rows.iter().map(|r| (r.try_get("", "claimed_by").unwrap(), r.try_get("", "n").unwrap())).collect();
+    eprintln!("runs per worker: {per_worker:?}");
+    assert_eq!(per_worker.len(), 2, "both worker processes claimed runs: {per_worker:?}");
+    assert_eq!(per_worker.iter().map(|(_, n)| n).sum::<i64>(), 50);
+    meta.close().await.ok();
+    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
