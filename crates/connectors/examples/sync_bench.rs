@@ -18,8 +18,8 @@ use sluice_domain::connections::NewConnection;
 use sluice_domain::connector::Capability;
 use sluice_domain::flow::{FlowConfig, FlowStatus, Run, Trigger};
 use sluice_domain::flows::NewFlow;
-use sluice_domain::ids::{ConnectionId, OrgId};
 use sluice_domain::identity::Principal;
+use sluice_domain::ids::{ConnectionId, OrgId};
 use sluice_domain::service::{NewOrganization, Sluice};
 use sluice_testkit::{FakeSecrets, FakeTokens, InMemoryStore, in_memory_ports};
 use sqlx::Connection;
@@ -30,13 +30,22 @@ use std::time::Instant;
 fn rss_mb(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<f64>().ok())
+        })
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
 }
 
 fn psql(sql: &str) {
-    let ok = Command::new("psql").args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c", sql]).status().unwrap().success();
+    let ok = Command::new("psql")
+        .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c", sql])
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "{sql}");
 }
 
@@ -55,23 +64,44 @@ struct Bench {
 impl Bench {
     async fn conn(&self, name: &str, t: &str, config: serde_json::Value) -> ConnectionId {
         self.sluice
-            .create_connection(&self.p, self.org, NewConnection {
-                name: name.into(),
-                integration_id: None,
-                connector_type: t.into(),
-                capability: Capability::Both,
-                config: serde_json::from_value(config).unwrap(),
-            })
+            .create_connection(
+                &self.p,
+                self.org,
+                NewConnection {
+                    name: name.into(),
+                    integration_id: None,
+                    connector_type: t.into(),
+                    capability: Capability::Both,
+                    config: serde_json::from_value(config).unwrap(),
+                },
+            )
             .await
             .unwrap()
             .id
     }
 
-    async fn sync(&self, name: &str, src: ConnectionId, dst: ConnectionId, mapping: serde_json::Value) -> (sluice_domain::ids::FlowId, f64, Run) {
+    async fn sync(
+        &self,
+        name: &str,
+        src: ConnectionId,
+        dst: ConnectionId,
+        mapping: serde_json::Value,
+    ) -> (sluice_domain::ids::FlowId, f64, Run) {
         let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
         let f = self
             .sluice
-            .create_flow(&self.p, self.org, NewFlow { name: name.into(), source_connection_id: src, destination_connection_id: dst, schedule: None, config, status: FlowStatus::Active })
+            .create_flow(
+                &self.p,
+                self.org,
+                NewFlow {
+                    name: name.into(),
+                    source_connection_id: src,
+                    destination_connection_id: dst,
+                    schedule: None,
+                    config,
+                    status: FlowStatus::Active,
+                },
+            )
             .await
             .unwrap();
         let (secs, run) = self.run(f.id).await;
@@ -105,10 +135,16 @@ async fn main() {
     ));
     psql(&format!("VACUUM ANALYZE {src}.t"));
     let q = |sql: String| format!("psql -q -h 127.0.0.1 -U postgres -d test -c \"{sql}\"");
-    println!("table: {rows} rows of (bigint key, bigint, text, jsonb, numeric(12,2), timestamptz, timestamptz); 1% = {changed} rows\n");
+    println!(
+        "table: {rows} rows of (bigint key, bigint, text, jsonb, numeric(12,2), timestamptz, timestamptz); 1% = {changed} rows\n"
+    );
 
     // (1) The physical limit.
-    let pipe = shell(&format!("{} | {}", q(format!("COPY {src}.t TO STDOUT (FORMAT binary)")), q(format!("COPY {dst}.pipe FROM STDIN (FORMAT binary)"))));
+    let pipe = shell(&format!(
+        "{} | {}",
+        q(format!("COPY {src}.t TO STDOUT (FORMAT binary)")),
+        q(format!("COPY {dst}.pipe FROM STDIN (FORMAT binary)"))
+    ));
     // (2) The raw incremental: 1% changed, copied in binary to a staging table, merged once.
     psql(&format!("UPDATE {src}.t SET a = a + 1, updated = updated + interval '1 year' WHERE id % 100 = 0"));
     let raw_inc = shell(&format!(
@@ -138,7 +174,9 @@ async fn main() {
     let rss_before = rss_mb("VmRSS");
 
     // (3) Full refresh PostgreSQL → PostgreSQL.
-    let (_, full, _) = b.sync("full", s, d, json!({"source_entity": "t", "dest_entity": "full", "sync_mode": "full_refresh_overwrite"})).await;
+    let (_, full, _) = b
+        .sync("full", s, d, json!({"source_entity": "t", "dest_entity": "full", "sync_mode": "full_refresh_overwrite"}))
+        .await;
     // (4) Incremental after 1% changed: the first sync (untimed) sets the cursor.
     let (inc_flow, _, _) = b
         .sync("inc", s, d, json!({"source_entity": "t", "dest_entity": "inc", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}))
@@ -152,20 +190,52 @@ async fn main() {
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {my_db}"))).execute(&mut my).await.unwrap();
     let m = b.conn("mysql", "mysql", json!({"host": "127.0.0.1", "database": my_db, "user": "root"})).await;
     let l = b.conn("sqlite", "sqlite", json!({"path": "bench.db"})).await;
-    let (_, to_my, _) = b.sync("to-mysql", s, m, json!({"source_entity": "t", "sync_mode": "full_refresh_overwrite"})).await;
-    let (_, to_lite, _) = b.sync("to-sqlite", s, l, json!({"source_entity": "t", "sync_mode": "full_refresh_overwrite"})).await;
+    let (_, to_my, _) =
+        b.sync("to-mysql", s, m, json!({"source_entity": "t", "sync_mode": "full_refresh_overwrite"})).await;
+    let (_, to_lite, _) =
+        b.sync("to-sqlite", s, l, json!({"source_entity": "t", "sync_mode": "full_refresh_overwrite"})).await;
     let peak = rss_mb("VmHWM");
 
     let rate = |secs: f64, n: i64| n as f64 / secs;
     let pipe_rate = rate(pipe, rows);
     println!("{:<52} {:>9} {:>11} {:>9}", "step", "seconds", "rows/s", "ratio");
     println!("{:<52} {:>9.2} {:>11.0} {:>9}", "(1) psql binary COPY pipe (table with key)", pipe, pipe_rate, "1.00×");
-    println!("{:<52} {:>9.2} {:>11.0} {:>9}", "(2) raw incremental, 1% (binary COPY + ON CONFLICT)", raw_inc, rate(raw_inc, changed), "");
-    println!("{:<52} {:>9.2} {:>11.0} {:>8.2}×", "(3) sluice full refresh postgres → postgres", full, rate(full, rows), rate(full, rows) / pipe_rate);
-    println!("{:<52} {:>9.2} {:>11.0} {:>8.2}×", "(4) sluice incremental_deduped after 1% (vs raw)", inc, rate(inc, changed), inc / raw_inc);
+    println!(
+        "{:<52} {:>9.2} {:>11.0} {:>9}",
+        "(2) raw incremental, 1% (binary COPY + ON CONFLICT)",
+        raw_inc,
+        rate(raw_inc, changed),
+        ""
+    );
+    println!(
+        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "(3) sluice full refresh postgres → postgres",
+        full,
+        rate(full, rows),
+        rate(full, rows) / pipe_rate
+    );
+    println!(
+        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "(4) sluice incremental_deduped after 1% (vs raw)",
+        inc,
+        rate(inc, changed),
+        inc / raw_inc
+    );
     println!("{:<52} {:>9} {:>11} {:>8.1}%", "    … as a share of the full refresh's time", "", "", inc / full * 100.0);
-    println!("{:<52} {:>9.2} {:>11.0} {:>8.2}×", "(5) sluice full refresh postgres → mariadb", to_my, rate(to_my, rows), rate(to_my, rows) / pipe_rate);
-    println!("{:<52} {:>9.2} {:>11.0} {:>8.2}×", "(5) sluice full refresh postgres → sqlite", to_lite, rate(to_lite, rows), rate(to_lite, rows) / pipe_rate);
+    println!(
+        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "(5) sluice full refresh postgres → mariadb",
+        to_my,
+        rate(to_my, rows),
+        rate(to_my, rows) / pipe_rate
+    );
+    println!(
+        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "(5) sluice full refresh postgres → sqlite",
+        to_lite,
+        rate(to_lite, rows),
+        rate(to_lite, rows) / pipe_rate
+    );
     println!("\nRSS before the syncs {rss_before:.0} MiB; peak RSS of the process over all syncs {peak:.0} MiB");
 
     psql(&format!("DROP SCHEMA {src} CASCADE; DROP SCHEMA {dst} CASCADE"));
