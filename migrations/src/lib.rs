@@ -9,6 +9,7 @@ mod m20261121_000002_connections;
 mod m20261121_000003_oauth_states;
 mod m20261121_000004_flows;
 mod m20261121_000005_markers_activity;
+mod m20261121_000006_run_not_before;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000003_oauth_states::Migration),
             Box::new(m20261121_000004_flows::Migration),
             Box::new(m20261121_000005_markers_activity::Migration),
+            Box::new(m20261121_000006_run_not_before::Migration),
         ]
     }
 }

@@ -28,6 +28,40 @@ enum Outcome {
     Canceled,
 }
 
+/// Why an entity or a run failed, and whether trying again later may help
+/// (an unreachable server, a timeout, a hiccup of the metadata store).
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    transient: bool,
+}
+
+impl From<crate::connector::ConnectorError> for Failure {
+    fn from(e: crate::connector::ConnectorError) -> Self {
+        use crate::connector::ConnectorError as C;
+        let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
+        Failure { message: e.to_string(), transient }
+    }
+}
+
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Self {
+        Failure { message: e.to_string(), transient: e.kind() == crate::ErrorKind::Internal }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure { message, transient: false }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Failure { message: message.to_string(), transient: false }
+    }
+}
+
 impl Sluice {
     /// Claims the next queued run for `worker`.
     ///
@@ -51,12 +85,44 @@ impl Sluice {
     /// Executes a claimed run to its end and stores the outcome.
     pub async fn execute_run(&self, mut run: Run) -> Run {
         run.started_at.get_or_insert(self.now());
-        let result = self.execute_entities(&mut run).await;
+        let mut transient = Vec::new();
+        let result = self.execute_entities(&mut run, &mut transient).await;
+        let all_transient = match &result {
+            Err(f) => f.transient,
+            Ok(Outcome::Done) => {
+                let failed = run.entities.iter().filter(|e| e.status == "failed").count();
+                failed > 0 && transient.len() == failed
+            }
+            Ok(_) => false,
+        };
+        if all_transient && run.attempt < crate::orchestrate::MAX_ATTEMPTS && !self.canceled(&run).await {
+            let reason = match &result {
+                Err(f) => f.message.clone(),
+                Ok(_) => transient.join("; "),
+            };
+            let at = self.now() + crate::orchestrate::backoff(run.attempt);
+            let message = format!(
+                "attempt {} failed ({reason}); retrying after {}",
+                run.attempt,
+                crate::connector::format_timestamp(at)
+            );
+            self.log(&run, "warn", None, message.clone()).await;
+            match self.ports.queue.retry_later(run.id, at, &message).await {
+                Ok(()) => {
+                    run.status = RunStatus::Queued;
+                    run.attempt += 1;
+                    run.not_before = Some(at);
+                    run.error = Some(message);
+                    return run;
+                }
+                Err(e) => tracing::error!(run = %run.id, error = %e, "queueing a retry failed"),
+            }
+        }
         run.finished_at = Some(self.now());
         run.status = match result {
-            Err(message) => {
-                self.log(&run, "error", None, message.clone()).await;
-                run.error = Some(message);
+            Err(f) => {
+                self.log(&run, "error", None, f.message.clone()).await;
+                run.error = Some(f.message);
                 RunStatus::Failed
             }
             Ok(Outcome::Canceled) => RunStatus::Canceled,
@@ -106,36 +172,23 @@ impl Sluice {
         run
     }
 
-    async fn execute_entities(&self, run: &mut Run) -> Result<Outcome, String> {
-        let flow = self
-            .ports
-            .flows
-            .get(run.org_id, run.flow_id)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("the flow was deleted")?;
+    async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<Outcome, Failure> {
+        let flow = self.ports.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
         let conn = |id| async move {
             let c = self
                 .ports
                 .connections
                 .get(flow.org_id, id)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("a connection of the flow was deleted")?;
-            self.resolve_connection(&c).await.map_err(|e| format!("connection '{}': {e}", c.name))
+                .await?
+                .ok_or(Failure::from("a connection of the flow was deleted"))?;
+            self.resolve_connection(&c).await.map_err(|e| {
+                let mut f = Failure::from(e);
+                f.message = format!("connection '{}': {}", c.name, f.message);
+                f
+            })
         };
-        let source = self
-            .ports
-            .connectors
-            .source(&conn(flow.source_connection_id).await?)
-            .await
-            .map_err(|e| format!("source: {e}"))?;
-        let dest = self
-            .ports
-            .connectors
-            .destination(&conn(flow.destination_connection_id).await?)
-            .await
-            .map_err(|e| format!("destination: {e}"))?;
+        let source = self.ports.connectors.source(&conn(flow.source_connection_id).await?).await?;
+        let dest = self.ports.connectors.destination(&conn(flow.destination_connection_id).await?).await?;
         self.log(
             run,
             "info",
@@ -173,10 +226,13 @@ impl Sluice {
                     run.entities.push(stats);
                     return Ok(Outcome::Canceled);
                 }
-                Err(e) => {
-                    self.log(run, "error", Some(&m.source_entity), e.clone()).await;
+                Err(f) => {
+                    self.log(run, "error", Some(&m.source_entity), f.message.clone()).await;
+                    if f.transient {
+                        transient.push(format!("{}: {}", m.source_entity, f.message));
+                    }
                     stats.status = "failed".into();
-                    stats.error = Some(e);
+                    stats.error = Some(f.message);
                 }
             }
             run.entities.push(stats);
@@ -192,13 +248,11 @@ impl Sluice {
         source: &Arc<dyn Source>,
         dest: &Arc<dyn Destination>,
         stats: &mut EntityStats,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, Failure> {
         let entity = m.source_entity.as_str();
         // The source's fields first: the stored cursor is typed by them.
-        let probe = source
-            .read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 })
-            .await
-            .map_err(|e| e.to_string())?;
+        let probe =
+            source.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
         let source_fields = probe.fields();
         drop(probe);
         let incremental = m.sync_mode.incremental();
@@ -213,7 +267,7 @@ impl Sluice {
         } else {
             None
         };
-        let stored = self.ports.cursors.get(flow.id, entity).await.map_err(|e| e.to_string())?;
+        let stored = self.ports.cursors.get(flow.id, entity).await?;
         stats.cursor_before = stored.as_ref().and_then(|c| c.cursor_value.clone());
         let mut cursor: Option<Value> = match (cursor_idx, &stats.cursor_before) {
             (Some(i), Some(text)) => {
@@ -248,7 +302,7 @@ impl Sluice {
         }
         let schema = EntitySchema { name: m.destination().to_string(), fields: out_fields };
         if m.schema_policy == SchemaPolicy::BlockOnNewColumn
-            && let Some(existing) = dest.describe(&schema.name).await.map_err(|e| e.to_string())?
+            && let Some(existing) = dest.describe(&schema.name).await?
         {
             let new: Vec<&str> =
                 schema.fields.iter().filter(|f| existing.field(&f.name).is_none()).map(|f| f.name.as_str()).collect();
@@ -268,9 +322,8 @@ impl Sluice {
         let out_cursor_idx = m.cursor_field.as_deref().and_then(|c| schema.index_of(c));
         let mut reader = source
             .read(ReadRequest { entity: entity.into(), cursor: bound, limit: None, batch_size: BATCH_ROWS })
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut writer = dest.open(&schema, m.sync_mode.write_mode()).await.map_err(|e| e.to_string())?;
+            .await?;
+        let mut writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
         let mut since_checkpoint = 0u64;
         let checkpoints = m.sync_mode != SyncMode::FullRefreshOverwrite;
         loop {
@@ -279,7 +332,7 @@ impl Sluice {
                 Ok(None) => break,
                 Err(e) => {
                     writer.abort().await;
-                    return Err(e.to_string());
+                    return Err(e.into());
                 }
             };
             stats.rows_read += batch.len() as u64;
@@ -294,10 +347,10 @@ impl Sluice {
             since_checkpoint += out.len() as u64;
             if let Err(e) = writer.write(&out).await {
                 writer.abort().await;
-                return Err(e.to_string());
+                return Err(e.into());
             }
             if checkpoints && since_checkpoint >= CHECKPOINT_ROWS {
-                let w = writer.checkpoint().await.map_err(|e| e.to_string())?;
+                let w = writer.checkpoint().await?;
                 stats.rows_written = w.rows_written;
                 // The destination holds everything read so far: the cursor may advance.
                 self.store_cursor(flow, m, &cursor).await?;
@@ -311,7 +364,7 @@ impl Sluice {
                 }
             }
         }
-        let w = writer.finish().await.map_err(|e| e.to_string())?;
+        let w = writer.finish().await?;
         stats.rows_written = w.rows_written;
         if incremental {
             self.store_cursor(flow, m, &cursor).await?;

@@ -311,6 +311,8 @@ pub struct Run {
     pub attempt: u32,
     pub claimed_by: Option<String>,
     pub heartbeat_at: Option<OffsetDateTime>,
+    /// A run waiting out a retry backoff is not claimed before this.
+    pub not_before: Option<OffsetDateTime>,
 }
 
 /// One log line of a run.

@@ -57,6 +57,9 @@ pub trait QueueRepository: Send + Sync {
     async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
     /// A run of any organization (internal calls).
     async fn find_run(&self, id: RunId) -> Result<Option<Run>>;
+    /// Queues a transiently failed run again (attempt + 1), not to be
+    /// claimed before `not_before`, keeping `error` as the reason.
+    async fn retry_later(&self, id: RunId, not_before: OffsetDateTime, error: &str) -> Result<()>;
 }
 
 fn matches(on: DependsOn, status: RunStatus) -> bool {
@@ -243,7 +246,14 @@ pub fn new_run(f: &Flow, trigger: Trigger, trace_id: Uuid, now: OffsetDateTime) 
         attempt: 1,
         claimed_by: None,
         heartbeat_at: None,
+        not_before: None,
     }
+}
+
+/// How long a run that failed transiently waits before its next attempt:
+/// 30 s, then 60 s, doubling.
+pub fn backoff(attempt: u32) -> Duration {
+    Duration::seconds(30 * (1i64 << attempt.saturating_sub(1).min(10)))
 }
 
 #[cfg(test)]

@@ -78,6 +78,7 @@ fn run_from(m: runs::Model) -> Result<Run> {
         attempt: m.attempt as u32,
         claimed_by: m.claimed_by,
         heartbeat_at: m.heartbeat_at,
+        not_before: m.not_before,
     })
 }
 
@@ -200,6 +201,7 @@ impl RunRepository for Store {
             attempt: Set(run.attempt as i32),
             claimed_by: Set(None),
             heartbeat_at: Set(None),
+            not_before: Set(run.not_before),
         })
         .exec_without_returning(tx.c())
         .await
@@ -215,6 +217,11 @@ impl RunRepository for Store {
             let r = async {
                 let mut q = runs::Entity::find()
                     .filter(runs::Column::Status.eq(RunStatus::Queued.as_str()))
+                    .filter(
+                        sea_orm::Condition::any()
+                            .add(runs::Column::NotBefore.is_null())
+                            .add(runs::Column::NotBefore.lte(now)),
+                    )
                     .filter(Expr::cust(busy))
                     .order_by_asc(runs::Column::Id)
                     .limit(1);
@@ -488,6 +495,7 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
                 attempt: Set(run.attempt as i32),
                 claimed_by: Set(None),
                 heartbeat_at: Set(None),
+                not_before: Set(None),
             })
             .exec_without_returning(tx.c())
             .await
@@ -604,5 +612,24 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
 
     async fn find_run(&self, id: RunId) -> Result<Option<Run>> {
         runs::Entity::find_by_id(id.as_uuid()).one(&self.db).await.map_err(db_err)?.map(run_from).transpose()
+    }
+
+    async fn retry_later(&self, id: RunId, not_before: OffsetDateTime, error: &str) -> Result<()> {
+        let tx = self.write().await?;
+        let r = runs::Entity::update_many()
+            .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
+            .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
+            .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
+            .col_expr(runs::Column::NotBefore, Expr::value(Some(not_before)))
+            .col_expr(runs::Column::Error, Expr::value(Some(error.to_string())))
+            .col_expr(runs::Column::Entities, Expr::value(serde_json::json!([])))
+            .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
+            .filter(runs::Column::Id.eq(id.as_uuid()))
+            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+            .exec(tx.c())
+            .await
+            .map(|_| ())
+            .map_err(db_err);
+        tx.finish(r).await
     }
 }

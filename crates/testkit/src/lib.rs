@@ -651,6 +651,8 @@ type Tables = HashMap<String, (EntitySchema, Vec<Vec<Value>>)>;
 pub struct MemoryConnectors {
     datasets: Arc<Mutex<HashMap<String, Tables>>>,
     passwords: Arc<Mutex<HashMap<String, String>>>,
+    /// dataset → (error, how many more opens fail with it)
+    faults: Arc<Mutex<HashMap<String, (ConnectorError, u32)>>>,
 }
 
 impl MemoryConnectors {
@@ -674,8 +676,19 @@ impl MemoryConnectors {
         self.passwords.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), password.into());
     }
 
+    /// Makes the next `times` opens of `dataset` fail with `error`.
+    pub fn fail_next(&self, dataset: &str, error: ConnectorError, times: u32) {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (error, times));
+    }
+
     fn open(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<MemoryDataset>> {
         let name = c.str("dataset").ok_or_else(|| ConnectorError::InvalidConfig("'dataset' is required".into()))?;
+        if let Some((e, n)) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).get_mut(name)
+            && *n > 0
+        {
+            *n -= 1;
+            return Err(e.clone());
+        }
         if let Some(p) = self.passwords.lock().unwrap_or_else(|p| p.into_inner()).get(name)
             && c.str("password") != Some(p.as_str())
         {
@@ -993,7 +1006,9 @@ impl RunRepository for InMemoryFlows {
         let Some(r) = s
             .runs
             .iter_mut()
-            .filter(|r| r.status == RunStatus::Queued && !busy.contains(&r.flow_id))
+            .filter(|r| {
+                r.status == RunStatus::Queued && !busy.contains(&r.flow_id) && r.not_before.is_none_or(|t| t <= now)
+            })
             .min_by_key(|r| r.id)
         else {
             return Ok(None);
@@ -1188,5 +1203,18 @@ impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
 
     async fn find_run(&self, id: RunId) -> Result<Option<Run>> {
         Ok(self.s().runs.iter().find(|r| r.id == id).cloned())
+    }
+
+    async fn retry_later(&self, id: RunId, not_before: OffsetDateTime, error: &str) -> Result<()> {
+        if let Some(r) = self.s().runs.iter_mut().find(|r| r.id == id && r.status == RunStatus::Running) {
+            r.status = RunStatus::Queued;
+            r.claimed_by = None;
+            r.heartbeat_at = None;
+            r.not_before = Some(not_before);
+            r.error = Some(error.to_string());
+            r.entities.clear();
+            r.attempt += 1;
+        }
+        Ok(())
     }
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 struct W {
     sluice: Sluice,
+    mem: MemoryConnectors,
     clock: ManualClock,
     p: Principal,
     org: OrgId,
@@ -48,7 +49,7 @@ async fn world() -> W {
         .await
         .unwrap()
         .id;
-    W { sluice, clock, p, org, conn }
+    W { sluice, mem, clock, p, org, conn }
 }
 
 impl W {
@@ -178,4 +179,48 @@ async fn a_run_whose_worker_died_is_retried_then_failed_never_left_running() {
     assert!(run.error.unwrap().contains("lost"));
     let logs = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap();
     assert!(logs.iter().any(|l| l.message.contains("queued again")));
+}
+
+#[tokio::test]
+async fn transient_failures_retry_with_backoff_and_permanent_ones_fail_at_once() {
+    use sluice_domain::connector::ConnectorError;
+    let w = world().await;
+    let f = w.flow("f", None, vec![]).await;
+
+    // Unreachable once: queued again for 30 s later, then succeeds.
+    w.mem.fail_next("d", ConnectorError::Unreachable("db:5432: connection refused".into()), 1);
+    let r = w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    let first = w.work().await.unwrap();
+    assert_eq!(first.status, RunStatus::Queued, "{:?}", first.error);
+    assert_eq!(first.attempt, 2);
+    assert!(first.error.as_deref().unwrap().contains("connection refused"));
+    assert!(w.sluice.claim_run("w").await.unwrap().is_none(), "not before its backoff");
+    w.clock.advance(time::Duration::seconds(29));
+    assert!(w.sluice.claim_run("w").await.unwrap().is_none());
+    w.clock.advance(time::Duration::seconds(2));
+    let done = w.work().await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(done.id, r.id, "the same run, retried");
+
+    // Transient every time: retried until the attempts run out, then failed.
+    w.mem.fail_next("d", ConnectorError::Timeout("connecting".into()), 10);
+    w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    let mut last = w.work().await.unwrap();
+    let mut waits = Vec::new();
+    while last.status == RunStatus::Queued {
+        let wait = last.not_before.unwrap() - w.clock.now();
+        waits.push(wait.whole_seconds());
+        w.clock.advance(wait + time::Duration::seconds(1));
+        last = w.work().await.unwrap();
+    }
+    assert_eq!(last.status, RunStatus::Failed);
+    assert_eq!(waits, [30, 60], "the backoff doubles");
+    assert_eq!(last.attempt, MAX_ATTEMPTS);
+
+    // Refused credentials do not get better by waiting.
+    w.mem.fail_next("d", ConnectorError::AuthFailed("password authentication failed".into()), 1);
+    w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    let r = w.work().await.unwrap();
+    assert_eq!(r.status, RunStatus::Failed);
+    assert_eq!(r.attempt, 1);
 }

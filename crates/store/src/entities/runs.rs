@@ -20,6 +20,7 @@ pub struct Model {
     pub attempt: i32,
     pub claimed_by: Option<String>,
     pub heartbeat_at: Option<TimeDateTimeWithTimeZone>,
+    pub not_before: Option<TimeDateTimeWithTimeZone>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
