@@ -169,6 +169,32 @@ async fn scenario(backend: Backend) {
     assert_eq!(r["entities"][0]["rows_written"], 2);
     assert_eq!(ids(&dest_rows(&app, &ann, &org, conn, "people_snapshot").await), [1, 2]);
 
+    if backend == Backend::Sqlite {
+        // PostgreSQL to PostgreSQL: the destination keeps the source's exact types and key.
+        let types = |schema: String, table: &'static str| async move {
+            let mut c = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+            let cols: Vec<(String, String)> = sqlx::query_as(
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            )
+            .bind(&schema)
+            .bind(table)
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+            let (pk,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary",
+            )
+            .bind(&schema)
+            .bind(table)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+            (cols, pk)
+        };
+        assert_eq!(types(dst.name.clone(), "people_snapshot").await, types(src.name.clone(), "people").await);
+    }
     let logs = check!(app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), &ann).await, 200);
     assert!(
         logs.body["data"].as_array().unwrap().iter().any(|l| l["message"].as_str().unwrap().contains("rows written")),

@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const ENGINE: &str = "postgres";
+/// PostgreSQL's binary COPY format, passed between PostgreSQL connectors.
+pub const BULK_FORMAT: &str = "postgres-binary";
 const COPY_CHUNK: usize = 1 << 20;
 
 #[derive(Clone)]
@@ -303,6 +305,22 @@ impl Source for PgConnector {
         self.schemas(None).await
     }
 
+    async fn bulk_out(
+        &self,
+        entity: &str,
+        format: &str,
+        fields: &[Field],
+    ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
+        use sqlx::postgres::PgPoolCopyExt;
+        if format != BULK_FORMAT {
+            return Ok(None);
+        }
+        let cols = fields.iter().map(|f| quote_dq(&f.name)).collect::<Vec<_>>().join(", ");
+        let sql = format!("COPY (SELECT {cols} FROM {}) TO STDOUT (FORMAT binary)", self.qualified(entity));
+        let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
+        Ok(Some(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone() })))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema = self.schemas(Some(&req.entity)).await?.pop().ok_or_else(|| {
             ConnectorError::EntityNotFound(format!("table \"{}.{}\" does not exist", self.schema, req.entity))
@@ -347,6 +365,24 @@ impl Source for PgConnector {
             )
             .await;
         })))
+    }
+}
+
+struct PgBulkOut {
+    stream: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, sqlx::Error>>,
+    host: String,
+    database: String,
+}
+
+#[async_trait::async_trait]
+impl BulkStream for PgBulkOut {
+    async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
+        use futures_util::StreamExt;
+        match self.stream.next().await {
+            None => Ok(None),
+            Some(Ok(b)) => Ok(Some(b.to_vec())),
+            Some(Err(e)) => Err(err(&e, &self.host, &self.database)),
+        }
     }
 }
 
@@ -465,7 +501,12 @@ impl Destination for PgConnector {
                 quote_dq(s)
             )
         });
+        // Binary COPY needs the table's exact types: a table this writer
+        // just created from a PostgreSQL source's own types.
+        let bulk_copy = (mode == WriteMode::Overwrite && schema.fields.iter().all(|f| native_for(f, ENGINE).is_some()))
+            .then(|| format!("COPY {} ({col_list}) FROM STDIN (FORMAT binary)", self.qualified(&new_table)));
         Ok(Box::new(PgWriter {
+            bulk_copy,
             tx: Some(tx),
             mode,
             copy_sql: format!("COPY {copy_target} ({col_list}) FROM STDIN (FORMAT csv)"),
@@ -495,6 +536,8 @@ struct Swap {
 }
 
 struct PgWriter {
+    /// The binary COPY statement, when the table can load a bulk stream.
+    bulk_copy: Option<String>,
     /// The writer's connection, inside a transaction while `Some`.
     tx: Option<PoolConnection<Postgres>>,
     mode: WriteMode,
@@ -611,6 +654,38 @@ impl EntityWriter for PgWriter {
         self.stats.rows_written += self.pending.rows_written;
         self.stats.bytes += self.pending.bytes;
         Ok(self.stats)
+    }
+
+    fn bulk_format(&self) -> Option<&'static str> {
+        self.bulk_copy.as_ref().map(|_| BULK_FORMAT)
+    }
+
+    async fn write_bulk(&mut self, mut stream: Box<dyn BulkStream>) -> ConnectorResult<u64> {
+        let sql = self
+            .bulk_copy
+            .clone()
+            .ok_or_else(|| ConnectorError::Unsupported("this table loads no bulk format".into()))?;
+        let (host, db) = (self.host.clone(), self.database.clone());
+        let conn = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        let mut copy = conn.copy_in_raw(&sql).await.map_err(|e| err(&e, &host, &db))?;
+        let mut bytes = 0u64;
+        loop {
+            match stream.next_chunk().await {
+                Ok(Some(chunk)) => {
+                    bytes += chunk.len() as u64;
+                    copy.send(chunk).await.map_err(|e| err(&e, &host, &db))?;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = copy.abort("the source failed").await;
+                    return Err(e);
+                }
+            }
+        }
+        let rows = copy.finish().await.map_err(|e| err(&e, &host, &db))?;
+        self.pending.rows_written += rows;
+        self.pending.bytes += bytes;
+        Ok(rows)
     }
 
     async fn abort(mut self: Box<Self>) {

@@ -353,6 +353,13 @@ impl ConnectorError {
 
 pub type ConnectorResult<T> = std::result::Result<T, ConnectorError>;
 
+/// Bytes in an engine's own bulk format (PostgreSQL's binary COPY), passed
+/// from a source to a destination of the same engine without decoding.
+#[async_trait::async_trait]
+pub trait BulkStream: Send {
+    async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>>;
+}
+
 /// Pulls batches of one entity.
 #[async_trait::async_trait]
 pub trait RecordReader: Send {
@@ -370,6 +377,17 @@ pub trait Source: Send + Sync {
     /// `EntityNotFound` for an unknown entity; `InvalidConfig` for an
     /// unknown cursor field.
     async fn read(&self, request: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>>;
+
+    /// The whole entity as a bulk stream in `format`, columns in `fields`'
+    /// order, when this source speaks that format; `None` otherwise.
+    async fn bulk_out(
+        &self,
+        _entity: &str,
+        _format: &str,
+        _fields: &[Field],
+    ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
+        Ok(None)
+    }
 }
 
 /// Writes one entity inside a transaction.
@@ -383,6 +401,17 @@ pub trait EntityWriter: Send {
     async fn finish(self: Box<Self>) -> ConnectorResult<WriteStats>;
     /// Rolls back what is not yet committed.
     async fn abort(self: Box<Self>);
+
+    /// The bulk format this writer can load as is, if any.
+    fn bulk_format(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Loads a bulk stream (in [`EntityWriter::bulk_format`]); answers the
+    /// rows loaded.
+    async fn write_bulk(&mut self, _stream: Box<dyn BulkStream>) -> ConnectorResult<u64> {
+        Err(ConnectorError::Unsupported("this destination loads no bulk format".into()))
+    }
 }
 
 #[async_trait::async_trait]

@@ -320,10 +320,31 @@ impl Sluice {
         let key_idx: Vec<usize> =
             schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
         let out_cursor_idx = m.cursor_field.as_deref().and_then(|c| schema.index_of(c));
+        let mut writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
+        // Same engine on both sides, nothing to transform, a fresh table:
+        // the source's bulk stream goes straight in, undecoded.
+        if m.sync_mode == SyncMode::FullRefreshOverwrite
+            && m.transform.is_empty()
+            && let Some(format) = writer.bulk_format()
+            && let Some(stream) = source.bulk_out(entity, format, &source_fields).await?
+        {
+            self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
+            let loaded = match writer.write_bulk(stream).await {
+                Ok(n) => n,
+                Err(e) => {
+                    writer.abort().await;
+                    return Err(e.into());
+                }
+            };
+            let w = writer.finish().await?;
+            stats.rows_read = loaded;
+            stats.rows_written = w.rows_written;
+            stats.bytes = w.bytes;
+            return Ok(Outcome::Done);
+        }
         let mut reader = source
             .read(ReadRequest { entity: entity.into(), cursor: bound, limit: None, batch_size: BATCH_ROWS })
             .await?;
-        let mut writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
         let mut since_checkpoint = 0u64;
         let checkpoints = m.sync_mode != SyncMode::FullRefreshOverwrite;
         loop {
