@@ -2,7 +2,9 @@
 //! quoting, native-type tags, timeouts, and path confinement for file-based
 //! connectors.
 
-use sluice_domain::connector::{ConnectorError, ConnectorResult, Field, RecordBatch, RecordReader};
+use sluice_domain::connector::{
+    ConnectorError, ConnectorResult, EntitySchema, Field, ReadRequest, RecordBatch, RecordReader, Value,
+};
 use std::future::Future;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -156,6 +158,38 @@ pub async fn pump_rows<R>(
     if !batch.is_empty() {
         send(&tx, Ok(RecordBatch { fields, rows: batch })).await;
     }
+}
+
+/// The query of a read: `SELECT cols FROM table`, with the cursor bound
+/// (`>=` a placeholder) and ordering when the request has a cursor, and its
+/// limit. Answers the SQL and the cursor value to bind, if any.
+///
+/// # Errors
+/// `InvalidConfig` when the cursor field is not in the entity.
+pub fn select_sql(
+    schema: &EntitySchema,
+    cols: &[String],
+    table: &str,
+    req: &ReadRequest,
+    quote: fn(&str) -> String,
+    placeholder: impl Fn(&Field) -> String,
+) -> ConnectorResult<(String, Option<Value>)> {
+    let mut sql = format!("SELECT {} FROM {table}", cols.join(", "));
+    let mut bound = None;
+    if let Some(c) = &req.cursor {
+        let f = schema.field(&c.field).ok_or_else(|| {
+            ConnectorError::InvalidConfig(format!("cursor field '{}' is not in {}", c.field, schema.name))
+        })?;
+        if let Some(from) = &c.from {
+            sql.push_str(&format!(" WHERE {} >= {}", quote(&c.field), placeholder(f)));
+            bound = Some(from.clone());
+        }
+        sql.push_str(&format!(" ORDER BY {}", quote(&c.field)));
+    }
+    if let Some(l) = req.limit {
+        sql.push_str(&format!(" LIMIT {l}"));
+    }
+    Ok((sql, bound))
 }
 
 /// Sends `batch` unless the reader went away; answers whether to go on.

@@ -326,21 +326,10 @@ impl Source for PgConnector {
             ConnectorError::EntityNotFound(format!("table \"{}.{}\" does not exist", self.schema, req.entity))
         })?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
-        let mut sql = format!("SELECT {} FROM {}", cols.join(", "), self.qualified(&schema.name));
-        let mut bound = None;
-        if let Some(c) = &req.cursor {
-            let f = schema.field(&c.field).ok_or_else(|| {
-                ConnectorError::InvalidConfig(format!("cursor field '{}' is not in {}", c.field, schema.name))
-            })?;
-            if let Some(from) = &c.from {
-                sql.push_str(&format!(" WHERE {} >= CAST($1 AS {})", quote_dq(&c.field), native_for_field(f)));
-                bound = literal(from);
-            }
-            sql.push_str(&format!(" ORDER BY {}", quote_dq(&c.field)));
-        }
-        if let Some(l) = req.limit {
-            sql.push_str(&format!(" LIMIT {l}"));
-        }
+        let (sql, bound) = select_sql(&schema, &cols, &self.qualified(&schema.name), &req, quote_dq, |f| {
+            format!("CAST($1 AS {})", native_for_field(f))
+        })?;
+        let bound = bound.as_ref().and_then(literal);
         let fields = Arc::new(schema.fields);
         let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
         let pool = self.pool.clone();

@@ -244,24 +244,7 @@ impl Source for SqliteConnector {
         let schema =
             self.entity_schema(&req.entity).await?.ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
         let cols: Vec<String> = schema.fields.iter().map(|f| quote_dq(&f.name)).collect();
-        let mut sql = format!("SELECT {} FROM {}", cols.join(", "), quote_dq(&schema.name));
-        let mut bound = None;
-        if let Some(c) = &req.cursor {
-            if schema.field(&c.field).is_none() {
-                return Err(ConnectorError::InvalidConfig(format!(
-                    "cursor field '{}' is not in {}",
-                    c.field, schema.name
-                )));
-            }
-            if let Some(from) = &c.from {
-                sql.push_str(&format!(" WHERE {} >= ?", quote_dq(&c.field)));
-                bound = Some(from.clone());
-            }
-            sql.push_str(&format!(" ORDER BY {}", quote_dq(&c.field)));
-        }
-        if let Some(l) = req.limit {
-            sql.push_str(&format!(" LIMIT {l}"));
-        }
+        let (sql, bound) = select_sql(&schema, &cols, &quote_dq(&schema.name), &req, quote_dq, |_| "?".to_string())?;
         let fields = Arc::new(schema.fields);
         let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
         let pool = self.pool.clone();
