@@ -12,6 +12,7 @@ pub mod engine;
 pub mod error;
 pub mod flow;
 pub mod flows;
+pub mod gateway;
 pub mod idempotency;
 pub mod identity;
 pub mod ids;
