@@ -5,4 +5,3 @@ mod connections;
 mod flows;
 mod oauth;
 mod organizations;
-mod processes;

@@ -15,10 +15,59 @@ const SECRET: &str = "process-test-secret-process-test";
 /// base64 of 32 bytes of 7.
 const MASTER_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
-/// The `sluice` binary of this build (`cargo test --workspace` builds it).
+/// The `sluice` binary, built by Cargo for this package's tests.
 fn sluice_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().join("sluice")
+    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
+}
+
+const PG_TEST_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+fn postgres_admin_url() -> String {
+    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A schema of the test's own in database `test`, dropped on drop.
+struct PgSchema {
+    name: String,
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(mut c) = sqlx::PgConnection::connect(PG_TEST_URL).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE")))
+                        .execute(&mut c)
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+/// A fresh schema, or `None` (loudly) when PostgreSQL is unreachable outside CI.
+async fn pg_schema() -> Option<PgSchema> {
+    match sqlx::PgConnection::connect(PG_TEST_URL).await {
+        Ok(mut c) => {
+            let name = format!("proc_{}", random_base62(10).to_lowercase());
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}"))).execute(&mut c).await.unwrap();
+            Some(PgSchema { name })
+        }
+        Err(e) => {
+            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            None
+        }
+    }
 }
 
 struct Proc(Child);
@@ -40,9 +89,7 @@ fn free_port() -> u16 {
 }
 
 fn spawn(args: &[&str], env: &[(&str, String)]) -> Proc {
-    let bin = sluice_bin();
-    assert!(bin.exists(), "{} is missing: build the workspace first", bin.display());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(sluice_bin());
     cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null()).env("RUST_LOG", "warn");
     for (k, v) in env {
         cmd.env(k, v);
@@ -111,10 +158,10 @@ fn token() -> String {
 
 #[tokio::test]
 async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once() {
-    let Some(src) = sluice_tests::pg_schema().await else { return };
-    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let Some(src) = pg_schema().await else { return };
+    let Some(dst) = pg_schema().await else { return };
     const ROWS: i64 = 400_000;
-    let mut pg = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {s}.events (id bigint PRIMARY KEY, payload text NOT NULL, updated timestamptz NOT NULL);
          INSERT INTO {s}.events SELECT g, 'event number ' || g, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {ROWS}) g;",
@@ -211,11 +258,11 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
 #[tokio::test]
 async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
     use sea_orm::{ConnectionTrait, Database};
-    let admin_url = sluice_tests::postgres_admin_url();
+    let admin_url = postgres_admin_url();
     let admin = match Database::connect(&admin_url).await {
         Ok(a) => a,
         Err(e) => {
-            assert!(!sluice_tests::in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
             eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
             return;
         }
