@@ -3,10 +3,59 @@
 //! is breaking or compatible (the same rules as the IaC drift check).
 
 use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
 
 use crate::connector::FieldType;
 use crate::error::FieldError;
 use crate::gateway::ContractField;
+use crate::ids::{AssetId, ConnectionId, OrgId};
+
+/// Where an asset comes from: declared by a user, or catalogued by discovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssetKind {
+    Virtual,
+    Discovered,
+}
+
+impl AssetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AssetKind::Virtual => "virtual",
+            AssetKind::Discovered => "discovered",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [AssetKind::Virtual, AssetKind::Discovered].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// A catalog entry: a named, versioned schema contract.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataAsset {
+    pub id: AssetId,
+    pub org_id: OrgId,
+    pub name: String,
+    pub kind: AssetKind,
+    /// Starts at 1; grows by one with every change of `fields`.
+    pub version: i32,
+    pub fields: Vec<ContractField>,
+    pub description: Option<String>,
+    pub connection_id: Option<ConnectionId>,
+    pub entity: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+/// One entry of an asset's version history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssetVersion {
+    pub version: i32,
+    pub fields: Vec<ContractField>,
+    pub change: Change,
+    pub created_at: OffsetDateTime,
+    pub created_by: Option<String>,
+}
 
 /// Whether a new version of a contract can break its consumers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +70,10 @@ impl Change {
             Change::Breaking => "breaking",
             Change::Compatible => "compatible",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Change::Breaking, Change::Compatible].into_iter().find(|c| c.as_str() == s)
     }
 }
 

@@ -7,10 +7,11 @@
 use crate::Result;
 use crate::apikey::ApiKey;
 use crate::audit::{AuditEntry, AuditFilter};
+use crate::catalog::{AssetVersion, Change, DataAsset};
 use crate::connector::{ConnectorResult, EntitySchema};
 use crate::idempotency::{IdempotencyRecord, StoredResponse};
 use crate::identity::Role;
-use crate::ids::{ApiKeyId, ConnectionId, IntegrationId, InvitationId, OrgId, UserId};
+use crate::ids::{ApiKeyId, AssetId, ConnectionId, IntegrationId, InvitationId, OrgId, UserId};
 use crate::integration::{Connection, ConnectionStatus, Integration};
 use crate::invitation::Invitation;
 use crate::org::{Member, Organization};
@@ -196,6 +197,30 @@ pub trait CatalogRepository: Send + Sync {
         schema: &EntitySchema,
         now: OffsetDateTime,
     ) -> Result<()>;
+
+    /// Inserts a new asset with its first version entry. A taken name is a
+    /// conflict.
+    async fn create_asset(&self, asset: &DataAsset, created_by: Option<String>, audit: &AuditEntry) -> Result<()>;
+
+    async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>>;
+
+    async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>>;
+
+    /// Saves `asset`; with `new_version`, also records its version entry
+    /// (`asset.version` is then the new number). Not found when the asset
+    /// is gone.
+    async fn update_asset(
+        &self,
+        asset: &DataAsset,
+        new_version: Option<(Change, Option<String>)>,
+        audit: &AuditEntry,
+    ) -> Result<()>;
+
+    /// Deletes the asset and its versions. Not found when there is none.
+    async fn delete_asset(&self, org: OrgId, id: AssetId, audit: &AuditEntry) -> Result<()>;
+
+    /// Version entries, oldest first.
+    async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>>;
 }
 
 /// Resolves secret references (`env:NAME`, `aws:secretsmanager:ARN`).

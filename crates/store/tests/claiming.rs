@@ -3,7 +3,6 @@
 //! working at once. A fresh database per test, dropped afterwards; skipped
 //! loudly when PostgreSQL is unreachable outside CI.
 
-use sea_orm::{ConnectionTrait, Database};
 use sluice_domain::audit::AuditEntry;
 use sluice_domain::connector::Capability;
 use sluice_domain::flow::*;
@@ -18,43 +17,8 @@ use sluice_store::Store;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-struct Db(String);
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                if let Ok(db) = Database::connect(ADMIN).await {
-                    let _ = db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-                }
-            })
-        })
-        .join();
-    }
-}
-
-async fn fresh() -> Option<(Db, String)> {
-    let admin = match Database::connect(ADMIN).await {
-        Ok(a) => a,
-        Err(e) => {
-            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
-            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
-            return None;
-        }
-    };
-    let name = format!("sluice_claim_{}", sluice_domain::secret::random_base62(8).to_lowercase());
-    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
-    Some((Db(name.clone()), format!("postgres://postgres@127.0.0.1:5432/{name}")))
-}
+mod common;
+use common::fresh;
 
 async fn seed(store: &Store, flows: usize) -> (OrgId, Vec<Flow>) {
     let now = time::OffsetDateTime::now_utc();
@@ -105,7 +69,7 @@ async fn seed(store: &Store, flows: usize) -> (OrgId, Vec<Flow>) {
 
 #[tokio::test]
 async fn two_stores_claim_fifty_runs_each_exactly_once() {
-    let Some((_db, url)) = fresh().await else { return };
+    let Some((_db, url)) = fresh("sluice_claim").await else { return };
     let key = [9u8; 32];
     let a = Arc::new(Store::connect(&url, &key).await.unwrap());
     let b = Arc::new(Store::connect(&url, &key).await.unwrap());
@@ -134,7 +98,7 @@ async fn two_stores_claim_fifty_runs_each_exactly_once() {
 
 #[tokio::test]
 async fn one_flow_never_has_two_running_runs_and_markers_win_once() {
-    let Some((_db, url)) = fresh().await else { return };
+    let Some((_db, url)) = fresh("sluice_claim").await else { return };
     let key = [9u8; 32];
     let a = Arc::new(Store::connect(&url, &key).await.unwrap());
     let b = Arc::new(Store::connect(&url, &key).await.unwrap());

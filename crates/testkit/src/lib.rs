@@ -444,8 +444,9 @@ pub fn in_memory_ports_with(
 
 // ---- integrations, connections, catalog --------------------------------
 
+use sluice_domain::catalog::{AssetVersion, Change, DataAsset};
 use sluice_domain::connector::*;
-use sluice_domain::ids::{ConnectionId, IntegrationId};
+use sluice_domain::ids::{AssetId, ConnectionId, IntegrationId};
 use sluice_domain::integration::{Connection, ConnectionStatus, Integration};
 
 #[derive(Default)]
@@ -454,6 +455,8 @@ struct CatalogState {
     connections: Vec<Connection>,
     /// name → (version, schema)
     discovered: HashMap<(OrgId, String), (i32, EntitySchema)>,
+    assets: Vec<DataAsset>,
+    versions: Vec<(AssetId, AssetVersion)>,
 }
 
 /// Integrations, connections and discovered assets, in memory.
@@ -621,6 +624,84 @@ impl CatalogRepository for InMemoryCatalog {
             entry.1 = schema.clone();
         }
         Ok(())
+    }
+
+    async fn create_asset(&self, a: &DataAsset, created_by: Option<String>, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        if s.assets.iter().any(|x| x.org_id == a.org_id && x.name == a.name) {
+            return Err(Error::conflict("a resource with these values already exists"));
+        }
+        s.assets.push(a.clone());
+        let v = AssetVersion {
+            version: a.version,
+            fields: a.fields.clone(),
+            change: Change::Compatible,
+            created_at: a.created_at,
+            created_by,
+        };
+        s.versions.push((a.id, v));
+        drop(s);
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>> {
+        Ok(self.s().assets.iter().find(|a| a.org_id == org && a.id == id).cloned())
+    }
+
+    async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>> {
+        let items = self.s().assets.iter().filter(|a| a.org_id == org).cloned().collect();
+        Ok(page_of(items, page, |a| a.id.as_uuid()))
+    }
+
+    async fn update_asset(
+        &self,
+        a: &DataAsset,
+        new_version: Option<(Change, Option<String>)>,
+        audit: &AuditEntry,
+    ) -> Result<()> {
+        let mut s = self.s();
+        if s.assets.iter().any(|x| x.org_id == a.org_id && x.name == a.name && x.id != a.id) {
+            return Err(Error::conflict("a resource with these values already exists"));
+        }
+        let Some(slot) = s.assets.iter_mut().find(|x| x.org_id == a.org_id && x.id == a.id) else {
+            return Err(Error::NotFound { resource: "data asset" });
+        };
+        *slot = a.clone();
+        if let Some((change, created_by)) = new_version {
+            let v = AssetVersion {
+                version: a.version,
+                fields: a.fields.clone(),
+                change,
+                created_at: a.updated_at,
+                created_by,
+            };
+            s.versions.push((a.id, v));
+        }
+        drop(s);
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn delete_asset(&self, org: OrgId, id: AssetId, audit: &AuditEntry) -> Result<()> {
+        let mut s = self.s();
+        let before = s.assets.len();
+        s.assets.retain(|a| !(a.org_id == org && a.id == id));
+        if s.assets.len() == before {
+            return Err(Error::NotFound { resource: "data asset" });
+        }
+        s.versions.retain(|(a, _)| *a != id);
+        drop(s);
+        self.log(audit);
+        Ok(())
+    }
+
+    async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {
+        let s = self.s();
+        if !s.assets.iter().any(|a| a.org_id == org && a.id == id) {
+            return Err(Error::NotFound { resource: "data asset" });
+        }
+        Ok(s.versions.iter().filter(|(a, _)| *a == id).map(|(_, v)| v.clone()).collect())
     }
 }
 

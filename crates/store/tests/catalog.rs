@@ -1,0 +1,119 @@
+//! Virtual data assets and their versions in both metadata stores: a
+//! SQLite file and a fresh PostgreSQL database (skipped loudly when
+//! PostgreSQL is unreachable outside CI).
+
+mod common;
+
+use serde_json::json;
+use sluice_domain::audit::AuditEntry;
+use sluice_domain::catalog::{AssetKind, Change, DataAsset, parse_fields};
+use sluice_domain::identity::Actor;
+use sluice_domain::ids::{AssetId, OrgId};
+use sluice_domain::org::{Organization, Plan};
+use sluice_domain::page::PageRequest;
+use sluice_domain::ports::{CatalogRepository, OrgRepository, UserRepository};
+use sluice_domain::user::VerifiedClaims;
+use sluice_domain::{Error, ErrorKind};
+use sluice_store::Store;
+use time::OffsetDateTime;
+
+async fn scenario(store: &Store) {
+    // PostgreSQL keeps microseconds.
+    let now = OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(now.nanosecond() / 1000 * 1000).unwrap();
+    let user = store
+        .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
+        .await
+        .unwrap();
+    let org =
+        Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), plan: Plan::Free, created_at: now };
+    let audit = |action: &str| AuditEntry::new(Some(org.id), Actor::system(), action, "data_asset", "x", now);
+    OrgRepository::create(store, &org, user.id, &audit("organization.created")).await.unwrap();
+
+    let v1 = parse_fields(&json!([
+        {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+        {"name": "address", "type": "object", "fields": [{"name": "zip", "type": "string"}]}
+    ]))
+    .unwrap();
+    let mut asset = DataAsset {
+        id: AssetId::new(),
+        org_id: org.id,
+        name: "customer_profile".into(),
+        kind: AssetKind::Virtual,
+        version: 1,
+        fields: v1.clone(),
+        description: Some("what the model returns".into()),
+        connection_id: None,
+        entity: None,
+        created_at: now,
+        updated_at: now,
+    };
+    store.create_asset(&asset, Some("you@example.com".into()), &audit("data_asset.created")).await.unwrap();
+    assert_eq!(store.get_asset(org.id, asset.id).await.unwrap().as_ref(), Some(&asset), "read back as written");
+
+    // A second asset with the same name is a conflict, and nothing of it stays.
+    let twin = DataAsset { id: AssetId::new(), ..asset.clone() };
+    let err = store.create_asset(&twin, None, &audit("data_asset.created")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err:?}");
+    assert!(store.get_asset(org.id, twin.id).await.unwrap().is_none());
+
+    // A schema change is version 2 with its classification; a description edit is not a version.
+    let v2 = parse_fields(&json!([
+        {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}
+    ]))
+    .unwrap();
+    asset.fields = v2.clone();
+    asset.version = 2;
+    store
+        .update_asset(&asset, Some((Change::Breaking, Some("ann".into()))), &audit("data_asset.updated"))
+        .await
+        .unwrap();
+    asset.description = None;
+    store.update_asset(&asset, None, &audit("data_asset.updated")).await.unwrap();
+    let got = store.get_asset(org.id, asset.id).await.unwrap().unwrap();
+    assert_eq!((got.version, got.fields.clone(), got.description.clone()), (2, v2.clone(), None));
+    let versions = store.asset_versions(org.id, asset.id).await.unwrap();
+    let summary: Vec<_> = versions.iter().map(|v| (v.version, v.change, v.created_by.clone())).collect();
+    assert_eq!(
+        summary,
+        [(1, Change::Compatible, Some("you@example.com".into())), (2, Change::Breaking, Some("ann".into()))]
+    );
+    assert_eq!((versions[0].fields.clone(), versions[1].fields.clone()), (v1, v2));
+
+    // Listing is per organization; another organization sees nothing.
+    let page = store.list_assets(org.id, PageRequest { limit: 10, after: None }).await.unwrap();
+    assert_eq!(page.items.iter().map(|a| a.id).collect::<Vec<_>>(), [asset.id]);
+    let other = OrgId::new();
+    assert!(store.get_asset(other, asset.id).await.unwrap().is_none());
+    assert!(matches!(store.asset_versions(other, asset.id).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        store.delete_asset(other, asset.id, &audit("data_asset.deleted")).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    // Deleting removes the asset and its history.
+    store.delete_asset(org.id, asset.id, &audit("data_asset.deleted")).await.unwrap();
+    assert!(store.get_asset(org.id, asset.id).await.unwrap().is_none());
+    assert!(matches!(store.asset_versions(org.id, asset.id).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        store.update_asset(&asset, None, &audit("data_asset.updated")).await,
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[tokio::test]
+async fn assets_and_versions_on_sqlite() {
+    let file = std::env::temp_dir().join(format!("sluice-catalog-{}.db", sluice_domain::secret::random_base62(8)));
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
+    scenario(&store).await;
+    drop(store);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[tokio::test]
+async fn assets_and_versions_on_postgres() {
+    let Some((_db, url)) = common::fresh("sluice_catalog").await else { return };
+    let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
+    scenario(&store).await;
+}
