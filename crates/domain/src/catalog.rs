@@ -5,10 +5,17 @@
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
+use crate::audit::AuditEntry;
+use crate::connections::named_conflict;
 use crate::connector::FieldType;
 use crate::error::FieldError;
 use crate::gateway::ContractField;
+use crate::identity::{Permission, Principal};
 use crate::ids::{AssetId, ConnectionId, OrgId};
+use crate::page::{Page, PageRequest};
+use crate::service::{Sluice, merge_validation};
+use crate::user::validate_name;
+use crate::{Error, Result};
 
 /// Where an asset comes from: declared by a user, or catalogued by discovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +224,150 @@ fn breaking(old: &[ContractField], new: &[ContractField]) -> bool {
     });
     let added_required = new.iter().any(|n| n.required && !old.iter().any(|o| o.name == n.name));
     removed_or_narrowed || added_required
+}
+
+/// A new virtual asset: `fields` in the JSON form [`parse_fields`] reads.
+#[derive(Debug, Clone, Default)]
+pub struct NewAsset {
+    pub name: String,
+    pub fields: Value,
+    pub description: Option<String>,
+}
+
+/// A partial update; `description: Some(None)` clears it.
+#[derive(Debug, Clone, Default)]
+pub struct AssetUpdate {
+    pub name: Option<String>,
+    pub fields: Option<Value>,
+    pub description: Option<Option<String>>,
+}
+
+/// The JSON form of an asset, as the API and the audit log show it.
+pub fn asset_json(a: &DataAsset) -> Value {
+    json!({
+        "id": a.id,
+        "name": a.name,
+        "kind": a.kind.as_str(),
+        "version": a.version,
+        "fields": fields_to_json(&a.fields),
+        "description": a.description,
+        "connection_id": a.connection_id,
+        "entity": a.entity,
+        "created_at": a.created_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
+        "updated_at": a.updated_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
+    })
+}
+
+fn fields_or_errors(v: &Value) -> Result<Vec<ContractField>> {
+    parse_fields(v).map_err(Error::Validation)
+}
+
+impl Sluice {
+    pub async fn list_assets(&self, p: &Principal, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.catalog.list_assets(org, page).await
+    }
+
+    pub async fn get_asset(&self, p: &Principal, org: OrgId, id: AssetId) -> Result<DataAsset> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.catalog.get_asset(org, id).await?.ok_or(Error::not_found("data asset"))
+    }
+
+    pub async fn asset_versions(&self, p: &Principal, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {
+        self.access(p, org, Permission::Read).await?;
+        self.ports.catalog.asset_versions(org, id).await
+    }
+
+    pub async fn create_asset(&self, p: &Principal, org: OrgId, new: NewAsset) -> Result<DataAsset> {
+        self.access(p, org, Permission::Write).await?;
+        let mut errors = Vec::new();
+        let name = validate_name("name", &new.name).map_err(|e| errors.push(e)).ok();
+        let fields = fields_or_errors(&new.fields).map_err(|e| errors.push(e)).ok();
+        let (Some(name), Some(fields)) = (name, fields) else {
+            return Err(merge_validation(errors));
+        };
+        let now = self.now();
+        let asset = DataAsset {
+            id: AssetId::new(),
+            org_id: org,
+            name,
+            kind: AssetKind::Virtual,
+            version: 1,
+            fields,
+            description: clean_description(new.description),
+            connection_id: None,
+            entity: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let audit = AuditEntry::new(Some(org), p.actor(), "data_asset.created", "data_asset", asset.id, now)
+            .with_change(Value::Null, asset_json(&asset));
+        self.ports
+            .catalog
+            .create_asset(&asset, p.actor().name, &audit)
+            .await
+            .map_err(|e| named_conflict(e, "data asset", &asset.name))?;
+        Ok(asset)
+    }
+
+    /// Applies `update`; fields that differ make version n+1, classified
+    /// breaking or compatible.
+    pub async fn update_asset(&self, p: &Principal, org: OrgId, id: AssetId, update: AssetUpdate) -> Result<DataAsset> {
+        self.access(p, org, Permission::Write).await?;
+        let before = self.ports.catalog.get_asset(org, id).await?.ok_or(Error::not_found("data asset"))?;
+        let mut after = before.clone();
+        let mut errors = Vec::new();
+        if let Some(n) = update.name {
+            match validate_name("name", &n) {
+                Ok(n) => after.name = n,
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(f) = update.fields {
+            match fields_or_errors(&f) {
+                Ok(f) => after.fields = f,
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(d) = update.description {
+            after.description = clean_description(d);
+        }
+        if !errors.is_empty() {
+            return Err(merge_validation(errors));
+        }
+        if after == before {
+            return Ok(after);
+        }
+        after.updated_at = self.now();
+        let new_version = (after.fields != before.fields).then(|| {
+            after.version = before.version + 1;
+            (classify_change(&before.fields, &after.fields), p.actor().name)
+        });
+        let mut details = json!({"before": asset_json(&before), "after": asset_json(&after)});
+        if let Some((change, _)) = &new_version {
+            details["change"] = json!(change.as_str());
+        }
+        let audit = AuditEntry::new(Some(org), p.actor(), "data_asset.updated", "data_asset", id, after.updated_at)
+            .with_details(details);
+        self.ports
+            .catalog
+            .update_asset(&after, new_version, &audit)
+            .await
+            .map_err(|e| named_conflict(e, "data asset", &after.name))?;
+        Ok(after)
+    }
+
+    pub async fn delete_asset(&self, p: &Principal, org: OrgId, id: AssetId) -> Result<()> {
+        self.access(p, org, Permission::Write).await?;
+        let before = self.ports.catalog.get_asset(org, id).await?.ok_or(Error::not_found("data asset"))?;
+        let audit = AuditEntry::new(Some(org), p.actor(), "data_asset.deleted", "data_asset", id, self.now())
+            .with_change(asset_json(&before), Value::Null);
+        self.ports.catalog.delete_asset(org, id, &audit).await
+    }
+}
+
+fn clean_description(d: Option<String>) -> Option<String> {
+    d.map(|d| d.trim().to_string()).filter(|d| !d.is_empty())
 }
 
 #[cfg(test)]

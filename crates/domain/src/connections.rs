@@ -483,7 +483,7 @@ impl Sluice {
 }
 
 /// A unique violation on a named resource, said with its name.
-fn named_conflict(e: Error, kind: &str, name: &str) -> Error {
+pub(crate) fn named_conflict(e: Error, kind: &str, name: &str) -> Error {
     match e {
         Error::Conflict { code: "conflict", .. } => Error::conflict(format!("a {kind} named '{name}' already exists")),
         other => other,

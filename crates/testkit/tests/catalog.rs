@@ -1,0 +1,121 @@
+//! Data-asset rules of the service over the in-memory adapters: validation
+//! with paths, names unique per organization, versions on schema changes
+//! only, breaking/compatible history, and the audit trail.
+
+use serde_json::json;
+use sluice_domain::catalog::{AssetUpdate, Change, NewAsset};
+use sluice_domain::clock::Clock;
+use sluice_domain::page::PageRequest;
+use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::{Error, ErrorKind};
+use sluice_testkit::*;
+use std::sync::Arc;
+
+#[tokio::test]
+async fn assets_version_on_schema_changes_and_are_audited() {
+    let store = InMemoryStore::new();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::macros::datetime!(2026-05-01 10:00 UTC)));
+    let sluice = Sluice::new(in_memory_ports(&store, clock));
+    let (p, _) = sluice.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
+    let org = sluice.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
+
+    // Invalid input: every problem, with its path; nothing is stored.
+    let err = sluice
+        .create_asset(
+            &p,
+            org,
+            NewAsset { name: " ".into(), fields: json!([{"name": "a", "type": "text"}]), description: None },
+        )
+        .await
+        .unwrap_err();
+    let Error::Validation(problems) = &err else { panic!("{err:?}") };
+    let paths: Vec<&str> = problems.iter().map(|f| f.field.as_str()).collect();
+    assert_eq!(paths, ["name", "fields[0].type"]);
+    assert!(sluice.list_assets(&p, org, PageRequest { limit: 10, after: None }).await.unwrap().items.is_empty());
+
+    let fields = json!([
+        {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+        {"name": "age", "type": "integer"}
+    ]);
+    let a = sluice
+        .create_asset(
+            &p,
+            org,
+            NewAsset { name: "profile".into(), fields: fields.clone(), description: Some("  ".into()) },
+        )
+        .await
+        .unwrap();
+    assert_eq!((a.version, a.description.clone(), a.fields.len()), (1, None, 2));
+    let dup = sluice
+        .create_asset(&p, org, NewAsset { name: "profile".into(), fields: fields.clone(), description: None })
+        .await
+        .unwrap_err();
+    assert_eq!(dup.kind(), ErrorKind::Conflict);
+    assert!(dup.to_string().contains("profile"), "{dup}");
+
+    // A description edit keeps the version; widening age and adding an optional field is compatible;
+    // dropping age is breaking.
+    let edit = |f: Option<serde_json::Value>, d: Option<&str>| AssetUpdate {
+        name: None,
+        fields: f,
+        description: d.map(|d| Some(d.to_string())),
+    };
+    let b = sluice.update_asset(&p, org, a.id, edit(None, Some("model output"))).await.unwrap();
+    assert_eq!((b.version, b.description.as_deref()), (1, Some("model output")));
+    let c = sluice
+        .update_asset(
+            &p,
+            org,
+            a.id,
+            edit(
+                Some(json!([
+                    {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+                    {"name": "age", "type": "number"},
+                    {"name": "city", "type": "string"}
+                ])),
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(c.version, 2);
+    let d = sluice
+        .update_asset(
+            &p,
+            org,
+            a.id,
+            edit(Some(json!([{"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}])), None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.version, 3);
+    // The same fields again change nothing.
+    let same = sluice
+        .update_asset(
+            &p,
+            org,
+            a.id,
+            edit(Some(json!([{"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}])), None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(same.version, 3);
+    let history: Vec<_> =
+        sluice.asset_versions(&p, org, a.id).await.unwrap().into_iter().map(|v| (v.version, v.change)).collect();
+    assert_eq!(history, [(1, Change::Compatible), (2, Change::Compatible), (3, Change::Breaking)]);
+
+    // A bad update leaves the asset as it was.
+    let bad = sluice.update_asset(&p, org, a.id, edit(Some(json!("nope")), None)).await.unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::Validation);
+    assert_eq!(sluice.get_asset(&p, org, a.id).await.unwrap(), d);
+
+    sluice.delete_asset(&p, org, a.id).await.unwrap();
+    assert_eq!(sluice.get_asset(&p, org, a.id).await.unwrap_err().kind(), ErrorKind::NotFound);
+
+    let actions: Vec<String> =
+        store.audit_entries().into_iter().map(|e| e.action).filter(|a| a.starts_with("data_asset.")).collect();
+    assert_eq!(
+        actions,
+        ["data_asset.created", "data_asset.updated", "data_asset.updated", "data_asset.updated", "data_asset.deleted"]
+    );
+}
