@@ -371,3 +371,70 @@ async fn connection_validation_names_every_problem() {
     );
     assert_eq!(e["code"], "in_use");
 }
+
+#[actix_web::test]
+async fn data_assets_crud_with_versions() {
+    let (app, _store, org) = setup!();
+    let base = format!("/v1/organizations/{org}/data-assets");
+    let fields = json!([
+        {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+        {"name": "address", "type": "object", "fields": [{"name": "zip", "type": "string"}]}
+    ]);
+
+    let err = expect!(
+        app,
+        req(Method::POST, &base, "ann").set_json(json!({"name": "profile", "fields": [{"name": "x", "type": "text"}]})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "fields[0].type");
+
+    let (status, a) = send(
+        &app,
+        req(Method::POST, &base, "ann")
+            .set_json(json!({"name": "profile", "fields": fields, "description": "model output"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{a}");
+    assert_eq!((a["kind"].as_str(), a["version"].as_i64()), (Some("virtual"), Some(1)));
+    assert_eq!(
+        a["fields"],
+        json!([
+            {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+            {"name": "address", "type": "object", "required": false, "tags": [],
+             "fields": [{"name": "zip", "type": "string", "required": false, "tags": []}]}
+        ]),
+        "fields read back with their defaults filled in"
+    );
+    let id = a["id"].as_str().unwrap().to_string();
+    let one = format!("{base}/{id}");
+    expect!(
+        app,
+        req(Method::POST, &base, "ann").set_json(json!({"name": "profile", "fields": []})),
+        StatusCode::CONFLICT
+    );
+
+    // Clearing the description keeps the version; removing a field is a breaking version 2.
+    let b = expect!(app, req(Method::PATCH, &one, "ann").set_json(json!({"description": null})), StatusCode::OK);
+    assert_eq!((b["description"].clone(), b["version"].as_i64()), (Value::Null, Some(1)));
+    let c = expect!(
+        app,
+        req(Method::PATCH, &one, "ann")
+            .set_json(json!({"fields": [{"name": "email", "type": "string", "required": true}]})),
+        StatusCode::OK
+    );
+    assert_eq!(c["version"], 2);
+    let v = expect!(app, req(Method::GET, &format!("{one}/versions"), "ann"), StatusCode::OK);
+    let changes: Vec<_> =
+        v["data"].as_array().unwrap().iter().map(|v| (v["version"].clone(), v["change"].clone())).collect();
+    assert_eq!(changes, [(json!(1), json!("compatible")), (json!(2), json!("breaking"))]);
+    assert_eq!(v["data"][1]["created_by"], "ann");
+
+    let list = expect!(app, req(Method::GET, &base, "ann"), StatusCode::OK);
+    assert_eq!(list["data"].as_array().unwrap().len(), 1);
+    // Someone outside the organization sees nothing of it.
+    expect!(app, req(Method::GET, &one, "eve"), StatusCode::NOT_FOUND);
+
+    expect!(app, req(Method::DELETE, &one, "ann"), StatusCode::NO_CONTENT);
+    expect!(app, req(Method::GET, &one, "ann"), StatusCode::NOT_FOUND);
+    expect!(app, req(Method::GET, &format!("{one}/versions"), "ann"), StatusCode::NOT_FOUND);
+}
