@@ -9,7 +9,7 @@ use crate::audit::AuditEntry;
 use crate::connections::named_conflict;
 use crate::connector::FieldType;
 use crate::error::FieldError;
-use crate::gateway::ContractField;
+use crate::gateway::{ContractField, Outcome, extract, validate};
 use crate::identity::{Permission, Principal};
 use crate::ids::{AssetId, ConnectionId, OrgId};
 use crate::page::{Page, PageRequest};
@@ -363,6 +363,32 @@ impl Sluice {
         let audit = AuditEntry::new(Some(org), p.actor(), "data_asset.deleted", "data_asset", id, self.now())
             .with_change(asset_json(&before), Value::Null);
         self.ports.catalog.delete_asset(org, id, &audit).await
+    }
+}
+
+/// What the gateway made of one payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatewayResult {
+    /// No JSON object could be found in the payload.
+    NoJson,
+    Checked(Outcome),
+}
+
+impl Sluice {
+    /// Runs the gateway pipeline on `raw` against the contract of `asset`.
+    /// Only an organization API key may call it; the organization is the
+    /// key's.
+    pub async fn gateway_validate(&self, p: &Principal, asset: AssetId, raw: &str) -> Result<GatewayResult> {
+        let Principal::ApiKey { org_id, .. } = p else {
+            return Err(Error::Unauthenticated("the gateway takes an organization API key (X-Api-Key)".into()));
+        };
+        let org = *org_id;
+        self.access(p, org, Permission::Read).await?;
+        let asset = self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?;
+        Ok(match extract(raw, &asset.fields) {
+            None => GatewayResult::NoJson,
+            Some(obj) => GatewayResult::Checked(validate(&obj, &asset.fields)),
+        })
     }
 }
 

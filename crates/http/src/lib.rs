@@ -108,6 +108,7 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(catalog::update_asset)
         .service(catalog::delete_asset)
         .service(catalog::asset_versions)
+        .service(gateway::validate)
         .service(flows::list)
         .service(flows::create)
         .service(flows::topology)

@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod connections;
 pub mod flows;
+pub mod gateway;
 pub mod health;
 pub mod oauth;
 pub mod orgs;

@@ -438,3 +438,77 @@ async fn data_assets_crud_with_versions() {
     expect!(app, req(Method::GET, &one, "ann"), StatusCode::NOT_FOUND);
     expect!(app, req(Method::GET, &format!("{one}/versions"), "ann"), StatusCode::NOT_FOUND);
 }
+
+#[actix_web::test]
+async fn gateway_validates_llm_output_against_an_asset() {
+    let (app, _store, org) = setup!();
+    let a = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/data-assets"), "ann").set_json(json!({
+            "name": "customer",
+            "fields": [
+                {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+                {"name": "age", "type": "integer", "required": true},
+                {"name": "active", "type": "boolean"}
+            ]
+        })),
+        StatusCode::CREATED
+    );
+    let asset = a["id"].as_str().unwrap().to_string();
+    let key = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/api-keys"), "ann")
+            .set_json(json!({"name": "gw", "roles": ["Viewer"]})),
+        StatusCode::CREATED
+    )["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gw = |body: Value| {
+        TestRequest::default()
+            .method(Method::POST)
+            .uri("/v1/gateway/validate")
+            .insert_header(("X-Api-Key", key.clone()))
+            .set_json(body)
+    };
+
+    let raw = "Sure! Here is the customer:\n```json\n{\"email\": \"john@example.com\", \"age\": \"42\", \"active\": \"yes\", \"note\": \"x\"}\n```\nAnything else?";
+    let ok = expect!(app, gw(json!({"asset_id": asset, "payload_raw": raw})), StatusCode::OK);
+    assert_eq!(ok["success"], true);
+    assert_eq!(ok["data"], json!({"email": "joh****@example.com", "age": 42, "active": true}));
+    assert_eq!(ok["metadata"]["governance_applied"], json!(["email_MASK"]));
+    assert_eq!(ok["metadata"]["safety_findings"], json!([]));
+
+    // `raw_output` is an alias; a missing field and an uncoercible value make the drift report.
+    let bad = expect!(
+        app,
+        gw(json!({"asset_id": asset, "raw_output": "{\"age\": \"forty\"}"})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        (bad["success"].clone(), bad["error"].clone(), bad["code"].clone()),
+        (json!(false), json!("Schema Validation Failed"), json!("schema_validation_failed"))
+    );
+    assert_eq!(bad["drift_details"]["missing_fields"], json!(["email"]));
+    assert_eq!(
+        bad["drift_details"]["type_mismatches"],
+        json!([{"field": "age", "expected": "integer", "received": "string"}])
+    );
+
+    let none = expect!(
+        app,
+        gw(json!({"asset_id": asset, "payload_raw": "I cannot help with that."})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!((none["code"].clone(), none["error"].clone()), (json!("no_json_found"), json!("No JSON object found")));
+
+    expect!(app, gw(json!({"asset_id": uuid::Uuid::now_v7(), "payload_raw": "{}"})), StatusCode::NOT_FOUND);
+    let e = expect!(app, gw(json!({"asset_id": "nope", "payload_raw": "{}"})), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(e["details"]["errors"][0]["field"], "asset_id");
+    // A session token is not an organization key.
+    expect!(
+        app,
+        req(Method::POST, "/v1/gateway/validate", "ann").set_json(json!({"asset_id": asset, "payload_raw": "{}"})),
+        StatusCode::UNAUTHORIZED
+    );
+}

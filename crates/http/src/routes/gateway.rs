@@ -1,0 +1,102 @@
+//! The LLM validation gateway: raw model output in, a clean typed masked
+//! object (or a precise drift report) out.
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::Caller;
+use actix_web::web::{Data, Json};
+use actix_web::{HttpResponse, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sluice_domain::FieldError;
+use sluice_domain::catalog::GatewayResult;
+use sluice_domain::gateway::{Finding, Outcome, TypeMismatch};
+use sluice_domain::ids::AssetId;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateBody {
+    /// The catalog asset whose contract applies.
+    pub asset_id: String,
+    /// Raw model output; the object may sit in prose, a fenced block or tags.
+    /// `raw_output` is accepted as an alias.
+    #[serde(alias = "raw_output")]
+    pub payload_raw: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ValidateMetadata {
+    /// `<field>_MASK` for each masked field.
+    pub governance_applied: Vec<String>,
+    #[schema(value_type = Vec<Object>)]
+    pub safety_findings: Vec<Finding>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ValidateResponse {
+    /// `true`.
+    pub success: bool,
+    /// The coerced, masked object with the asset's fields.
+    #[schema(value_type = Object)]
+    pub data: Map<String, Value>,
+    pub metadata: ValidateMetadata,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DriftDetails {
+    pub missing_fields: Vec<String>,
+    #[schema(value_type = Vec<Object>)]
+    pub type_mismatches: Vec<TypeMismatch>,
+}
+
+/// The failure body: `success: false`, `error`, `code` and, for a schema
+/// mismatch, `drift_details`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ValidateFailure {
+    pub success: bool,
+    /// `Schema Validation Failed` or `No JSON object found`.
+    pub error: String,
+    /// `schema_validation_failed` or `no_json_found`.
+    pub code: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift_details: Option<DriftDetails>,
+}
+
+/// Extracts, coerces, masks and validates one model output against a
+/// catalog asset. Takes an organization API key (`X-Api-Key`).
+#[utoipa::path(tag = "gateway", security(("api_key" = [])), request_body = ValidateBody, responses(
+    (status = 200, body = ValidateResponse),
+    (status = 401, body = ErrorBody),
+    (status = 404, description = "unknown asset", body = ErrorBody),
+    (status = 422, description = "schema mismatch or no JSON object", body = ValidateFailure)))]
+#[post("/gateway/validate")]
+pub async fn validate(state: Data<AppState>, caller: Caller, body: Json<ValidateBody>) -> ApiResult<HttpResponse> {
+    let b = body.into_inner();
+    let asset = Uuid::parse_str(b.asset_id.trim())
+        .map_err(|_| ApiError::validation(vec![FieldError::new("asset_id", "must be a UUID")]))?;
+    let result = state.sluice.gateway_validate(&caller.principal, AssetId::from(asset), &b.payload_raw).await?;
+    Ok(match result {
+        GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings }) => HttpResponse::Ok()
+            .json(ValidateResponse {
+                success: true,
+                data,
+                metadata: ValidateMetadata { governance_applied, safety_findings },
+            }),
+        GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) => {
+            HttpResponse::UnprocessableEntity().json(ValidateFailure {
+                success: false,
+                error: "Schema Validation Failed".into(),
+                code: "schema_validation_failed".into(),
+                drift_details: Some(DriftDetails { missing_fields, type_mismatches }),
+            })
+        }
+        GatewayResult::NoJson => HttpResponse::UnprocessableEntity().json(ValidateFailure {
+            success: false,
+            error: "No JSON object found".into(),
+            code: "no_json_found".into(),
+            drift_details: None,
+        }),
+    })
+}
