@@ -10,6 +10,7 @@ mod m20261121_000003_oauth_states;
 mod m20261121_000004_flows;
 mod m20261121_000005_markers_activity;
 mod m20261121_000006_run_not_before;
+mod m20261121_000007_validation_usage;
 
 pub struct Migrator;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000004_flows::Migration),
             Box::new(m20261121_000005_markers_activity::Migration),
             Box::new(m20261121_000006_run_not_before::Migration),
+            Box::new(m20261121_000007_validation_usage::Migration),
         ]
     }
 }

@@ -385,11 +385,29 @@ impl Sluice {
         let org = *org_id;
         self.access(p, org, Permission::Read).await?;
         let asset = self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?;
+        let plan = self.ports.orgs.get(org).await?.ok_or(Error::not_found("organization"))?.plan;
+        let limit = plan.monthly_validations();
+        if !self.ports.catalog.consume_validation(org, &usage_month(self.now()), limit).await? {
+            return Err(Error::Exhausted {
+                code: "quota_exceeded",
+                message: format!(
+                    "the monthly quota of {} validations of the {} plan is used up",
+                    limit.unwrap_or_default(),
+                    plan.as_str()
+                ),
+            });
+        }
         Ok(match extract(raw, &asset.fields) {
             None => GatewayResult::NoJson,
             Some(obj) => GatewayResult::Checked(validate(&obj, &asset.fields)),
         })
     }
+}
+
+/// The quota month of `at`: `YYYY-MM` in UTC.
+pub fn usage_month(at: OffsetDateTime) -> String {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    format!("{:04}-{:02}", at.year(), u8::from(at.month()))
 }
 
 fn clean_description(d: Option<String>) -> Option<String> {
@@ -485,6 +503,12 @@ mod tests {
         for (i, v) in breaking.into_iter().enumerate() {
             assert_eq!(with(v), Change::Breaking, "case {i}");
         }
+    }
+
+    #[test]
+    fn usage_month_is_the_utc_calendar_month() {
+        assert_eq!(usage_month(time::macros::datetime!(2026-11-30 23:30 -02:00)), "2026-12");
+        assert_eq!(usage_month(time::macros::datetime!(2026-01-05 00:00 UTC)), "2026-01");
     }
 
     #[test]

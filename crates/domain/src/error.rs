@@ -25,6 +25,8 @@ pub enum ErrorKind {
     NotFound,
     Conflict,
     Validation,
+    /// A quota or rate limit is used up (429).
+    Exhausted,
     Internal,
 }
 
@@ -44,6 +46,9 @@ pub enum Error {
     /// other than field validation, e.g. a reused idempotency key.
     #[error("{message}")]
     Unprocessable { code: &'static str, message: String },
+    /// A quota or rate limit is used up, e.g. the monthly validations.
+    #[error("{message}")]
+    Exhausted { code: &'static str, message: String },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -56,6 +61,7 @@ impl Error {
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::Conflict { .. } => ErrorKind::Conflict,
             Error::Validation(_) | Error::Unprocessable { .. } => ErrorKind::Validation,
+            Error::Exhausted { .. } => ErrorKind::Exhausted,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }

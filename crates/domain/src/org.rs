@@ -31,6 +31,16 @@ impl Plan {
         }
     }
 
+    /// Gateway validations a month: free 1,000; pro 100,000; enterprise
+    /// unlimited (`None`).
+    pub fn monthly_validations(self) -> Option<i64> {
+        match self {
+            Plan::Free => Some(1_000),
+            Plan::Pro => Some(100_000),
+            Plan::Enterprise => None,
+        }
+    }
+
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "free" => Ok(Plan::Free),

@@ -221,6 +221,14 @@ pub trait CatalogRepository: Send + Sync {
 
     /// Version entries, oldest first.
     async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>>;
+
+    /// Counts one gateway validation of `org` in `month` (`YYYY-MM`) when
+    /// fewer than `limit` were counted (any number when `None`); false when
+    /// the quota is used up. Atomic across processes.
+    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool>;
+
+    /// Gateway validations of `org` counted in `month`.
+    async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64>;
 }
 
 /// Resolves secret references (`env:NAME`, `aws:secretsmanager:ARN`).

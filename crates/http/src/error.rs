@@ -104,6 +104,7 @@ impl From<Error> for ApiError {
             Error::Validation(errors) => ApiError::validation(errors),
             Error::Unprocessable { code, message } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message),
             Error::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
+            Error::Exhausted { code, message } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message),
             Error::NotFound { resource } => ApiError::not_found(format!("{resource} not found")),
             Error::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
@@ -125,6 +126,7 @@ pub fn status_of(kind: ErrorKind) -> (StatusCode, &'static str) {
         ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
         ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
         ErrorKind::Validation => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        ErrorKind::Exhausted => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
         ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     }
 }

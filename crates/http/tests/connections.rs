@@ -505,6 +505,12 @@ async fn gateway_validates_llm_output_against_an_asset() {
     expect!(app, gw(json!({"asset_id": uuid::Uuid::now_v7(), "payload_raw": "{}"})), StatusCode::NOT_FOUND);
     let e = expect!(app, gw(json!({"asset_id": "nope", "payload_raw": "{}"})), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(e["details"]["errors"][0]["field"], "asset_id");
+    // The free plan's 1,000 validations a month: every call that reached an asset counts.
+    for _ in 0..997 {
+        expect!(app, gw(json!({"asset_id": asset, "payload_raw": raw})), StatusCode::OK);
+    }
+    let over = expect!(app, gw(json!({"asset_id": asset, "payload_raw": raw})), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(over["code"], "quota_exceeded", "{over}");
     // A session token is not an organization key.
     expect!(
         app,

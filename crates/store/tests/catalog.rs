@@ -91,6 +91,16 @@ async fn scenario(store: &Store) {
         Err(Error::NotFound { .. })
     ));
 
+    // The validation quota: counted per month, never past the limit.
+    for expected in [true, true, false, false] {
+        assert_eq!(store.consume_validation(org.id, "2026-11", Some(2)).await.unwrap(), expected);
+    }
+    assert_eq!(store.validations_used(org.id, "2026-11").await.unwrap(), 2);
+    assert!(store.consume_validation(org.id, "2026-12", Some(2)).await.unwrap(), "a new month starts at zero");
+    assert!(store.consume_validation(org.id, "2026-11", None).await.unwrap(), "no limit");
+    assert_eq!(store.validations_used(org.id, "2026-11").await.unwrap(), 3);
+    assert_eq!(store.validations_used(other, "2026-11").await.unwrap(), 0);
+
     // Deleting removes the asset and its history.
     store.delete_asset(org.id, asset.id, &audit("data_asset.deleted")).await.unwrap();
     assert!(store.get_asset(org.id, asset.id).await.unwrap().is_none());
@@ -116,4 +126,23 @@ async fn assets_and_versions_on_postgres() {
     let Some((_db, url)) = common::fresh("sluice_catalog").await else { return };
     let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
     scenario(&store).await;
+
+    // Two processes consuming one quota at once never pass it.
+    let a = std::sync::Arc::new(store);
+    let b = std::sync::Arc::new(Store::connect(&url, &[3u8; 32]).await.unwrap());
+    let org = OrgId::new();
+    let spend = |s: std::sync::Arc<Store>| {
+        tokio::spawn(async move {
+            let mut granted = 0;
+            for _ in 0..40 {
+                if s.consume_validation(org, "2026-11", Some(50)).await.unwrap() {
+                    granted += 1;
+                }
+            }
+            granted
+        })
+    };
+    let (x, y) = tokio::join!(spend(a.clone()), spend(b.clone()));
+    assert_eq!(x.unwrap() + y.unwrap(), 50);
+    assert_eq!(a.validations_used(org, "2026-11").await.unwrap(), 50);
 }

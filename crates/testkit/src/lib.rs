@@ -457,6 +457,8 @@ struct CatalogState {
     discovered: HashMap<(OrgId, String), (i32, EntitySchema)>,
     assets: Vec<DataAsset>,
     versions: Vec<(AssetId, AssetVersion)>,
+    /// (org, month) → gateway validations counted
+    usage: HashMap<(OrgId, String), i64>,
 }
 
 /// Integrations, connections and discovered assets, in memory.
@@ -694,6 +696,20 @@ impl CatalogRepository for InMemoryCatalog {
         drop(s);
         self.log(audit);
         Ok(())
+    }
+
+    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
+        let mut s = self.s();
+        let n = s.usage.entry((org, month.to_string())).or_insert(0);
+        if limit.is_some_and(|l| *n >= l) {
+            return Ok(false);
+        }
+        *n += 1;
+        Ok(true)
+    }
+
+    async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {
+        Ok(self.s().usage.get(&(org, month.to_string())).copied().unwrap_or(0))
     }
 
     async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {

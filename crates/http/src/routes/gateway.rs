@@ -70,7 +70,8 @@ pub struct ValidateFailure {
     (status = 200, body = ValidateResponse),
     (status = 401, body = ErrorBody),
     (status = 404, description = "unknown asset", body = ErrorBody),
-    (status = 422, description = "schema mismatch or no JSON object", body = ValidateFailure)))]
+    (status = 422, description = "schema mismatch or no JSON object", body = ValidateFailure),
+    (status = 429, description = "the monthly validation quota is used up (`quota_exceeded`)", body = ErrorBody)))]
 #[post("/gateway/validate")]
 pub async fn validate(state: Data<AppState>, caller: Caller, body: Json<ValidateBody>) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
