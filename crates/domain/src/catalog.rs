@@ -12,6 +12,7 @@ use crate::error::FieldError;
 use crate::gateway::{ContractField, Outcome, extract, validate};
 use crate::identity::{Permission, Principal};
 use crate::ids::{AssetId, ConnectionId, OrgId};
+use crate::orchestrate::ActivityEvent;
 use crate::page::{Page, PageRequest};
 use crate::service::{Sluice, merge_validation};
 use crate::user::validate_name;
@@ -397,10 +398,37 @@ impl Sluice {
                 ),
             });
         }
-        Ok(match extract(raw, &asset.fields) {
+        let result = match extract(raw, &asset.fields) {
             None => GatewayResult::NoJson,
             Some(obj) => GatewayResult::Checked(validate(&obj, &asset.fields)),
-        })
+        };
+        if let GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) = &result {
+            let n = missing_fields.len() + type_mismatches.len();
+            self.ports
+                .queue
+                .record_event(&ActivityEvent {
+                    id: uuid::Uuid::now_v7(),
+                    org_id: org,
+                    event_type: "schema.drift".into(),
+                    severity: "warning".into(),
+                    message: format!(
+                        "LLM output drifted from data asset '{}' v{} ({n} problem{})",
+                        asset.name,
+                        asset.version,
+                        if n == 1 { "" } else { "s" }
+                    ),
+                    data: json!({
+                        "asset_id": asset.id,
+                        "asset_name": asset.name,
+                        "asset_version": asset.version,
+                        "missing_fields": missing_fields,
+                        "type_mismatches": type_mismatches,
+                    }),
+                    created_at: self.now(),
+                })
+                .await?;
+        }
+        Ok(result)
     }
 }
 

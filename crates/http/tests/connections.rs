@@ -495,6 +495,13 @@ async fn gateway_validates_llm_output_against_an_asset() {
         json!([{"field": "age", "expected": "integer", "received": "string"}])
     );
 
+    // The failure is on the activity feed as schema.drift.
+    let feed = expect!(app, req(Method::GET, &format!("/v1/organizations/{org}/activity"), "ann"), StatusCode::OK);
+    let drift: Vec<&Value> = feed["data"].as_array().unwrap().iter().filter(|e| e["type"] == "schema.drift").collect();
+    assert_eq!(drift.len(), 1, "{feed}");
+    assert_eq!(drift[0]["data"]["missing_fields"], json!(["email"]), "{feed}");
+    assert_eq!(drift[0]["data"]["asset_id"], json!(asset));
+
     let none = expect!(
         app,
         gw(json!({"asset_id": asset, "payload_raw": "I cannot help with that."})),
@@ -517,4 +524,65 @@ async fn gateway_validates_llm_output_against_an_asset() {
         req(Method::POST, "/v1/gateway/validate", "ann").set_json(json!({"asset_id": asset, "payload_raw": "{}"})),
         StatusCode::UNAUTHORIZED
     );
+}
+
+#[actix_web::test]
+async fn gateway_gives_the_spec_success_body_and_keeps_tenants_apart() {
+    let (app, _store, org) = setup!();
+    let asset = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/data-assets"), "ann").set_json(json!({
+            "name": "user",
+            "fields": [
+                {"name": "user_id", "type": "integer", "required": true},
+                {"name": "is_active", "type": "boolean", "required": true},
+                {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}
+            ]
+        })),
+        StatusCode::CREATED
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let key_of = |who: &'static str, org: String| {
+        req(Method::POST, &format!("/v1/organizations/{org}/api-keys"), who)
+            .set_json(json!({"name": "gw", "roles": ["Viewer"]}))
+    };
+    let ann_key = expect!(app, key_of("ann", org.clone()), StatusCode::CREATED)["key"].as_str().unwrap().to_string();
+    let raw = "Here is the user you asked for:\n\n```json\n{\n  \"user_id\": \"42\",\n  \"is_active\": \"yes\",\n  \"email\": \"john@example.com\"\n}\n```\n\nLet me know if you need anything else.";
+    let call = |key: &str| {
+        TestRequest::default()
+            .method(Method::POST)
+            .uri("/v1/gateway/validate")
+            .insert_header(("X-Api-Key", key.to_string()))
+            .set_json(json!({"asset_id": asset, "payload_raw": raw}))
+    };
+    let body = expect!(app, call(&ann_key), StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({
+            "success": true,
+            "data": {"user_id": 42, "is_active": true, "email": "joh****@example.com"},
+            "metadata": {"governance_applied": ["email_MASK"], "safety_findings": []}
+        })
+    );
+
+    // Another organization's key cannot reach the asset: 404, not 403.
+    let bob_org = expect!(
+        app,
+        req(Method::POST, "/v1/organizations", "bob").set_json(json!({"name": "Bob Co"})),
+        StatusCode::CREATED
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bob_key = expect!(app, key_of("bob", bob_org), StatusCode::CREATED)["key"].as_str().unwrap().to_string();
+    let e = expect!(app, call(&bob_key), StatusCode::NOT_FOUND);
+    assert_eq!(e["code"], "not_found", "{e}");
+    // Without any key: 401.
+    let anon = TestRequest::default()
+        .method(Method::POST)
+        .uri("/v1/gateway/validate")
+        .set_json(json!({"asset_id": asset, "payload_raw": raw}));
+    expect!(app, anon, StatusCode::UNAUTHORIZED);
 }
