@@ -9,9 +9,10 @@ use crate::audit::AuditEntry;
 use crate::connections::named_conflict;
 use crate::connector::FieldType;
 use crate::error::FieldError;
+use crate::flow::Flow;
 use crate::gateway::{ContractField, Outcome, extract, validate};
 use crate::identity::{Permission, Principal};
-use crate::ids::{AssetId, ConnectionId, OrgId};
+use crate::ids::{AssetId, ConnectionId, FlowId, OrgId};
 use crate::orchestrate::ActivityEvent;
 use crate::page::{Page, PageRequest};
 use crate::service::{Sluice, merge_validation};
@@ -358,13 +359,73 @@ impl Sluice {
         Ok(after)
     }
 
-    pub async fn delete_asset(&self, p: &Principal, org: OrgId, id: AssetId) -> Result<()> {
+    /// The flows that depend on the asset: mappings naming it as their
+    /// contract, and for a discovered asset the flows reading or writing
+    /// its entity on its connection.
+    pub async fn asset_dependencies(&self, p: &Principal, org: OrgId, id: AssetId) -> Result<Vec<Dependent>> {
+        self.access(p, org, Permission::Read).await?;
+        let asset = self.ports.catalog.get_asset(org, id).await?.ok_or(Error::not_found("data asset"))?;
+        Ok(dependents(&asset, &self.ports.flows.all(org).await?))
+    }
+
+    /// Deletes an asset; one that flows depend on only with `force`.
+    pub async fn delete_asset(&self, p: &Principal, org: OrgId, id: AssetId, force: bool) -> Result<()> {
         self.access(p, org, Permission::Write).await?;
         let before = self.ports.catalog.get_asset(org, id).await?.ok_or(Error::not_found("data asset"))?;
+        if !force {
+            let deps = dependents(&before, &self.ports.flows.all(org).await?);
+            if !deps.is_empty() {
+                let names: Vec<&str> = deps.iter().map(|d| d.flow_name.as_str()).collect();
+                return Err(Error::Conflict {
+                    code: "in_use",
+                    message: format!(
+                        "flows depend on this data asset ({}); pass ?force=true to delete it anyway",
+                        names.join(", ")
+                    ),
+                });
+            }
+        }
         let audit = AuditEntry::new(Some(org), p.actor(), "data_asset.deleted", "data_asset", id, self.now())
             .with_change(asset_json(&before), Value::Null);
         self.ports.catalog.delete_asset(org, id, &audit).await
     }
+}
+
+/// A flow that depends on an asset, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependent {
+    pub flow_id: FlowId,
+    pub flow_name: String,
+    /// `contract` (a mapping names the asset), `source` or `destination`
+    /// (the flow reads or writes a discovered asset's entity).
+    pub relation: &'static str,
+}
+
+/// The flows among `flows` that depend on `asset`, each once, with its
+/// strongest relation.
+pub fn dependents(asset: &DataAsset, flows: &[Flow]) -> Vec<Dependent> {
+    let id = asset.id.to_string();
+    let on_entity = |conn: ConnectionId, entity: &str| {
+        asset.kind == AssetKind::Discovered
+            && asset.connection_id == Some(conn)
+            && asset.entity.as_deref() == Some(entity)
+    };
+    flows
+        .iter()
+        .filter_map(|f| {
+            let maps = &f.config.mappings;
+            let relation = if maps.iter().any(|m| m.asset.as_deref().is_some_and(|r| r == asset.name || r == id)) {
+                "contract"
+            } else if maps.iter().any(|m| on_entity(f.source_connection_id, &m.source_entity)) {
+                "source"
+            } else if maps.iter().any(|m| on_entity(f.destination_connection_id, m.destination())) {
+                "destination"
+            } else {
+                return None;
+            };
+            Some(Dependent { flow_id: f.id, flow_name: f.name.clone(), relation })
+        })
+        .collect()
 }
 
 /// What the gateway made of one payload.
@@ -537,6 +598,60 @@ mod tests {
     fn usage_month_is_the_utc_calendar_month() {
         assert_eq!(usage_month(time::macros::datetime!(2026-11-30 23:30 -02:00)), "2026-12");
         assert_eq!(usage_month(time::macros::datetime!(2026-01-05 00:00 UTC)), "2026-01");
+    }
+
+    #[test]
+    fn discovered_assets_are_depended_on_by_flows_that_read_or_write_their_entity() {
+        use crate::flow::{FlowConfig, FlowStatus};
+        let now = time::macros::datetime!(2026-05-01 10:00 UTC);
+        let (src, dst) = (ConnectionId::new(), ConnectionId::new());
+        let asset = DataAsset {
+            id: AssetId::new(),
+            org_id: OrgId::new(),
+            name: "crm.people".into(),
+            kind: AssetKind::Discovered,
+            version: 1,
+            fields: vec![],
+            description: None,
+            connection_id: Some(src),
+            entity: Some("people".into()),
+            created_at: now,
+            updated_at: now,
+        };
+        let flow = |name: &str, from: ConnectionId, to: ConnectionId, mapping: Value| Flow {
+            id: FlowId::new(),
+            org_id: asset.org_id,
+            name: name.into(),
+            source_connection_id: from,
+            destination_connection_id: to,
+            schedule: None,
+            config: serde_json::from_value::<FlowConfig>(json!({"mappings": [mapping]})).unwrap(),
+            status: FlowStatus::Active,
+            next_run_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let m = |src: &str, dest: &str| json!({"source_entity": src, "dest_entity": dest, "sync_mode": "full_refresh_overwrite"});
+        let flows = [
+            flow("reads", src, dst, m("people", "p")),
+            flow("writes", dst, src, m("x", "people")),
+            flow("other_entity", src, dst, m("orders", "o")),
+            flow("other_connection", dst, dst, m("people", "people")),
+            flow(
+                "names_it",
+                dst,
+                dst,
+                json!({"source_entity": "a", "sync_mode": "full_refresh_overwrite", "asset": asset.id.to_string()}),
+            ),
+        ];
+        let got: Vec<(&str, &str)> = dependents(&asset, &flows)
+            .iter()
+            .map(|d| (flows.iter().find(|f| f.id == d.flow_id).unwrap().name.as_str(), d.relation))
+            .collect();
+        assert_eq!(got, [("reads", "source"), ("writes", "destination"), ("names_it", "contract")]);
+        // A virtual asset is depended on only by name or id.
+        let virt = DataAsset { kind: AssetKind::Virtual, ..asset.clone() };
+        assert_eq!(dependents(&virt, &flows).len(), 1);
     }
 
     #[test]

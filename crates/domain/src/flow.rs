@@ -39,6 +39,10 @@ pub struct Mapping {
     pub transform: Vec<Step>,
     #[serde(default)]
     pub schema_policy: SchemaPolicy,
+    /// The catalog contract (data asset id or name) this mapping's data
+    /// follows; the asset then lists the flow among its dependencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset: Option<String>,
 }
 
 impl Mapping {

@@ -108,6 +108,7 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(catalog::update_asset)
         .service(catalog::delete_asset)
         .service(catalog::asset_versions)
+        .service(catalog::asset_dependencies)
         .service(gateway::validate)
         .service(flows::list)
         .service(flows::create)

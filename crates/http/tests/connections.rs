@@ -434,7 +434,32 @@ async fn data_assets_crud_with_versions() {
     // Someone outside the organization sees nothing of it.
     expect!(app, req(Method::GET, &one, "eve"), StatusCode::NOT_FOUND);
 
-    expect!(app, req(Method::DELETE, &one, "ann"), StatusCode::NO_CONTENT);
+    // A flow whose mapping names the asset as its contract depends on it; deleting then needs ?force=true.
+    let conn = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/connections"), "ann").set_json(
+            json!({"name": "m", "type": "memory", "capability": "both", "config": {"dataset": "crm", "password": "s3cret-pw"}})
+        ),
+        StatusCode::CREATED
+    )["id"]
+        .clone();
+    let flow = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/flows"), "ann").set_json(json!({
+            "name": "people", "source_connection_id": conn, "destination_connection_id": conn,
+            "config": {"mappings": [{"source_entity": "people", "dest_entity": "people_copy",
+                                     "sync_mode": "full_refresh_overwrite", "asset": "profile"}]}
+        })),
+        StatusCode::CREATED
+    );
+    let deps = expect!(app, req(Method::GET, &format!("{one}/dependencies"), "ann"), StatusCode::OK);
+    assert_eq!(deps["data"], json!([{"flow_id": flow["id"], "flow_name": "people", "relation": "contract"}]));
+    let e = expect!(app, req(Method::DELETE, &one, "ann"), StatusCode::CONFLICT);
+    assert_eq!(e["code"], "in_use", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("people"), "{e}");
+    expect!(app, req(Method::GET, &one, "ann"), StatusCode::OK);
+
+    expect!(app, req(Method::DELETE, &format!("{one}?force=true"), "ann"), StatusCode::NO_CONTENT);
     expect!(app, req(Method::GET, &one, "ann"), StatusCode::NOT_FOUND);
     expect!(app, req(Method::GET, &format!("{one}/versions"), "ann"), StatusCode::NOT_FOUND);
 }

@@ -109,7 +109,7 @@ async fn assets_version_on_schema_changes_and_are_audited() {
     assert_eq!(bad.kind(), ErrorKind::Validation);
     assert_eq!(sluice.get_asset(&p, org, a.id).await.unwrap(), d);
 
-    sluice.delete_asset(&p, org, a.id).await.unwrap();
+    sluice.delete_asset(&p, org, a.id, false).await.unwrap();
     assert_eq!(sluice.get_asset(&p, org, a.id).await.unwrap_err().kind(), ErrorKind::NotFound);
 
     let actions: Vec<String> =

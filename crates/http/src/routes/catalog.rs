@@ -195,13 +195,26 @@ pub async fn update_asset(
     Ok(Json(a.into()))
 }
 
-/// Deletes an asset and its version history (Editor).
-#[utoipa::path(tag = "catalog", params(("orgId" = Uuid, Path), ("id" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteParams {
+    /// Delete even when flows depend on the asset.
+    pub force: Option<bool>,
+}
+
+/// Deletes an asset and its version history (Editor); 409 `in_use` when
+/// flows depend on it, unless `?force=true`.
+#[utoipa::path(tag = "catalog", params(("orgId" = Uuid, Path), ("id" = Uuid, Path), DeleteParams), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "in use", body = ErrorBody)))]
 #[delete("/organizations/{orgId}/data-assets/{id}")]
-pub async fn delete_asset(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
+pub async fn delete_asset(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+    q: Query<DeleteParams>,
+) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.delete_asset(&caller.principal, org.into(), AssetId::from(id)).await?;
+    state.sluice.delete_asset(&caller.principal, org.into(), AssetId::from(id), q.force.unwrap_or(false)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -217,4 +230,41 @@ pub async fn asset_versions(
     let (org, id) = path.into_inner();
     let v = state.sluice.asset_versions(&caller.principal, org.into(), AssetId::from(id)).await?;
     Ok(Json(AssetVersionsResponse { data: v.into_iter().map(Into::into).collect() }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DependentResponse {
+    pub flow_id: Uuid,
+    pub flow_name: String,
+    /// `contract`, `source` or `destination`.
+    pub relation: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DependenciesResponse {
+    pub data: Vec<DependentResponse>,
+}
+
+/// The flows that depend on the asset: mappings naming it as `asset`, and
+/// for a discovered asset the flows reading or writing its entity.
+#[utoipa::path(tag = "catalog", params(("orgId" = Uuid, Path), ("id" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = DependenciesResponse), (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/data-assets/{id}/dependencies")]
+pub async fn asset_dependencies(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+) -> ApiResult<Json<DependenciesResponse>> {
+    let (org, id) = path.into_inner();
+    let deps = state.sluice.asset_dependencies(&caller.principal, org.into(), AssetId::from(id)).await?;
+    Ok(Json(DependenciesResponse {
+        data: deps
+            .into_iter()
+            .map(|d| DependentResponse {
+                flow_id: d.flow_id.as_uuid(),
+                flow_name: d.flow_name,
+                relation: d.relation.into(),
+            })
+            .collect(),
+    }))
 }
