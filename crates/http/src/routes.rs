@@ -18,3 +18,9 @@ use serde::Serialize;
 pub(crate) fn created<T: Serialize>(location: String, body: &T) -> HttpResponse {
     HttpResponse::Created().insert_header((actix_web::http::header::LOCATION, location)).json(body)
 }
+
+/// For PATCH bodies: keeps an explicit `null` apart from an absent field
+/// (`#[serde(default, deserialize_with = "super::present")]`).
+pub(crate) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}

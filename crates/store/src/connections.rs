@@ -3,7 +3,7 @@
 //! on the way in and opened on the way out; the domain sees plaintext only.
 
 use crate::entities::*;
-use crate::{Store, db_err};
+use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
@@ -22,11 +22,6 @@ use sluice_domain::{Error, Result};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-async fn insert_audit(c: &impl ConnectionTrait, e: &AuditEntry) -> Result<()> {
-    audit_logs::Entity::insert(crate::convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;
-    Ok(())
-}
 
 fn integration_aad(id: Uuid) -> String {
     format!("integration:{id}")

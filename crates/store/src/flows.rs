@@ -7,12 +7,10 @@
 //! running run per flow, whatever the number of workers.
 
 use crate::entities::*;
-use crate::{Store, db_err};
+use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use sluice_domain::audit::AuditEntry;
 use sluice_domain::flow::*;
 use sluice_domain::ids::{FlowId, OrgId, RunId};
@@ -20,11 +18,6 @@ use sluice_domain::page::{Page, PageRequest};
 use sluice_domain::{Error, Result};
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-async fn insert_audit(c: &impl ConnectionTrait, e: &AuditEntry) -> Result<()> {
-    audit_logs::Entity::insert(crate::convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;
-    Ok(())
-}
 
 fn corrupt(what: &str) -> Error {
     Error::Internal(anyhow::anyhow!("stored {what} is invalid"))

@@ -117,6 +117,17 @@ impl Tx {
 
 /// A database error in domain terms: unique violations are conflicts,
 /// everything else is internal.
+/// Writes an audit entry inside the caller's transaction, so the change and
+/// its record commit or roll back together.
+pub(crate) async fn insert_audit(
+    c: &impl sea_orm::ConnectionTrait,
+    e: &sluice_domain::audit::AuditEntry,
+) -> sluice_domain::Result<()> {
+    use sea_orm::EntityTrait;
+    entities::audit_logs::Entity::insert(convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;
+    Ok(())
+}
+
 pub(crate) fn db_err(e: DbErr) -> Error {
     match e.sql_err() {
         Some(SqlErr::UniqueConstraintViolation(_)) => Error::conflict("a resource with these values already exists"),

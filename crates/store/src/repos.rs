@@ -1,7 +1,7 @@
 //! The repository ports implemented on sea-orm.
 
 use crate::entities::*;
-use crate::{Store, convert, db_err};
+use crate::{Store, convert, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -22,11 +22,6 @@ use sluice_domain::{Error, Result};
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-async fn insert_audit(c: &impl ConnectionTrait, e: &AuditEntry) -> Result<()> {
-    audit_logs::Entity::insert(convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;
-    Ok(())
-}
 
 fn over(page: PageRequest) -> u64 {
     page.limit + 1

@@ -37,14 +37,9 @@ pub struct UpdateAssetBody {
     #[schema(value_type = Option<Vec<Object>>)]
     pub fields: Option<Value>,
     /// A string, or null to clear it.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::present")]
     #[schema(value_type = Option<String>)]
     pub description: Option<Value>,
-}
-
-/// Keeps an explicit `null` apart from an absent field.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -262,18 +262,13 @@ pub struct TestConnectionBody {
 pub struct UpdateConnectionBody {
     pub name: Option<String>,
     /// A UUID, or `null` to detach the integration.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::present")]
     #[schema(value_type = Option<Uuid>)]
     pub integration_id: Option<Value>,
     pub capability: Option<CapabilityDto>,
     /// Merged into the stored settings: `"***"` keeps a secret, `null` removes a setting.
     #[schema(value_type = Object)]
     pub config: Option<BTreeMap<String, Value>>,
-}
-
-/// Keeps an explicit `null` apart from an absent field.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -40,16 +40,12 @@ pub struct UpdateFlowBody {
     pub source_connection_id: Option<Uuid>,
     pub destination_connection_id: Option<Uuid>,
     /// A cron expression, or null to remove the schedule.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::present")]
     #[schema(value_type = Option<String>)]
     pub schedule: Option<Value>,
     #[schema(value_type = Object)]
     pub config: Option<FlowConfig>,
     pub status: Option<String>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
 }
 
 fn status_of(s: Option<&str>) -> Result<Option<FlowStatus>, ApiError> {
