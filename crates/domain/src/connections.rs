@@ -71,11 +71,11 @@ pub struct Preview {
     pub batch: RecordBatch,
 }
 
-fn integration_json(i: &Integration) -> Value {
+pub(crate) fn integration_json(i: &Integration) -> Value {
     json!({"name": i.name, "type": i.integration_type, "credentials": i.credentials.masked()})
 }
 
-fn connection_json(c: &Connection) -> Value {
+pub(crate) fn connection_json(c: &Connection) -> Value {
     json!({
         "name": c.name,
         "type": c.connector_type,

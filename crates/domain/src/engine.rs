@@ -240,6 +240,26 @@ impl Sluice {
         Ok(if drift { Outcome::Drift } else { Outcome::Done })
     }
 
+    /// Catalogues the source's schema of `entity` as its discovered asset,
+    /// so that the catalog follows the schema every run saw (and
+    /// validate-drift compares with the last run). Never fails the run.
+    async fn record_source_schema(&self, flow: &Flow, entity: &str, fields: &[crate::connector::Field]) {
+        let result = async {
+            let Some(c) = self.ports.connections.get(flow.org_id, flow.source_connection_id).await? else {
+                return Ok(());
+            };
+            let schema = crate::connector::EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
+            self.ports
+                .catalog
+                .upsert_discovered(flow.org_id, &format!("{}.{entity}", c.name), c.id, &schema, self.now())
+                .await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(flow = %flow.id, entity, error = %e, "could not catalogue the source schema");
+        }
+    }
+
     async fn sync_entity(
         &self,
         run: &Run,
@@ -255,6 +275,7 @@ impl Sluice {
             source.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
         let source_fields = probe.fields();
         drop(probe);
+        self.record_source_schema(flow, entity, &source_fields).await;
         let incremental = m.sync_mode.incremental();
         let cursor_idx = if incremental {
             let c = m.cursor_field.as_deref().ok_or("the mapping names no cursor_field")?;

@@ -8,11 +8,16 @@ use serde::Serialize;
 pub struct FieldError {
     pub field: String,
     pub message: String,
+    /// Where a parsed document (YAML) holds the problem, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u64>,
 }
 
 impl FieldError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self { field: field.into(), message: message.into(), line: None, column: None }
     }
 }
 
@@ -22,6 +27,8 @@ impl FieldError {
 pub enum ErrorKind {
     Unauthenticated,
     Forbidden,
+    /// A request body that cannot be read at all (400), e.g. broken YAML.
+    BadRequest,
     NotFound,
     Conflict,
     Validation,
@@ -36,6 +43,10 @@ pub enum Error {
     Unauthenticated(String),
     #[error("{0}")]
     Forbidden(String),
+    /// A body that cannot be read at all (400); `details` carries what
+    /// locates the problem (line, column).
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String, details: serde_json::Value },
     #[error("{resource} not found")]
     NotFound { resource: &'static str },
     #[error("{message}")]
@@ -58,6 +69,7 @@ impl Error {
         match self {
             Error::Unauthenticated(_) => ErrorKind::Unauthenticated,
             Error::Forbidden(_) => ErrorKind::Forbidden,
+            Error::BadRequest { .. } => ErrorKind::BadRequest,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::Conflict { .. } => ErrorKind::Conflict,
             Error::Validation(_) | Error::Unprocessable { .. } => ErrorKind::Validation,

@@ -39,7 +39,7 @@ pub struct FlowUpdate {
     pub status: Option<FlowStatus>,
 }
 
-fn flow_json(f: &Flow) -> Value {
+pub(crate) fn flow_json(f: &Flow) -> Value {
     json!({
         "name": f.name,
         "source_connection_id": f.source_connection_id,
@@ -79,7 +79,11 @@ impl Sluice {
 
     /// The source's schema of each mapped entity, when the source answers
     /// (validation is then exact; otherwise only what can be checked offline).
-    async fn source_schemas(&self, source: &Connection, config: &FlowConfig) -> Option<BTreeMap<String, EntitySchema>> {
+    pub(crate) async fn source_schemas(
+        &self,
+        source: &Connection,
+        config: &FlowConfig,
+    ) -> Option<BTreeMap<String, EntitySchema>> {
         let cfg = self.resolve_connection(source).await.ok()?;
         let src = self.ports.connectors.source(&cfg).await.ok()?;
         src.check().await.ok()?;

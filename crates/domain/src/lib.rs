@@ -14,6 +14,8 @@ pub mod error;
 pub mod flow;
 pub mod flows;
 pub mod gateway;
+pub mod iac;
+pub mod iacs;
 pub mod idempotency;
 pub mod identity;
 pub mod ids;

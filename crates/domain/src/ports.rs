@@ -204,6 +204,9 @@ pub trait CatalogRepository: Send + Sync {
 
     async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>>;
 
+    /// The `discovered` asset that describes `entity` of `connection`.
+    async fn find_discovered(&self, org: OrgId, connection: ConnectionId, entity: &str) -> Result<Option<DataAsset>>;
+
     async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>>;
 
     /// Saves `asset`; with `new_version`, also records its version entry

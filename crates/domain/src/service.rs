@@ -48,6 +48,7 @@ pub struct Ports {
     pub runs: Arc<dyn crate::flow::RunRepository>,
     pub cursors: Arc<dyn crate::flow::CursorRepository>,
     pub queue: Arc<dyn crate::orchestrate::QueueRepository>,
+    pub iac: Arc<dyn crate::iac::IacRepository>,
 }
 
 /// A key's `last_used_at` is written at most this often.
@@ -528,6 +529,7 @@ mod tests {
             runs: Arc::new(crate::flow::MockRunRepository::new()),
             cursors: Arc::new(crate::flow::MockCursorRepository::new()),
             queue: Arc::new(crate::orchestrate::MockQueueRepository::new()),
+            iac: Arc::new(crate::iac::MockIacRepository::new()),
         }
     }
 
@@ -542,6 +544,52 @@ mod tests {
             last_used_at,
             revoked_at: None,
         }
+    }
+
+    #[tokio::test]
+    async fn an_apply_planned_against_a_stale_organization_plans_again() {
+        let mut iac = crate::iac::MockIacRepository::new();
+        iac.expect_snapshot().times(3).returning(|_| Ok(crate::iac::Snapshot::default()));
+        let mut calls = 0;
+        iac.expect_apply().times(2).returning(move |_, writes, audit| {
+            calls += 1;
+            assert_eq!(writes.integrations.len(), 1);
+            assert_eq!(
+                audit.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+                ["integration.created", "iac.applied"]
+            );
+            if calls == 1 { Err(crate::iac::stale_plan()) } else { Ok(()) }
+        });
+        let mut connectors = crate::connector::MockConnectorRegistry::new();
+        connectors.expect_specs().returning(Vec::new);
+        let mut p = ports(MockApiKeyRepository::new(), MockOrgRepository::new());
+        p.iac = Arc::new(iac);
+        p.connectors = Arc::new(connectors);
+        p.oauth = None;
+        let sluice = Sluice::new(p);
+        let k = key(None);
+        let principal = Principal::ApiKey { id: k.id, org_id: k.org_id, name: k.name, roles: vec![Role::Editor] };
+        // An OAuth-less registry knows no types: the plan must fail validation
+        // before any write, and nothing is applied.
+        let err = sluice
+            .apply_iac(&principal, k.org_id, "version: 1\nintegrations: [{name: gh, type: github}]", false)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Validation);
+        let mut connectors = crate::connector::MockConnectorRegistry::new();
+        connectors.expect_specs().returning(Vec::new);
+        let mut oauth = crate::oauth::MockOAuthClient::new();
+        oauth.expect_providers().returning(|| vec!["github".to_string()]);
+        let mut p = sluice.ports().clone();
+        p.connectors = Arc::new(connectors);
+        p.oauth = Some(Arc::new(oauth));
+        let sluice = Sluice::new(p);
+        let out = sluice
+            .apply_iac(&principal, k.org_id, "version: 1\nintegrations: [{name: gh, type: github}]", false)
+            .await
+            .unwrap();
+        assert!(out.apply_id.is_some());
+        assert_eq!(out.plan.count(crate::iac::Action::Created), 1);
     }
 
     #[tokio::test]

@@ -105,6 +105,9 @@ impl From<Error> for ApiError {
             Error::Unprocessable { code, message } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message),
             Error::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
             Error::Exhausted { code, message } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message),
+            Error::BadRequest { code, message, details } => {
+                ApiError::new(StatusCode::BAD_REQUEST, code, message).with_details(details)
+            }
             Error::NotFound { resource } => ApiError::not_found(format!("{resource} not found")),
             Error::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
@@ -123,6 +126,7 @@ pub fn status_of(kind: ErrorKind) -> (StatusCode, &'static str) {
     match kind {
         ErrorKind::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
         ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+        ErrorKind::BadRequest => (StatusCode::BAD_REQUEST, "bad_request"),
         ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
         ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
         ErrorKind::Validation => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),

@@ -43,7 +43,7 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
         (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
-        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "internal")
+        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "iac"), (name = "internal")
     )
 )]
 struct ApiDoc;
@@ -128,6 +128,9 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(flows::details)
         .service(flows::activity)
         .service(flows::orchestrate)
+        .service(iac::apply)
+        .service(iac::export)
+        .service(iac::validate_drift)
         .service(oauth::start)
         .service(oauth::callback)
         .service(oauth::complete)

@@ -7,6 +7,7 @@ pub mod connections;
 pub mod flows;
 pub mod gateway;
 pub mod health;
+pub mod iac;
 pub mod oauth;
 pub mod orgs;
 pub mod users;

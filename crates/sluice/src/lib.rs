@@ -2,6 +2,7 @@
 //! the domain's ports. `main.rs` is a thin CLI over this, and the end-to-end
 //! tests build the same [`Application`].
 
+pub mod client;
 pub mod settings;
 pub mod telemetry;
 pub mod worker;
@@ -67,6 +68,7 @@ impl Application {
             runs: Arc::new(store.clone()),
             cursors: Arc::new(store.clone()),
             queue: Arc::new(store.clone()),
+            iac: Arc::new(store.clone()),
         };
         Ok((Sluice::new(ports), store))
     }

@@ -1,5 +1,6 @@
 //! The `sluice` command.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sluice::settings::{Settings, parse_ttl};
 use sluice::{Application, telemetry};
@@ -33,6 +34,26 @@ enum Command {
         #[arg(long, default_value = "1h")]
         ttl: String,
     },
+    /// Apply an IaC document to an organization (uses SLUICE_URL and
+    /// SLUICE_API_KEY); prints the plan and exits non-zero on errors.
+    Apply {
+        /// The YAML document; `-` reads standard input.
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// The organization's id.
+        #[arg(long)]
+        org: String,
+        /// Plan only: show what would change and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print an organization's configuration as an IaC document that
+    /// applies back unchanged (secrets as ***).
+    Export {
+        /// The organization's id.
+        #[arg(long)]
+        org: String,
+    },
     /// Re-encrypt every stored credential with a new master key. Stop the
     /// servers first; start them with the new key afterwards.
     RotateMasterKey {
@@ -63,6 +84,20 @@ async fn main() -> anyhow::Result<()> {
             let secret = settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();
             let issuer = sluice_auth::TokenIssuer::new(secret, settings.jwt_issuer, settings.jwt_audience);
             println!("{}", issuer.issue(&email, Some(&email), name.as_deref(), ttl)?);
+        }
+        Command::Apply { file, org, dry_run } => {
+            let target = sluice::client::Target::from_env()?;
+            let document = if file == "-" {
+                std::io::read_to_string(std::io::stdin()).context("reading the document from standard input")?
+            } else {
+                std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?
+            };
+            let answer = sluice::client::apply(&target, &org, document, dry_run).await?;
+            println!("{}", sluice::client::render_plan(&answer));
+        }
+        Command::Export { org } => {
+            let target = sluice::client::Target::from_env()?;
+            print!("{}", sluice::client::export(&target, &org).await?);
         }
         Command::RotateMasterKey { new_key } => {
             let n = sluice::rotate_master_key(settings, new_key.as_deref()).await?;

@@ -32,7 +32,7 @@ fn connection_aad(id: Uuid) -> String {
 }
 
 impl Store {
-    fn integration_from(&self, m: integrations::Model) -> Result<Integration> {
+    pub(crate) fn integration_from(&self, m: integrations::Model) -> Result<Integration> {
         Ok(Integration {
             id: m.id.into(),
             org_id: m.org_id.into(),
@@ -44,7 +44,7 @@ impl Store {
         })
     }
 
-    fn connection_from(&self, m: connections::Model) -> Result<Connection> {
+    pub(crate) fn connection_from(&self, m: connections::Model) -> Result<Connection> {
         let config: BTreeMap<String, Value> = serde_json::from_value(m.config)
             .map_err(|e| Error::Internal(anyhow::anyhow!("stored connection config is invalid: {e}")))?;
         Ok(Connection {
@@ -65,7 +65,19 @@ impl Store {
         })
     }
 
-    fn connection_model(&self, c: &Connection) -> Result<connections::ActiveModel> {
+    pub(crate) fn integration_model(&self, i: &Integration) -> Result<integrations::ActiveModel> {
+        Ok(integrations::ActiveModel {
+            id: Set(i.id.as_uuid()),
+            org_id: Set(i.org_id.as_uuid()),
+            name: Set(i.name.clone()),
+            integration_type: Set(i.integration_type.clone()),
+            credentials: Set(self.cipher.seal_map(&i.credentials.0, &integration_aad(i.id.as_uuid()))?),
+            created_at: Set(i.created_at),
+            updated_at: Set(i.updated_at),
+        })
+    }
+
+    pub(crate) fn connection_model(&self, c: &Connection) -> Result<connections::ActiveModel> {
         Ok(connections::ActiveModel {
             id: Set(c.id.as_uuid()),
             org_id: Set(c.org_id.as_uuid()),
@@ -128,18 +140,10 @@ impl IntegrationRepository for Store {
     async fn create(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
         let tx = self.write().await?;
         let r = async {
-            integrations::Entity::insert(integrations::ActiveModel {
-                id: Set(i.id.as_uuid()),
-                org_id: Set(i.org_id.as_uuid()),
-                name: Set(i.name.clone()),
-                integration_type: Set(i.integration_type.clone()),
-                credentials: Set(self.cipher.seal_map(&i.credentials.0, &integration_aad(i.id.as_uuid()))?),
-                created_at: Set(i.created_at),
-                updated_at: Set(i.updated_at),
-            })
-            .exec_without_returning(tx.c())
-            .await
-            .map_err(db_err)?;
+            integrations::Entity::insert(self.integration_model(i)?)
+                .exec_without_returning(tx.c())
+                .await
+                .map_err(db_err)?;
             insert_audit(tx.c(), audit).await
         }
         .await;
@@ -463,6 +467,20 @@ impl CatalogRepository for Store {
         }
         .await;
         tx.finish(r).await
+    }
+
+    async fn find_discovered(&self, org: OrgId, connection: ConnectionId, entity: &str) -> Result<Option<DataAsset>> {
+        data_assets::Entity::find()
+            .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+            .filter(data_assets::Column::ConnectionId.eq(connection.as_uuid()))
+            .filter(data_assets::Column::Entity.eq(entity))
+            .filter(data_assets::Column::Kind.eq(AssetKind::Discovered.as_str()))
+            .order_by_desc(data_assets::Column::UpdatedAt)
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(asset_from)
+            .transpose()
     }
 
     async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>> {

@@ -23,7 +23,7 @@ fn corrupt(what: &str) -> Error {
     Error::Internal(anyhow::anyhow!("stored {what} is invalid"))
 }
 
-fn flow_from(m: flows::Model) -> Result<Flow> {
+pub(crate) fn flow_from(m: flows::Model) -> Result<Flow> {
     Ok(Flow {
         id: m.id.into(),
         org_id: m.org_id.into(),
@@ -39,7 +39,7 @@ fn flow_from(m: flows::Model) -> Result<Flow> {
     })
 }
 
-fn flow_model(f: &Flow) -> Result<flows::ActiveModel> {
+pub(crate) fn flow_model(f: &Flow) -> Result<flows::ActiveModel> {
     Ok(flows::ActiveModel {
         id: Set(f.id.as_uuid()),
         org_id: Set(f.org_id.as_uuid()),

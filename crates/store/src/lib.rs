@@ -11,6 +11,7 @@ mod convert;
 pub mod crypto;
 mod entities;
 mod flows;
+mod iac;
 mod repos;
 
 use anyhow::Context;

@@ -88,7 +88,7 @@ impl Store {
     /// Locks the organization's row for the rest of the transaction, so that
     /// checks over its members (the last-Admin rule) cannot interleave. On
     /// SQLite the process-wide write lock already serializes writers.
-    async fn lock_org(&self, c: &impl ConnectionTrait, org: OrgId) -> Result<()> {
+    pub(crate) async fn lock_org(&self, c: &impl ConnectionTrait, org: OrgId) -> Result<()> {
         if self.backend() == DbBackend::Postgres {
             organizations::Entity::find_by_id(org.as_uuid()).lock_exclusive().one(c).await.map_err(db_err)?;
         }

@@ -416,6 +416,7 @@ pub fn in_memory_ports_with(
 ) -> Ports {
     let s = Arc::new(store.clone());
     let catalog = Arc::new(InMemoryCatalog::new(store));
+    let catalog_for_iac = catalog.clone();
     let flows = InMemoryFlows::new(store);
     Ports {
         integrations: catalog.clone(),
@@ -429,7 +430,8 @@ pub fn in_memory_ports_with(
         flows: Arc::new(flows.clone()),
         runs: Arc::new(flows.clone()),
         cursors: Arc::new(flows.clone()),
-        queue: Arc::new(flows),
+        queue: Arc::new(flows.clone()),
+        iac: Arc::new(InMemoryIac { catalog: (*catalog_for_iac).clone(), flows, audit: store.clone() }),
         users: s.clone(),
         orgs: s.clone(),
         invitations: s.clone(),
@@ -455,6 +457,8 @@ struct CatalogState {
     connections: Vec<Connection>,
     /// name → (version, schema)
     discovered: HashMap<(OrgId, String), (i32, EntitySchema)>,
+    /// (org, connection, entity) → name of its discovered asset
+    discovered_by_entity: HashMap<(OrgId, ConnectionId, String), String>,
     assets: Vec<DataAsset>,
     versions: Vec<(AssetId, AssetVersion)>,
     /// (org, month) → gateway validations counted
@@ -615,11 +619,12 @@ impl CatalogRepository for InMemoryCatalog {
         &self,
         org: OrgId,
         name: &str,
-        _connection: ConnectionId,
+        connection: ConnectionId,
         schema: &EntitySchema,
         _now: OffsetDateTime,
     ) -> Result<()> {
         let mut s = self.s();
+        s.discovered_by_entity.insert((org, connection, schema.name.clone()), name.to_string());
         let entry = s.discovered.entry((org, name.to_string())).or_insert((0, schema.clone()));
         if entry.0 == 0 || entry.1 != *schema {
             entry.0 += 1;
@@ -645,6 +650,36 @@ impl CatalogRepository for InMemoryCatalog {
         drop(s);
         self.log(audit);
         Ok(())
+    }
+
+    async fn find_discovered(&self, org: OrgId, connection: ConnectionId, entity: &str) -> Result<Option<DataAsset>> {
+        let s = self.s();
+        let Some(name) = s.discovered_by_entity.get(&(org, connection, entity.to_string())) else { return Ok(None) };
+        let Some((version, schema)) = s.discovered.get(&(org, name.clone())) else { return Ok(None) };
+        let now = OffsetDateTime::UNIX_EPOCH;
+        Ok(Some(DataAsset {
+            id: AssetId::new(),
+            org_id: org,
+            name: name.clone(),
+            kind: sluice_domain::catalog::AssetKind::Discovered,
+            version: *version,
+            fields: schema
+                .fields
+                .iter()
+                .map(|f| sluice_domain::gateway::ContractField {
+                    name: f.name.clone(),
+                    field_type: f.field_type,
+                    required: !f.nullable,
+                    tags: vec![],
+                    fields: vec![],
+                })
+                .collect(),
+            description: None,
+            connection_id: Some(connection),
+            entity: Some(entity.to_string()),
+            created_at: now,
+            updated_at: now,
+        }))
     }
 
     async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>> {
@@ -1312,6 +1347,88 @@ impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
             r.entities.clear();
             r.attempt += 1;
         }
+        Ok(())
+    }
+}
+
+// ---- infrastructure as code ------------------------------------------------
+
+/// IaC applies over the in-memory catalog and flows: all-or-nothing under
+/// both locks, with the same stale-plan rule as the SQL store.
+#[derive(Clone)]
+pub struct InMemoryIac {
+    catalog: InMemoryCatalog,
+    flows: InMemoryFlows,
+    audit: InMemoryStore,
+}
+
+#[async_trait]
+impl sluice_domain::iac::IacRepository for InMemoryIac {
+    async fn snapshot(&self, org: OrgId) -> Result<sluice_domain::iac::Snapshot> {
+        let c = self.catalog.s();
+        let f = self.flows.s();
+        Ok(sluice_domain::iac::Snapshot {
+            integrations: c.integrations.iter().filter(|i| i.org_id == org).cloned().collect(),
+            connections: c.connections.iter().filter(|x| x.org_id == org).cloned().collect(),
+            flows: f.flows.iter().filter(|x| x.org_id == org).cloned().collect(),
+        })
+    }
+
+    async fn apply(&self, org: OrgId, writes: &sluice_domain::iac::Writes, audit: &[AuditEntry]) -> Result<()> {
+        use sluice_domain::iac::{Write, stale_plan};
+        let mut c = self.catalog.s();
+        let mut f = self.flows.s();
+        // Check everything first, so that a refused apply writes nothing.
+        fn ok<T>(
+            list: &[T],
+            w: &Write<T>,
+            org: OrgId,
+            key: impl Fn(&T) -> (OrgId, Uuid, &str, OffsetDateTime),
+        ) -> bool {
+            let (_, id, name, _) = key(w.item());
+            match w {
+                Write::Create(_) => !list.iter().any(|x| {
+                    let (o, _, n, _) = key(x);
+                    o == org && n == name
+                }),
+                Write::Update { planned_against, .. } => list.iter().any(|x| {
+                    let (o, i, _, at) = key(x);
+                    o == org && i == id && at == *planned_against
+                }),
+            }
+        }
+        let fresh = writes
+            .integrations
+            .iter()
+            .all(|w| ok(&c.integrations, w, org, |i| (i.org_id, i.id.as_uuid(), i.name.as_str(), i.updated_at)))
+            && writes
+                .connections
+                .iter()
+                .all(|w| ok(&c.connections, w, org, |i| (i.org_id, i.id.as_uuid(), i.name.as_str(), i.updated_at)))
+            && writes
+                .flows
+                .iter()
+                .all(|w| ok(&f.flows, w, org, |i| (i.org_id, i.id.as_uuid(), i.name.as_str(), i.updated_at)));
+        if !fresh {
+            return Err(stale_plan());
+        }
+        fn put<T: Clone>(list: &mut Vec<T>, w: &Write<T>, same: impl Fn(&T, &T) -> bool) {
+            match list.iter().position(|x| same(x, w.item())) {
+                Some(i) => list[i] = w.item().clone(),
+                None => list.push(w.item().clone()),
+            }
+        }
+        for w in &writes.integrations {
+            put(&mut c.integrations, w, |a, b| a.id == b.id);
+        }
+        for w in &writes.connections {
+            put(&mut c.connections, w, |a, b| a.id == b.id);
+        }
+        for w in &writes.flows {
+            put(&mut f.flows, w, |a, b| a.id == b.id);
+        }
+        drop((c, f));
+        self.audit.s().audit.extend(audit.iter().cloned());
         Ok(())
     }
 }

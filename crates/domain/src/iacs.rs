@@ -1,0 +1,199 @@
+//! Use cases of infrastructure as code: apply (and its dry run), export,
+//! and validate-drift. The rules live in [`crate::iac`]; this module reads
+//! the organization, plans, and hands the plan to the store.
+
+use crate::audit::AuditEntry;
+use crate::connections::{connection_json, integration_json};
+use crate::flows::flow_json;
+use crate::iac::{
+    self, Action, Catalogue, CurrentField, Document, DriftReport, MappingFacts, Plan, ProposedField, Write,
+};
+use crate::identity::{Permission, Principal};
+use crate::ids::OrgId;
+use crate::service::Sluice;
+use crate::{Error, Result};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// How often an apply plans again when another apply changed the
+/// organization between its plan and its write.
+const ATTEMPTS: usize = 5;
+
+/// The result of an apply or a dry run.
+#[derive(Debug, Clone)]
+pub struct ApplyOutcome {
+    pub dry_run: bool,
+    /// Names the audit entries of a real apply.
+    pub apply_id: Option<Uuid>,
+    pub plan: Plan,
+}
+
+fn audit_entries(org: OrgId, p: &Principal, plan: &Plan, apply_id: Uuid, at: time::OffsetDateTime) -> Vec<AuditEntry> {
+    let entry = |kind: &str, created: bool, id: String, before: Value, after: Value| {
+        let verb = if created { "created" } else { "updated" };
+        let mut e =
+            AuditEntry::new(Some(org), p.actor(), &format!("{kind}.{verb}"), kind, id, at).with_change(before, after);
+        e.details["apply_id"] = json!(apply_id);
+        e
+    };
+    let mut out = Vec::new();
+    for w in &plan.writes.integrations {
+        let i = w.item();
+        out.push(entry(
+            "integration",
+            matches!(w, Write::Create(_)),
+            i.id.to_string(),
+            Value::Null,
+            integration_json(i),
+        ));
+    }
+    for w in &plan.writes.connections {
+        let c = w.item();
+        out.push(entry("connection", matches!(w, Write::Create(_)), c.id.to_string(), Value::Null, connection_json(c)));
+    }
+    for w in &plan.writes.flows {
+        let f = w.item();
+        out.push(entry("flow", matches!(w, Write::Create(_)), f.id.to_string(), Value::Null, flow_json(f)));
+    }
+    // Updates carry their field-level diff (writes follow the order of the
+    // plan's changes).
+    for (e, c) in out.iter_mut().zip(plan.changes.iter().filter(|c| c.action != Action::Unchanged)) {
+        if c.action == Action::Updated {
+            e.details["diff"] = json!(c.diff);
+        }
+    }
+    out.push(AuditEntry::new(Some(org), p.actor(), "iac.applied", "organization", org, at).with_details(json!({
+        "apply_id": apply_id,
+        "created": plan.count(Action::Created),
+        "updated": plan.count(Action::Updated),
+        "unchanged": plan.count(Action::Unchanged),
+    })));
+    out
+}
+
+impl Sluice {
+    fn iac_catalogue(&self) -> Catalogue {
+        Catalogue {
+            specs: self.ports.connectors.specs(),
+            oauth_types: self.ports.oauth.as_ref().map(|o| o.providers()).unwrap_or_default(),
+        }
+    }
+
+    /// Applies an IaC document (YAML text): validates it, plans it against
+    /// the organization and writes the plan in one transaction; with
+    /// `dry_run`, answers the plan and writes nothing.
+    ///
+    /// # Errors
+    /// `BadRequest { code: "malformed_yaml" }` for text that is not YAML;
+    /// `Validation` listing every problem with its YAML path;
+    /// `Conflict { code: "concurrent_apply" }` when other applies kept
+    /// changing the organization.
+    pub async fn apply_iac(&self, p: &Principal, org: OrgId, text: &str, dry_run: bool) -> Result<ApplyOutcome> {
+        self.access(p, org, Permission::Write).await?;
+        let doc = iac::parse(text)?;
+        let registry = self.iac_catalogue();
+        for _ in 0..ATTEMPTS {
+            let current = self.ports.iac.snapshot(org).await?;
+            let now = self.now();
+            let mut plan = iac::plan(&doc, &current, &registry, org, now)?;
+            if dry_run {
+                for c in plan.changes.iter_mut().filter(|c| c.action == Action::Created) {
+                    c.id = None;
+                }
+                return Ok(ApplyOutcome { dry_run, apply_id: None, plan });
+            }
+            if plan.writes.is_empty() {
+                return Ok(ApplyOutcome { dry_run, apply_id: None, plan });
+            }
+            let apply_id = Uuid::now_v7();
+            let audit = audit_entries(org, p, &plan, apply_id, now);
+            match self.ports.iac.apply(org, &plan.writes, &audit).await {
+                Ok(()) => return Ok(ApplyOutcome { dry_run, apply_id: Some(apply_id), plan }),
+                Err(Error::Conflict { code: "stale_plan", .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Conflict {
+            code: "concurrent_apply",
+            message: "other applies kept changing this organization; try again".into(),
+        })
+    }
+
+    /// The organization's configuration as an IaC document that applies
+    /// back unchanged (secrets as `***`).
+    pub async fn export_iac(&self, p: &Principal, org: OrgId) -> Result<Document> {
+        self.access(p, org, Permission::Read).await?;
+        Ok(iac::export(&self.ports.iac.snapshot(org).await?))
+    }
+
+    /// Compares a proposed schema of one entity with the one the flow syncs:
+    /// the source schema its last run saw or discovery recorded (the
+    /// entity's discovered asset), else the source's live schema.
+    pub async fn validate_drift(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        flow: &str,
+        entity: &str,
+        proposed: &[ProposedField],
+    ) -> Result<DriftReport> {
+        self.access(p, org, Permission::Read).await?;
+        let f = self.find_flow(org, flow).await?.ok_or(Error::not_found("flow"))?;
+        let m = f
+            .config
+            .mappings
+            .iter()
+            .find(|m| m.source_entity == entity || m.destination() == entity)
+            .ok_or(Error::not_found("entity"))?;
+        let mut errors = Vec::new();
+        for (i, pf) in proposed.iter().enumerate() {
+            if pf.name.trim().is_empty() {
+                errors.push(crate::FieldError::new(format!("proposed_schema[{i}].name"), "is required"));
+            } else if proposed[..i].iter().any(|o| o.name == pf.name) {
+                errors.push(crate::FieldError::new(
+                    format!("proposed_schema[{i}].name"),
+                    format!("'{}' appears twice", pf.name),
+                ));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error::Validation(errors));
+        }
+        let source =
+            self.ports.connections.get(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
+        let recorded = self.ports.catalog.find_discovered(org, source.id, &m.source_entity).await?.map(|a| {
+            a.fields
+                .iter()
+                .map(|c| CurrentField { name: c.name.clone(), field_type: c.field_type, required: c.required })
+                .collect::<Vec<_>>()
+        });
+        let current = match recorded {
+            Some(fields) => fields,
+            None => {
+                let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
+                    code: "schema_unknown",
+                    message: format!(
+                        "no schema of '{}' is recorded and '{}' cannot be reached; run the flow or discover the connection first",
+                        m.source_entity, source.name
+                    ),
+                })?;
+                let s = schemas.get(&m.source_entity).ok_or_else(|| Error::Unprocessable {
+                    code: "schema_unknown",
+                    message: format!("'{}' does not exist in '{}'", m.source_entity, source.name),
+                })?;
+                s.fields
+                    .iter()
+                    .map(|x| CurrentField { name: x.name.clone(), field_type: x.field_type, required: !x.nullable })
+                    .collect()
+            }
+        };
+        let facts = MappingFacts {
+            flow: &f.name,
+            entity: &m.source_entity,
+            key_fields: m.key_fields(),
+            cursor_field: m.cursor_field.as_deref(),
+            blocks_new_columns: m.schema_policy == crate::flow::SchemaPolicy::BlockOnNewColumn,
+        };
+        Ok(iac::compare_schemas(&current, proposed, &facts))
+    }
+}

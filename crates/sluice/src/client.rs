@@ -1,0 +1,217 @@
+//! `sluice apply` and `sluice export`: a client of a running server's IaC
+//! endpoints, configured by `SLUICE_URL` and `SLUICE_API_KEY`.
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Attempts of one apply before a transient failure is reported.
+const ATTEMPTS: u32 = 5;
+
+/// Where the server is and the key to use.
+pub struct Target {
+    pub url: String,
+    pub api_key: String,
+}
+
+impl Target {
+    /// From `SLUICE_URL` (default `http://127.0.0.1:8080`) and `SLUICE_API_KEY`.
+    ///
+    /// # Errors
+    /// When `SLUICE_API_KEY` is not set.
+    #[allow(clippy::disallowed_methods)] // the client's own two settings
+    pub fn from_env() -> anyhow::Result<Self> {
+        let url = std::env::var("SLUICE_URL").unwrap_or_else(|_| "http://127.0.0.1:8080".into());
+        let api_key = std::env::var("SLUICE_API_KEY")
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .context("SLUICE_API_KEY is not set: create an API key for the organization (POST …/api-keys)")?;
+        Ok(Self { url: url.trim_end_matches('/').to_string(), api_key })
+    }
+}
+
+fn http() -> anyhow::Result<reqwest::Client> {
+    crate::install_crypto_provider();
+    Ok(reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(Duration::from_secs(120)).build()?)
+}
+
+/// Whether a failed attempt may succeed when sent again with the same
+/// idempotency key.
+fn transient(status: u16, body: &Value) -> bool {
+    matches!(status, 429 | 500 | 502 | 503 | 504)
+        || (status == 409
+            && matches!(body["code"].as_str(), Some("idempotency_in_flight" | "in_flight" | "concurrent_apply")))
+}
+
+/// Sends `document` to the apply endpoint with one idempotency key for
+/// every attempt; answers the server's JSON answer.
+///
+/// # Errors
+/// A refusal (4xx), with the server's error and each problem's path, or a
+/// transient failure that outlasted the retries.
+pub async fn apply(target: &Target, org: &str, document: String, dry_run: bool) -> anyhow::Result<Value> {
+    let client = http()?;
+    let key = uuid::Uuid::new_v4().to_string();
+    let url = format!("{}/v1/organizations/{org}/iac/apply{}", target.url, if dry_run { "?dry_run=true" } else { "" });
+    let mut last = String::new();
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
+        }
+        let sent = client
+            .post(&url)
+            .header("Content-Type", "application/x-yaml")
+            .header("X-Api-Key", &target.api_key)
+            .header("X-Idempotency-Key", &key)
+            .body(document.clone())
+            .send()
+            .await;
+        let res = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                last = format!("cannot reach {}: {e}", target.url);
+                continue;
+            }
+        };
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if status == 200 {
+            return Ok(body);
+        }
+        if transient(status, &body) {
+            last = describe_error(status, &body, &text);
+            continue;
+        }
+        bail!("{}", describe_error(status, &body, &text));
+    }
+    bail!("{last} (gave up after {ATTEMPTS} attempts)")
+}
+
+/// Fetches the organization's configuration as an IaC document.
+///
+/// # Errors
+/// When the server refuses or cannot be reached.
+pub async fn export(target: &Target, org: &str) -> anyhow::Result<String> {
+    let res = http()?
+        .get(format!("{}/v1/organizations/{org}/iac/export", target.url))
+        .header("X-Api-Key", &target.api_key)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {}", target.url))?;
+    let status = res.status().as_u16();
+    let text = res.text().await?;
+    if status != 200 {
+        bail!("{}", describe_error(status, &serde_json::from_str(&text).unwrap_or(Value::Null), &text));
+    }
+    Ok(text)
+}
+
+/// A server error as lines a person reads: the message and code, then each
+/// problem with its path and position.
+pub fn describe_error(status: u16, body: &Value, raw: &str) -> String {
+    let Some(message) = body["error"].as_str() else {
+        return format!("HTTP {status}: {}", raw.trim());
+    };
+    let mut out = format!("{message} (HTTP {status}, {})", body["code"].as_str().unwrap_or("error"));
+    if let (Some(l), Some(c)) = (body["details"]["line"].as_u64(), body["details"]["column"].as_u64())
+        && !message.contains("line")
+    {
+        let _ = write!(out, " at line {l}, column {c}");
+    }
+    let errors = body["details"]["errors"].as_array().cloned().unwrap_or_default();
+    // One problem without a position is the message itself.
+    let said = matches!(&errors[..], [one] if one["line"].is_null()
+        && message == format!("{}: {}", one["field"].as_str().unwrap_or(""), one["message"].as_str().unwrap_or("")));
+    for e in errors.iter().filter(|_| !said) {
+        let at = match (e["line"].as_u64(), e["column"].as_u64()) {
+            (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
+            _ => String::new(),
+        };
+        let _ = write!(out, "\n  {}{at}: {}", e["field"].as_str().unwrap_or("?"), e["message"].as_str().unwrap_or(""));
+    }
+    out
+}
+
+fn short(v: &Value) -> String {
+    match v {
+        Value::Null => "(none)".into(),
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+/// The apply answer as a table: one row per resource, one line per
+/// changed field, then the totals.
+pub fn render_plan(body: &Value) -> String {
+    let changes = body["changes"].as_array().cloned().unwrap_or_default();
+    let width = changes.iter().map(|c| c["name"].as_str().unwrap_or("").len()).max().unwrap_or(4).max(4);
+    let mut out = format!("{:<12} {:<width$} {}\n", "KIND", "NAME", "ACTION");
+    for c in &changes {
+        let action = c["action"].as_str().unwrap_or("");
+        let _ = writeln!(
+            out,
+            "{:<12} {:<width$} {}",
+            c["kind"].as_str().unwrap_or(""),
+            c["name"].as_str().unwrap_or(""),
+            action
+        );
+        for d in c["diff"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "{:<12} {:<width$}   ~ {}: {} -> {}",
+                "",
+                "",
+                d["path"].as_str().unwrap_or(""),
+                short(&d["before"]),
+                short(&d["after"])
+            );
+        }
+    }
+    let s = &body["summary"];
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let _ = write!(out, "\n{} to create, {} to update, {} unchanged.", n("created"), n("updated"), n("unchanged"));
+    if body["dry_run"] == Value::Bool(true) {
+        out.push_str(" Dry run: nothing was written.");
+    } else if n("created") + n("updated") == 0 {
+        out.push_str(" Nothing to do.");
+    } else {
+        out.push_str(" Applied.");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_plan_reads_as_a_table() {
+        let body = json!({"dry_run": true, "summary": {"created": 1, "updated": 1, "unchanged": 0},
+            "changes": [
+                {"kind": "connection", "name": "warehouse", "action": "created", "id": null, "diff": []},
+                {"kind": "flow", "name": "orders", "action": "updated", "id": "x",
+                 "diff": [{"path": "schedule", "before": "*/15 * * * *", "after": "0 * * * *"}]}]});
+        let t = render_plan(&body);
+        assert_eq!(t.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(), ["KIND", "NAME", "ACTION"]);
+        assert!(t.contains("connection   warehouse created"), "{t}");
+        assert!(t.contains("~ schedule: \"*/15 * * * *\" -> \"0 * * * *\""), "{t}");
+        assert!(t.ends_with("1 to create, 1 to update, 0 unchanged. Dry run: nothing was written."), "{t}");
+    }
+
+    #[test]
+    fn errors_list_each_problem_with_its_position() {
+        let body = json!({"error": "2 fields are invalid", "code": "validation_failed", "details": {"errors": [
+            {"field": "flows[0].schedule", "message": "bad cron"},
+            {"field": "flows[1].shedule", "message": "unknown field", "line": 12, "column": 5}]}});
+        let t = describe_error(422, &body, "");
+        assert_eq!(
+            t,
+            "2 fields are invalid (HTTP 422, validation_failed)\n  flows[0].schedule: bad cron\n  flows[1].shedule (line 12, column 5): unknown field"
+        );
+        assert!(transient(503, &Value::Null) && !transient(422, &body));
+        assert_eq!(describe_error(502, &Value::Null, "bad gateway\n"), "HTTP 502: bad gateway");
+    }
+}

@@ -1,0 +1,110 @@
+//! What the process tests share: the `sluice` binary, a server process
+//! on a free port, and a small API client.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use serde_json::Value;
+use sluice_auth::TokenIssuer;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "process-test-secret-process-test";
+/// base64 of 32 bytes of 7.
+pub const MASTER_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+
+/// The `sluice` binary, built by Cargo for this package's tests.
+pub fn sluice_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
+}
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    sluice::install_crypto_provider();
+    reqwest::Client::new()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn spawn(args: &[&str], env: &[(&str, String)]) -> Proc {
+    let mut cmd = Command::new(sluice_bin());
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null()).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Proc(cmd.spawn().unwrap())
+}
+
+pub async fn wait_healthy(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if client.get(format!("{base}/v1/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("sluice at {base} did not become healthy");
+}
+
+pub struct Api {
+    pub client: reqwest::Client,
+    pub base: String,
+    pub token: String,
+}
+
+impl Api {
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        let (s, b) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        assert!(s == 201 || s == 202 || s == 200, "{path}: {s} {b}");
+        b
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (s, b) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+        b
+    }
+}
+
+pub fn env(data: &Path, db: &str, port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("SLUICE_DATABASE_URL", db.to_string()),
+        ("SLUICE_LISTEN", format!("127.0.0.1:{port}")),
+        ("SLUICE_DATA_DIR", data.display().to_string()),
+        ("SLUICE_FILE_ROOT", data.join("files").display().to_string()),
+        ("SLUICE_JWT_HS256_SECRET", SECRET.to_string()),
+        ("SLUICE_MASTER_KEY", MASTER_KEY.to_string()),
+    ]
+}
+
+pub fn token() -> String {
+    TokenIssuer::new(SECRET.as_bytes().to_vec(), "sluice", "sluice")
+        .issue("ops@example.com", Some("ops@example.com"), None, Duration::from_secs(3600))
+        .unwrap()
+}

@@ -1,0 +1,151 @@
+//! IaC applies on sea-orm: one transaction per apply, with the
+//! organization's row locked on PostgreSQL (SQLite's process-wide write
+//! lock serializes writers already). Updates are conditional on the
+//! `updated_at` the plan saw, so a plan made before another writer's
+//! change is refused as stale instead of overwriting it.
+
+use crate::entities::*;
+use crate::flows::{flow_from, flow_model};
+use crate::{Store, db_err, insert_audit};
+use async_trait::async_trait;
+use sea_orm::{ActiveValue, ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
+use sluice_domain::audit::AuditEntry;
+use sluice_domain::iac::{IacRepository, Snapshot, Write, Writes, stale_plan};
+use sluice_domain::ids::OrgId;
+use sluice_domain::{Error, Result};
+
+/// A unique violation on insert means another apply created the name
+/// first; a missed conditional update means the row changed meanwhile.
+fn stale(e: DbErr) -> Error {
+    match db_err(e) {
+        Error::Conflict { code: "conflict", .. } => stale_plan(),
+        e => e,
+    }
+}
+
+/// Turns a full model into an update of everything but the key, the
+/// organization and the creation time.
+macro_rules! as_update {
+    ($m:expr) => {{
+        let mut m = $m;
+        m.id = ActiveValue::NotSet;
+        m.org_id = ActiveValue::NotSet;
+        m.created_at = ActiveValue::NotSet;
+        m
+    }};
+}
+
+#[async_trait]
+impl IacRepository for Store {
+    async fn snapshot(&self, org: OrgId) -> Result<Snapshot> {
+        let o = org.as_uuid();
+        let integrations = integrations::Entity::find()
+            .filter(integrations::Column::OrgId.eq(o))
+            .order_by_asc(integrations::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(|m| self.integration_from(m))
+            .collect::<Result<Vec<_>>>()?;
+        let connections = connections::Entity::find()
+            .filter(connections::Column::OrgId.eq(o))
+            .order_by_asc(connections::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(|m| self.connection_from(m))
+            .collect::<Result<Vec<_>>>()?;
+        let flows = flows::Entity::find()
+            .filter(flows::Column::OrgId.eq(o))
+            .order_by_asc(flows::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(flow_from)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Snapshot { integrations, connections, flows })
+    }
+
+    async fn apply(&self, org: OrgId, writes: &Writes, audit: &[AuditEntry]) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let c = tx.c();
+            self.lock_org(c, org).await?;
+            for w in &writes.integrations {
+                match w {
+                    Write::Create(i) => {
+                        integrations::Entity::insert(self.integration_model(i)?)
+                            .exec_without_returning(c)
+                            .await
+                            .map_err(stale)?;
+                    }
+                    Write::Update { item, planned_against } => {
+                        let res = integrations::Entity::update_many()
+                            .set(as_update!(self.integration_model(item)?))
+                            .filter(integrations::Column::Id.eq(item.id.as_uuid()))
+                            .filter(integrations::Column::OrgId.eq(org.as_uuid()))
+                            .filter(integrations::Column::UpdatedAt.eq(*planned_against))
+                            .exec(c)
+                            .await
+                            .map_err(stale)?;
+                        if res.rows_affected != 1 {
+                            return Err(stale_plan());
+                        }
+                    }
+                }
+            }
+            for w in &writes.connections {
+                match w {
+                    Write::Create(x) => {
+                        connections::Entity::insert(self.connection_model(x)?)
+                            .exec_without_returning(c)
+                            .await
+                            .map_err(stale)?;
+                    }
+                    Write::Update { item, planned_against } => {
+                        let res = connections::Entity::update_many()
+                            .set(as_update!(self.connection_model(item)?))
+                            .filter(connections::Column::Id.eq(item.id.as_uuid()))
+                            .filter(connections::Column::OrgId.eq(org.as_uuid()))
+                            .filter(connections::Column::UpdatedAt.eq(*planned_against))
+                            .exec(c)
+                            .await
+                            .map_err(stale)?;
+                        if res.rows_affected != 1 {
+                            return Err(stale_plan());
+                        }
+                    }
+                }
+            }
+            for w in &writes.flows {
+                match w {
+                    Write::Create(f) => {
+                        flows::Entity::insert(flow_model(f)?).exec_without_returning(c).await.map_err(stale)?;
+                    }
+                    Write::Update { item, planned_against } => {
+                        let res = flows::Entity::update_many()
+                            .set(as_update!(flow_model(item)?))
+                            .filter(flows::Column::Id.eq(item.id.as_uuid()))
+                            .filter(flows::Column::OrgId.eq(org.as_uuid()))
+                            .filter(flows::Column::UpdatedAt.eq(*planned_against))
+                            .exec(c)
+                            .await
+                            .map_err(stale)?;
+                        if res.rows_affected != 1 {
+                            return Err(stale_plan());
+                        }
+                    }
+                }
+            }
+            for a in audit {
+                insert_audit(c, a).await?;
+            }
+            Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+}
