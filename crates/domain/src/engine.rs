@@ -22,6 +22,13 @@ pub const CHECKPOINT_ROWS: u64 = 50_000;
 /// Rows per batch read from a source.
 pub const BATCH_ROWS: usize = 10_000;
 
+/// A run's source: its connection (which names the entities' catalog
+/// assets) and the connector opened on it.
+struct RunSource {
+    conn: crate::integration::Connection,
+    io: Arc<dyn Source>,
+}
+
 enum Outcome {
     Done,
     Drift,
@@ -181,14 +188,16 @@ impl Sluice {
                 .get(flow.org_id, id)
                 .await?
                 .ok_or(Failure::from("a connection of the flow was deleted"))?;
-            self.resolve_connection(&c).await.map_err(|e| {
+            let cfg = self.resolve_connection(&c).await.map_err(|e| {
                 let mut f = Failure::from(e);
                 f.message = format!("connection '{}': {}", c.name, f.message);
                 f
-            })
+            })?;
+            Ok::<_, Failure>((c, cfg))
         };
-        let source = self.ports.connectors.source(&conn(flow.source_connection_id).await?).await?;
-        let dest = self.ports.connectors.destination(&conn(flow.destination_connection_id).await?).await?;
+        let (source_conn, source_cfg) = conn(flow.source_connection_id).await?;
+        let source = RunSource { io: self.ports.connectors.source(&source_cfg).await?, conn: source_conn };
+        let dest = self.ports.connectors.destination(&conn(flow.destination_connection_id).await?.1).await?;
         self.log(
             run,
             "info",
@@ -243,20 +252,17 @@ impl Sluice {
     /// Catalogues the source's schema of `entity` as its discovered asset,
     /// so that the catalog follows the schema every run saw (and
     /// validate-drift compares with the last run). Never fails the run.
-    async fn record_source_schema(&self, flow: &Flow, entity: &str, fields: &[crate::connector::Field]) {
-        let result = async {
-            let Some(c) = self.ports.connections.get(flow.org_id, flow.source_connection_id).await? else {
-                return Ok(());
-            };
-            let schema = crate::connector::EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
-            self.ports
-                .catalog
-                .upsert_discovered(flow.org_id, &format!("{}.{entity}", c.name), c.id, &schema, self.now())
-                .await
-        }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(flow = %flow.id, entity, error = %e, "could not catalogue the source schema");
+    async fn record_source_schema(
+        &self,
+        source: &crate::integration::Connection,
+        entity: &str,
+        fields: &[crate::connector::Field],
+    ) {
+        let schema = crate::connector::EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
+        let name = format!("{}.{entity}", source.name);
+        if let Err(e) = self.ports.catalog.upsert_discovered(source.org_id, &name, source.id, &schema, self.now()).await
+        {
+            tracing::warn!(connection = %source.id, entity, error = %e, "could not catalogue the source schema");
         }
     }
 
@@ -265,17 +271,17 @@ impl Sluice {
         run: &Run,
         flow: &Flow,
         m: &Mapping,
-        source: &Arc<dyn Source>,
+        source: &RunSource,
         dest: &Arc<dyn Destination>,
         stats: &mut EntityStats,
     ) -> Result<Outcome, Failure> {
         let entity = m.source_entity.as_str();
         // The source's fields first: the stored cursor is typed by them.
         let probe =
-            source.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
+            source.io.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
         let source_fields = probe.fields();
         drop(probe);
-        self.record_source_schema(flow, entity, &source_fields).await;
+        self.record_source_schema(&source.conn, entity, &source_fields).await;
         let incremental = m.sync_mode.incremental();
         let cursor_idx = if incremental {
             let c = m.cursor_field.as_deref().ok_or("the mapping names no cursor_field")?;
@@ -347,7 +353,7 @@ impl Sluice {
         if m.sync_mode == SyncMode::FullRefreshOverwrite
             && m.transform.is_empty()
             && let Some(format) = writer.bulk_format()
-            && let Some(stream) = source.bulk_out(entity, format, &source_fields).await?
+            && let Some(stream) = source.io.bulk_out(entity, format, &source_fields).await?
         {
             self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
             let loaded = match writer.write_bulk(stream).await {
@@ -364,6 +370,7 @@ impl Sluice {
             return Ok(Outcome::Done);
         }
         let mut reader = source
+            .io
             .read(ReadRequest { entity: entity.into(), cursor: bound, limit: None, batch_size: BATCH_ROWS })
             .await?;
         let mut since_checkpoint = 0u64;

@@ -323,3 +323,26 @@ async fn runs_queue_cancel_and_validate() {
         .unwrap_err();
     assert!(format!("{e:?}").contains("cycle"), "{e:?}");
 }
+
+#[tokio::test]
+async fn each_run_records_the_source_schema_that_drift_validation_compares_with() {
+    use sluice_domain::iac::{DriftType, ProposedField};
+    let w = world().await;
+    let f = w.flow("people", json!({"source_entity": "people", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"})).await;
+    let proposed = |names: &[(&str, FieldType)]| -> Vec<ProposedField> {
+        names.iter().map(|(n, t)| ProposedField { name: n.to_string(), field_type: *t, required: *n == "id" }).collect()
+    };
+    let three = proposed(&[("id", FieldType::Integer), ("name", FieldType::String), ("updated", FieldType::Timestamp)]);
+    assert_eq!(w.run(&f).await.status, RunStatus::Succeeded);
+
+    // The source gains a column; until a run sees it, the flow syncs three fields.
+    w.mem.put("crm", people_schema(true), vec![]);
+    let r = w.sluice.validate_drift(&w.p, w.org, "people", "people", &three).await.unwrap();
+    assert_eq!(r.drift_type, DriftType::None, "{r:?}");
+
+    // After a run the recorded schema has four, and dropping one is breaking.
+    assert_eq!(w.run(&f).await.status, RunStatus::Succeeded);
+    let r = w.sluice.validate_drift(&w.p, w.org, "people", "people", &three).await.unwrap();
+    assert_eq!(r.drift_type, DriftType::Breaking);
+    assert_eq!(r.impacts[0].affected_fields, ["email"]);
+}
