@@ -343,6 +343,10 @@ impl<T> Write<T> {
             Write::Create(t) | Write::Update { item: t, .. } => t,
         }
     }
+
+    pub fn is_create(&self) -> bool {
+        matches!(self, Write::Create(_))
+    }
 }
 
 /// The writes of a plan, in dependency order (integrations, connections,

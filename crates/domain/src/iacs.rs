@@ -5,9 +5,7 @@
 use crate::audit::AuditEntry;
 use crate::connections::{connection_json, integration_json};
 use crate::flows::flow_json;
-use crate::iac::{
-    self, Action, Catalogue, CurrentField, Document, DriftReport, MappingFacts, Plan, ProposedField, Write,
-};
+use crate::iac::{self, Action, Catalogue, CurrentField, Document, DriftReport, MappingFacts, Plan, ProposedField};
 use crate::identity::{Permission, Principal};
 use crate::ids::OrgId;
 use crate::service::Sluice;
@@ -29,39 +27,28 @@ pub struct ApplyOutcome {
 }
 
 fn audit_entries(org: OrgId, p: &Principal, plan: &Plan, apply_id: Uuid, at: time::OffsetDateTime) -> Vec<AuditEntry> {
-    let entry = |kind: &str, created: bool, id: String, before: Value, after: Value| {
-        let verb = if created { "created" } else { "updated" };
-        let mut e =
-            AuditEntry::new(Some(org), p.actor(), &format!("{kind}.{verb}"), kind, id, at).with_change(before, after);
-        e.details["apply_id"] = json!(apply_id);
-        e
-    };
-    let mut out = Vec::new();
-    for w in &plan.writes.integrations {
-        let i = w.item();
-        out.push(entry(
-            "integration",
-            matches!(w, Write::Create(_)),
-            i.id.to_string(),
-            Value::Null,
-            integration_json(i),
-        ));
-    }
-    for w in &plan.writes.connections {
-        let c = w.item();
-        out.push(entry("connection", matches!(w, Write::Create(_)), c.id.to_string(), Value::Null, connection_json(c)));
-    }
-    for w in &plan.writes.flows {
-        let f = w.item();
-        out.push(entry("flow", matches!(w, Write::Create(_)), f.id.to_string(), Value::Null, flow_json(f)));
-    }
-    // Updates carry their field-level diff (writes follow the order of the
-    // plan's changes).
-    for (e, c) in out.iter_mut().zip(plan.changes.iter().filter(|c| c.action != Action::Unchanged)) {
-        if c.action == Action::Updated {
-            e.details["diff"] = json!(c.diff);
-        }
-    }
+    let w = &plan.writes;
+    let integrations = w
+        .integrations
+        .iter()
+        .map(|x| ("integration", x.is_create(), x.item().id.to_string(), integration_json(x.item())));
+    let connections =
+        w.connections.iter().map(|x| ("connection", x.is_create(), x.item().id.to_string(), connection_json(x.item())));
+    let flows = w.flows.iter().map(|x| ("flow", x.is_create(), x.item().id.to_string(), flow_json(x.item())));
+    let writes = integrations.chain(connections).chain(flows);
+    let mut out: Vec<AuditEntry> = writes
+        .map(|(kind, created, id, after)| {
+            let verb = if created { "created" } else { "updated" };
+            let diff = plan.changes.iter().find(|c| c.action == Action::Updated && c.id.as_deref() == Some(&id));
+            let mut e = AuditEntry::new(Some(org), p.actor(), &format!("{kind}.{verb}"), kind, &id, at)
+                .with_change(Value::Null, after);
+            e.details["apply_id"] = json!(apply_id);
+            if let Some(c) = diff {
+                e.details["diff"] = json!(c.diff);
+            }
+            e
+        })
+        .collect();
     out.push(AuditEntry::new(Some(org), p.actor(), "iac.applied", "organization", org, at).with_details(json!({
         "apply_id": apply_id,
         "created": plan.count(Action::Created),

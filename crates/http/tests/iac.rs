@@ -165,9 +165,13 @@ async fn apply_reapply_change_and_dry_run() {
     let extra = b["changes"].as_array().unwrap().iter().find(|c| c["name"] == "extra").unwrap();
     assert_eq!((extra["action"].as_str(), &extra["id"]), (Some("created"), &Value::Null));
 
-    // The edit for real.
+    // The edit for real; its audit entry carries the diff.
     let b = expect!(app, yaml(&apply, "ann", &edited), StatusCode::OK);
     assert_eq!(summary(&b), (0, 1, 5));
+    let updated: Vec<_> = store.audit_entries().into_iter().filter(|e| e.action == "flow.updated").collect();
+    assert_eq!(updated.len(), 1);
+    assert_eq!(updated[0].resource_id.as_deref(), Some(orders_id));
+    assert_eq!(updated[0].details["diff"][0]["path"], "schedule");
     let f =
         expect!(app, req(Method::GET, &format!("/v1/organizations/{org}/flows/{orders_id}"), "ann"), StatusCode::OK);
     assert_eq!(f["schedule"], "0 * * * *");
