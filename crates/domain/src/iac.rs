@@ -8,7 +8,7 @@
 //! organization but not in the document are left alone.
 
 use crate::connector::{Capability, ConnectorSpec, FieldType};
-use crate::flow::{Flow, FlowConfig, FlowStatus, check_config, find_cycle, next_run, parse_cron};
+use crate::flow::{Flow, FlowConfig, FlowStatus, check_config, check_schedule, find_cycle, next_run};
 use crate::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
 use crate::integration::{
     Connection, ConnectionStatus, Credentials, Integration, PLACEHOLDER, check_capability, split_config,
@@ -293,10 +293,11 @@ impl Catalogue {
         self.specs.iter().find(|s| s.connector_type == kind)
     }
 
-    fn known(&self) -> String {
-        let mut k: Vec<&str> = self.specs.iter().map(|s| s.connector_type).collect();
-        k.extend(self.oauth_types.iter().map(String::as_str));
-        k.join(", ")
+    /// The refusal of a type the registry does not know, at `path`.
+    fn unknown_type(&self, path: &str, kind: &str) -> FieldError {
+        let mut known: Vec<&str> = self.specs.iter().map(|s| s.connector_type).collect();
+        known.extend(self.oauth_types.iter().map(String::as_str));
+        FieldError::new(format!("{path}.type"), format!("unknown type '{kind}'; known types: {}", known.join(", ")))
     }
 }
 
@@ -434,6 +435,35 @@ struct Names {
 }
 
 impl Names {
+    /// The names and ids of the organization's resources.
+    fn of(current: &Snapshot) -> Self {
+        Names {
+            integrations: current
+                .integrations
+                .iter()
+                .map(|i| (i.name.clone(), (i.id, i.integration_type.clone())))
+                .collect(),
+            connections: current
+                .connections
+                .iter()
+                .map(|c| (c.name.clone(), (c.id, c.connector_type.clone(), c.capability)))
+                .collect(),
+            flows: current.flows.iter().map(|f| (f.name.clone(), f.id)).collect(),
+            integration_names: current.integrations.iter().map(|i| (i.id, i.name.clone())).collect(),
+            connection_names: current.connections.iter().map(|c| (c.id, c.name.clone())).collect(),
+            flow_names: current.flows.iter().map(|f| (f.id, f.name.clone())).collect(),
+        }
+    }
+
+    /// How a document names an integration: by name, or by id if it has none.
+    fn integration_name(&self, id: IntegrationId) -> String {
+        self.integration_names.get(&id).cloned().unwrap_or_else(|| id.to_string())
+    }
+
+    fn connection_name(&self, id: ConnectionId) -> String {
+        self.connection_names.get(&id).cloned().unwrap_or_else(|| id.to_string())
+    }
+
     fn integration(&self, r: &str) -> Option<(IntegrationId, String)> {
         self.integrations.get(r.trim()).cloned().or_else(|| {
             let id: IntegrationId = r.trim().parse().ok()?;
@@ -471,17 +501,16 @@ fn config_by_name(config: &FlowConfig, flow_names: &BTreeMap<FlowId, String>) ->
 
 fn connection_view(c: &Connection, names: &Names) -> Value {
     json!({
-        "integration": c.integration_id.map(|i| names.integration_names.get(&i).cloned().unwrap_or(i.to_string())),
+        "integration": c.integration_id.map(|i| names.integration_name(i)),
         "capability": c.capability.as_str(),
         "config": c.config,
     })
 }
 
 fn flow_view(f: &Flow, names: &Names) -> Value {
-    let conn = |id: &ConnectionId| names.connection_names.get(id).cloned().unwrap_or(id.to_string());
     json!({
-        "source_connection": conn(&f.source_connection_id),
-        "destination_connection": conn(&f.destination_connection_id),
+        "source_connection": names.connection_name(f.source_connection_id),
+        "destination_connection": names.connection_name(f.destination_connection_id),
         "schedule": f.schedule,
         "status": f.status.as_str(),
         "config": config_by_name(&f.config, &names.flow_names),
@@ -514,22 +543,7 @@ pub fn plan(
 
     // Every name the document may refer to: the organization's resources,
     // then the document's (a document entry shadows nothing: names are unique).
-    let mut names = Names {
-        integrations: current
-            .integrations
-            .iter()
-            .map(|i| (i.name.clone(), (i.id, i.integration_type.clone())))
-            .collect(),
-        connections: current
-            .connections
-            .iter()
-            .map(|c| (c.name.clone(), (c.id, c.connector_type.clone(), c.capability)))
-            .collect(),
-        flows: current.flows.iter().map(|f| (f.name.clone(), f.id)).collect(),
-        integration_names: current.integrations.iter().map(|i| (i.id, i.name.clone())).collect(),
-        connection_names: current.connections.iter().map(|c| (c.id, c.name.clone())).collect(),
-        flow_names: current.flows.iter().map(|f| (f.id, f.name.clone())).collect(),
-    };
+    let mut names = Names::of(current);
     let integration_ids: Vec<IntegrationId> =
         doc.integrations.iter().map(|d| find_i(&d.name).map_or_else(IntegrationId::new, |i| i.id)).collect();
     for (d, id) in doc.integrations.iter().zip(&integration_ids) {
@@ -556,10 +570,7 @@ pub fn plan(
         errors.extend(name_errors(&path, &d.name));
         let existing = find_i(&d.name);
         if registry.spec(&d.kind).is_none() && !registry.oauth_types.contains(&d.kind) {
-            errors.push(FieldError::new(
-                format!("{path}.type"),
-                format!("unknown type '{}'; known types: {}", d.kind, registry.known()),
-            ));
+            errors.push(registry.unknown_type(&path, &d.kind));
         }
         if let Some(e) = existing.filter(|e| e.integration_type != d.kind) {
             errors.push(FieldError::new(
@@ -614,10 +625,7 @@ pub fn plan(
         errors.extend(name_errors(&path, &d.name));
         let existing = find_c(&d.name);
         let Some(spec) = registry.spec(&d.kind) else {
-            errors.push(FieldError::new(
-                format!("{path}.type"),
-                format!("unknown type '{}'; known types: {}", d.kind, registry.known()),
-            ));
+            errors.push(registry.unknown_type(&path, &d.kind));
             continue;
         };
         if let Some(e) = existing.filter(|e| e.connector_type != d.kind) {
@@ -712,13 +720,8 @@ pub fn plan(
     for (i, (d, id)) in doc.flows.iter().zip(&flow_ids).enumerate() {
         let path = format!("flows[{i}]");
         errors.extend(name_errors(&path, &d.name));
-        if let Some(s) = &d.schedule
-            && let Err(m) = parse_cron(s)
-        {
-            errors.push(FieldError::new(
-                format!("{path}.schedule"),
-                format!("'{s}' is not a valid cron expression: {m}"),
-            ));
+        if let Err(Error::Validation(f)) = check_schedule(d.schedule.as_deref()) {
+            errors.extend(under(&path, f));
         }
         errors.extend(under(&path, check_config(&d.config)));
         let mut conn = |field: &str, r: &str, reads: bool| {
@@ -858,11 +861,7 @@ pub fn plan(
 /// The organization's configuration as a document that applies back as all
 /// `unchanged`: references by name, secrets as `***`.
 pub fn export(current: &Snapshot) -> Document {
-    let integration_name: BTreeMap<IntegrationId, &str> =
-        current.integrations.iter().map(|i| (i.id, i.name.as_str())).collect();
-    let connection_name: BTreeMap<ConnectionId, &str> =
-        current.connections.iter().map(|c| (c.id, c.name.as_str())).collect();
-    let flow_names: BTreeMap<FlowId, String> = current.flows.iter().map(|f| (f.id, f.name.clone())).collect();
+    let names = Names::of(current);
     let mut integrations: Vec<IntegrationDoc> = current
         .integrations
         .iter()
@@ -878,7 +877,7 @@ pub fn export(current: &Snapshot) -> Document {
         .iter()
         .map(|c| ConnectionDoc {
             name: c.name.clone(),
-            integration: c.integration_id.map(|i| integration_name.get(&i).map_or(i.to_string(), |n| n.to_string())),
+            integration: c.integration_id.map(|i| names.integration_name(i)),
             kind: c.connector_type.clone(),
             capability: c.capability,
             config: c.public_config(),
@@ -890,15 +889,11 @@ pub fn export(current: &Snapshot) -> Document {
         .iter()
         .map(|f| FlowDoc {
             name: f.name.clone(),
-            source_connection: connection_name
-                .get(&f.source_connection_id)
-                .map_or(f.source_connection_id.to_string(), |n| n.to_string()),
-            destination_connection: connection_name
-                .get(&f.destination_connection_id)
-                .map_or(f.destination_connection_id.to_string(), |n| n.to_string()),
+            source_connection: names.connection_name(f.source_connection_id),
+            destination_connection: names.connection_name(f.destination_connection_id),
             schedule: f.schedule.clone(),
             status: Some(f.status),
-            config: config_by_name(&f.config, &flow_names),
+            config: config_by_name(&f.config, &names.flow_names),
         })
         .collect();
     flows.sort_by(|a, b| a.name.cmp(&b.name));
