@@ -140,6 +140,10 @@ impl JwtVerifier {
     pub async fn new(config: VerifierConfig) -> anyhow::Result<Self> {
         let jwks = match config.jwks {
             Some(source) => {
+                // reqwest is built without a default TLS provider; like the
+                // other adapters that build clients, install ours first, so
+                // the verifier works whoever constructs it.
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 let http = reqwest::Client::builder().build()?;
                 let set = Jwks::load(&source, &http).await?;
                 Some(Arc::new(Jwks { source, keys: RwLock::new((set, Instant::now())), http }))

@@ -121,7 +121,6 @@ async fn serve_json(body: String) -> String {
 
 #[tokio::test]
 async fn an_es256_token_verifies_against_a_jwks_url() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let key = new_key("url-key");
     let url = serve_json(jwks(&key)).await;
     let v = verifier(JwksSource::parse(&url)).await;
@@ -131,7 +130,6 @@ async fn an_es256_token_verifies_against_a_jwks_url() {
 
 #[tokio::test]
 async fn an_unreachable_jwks_url_fails_at_start_with_its_address() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let err = JwtVerifier::new(VerifierConfig {
         hs256_secret: None,
         jwks: Some(JwksSource::parse("http://127.0.0.1:9/jwks.json")),
