@@ -1,44 +1,19 @@
 //! HTTP tests of connector capabilities, integrations and connections over
 //! the in-memory adapters and the in-memory connector type.
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{Service, ServiceResponse};
+#[macro_use]
+mod common;
+
 use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
+use common::{req, send};
 use serde_json::{Value, json};
 use sluice_domain::clock::Clock;
 use sluice_domain::connector::{EntitySchema, Field, FieldType, Value as V};
 use sluice_domain::service::Sluice;
 use sluice_http::{AppState, app};
-use sluice_testkit::{FakeSecrets, FakeTokens, InMemoryStore, ManualClock, MemoryConnectors, in_memory_ports_with};
+use sluice_testkit::{FakeSecrets, InMemoryStore, ManualClock, MemoryConnectors, in_memory_ports_with};
 use std::sync::Arc;
-
-fn auth(who: &str) -> (&'static str, String) {
-    ("Authorization", format!("Bearer {}", FakeTokens::token(who, &format!("{who}@example.com"))))
-}
-
-async fn send<S, B>(app: &S, req: TestRequest) -> (StatusCode, Value)
-where
-    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let res = test::call_service(app, req.to_request()).await;
-    let status = res.status();
-    let bytes = test::read_body(res).await;
-    (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() })
-}
-
-fn req(method: Method, uri: &str, who: &str) -> TestRequest {
-    TestRequest::default().method(method).uri(uri).insert_header(auth(who))
-}
-
-macro_rules! expect {
-    ($app:expr, $req:expr, $status:expr) => {{
-        let (s, b) = send(&$app, $req).await;
-        assert_eq!(s, $status, "body: {b}");
-        b
-    }};
-}
 
 fn people() -> EntitySchema {
     let mut id = Field::new("id", FieldType::Integer);
