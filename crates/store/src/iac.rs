@@ -23,16 +23,36 @@ fn stale(e: DbErr) -> Error {
     }
 }
 
-/// Turns a full model into an update of everything but the key, the
-/// organization and the creation time.
-macro_rules! as_update {
-    ($m:expr) => {{
-        let mut m = $m;
-        m.id = ActiveValue::NotSet;
-        m.org_id = ActiveValue::NotSet;
-        m.created_at = ActiveValue::NotSet;
-        m
-    }};
+/// Writes one kind's creates and updates: an insert, or an update of
+/// everything but the key, the organization and the creation time that
+/// matches only the row as planned (id, organization, `updated_at`).
+macro_rules! write_all {
+    ($c:expr, $org:expr, $writes:expr, $entity:ident, $model:expr) => {
+        for w in $writes {
+            match w {
+                Write::Create(item) => {
+                    $entity::Entity::insert($model(item)?).exec_without_returning($c).await.map_err(stale)?;
+                }
+                Write::Update { item, planned_against } => {
+                    let mut m = $model(item)?;
+                    m.id = ActiveValue::NotSet;
+                    m.org_id = ActiveValue::NotSet;
+                    m.created_at = ActiveValue::NotSet;
+                    let res = $entity::Entity::update_many()
+                        .set(m)
+                        .filter($entity::Column::Id.eq(item.id.as_uuid()))
+                        .filter($entity::Column::OrgId.eq($org.as_uuid()))
+                        .filter($entity::Column::UpdatedAt.eq(*planned_against))
+                        .exec($c)
+                        .await
+                        .map_err(stale)?;
+                    if res.rows_affected != 1 {
+                        return Err(stale_plan());
+                    }
+                }
+            }
+        }
+    };
 }
 
 #[async_trait]
@@ -74,72 +94,9 @@ impl IacRepository for Store {
         let r = async {
             let c = tx.c();
             self.lock_org(c, org).await?;
-            for w in &writes.integrations {
-                match w {
-                    Write::Create(i) => {
-                        integrations::Entity::insert(self.integration_model(i)?)
-                            .exec_without_returning(c)
-                            .await
-                            .map_err(stale)?;
-                    }
-                    Write::Update { item, planned_against } => {
-                        let res = integrations::Entity::update_many()
-                            .set(as_update!(self.integration_model(item)?))
-                            .filter(integrations::Column::Id.eq(item.id.as_uuid()))
-                            .filter(integrations::Column::OrgId.eq(org.as_uuid()))
-                            .filter(integrations::Column::UpdatedAt.eq(*planned_against))
-                            .exec(c)
-                            .await
-                            .map_err(stale)?;
-                        if res.rows_affected != 1 {
-                            return Err(stale_plan());
-                        }
-                    }
-                }
-            }
-            for w in &writes.connections {
-                match w {
-                    Write::Create(x) => {
-                        connections::Entity::insert(self.connection_model(x)?)
-                            .exec_without_returning(c)
-                            .await
-                            .map_err(stale)?;
-                    }
-                    Write::Update { item, planned_against } => {
-                        let res = connections::Entity::update_many()
-                            .set(as_update!(self.connection_model(item)?))
-                            .filter(connections::Column::Id.eq(item.id.as_uuid()))
-                            .filter(connections::Column::OrgId.eq(org.as_uuid()))
-                            .filter(connections::Column::UpdatedAt.eq(*planned_against))
-                            .exec(c)
-                            .await
-                            .map_err(stale)?;
-                        if res.rows_affected != 1 {
-                            return Err(stale_plan());
-                        }
-                    }
-                }
-            }
-            for w in &writes.flows {
-                match w {
-                    Write::Create(f) => {
-                        flows::Entity::insert(flow_model(f)?).exec_without_returning(c).await.map_err(stale)?;
-                    }
-                    Write::Update { item, planned_against } => {
-                        let res = flows::Entity::update_many()
-                            .set(as_update!(flow_model(item)?))
-                            .filter(flows::Column::Id.eq(item.id.as_uuid()))
-                            .filter(flows::Column::OrgId.eq(org.as_uuid()))
-                            .filter(flows::Column::UpdatedAt.eq(*planned_against))
-                            .exec(c)
-                            .await
-                            .map_err(stale)?;
-                        if res.rows_affected != 1 {
-                            return Err(stale_plan());
-                        }
-                    }
-                }
-            }
+            write_all!(c, org, &writes.integrations, integrations, |i| self.integration_model(i));
+            write_all!(c, org, &writes.connections, connections, |x| self.connection_model(x));
+            write_all!(c, org, &writes.flows, flows, flow_model);
             for a in audit {
                 insert_audit(c, a).await?;
             }
