@@ -390,6 +390,34 @@ pub trait CursorRepository: Send + Sync {
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()>;
 }
 
+/// The ids of a flow's upstream flows (as normalized on save).
+pub fn upstream_ids(f: &Flow) -> Vec<FlowId> {
+    f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).collect()
+}
+
+/// Normalizes flow `id`'s `depends_on` entries to upstream ids with `find`
+/// (a flow's id or name → its id). A flow that depends on itself, and an
+/// entry `find` does not know (said as "no flow 'x' {place}"), are reported
+/// at `{prefix}config.depends_on[j].flow`.
+pub fn resolve_dependencies(
+    prefix: &str,
+    id: FlowId,
+    config: &mut FlowConfig,
+    find: impl Fn(&str) -> Option<FlowId>,
+    place: &str,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    for (j, dep) in config.depends_on.iter_mut().enumerate() {
+        let field = format!("{prefix}config.depends_on[{j}].flow");
+        match find(&dep.flow) {
+            Some(f) if f == id => errors.push(FieldError::new(field, "a flow cannot depend on itself")),
+            Some(f) => dep.flow = f.to_string(),
+            None => errors.push(FieldError::new(field, format!("no flow '{}' {place}", dep.flow))),
+        }
+    }
+    errors
+}
+
 /// Checks a cron expression as a validation error on `schedule`.
 pub fn check_schedule(schedule: Option<&str>) -> std::result::Result<(), Error> {
     match schedule {

@@ -162,23 +162,10 @@ impl Sluice {
         names.insert(flow.id, flow.name.clone());
         let mut edges: BTreeMap<FlowId, Vec<FlowId>> =
             all.iter().filter(|f| f.id != flow.id).map(|f| (f.id, upstream_ids(f))).collect();
-        let mut mine = Vec::new();
-        for (i, d) in flow.config.depends_on.iter_mut().enumerate() {
-            let found = all.iter().find(|f| f.id.to_string() == d.flow || f.name == d.flow);
-            match found {
-                Some(f) if f.id == flow.id => errors
-                    .push(FieldError::new(format!("config.depends_on[{i}].flow"), "a flow cannot depend on itself")),
-                Some(f) => {
-                    d.flow = f.id.to_string();
-                    mine.push(f.id);
-                }
-                None => errors.push(FieldError::new(
-                    format!("config.depends_on[{i}].flow"),
-                    format!("no flow '{}' in this organization", d.flow),
-                )),
-            }
-        }
-        edges.insert(flow.id, mine);
+        let find = |r: &str| all.iter().find(|f| f.id.to_string() == r || f.name == r).map(|f| f.id);
+        errors.extend(resolve_dependencies("", flow.id, &mut flow.config, find, "in this organization"));
+        // A self-dependency is reported above, not again as a cycle.
+        edges.insert(flow.id, upstream_ids(flow).into_iter().filter(|u| *u != flow.id).collect());
         if let Some(cycle) = find_cycle(&edges, &names) {
             errors.push(FieldError::new("config.depends_on", format!("creates a cycle: {}", cycle.join(" → "))));
         }
@@ -424,9 +411,4 @@ impl Sluice {
             .with_details(json!({"entity": entity, "old_value": old, "new_value": null}));
         self.ports.cursors.clear(id, entity, &audit).await
     }
-}
-
-/// The ids of a flow's upstream flows (as normalized on save).
-pub fn upstream_ids(f: &Flow) -> Vec<FlowId> {
-    f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).collect()
 }

@@ -8,7 +8,10 @@
 //! organization but not in the document are left alone.
 
 use crate::connector::{Capability, ConnectorSpec, FieldType};
-use crate::flow::{Flow, FlowConfig, FlowStatus, check_config, check_schedule, find_cycle, next_run};
+use crate::flow::{
+    Flow, FlowConfig, FlowStatus, check_config, check_schedule, find_cycle, next_run, resolve_dependencies,
+    upstream_ids,
+};
 use crate::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
 use crate::integration::{
     Connection, ConnectionStatus, Credentials, Integration, PLACEHOLDER, check_capability, split_config,
@@ -759,19 +762,13 @@ pub fn plan(
             }
         }
         let mut config = d.config.clone();
-        for (j, dep) in config.depends_on.iter_mut().enumerate() {
-            match names.flow(&dep.flow) {
-                Some(f) if f == *id => errors.push(FieldError::new(
-                    format!("{path}.config.depends_on[{j}].flow"),
-                    "a flow cannot depend on itself",
-                )),
-                Some(f) => dep.flow = f.to_string(),
-                None => errors.push(FieldError::new(
-                    format!("{path}.config.depends_on[{j}].flow"),
-                    format!("no flow '{}' in the document or the organization", dep.flow),
-                )),
-            }
-        }
+        errors.extend(resolve_dependencies(
+            &format!("{path}."),
+            *id,
+            &mut config,
+            |r| names.flow(r),
+            "in the document or the organization",
+        ));
         let (Some((src, _)), Some((dst, _))) = (source, dest) else { continue };
         let existing = find_f(&d.name);
         let status = d.status.or(existing.map(|e| e.status)).unwrap_or(FlowStatus::Active);
@@ -795,13 +792,9 @@ pub fn plan(
         };
         planned.push((i, flow, existing));
     }
-    let mut edges: BTreeMap<FlowId, Vec<FlowId>> = current
-        .flows
-        .iter()
-        .map(|f| (f.id, f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).collect()))
-        .collect();
+    let mut edges: BTreeMap<FlowId, Vec<FlowId>> = current.flows.iter().map(|f| (f.id, upstream_ids(f))).collect();
     for (_, f, _) in &planned {
-        edges.insert(f.id, f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).collect());
+        edges.insert(f.id, upstream_ids(f));
     }
     if let Some(cycle) = find_cycle(&edges, &names.flow_names) {
         errors.push(FieldError::new("flows", format!("depends_on creates a cycle: {}", cycle.join(" → "))));

@@ -322,6 +322,26 @@ async fn runs_queue_cancel_and_validate() {
         .await
         .unwrap_err();
     assert!(format!("{e:?}").contains("cycle"), "{e:?}");
+
+    // Depending on itself (by id or by name) is one error, not also a cycle.
+    for me in [a.id.to_string(), "a".to_string()] {
+        let mut self_config = a.config.clone();
+        self_config.depends_on.push(Dependency { flow: me, on: DependsOn::Success });
+        let e = w
+            .sluice
+            .update_flow(
+                &w.p,
+                w.org,
+                a.id,
+                sluice_domain::flows::FlowUpdate { config: Some(self_config), ..Default::default() },
+            )
+            .await
+            .unwrap_err();
+        let sluice_domain::Error::Validation(f) = e else { panic!("{e:?}") };
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].field, "config.depends_on[0].flow");
+        assert_eq!(f[0].message, "a flow cannot depend on itself");
+    }
 }
 
 #[tokio::test]
