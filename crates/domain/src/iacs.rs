@@ -17,6 +17,10 @@ use uuid::Uuid;
 /// organization between its plan and its write.
 const ATTEMPTS: usize = 5;
 
+/// The conflict code of an apply that lost to other applies [`ATTEMPTS`]
+/// times; sending it again may succeed.
+pub const CONCURRENT_APPLY: &str = "concurrent_apply";
+
 /// The result of an apply or a dry run.
 #[derive(Debug, Clone)]
 pub struct ApplyOutcome {
@@ -101,7 +105,7 @@ impl Sluice {
             }
         }
         Err(Error::Conflict {
-            code: "concurrent_apply",
+            code: CONCURRENT_APPLY,
             message: "other applies kept changing this organization; try again".into(),
         })
     }

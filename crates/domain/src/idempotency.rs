@@ -133,11 +133,13 @@ pub async fn begin(
     Err(in_progress())
 }
 
-fn in_progress() -> Error {
-    Error::Conflict {
-        code: "idempotency_in_progress",
-        message: "a request with this idempotency key is still in progress".into(),
-    }
+/// The code of the conflict a request meets while another request with its
+/// idempotency key is in flight; a client may retry it with the same key.
+pub const IN_PROGRESS: &str = "idempotency_in_progress";
+
+/// The conflict a request meets while another with its key is in flight.
+pub fn in_progress() -> Error {
+    Error::Conflict { code: IN_PROGRESS, message: "a request with this idempotency key is still in progress".into() }
 }
 
 #[cfg(test)]

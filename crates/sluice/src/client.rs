@@ -3,6 +3,8 @@
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use sluice_domain::iacs::CONCURRENT_APPLY;
+use sluice_domain::idempotency::IN_PROGRESS;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -40,8 +42,7 @@ fn http() -> anyhow::Result<reqwest::Client> {
 /// idempotency key.
 fn transient(status: u16, body: &Value) -> bool {
     matches!(status, 429 | 500 | 502 | 503 | 504)
-        || (status == 409
-            && matches!(body["code"].as_str(), Some("idempotency_in_flight" | "in_flight" | "concurrent_apply")))
+        || (status == 409 && [IN_PROGRESS, CONCURRENT_APPLY].iter().any(|c| body["code"].as_str() == Some(*c)))
 }
 
 /// Sends `document` to the apply endpoint with one idempotency key for
@@ -212,6 +213,55 @@ mod tests {
             "2 fields are invalid (HTTP 422, validation_failed)\n  flows[0].schedule: bad cron\n  flows[1].shedule (line 12, column 5): unknown field"
         );
         assert!(transient(503, &Value::Null) && !transient(422, &body));
+        // The codes the server answers while the same key is in flight, and
+        // when other applies kept winning: both are worth a retry.
+        assert!(transient(409, &json!({"code": "idempotency_in_progress"})));
+        assert!(transient(409, &json!({"code": "concurrent_apply"})));
+        assert!(!transient(409, &json!({"code": "conflict"})));
         assert_eq!(describe_error(502, &Value::Null, "bad gateway\n"), "HTTP 502: bad gateway");
+    }
+
+    /// A server that answers each connection with the next canned response
+    /// and reports the idempotency key of each request it read.
+    async fn scripted(responses: Vec<(u16, &'static str)>) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            for (status, body) in responses {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 64 * 1024];
+                let n = sock.read(&mut buf).await.unwrap();
+                let head = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+                let key =
+                    head.lines().find_map(|l| l.strip_prefix("x-idempotency-key: ")).unwrap_or("").trim().to_string();
+                tx.send(key).unwrap();
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                sock.write_all(reply.as_bytes()).await.unwrap();
+            }
+        });
+        (url, rx)
+    }
+
+    #[tokio::test]
+    async fn a_transient_refusal_is_retried_with_the_same_key_and_a_real_one_is_not() {
+        let in_flight = r#"{"error": "a request with this idempotency key is still in progress", "code": "idempotency_in_progress"}"#;
+        let ok = r#"{"dry_run": true, "summary": {"created": 0, "updated": 0, "unchanged": 0}, "changes": []}"#;
+        let (url, mut keys) = scripted(vec![(409, in_flight), (503, "busy"), (200, ok)]).await;
+        let target = Target { url, api_key: "slk_test".into() };
+        let answer = apply(&target, "org", "version: '1'".into(), true).await.unwrap();
+        assert_eq!(answer["dry_run"], true);
+        let sent: Vec<String> = (0..3).map(|_| keys.try_recv().unwrap()).collect();
+        assert!(!sent[0].is_empty() && sent.iter().all(|k| *k == sent[0]), "{sent:?}");
+
+        let invalid = r#"{"error": "version: not supported", "code": "validation_failed", "details": {"errors": []}}"#;
+        let (url, mut keys) = scripted(vec![(422, invalid)]).await;
+        let err = apply(&Target { url, api_key: "slk_test".into() }, "org", String::new(), false).await.unwrap_err();
+        assert!(err.to_string().contains("validation_failed"), "{err}");
+        assert!(keys.try_recv().is_ok() && keys.try_recv().is_err(), "a refusal is not retried");
     }
 }

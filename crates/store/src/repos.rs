@@ -564,10 +564,7 @@ impl IdempotencyStore for Store {
                 Ok(Some(existing.map(convert::idempotency).ok_or_else(|| {
                     // Released between our insert and our read: report it as
                     // in flight; the client's retry will find the key free.
-                    Error::Conflict {
-                        code: "idempotency_in_progress",
-                        message: "a request with this idempotency key is still in progress".into(),
-                    }
+                    sluice_domain::idempotency::in_progress()
                 })?))
             }
             Err(e) => Err(e),
