@@ -3,6 +3,7 @@
 //! is breaking or compatible (the same rules as the IaC drift check).
 
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use time::OffsetDateTime;
 
 use crate::audit::AuditEntry;
@@ -356,6 +357,7 @@ impl Sluice {
             .update_asset(&after, new_version, &audit)
             .await
             .map_err(|e| named_conflict(e, "data asset", &after.name))?;
+        self.forget_assets(org);
         Ok(after)
     }
 
@@ -387,7 +389,14 @@ impl Sluice {
         }
         let audit = AuditEntry::new(Some(org), p.actor(), "data_asset.deleted", "data_asset", id, self.now())
             .with_change(asset_json(&before), Value::Null);
-        self.ports.catalog.delete_asset(org, id, &audit).await
+        self.ports.catalog.delete_asset(org, id, &audit).await?;
+        self.forget_assets(org);
+        Ok(())
+    }
+
+    /// Drops the organization's cached contracts after a change made here.
+    pub(crate) fn forget_assets(&self, org: OrgId) {
+        self.cache.assets.remove_where(|(o, _), _| *o == org);
     }
 }
 
@@ -446,10 +455,26 @@ impl Sluice {
         };
         let org = *org_id;
         self.access(p, org, Permission::Read).await?;
-        let asset = self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?;
-        let plan = self.ports.orgs.get(org).await?.ok_or(Error::not_found("organization"))?.plan;
+        let now = self.now();
+        let asset = match self.cache.assets.get(&(org, asset), now) {
+            Some(a) => a,
+            None => {
+                let a =
+                    Arc::new(self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?);
+                self.cache.assets.put((org, asset), a.clone(), now);
+                a
+            }
+        };
+        let plan = match self.cache.plans.get(&org, now) {
+            Some(p) => p,
+            None => {
+                let p = self.ports.orgs.get(org).await?.ok_or(Error::not_found("organization"))?.plan;
+                self.cache.plans.put(org, p, now);
+                p
+            }
+        };
         let limit = plan.monthly_validations();
-        if !self.ports.catalog.consume_validation(org, &usage_month(self.now()), limit).await? {
+        if !self.ports.catalog.consume_validation(org, &usage_month(now), limit).await? {
             return Err(Error::Exhausted {
                 code: "quota_exceeded",
                 message: format!(

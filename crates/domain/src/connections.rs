@@ -430,6 +430,7 @@ impl Sluice {
         for e in &entities {
             self.ports.catalog.upsert_discovered(org, &format!("{}.{}", c.name, e.name), c.id, e, now).await?;
         }
+        self.forget_assets(org);
         Ok(entities)
     }
 

@@ -264,6 +264,7 @@ impl Sluice {
         {
             tracing::warn!(connection = %source.id, entity, error = %e, "could not catalogue the source schema");
         }
+        self.forget_assets(source.org_id);
     }
 
     async fn sync_entity(

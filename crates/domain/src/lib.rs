@@ -5,6 +5,7 @@
 
 pub mod apikey;
 pub mod audit;
+pub mod cache;
 pub mod catalog;
 pub mod clock;
 pub mod connections;

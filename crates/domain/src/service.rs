@@ -4,6 +4,7 @@
 
 use crate::apikey::{self, ApiKey};
 use crate::audit::{AuditEntry, AuditFilter};
+use crate::cache::Ttl;
 use crate::clock::Clock;
 use crate::connector::ConnectorRegistry;
 use crate::identity::{Permission, Principal, Role, authorize, effective_role};
@@ -57,6 +58,16 @@ const TOUCH_INTERVAL: Duration = Duration::minutes(1);
 #[derive(Clone)]
 pub struct Sluice {
     pub(crate) ports: Ports,
+    pub(crate) cache: Arc<Caches>,
+}
+
+/// Reads the API-key path repeats on every request (see [`crate::cache`]).
+#[derive(Default)]
+pub(crate) struct Caches {
+    /// Active keys by the hash of their value.
+    pub keys: Ttl<String, ApiKey>,
+    pub assets: Ttl<(OrgId, crate::ids::AssetId), Arc<crate::catalog::DataAsset>>,
+    pub plans: Ttl<OrgId, Plan>,
 }
 
 /// A new organization.
@@ -87,7 +98,7 @@ pub struct CreatedApiKey {
 
 impl Sluice {
     pub fn new(ports: Ports) -> Self {
-        Self { ports }
+        Self { ports, cache: Arc::default() }
     }
 
     pub fn ports(&self) -> &Ports {
@@ -113,10 +124,19 @@ impl Sluice {
         if !apikey::looks_like_key(raw) {
             return Err(unknown());
         }
-        let key = self.ports.api_keys.find_active_by_hash(&apikey::hash_key(raw)).await?.ok_or_else(unknown)?;
+        let hash = apikey::hash_key(raw);
         let now = self.now();
+        let key = match self.cache.keys.get(&hash, now) {
+            Some(k) => k,
+            None => {
+                let k = self.ports.api_keys.find_active_by_hash(&hash).await?.ok_or_else(unknown)?;
+                self.cache.keys.put(hash.clone(), k.clone(), now);
+                k
+            }
+        };
         if key.last_used_at.is_none_or(|t| now - t >= TOUCH_INTERVAL) {
             self.ports.api_keys.touch(key.id, now).await?;
+            self.cache.keys.update(&hash, |k| k.last_used_at = Some(now));
         }
         Ok(Principal::ApiKey { id: key.id, org_id: key.org_id, name: key.name, roles: key.roles })
     }
@@ -286,7 +306,11 @@ impl Sluice {
         let audit =
             AuditEntry::new(Some(org), principal.actor(), "organization.deleted", "organization", org, self.now())
                 .with_change(org_json(&before), Value::Null);
-        self.ports.orgs.delete(org, &audit).await
+        self.ports.orgs.delete(org, &audit).await?;
+        self.cache.keys.remove_where(|_, k| k.org_id == org);
+        self.cache.assets.remove_where(|(o, _), _| *o == org);
+        self.cache.plans.remove_where(|o, _| *o == org);
+        Ok(())
     }
 
     // ---- members --------------------------------------------------------
@@ -435,7 +459,9 @@ impl Sluice {
         let now = self.now();
         let audit = AuditEntry::new(Some(org), principal.actor(), "api_key.revoked", "api_key", id, now)
             .with_change(json!({"revoked": false}), json!({"revoked": true}));
-        self.ports.api_keys.revoke(org, id, now, &audit).await
+        self.ports.api_keys.revoke(org, id, now, &audit).await?;
+        self.cache.keys.remove_where(|_, k| k.id == id);
+        Ok(())
     }
 
     // ---- audit log ------------------------------------------------------

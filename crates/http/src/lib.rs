@@ -65,7 +65,9 @@ impl Modify for Security {
 /// Registers every documented `/v1` route.
 fn v1(cfg: &mut ServiceConfig) {
     use routes::*;
+    // actix tries resources in this order: the hottest paths come first.
     cfg.service(health::health)
+        .service(gateway::validate)
         .service(users::me)
         .service(users::update_me)
         .service(users::sync_profile)
@@ -109,7 +111,6 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(catalog::delete_asset)
         .service(catalog::asset_versions)
         .service(catalog::asset_dependencies)
-        .service(gateway::validate)
         .service(flows::list)
         .service(flows::create)
         .service(flows::topology)

@@ -5,7 +5,7 @@
 use crate::entities::*;
 use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
-use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
+use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
 };
@@ -561,34 +561,8 @@ impl CatalogRepository for Store {
     }
 
     async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = async {
-            validation_usage::Entity::insert(validation_usage::ActiveModel {
-                org_id: Set(org.as_uuid()),
-                month: Set(month.to_string()),
-                count: Set(0),
-            })
-            .on_conflict(
-                OnConflict::columns([validation_usage::Column::OrgId, validation_usage::Column::Month])
-                    .do_nothing()
-                    .to_owned(),
-            )
-            .exec_without_returning(tx.c())
-            .await
-            .map_err(db_err)?;
-            // One conditional UPDATE: concurrent callers serialize on the row,
-            // so the count never passes the limit.
-            let mut q = validation_usage::Entity::update_many()
-                .col_expr(validation_usage::Column::Count, Expr::col(validation_usage::Column::Count).add(1))
-                .filter(validation_usage::Column::OrgId.eq(org.as_uuid()))
-                .filter(validation_usage::Column::Month.eq(month));
-            if let Some(limit) = limit {
-                q = q.filter(validation_usage::Column::Count.lt(limit));
-            }
-            Ok(q.exec(tx.c()).await.map_err(db_err)?.rows_affected == 1)
-        }
-        .await;
-        tx.finish(r).await
+        // Group commit: see meter.rs.
+        self.meter.consume(self, org, month, limit).await
     }
 
     async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {

@@ -12,6 +12,7 @@ pub mod crypto;
 mod entities;
 mod flows;
 mod iac;
+mod meter;
 mod repos;
 
 use anyhow::Context;
@@ -33,6 +34,7 @@ pub struct Store {
     db: DatabaseConnection,
     write_lock: Option<Arc<Mutex<()>>>,
     cipher: crypto::Cipher,
+    meter: Arc<meter::Meter>,
 }
 
 impl std::fmt::Debug for Store {
@@ -65,7 +67,12 @@ impl Store {
             .await
             .with_context(|| format!("connecting to the metadata store at {}", redact_url(url)))?;
         Migrator::up(&db, None).await.context("running metadata-store migrations")?;
-        Ok(Self { db, write_lock: sqlite.then(|| Arc::new(Mutex::new(()))), cipher: crypto::Cipher::new(master_key) })
+        Ok(Self {
+            db,
+            write_lock: sqlite.then(|| Arc::new(Mutex::new(()))),
+            cipher: crypto::Cipher::new(master_key),
+            meter: Arc::default(),
+        })
     }
 
     pub fn backend(&self) -> DbBackend {

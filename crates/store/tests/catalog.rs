@@ -101,6 +101,19 @@ async fn scenario(store: &Store) {
     assert_eq!(store.validations_used(org.id, "2026-11").await.unwrap(), 3);
     assert_eq!(store.validations_used(other, "2026-11").await.unwrap(), 0);
 
+    // Asks that arrive together are counted in one transaction (meter.rs):
+    // still exact, per organization, and never past the limit.
+    let (x, y) = (OrgId::new(), OrgId::new());
+    let asks = (0..300).map(|i| {
+        let (org, limit) = if i % 3 == 0 { (y, None) } else { (x, Some(120)) };
+        async move { (org, store.consume_validation(org, "2026-11", limit).await.unwrap()) }
+    });
+    let answers = futures_util::future::join_all(asks).await;
+    let granted = |o: OrgId| answers.iter().filter(|(org, ok)| *org == o && *ok).count();
+    assert_eq!((granted(x), granted(y)), (120, 100));
+    assert_eq!(store.validations_used(x, "2026-11").await.unwrap(), 120);
+    assert_eq!(store.validations_used(y, "2026-11").await.unwrap(), 100);
+
     // Deleting removes the asset and its history.
     store.delete_asset(org.id, asset.id, &audit("data_asset.deleted")).await.unwrap();
     assert!(store.get_asset(org.id, asset.id).await.unwrap().is_none());
@@ -121,7 +134,7 @@ async fn assets_and_versions_on_sqlite() {
     let _ = std::fs::remove_file(&file);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assets_and_versions_on_postgres() {
     let Some((_db, url)) = common::fresh("sluice_catalog").await else { return };
     let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
@@ -145,4 +158,17 @@ async fn assets_and_versions_on_postgres() {
     let (x, y) = tokio::join!(spend(a.clone()), spend(b.clone()));
     assert_eq!(x.unwrap() + y.unwrap(), 50);
     assert_eq!(a.validations_used(org, "2026-11").await.unwrap(), 50);
+
+    // And in bursts: 2 × 150 asks at once, batched by each store's meter.
+    let org = OrgId::new();
+    let burst = |s: std::sync::Arc<Store>| {
+        futures_util::future::join_all((0..150).map(move |_| {
+            let s = s.clone();
+            tokio::spawn(async move { s.consume_validation(org, "2026-11", Some(200)).await.unwrap() })
+        }))
+    };
+    let (x, y) = tokio::join!(burst(a.clone()), burst(b.clone()));
+    let granted = x.into_iter().chain(y).filter(|r| *r.as_ref().unwrap()).count();
+    assert_eq!(granted, 200);
+    assert_eq!(a.validations_used(org, "2026-11").await.unwrap(), 200);
 }

@@ -119,3 +119,60 @@ async fn assets_version_on_schema_changes_and_are_audited() {
         ["data_asset.created", "data_asset.updated", "data_asset.updated", "data_asset.updated", "data_asset.deleted"]
     );
 }
+
+/// The gateway's reads (key, contract, plan) are cached for a second: a
+/// change made through one service is seen by it at once, and by another
+/// service on the same store (another `sluice` process) within the second.
+#[tokio::test]
+async fn gateway_reads_are_fresh_here_and_within_a_second_elsewhere() {
+    use sluice_domain::catalog::GatewayResult;
+    use sluice_domain::gateway::Outcome;
+    use sluice_domain::identity::Role;
+    let store = InMemoryStore::new();
+    let clock = ManualClock::new(time::macros::datetime!(2026-05-01 10:00 UTC));
+    // Two services on the same ports: two processes on one store.
+    let ports = in_memory_ports(&store, Arc::new(clock.clone()));
+    let (here, there) = (Sluice::new(ports.clone()), Sluice::new(ports));
+    let (p, _) = here.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
+    let org = here.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
+    let asset = here
+        .create_asset(
+            &p,
+            org,
+            NewAsset { name: "c".into(), fields: json!([{"name": "a", "type": "integer"}]), description: None },
+        )
+        .await
+        .unwrap()
+        .id;
+    let key = here.create_api_key(&p, org, "gw", &[Role::Viewer]).await.unwrap().plain;
+    let valid = |s: &Sluice| {
+        let s = s.clone();
+        let key = key.expose().to_string();
+        async move {
+            let caller = s.authenticate_api_key(&key).await?;
+            Ok::<_, Error>(matches!(
+                s.gateway_validate(&caller, asset, r#"{"a": 1}"#).await?,
+                GatewayResult::Checked(Outcome::Valid { .. })
+            ))
+        }
+    };
+    assert!(valid(&here).await.unwrap());
+    assert!(valid(&there).await.unwrap(), "both have the key and the contract cached now");
+
+    // A new required field: here at once, there after the second.
+    let fields = json!([{"name": "a", "type": "integer"}, {"name": "b", "type": "string", "required": true}]);
+    let update = AssetUpdate { name: None, fields: Some(fields), description: None };
+    here.update_asset(&p, org, asset, update).await.unwrap();
+    assert!(!valid(&here).await.unwrap(), "the edit is seen where it was made");
+    assert!(valid(&there).await.unwrap(), "the other process still has the old contract");
+    clock.advance(time::Duration::seconds(1));
+    assert!(!valid(&there).await.unwrap(), "a second later it has the new one");
+
+    // A revoked key: refused here at once, there after the second.
+    let id = here.list_api_keys(&p, org, PageRequest { limit: 10, after: None }).await.unwrap().items[0].id;
+    here.revoke_api_key(&p, org, id).await.unwrap();
+    assert_eq!(valid(&here).await.unwrap_err().kind(), ErrorKind::Unauthenticated);
+    assert!(!valid(&there).await.unwrap(), "the other process still takes the key");
+    clock.advance(time::Duration::seconds(1));
+    assert_eq!(valid(&there).await.unwrap_err().kind(), ErrorKind::Unauthenticated);
+}
