@@ -44,22 +44,22 @@ pub fn extract(raw: &str, contract: &[ContractField]) -> Option<Map<String, Valu
     if let Some(o) = serde_json::from_str::<Value>(raw.trim()).ok().and_then(as_object) {
         return Some(o);
     }
-    let chars: Vec<char> = raw.chars().collect();
+    // Byte offsets: `{` and `[` never occur inside a multi-byte character.
+    let b = raw.as_bytes();
     let mut candidates = Vec::new();
     let mut i = 0;
     let mut unclosed = None;
-    while i < chars.len() {
-        if chars[i] == '{' || chars[i] == '[' {
-            match matching_close(&chars, i) {
+    while i < b.len() {
+        if b[i] == b'{' || b[i] == b'[' {
+            match matching_close(raw, i) {
                 Some(end) => {
-                    let text: String = chars[i..=end].iter().collect();
-                    if let Some(o) = lenient(&text) {
+                    if let Some(o) = lenient(&raw[i..=end]) {
                         candidates.push(o);
                         i = end + 1;
                         continue;
                     }
                 }
-                None if chars[i] == '{' && unclosed.is_none() => unclosed = Some(i),
+                None if b[i] == b'{' && unclosed.is_none() => unclosed = Some(i),
                 None => {}
             }
         }
@@ -67,11 +67,9 @@ pub fn extract(raw: &str, contract: &[ContractField]) -> Option<Map<String, Valu
     }
     if candidates.is_empty()
         && let Some(start) = unclosed
+        && let Some(o) = lenient(&complete_truncated(&raw[start..]))
     {
-        let text: String = chars[start..].iter().collect();
-        if let Some(o) = lenient(&complete_truncated(&text)) {
-            candidates.push(o);
-        }
+        candidates.push(o);
     }
     let score = |o: &Map<String, Value>| contract.iter().filter(|f| o.contains_key(&f.name)).count();
     let mut best: Option<(usize, Map<String, Value>)> = None;
@@ -117,39 +115,58 @@ fn closes(open: char, c: char) -> bool {
     }
 }
 
-/// The index of the bracket closing the one at `start`, skipping strings
-/// and comments.
-fn matching_close(chars: &[char], start: usize) -> Option<usize> {
+/// The character at byte offset `i` of `s` (`None` at the end).
+fn at(s: &str, i: usize) -> Option<char> {
+    s.get(i..).and_then(|rest| rest.chars().next())
+}
+
+/// Skips a `//` or `/* */` comment starting at byte `i`; the offset after
+/// it, or `None` when no comment starts there.
+fn skip_comment(b: &[u8], mut i: usize) -> Option<usize> {
+    match b.get(i..i + 2) {
+        Some(b"//") => {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            Some(i)
+        }
+        Some(b"/*") => {
+            i += 2;
+            while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                i += 1;
+            }
+            Some((i + 2).min(b.len()))
+        }
+        _ => None,
+    }
+}
+
+/// The byte offset of the bracket closing the one at byte `start`,
+/// skipping strings and comments.
+fn matching_close(s: &str, start: usize) -> Option<usize> {
+    let b = s.as_bytes();
     let mut depth = 0usize;
     let mut in_str: Option<char> = None;
     let mut i = start;
-    while i < chars.len() {
-        let c = chars[i];
+    while let Some(c) = at(s, i) {
         if let Some(q) = in_str {
             if c == '\\' {
-                i += 2;
+                i += 1;
+                i += at(s, i).map_or(1, char::len_utf8);
                 continue;
             }
             if closes(q, c) {
                 in_str = None;
             }
-            i += 1;
+            i += c.len_utf8();
+            continue;
+        }
+        if let Some(next) = skip_comment(b, i) {
+            i = next;
             continue;
         }
         match c {
             c if is_quote(c) => in_str = Some(c),
-            '/' if chars.get(i + 1) == Some(&'/') => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '/' if chars.get(i + 1) == Some(&'*') => {
-                i += 2;
-                while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
-                    i += 1;
-                }
-                i += 1;
-            }
             '{' | '[' => depth += 1,
             '}' | ']' => {
                 depth = depth.saturating_sub(1);
@@ -159,7 +176,7 @@ fn matching_close(chars: &[char], start: usize) -> Option<usize> {
             }
             _ => {}
         }
-        i += 1;
+        i += c.len_utf8();
     }
     None
 }
@@ -168,64 +185,67 @@ fn matching_close(chars: &[char], start: usize) -> Option<usize> {
 /// quotes, bare keys and words are quoted, Python and JS literals become
 /// JSON ones, comments and trailing commas go.
 pub fn repair(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
+    let b = text.as_bytes();
     let mut out = String::with_capacity(text.len() + 16);
-    let mut i = 0;
     let next_significant = |mut j: usize| -> Option<char> {
-        while j < chars.len() {
-            let c = chars[j];
+        loop {
+            let c = at(text, j)?;
             if c.is_whitespace() {
-                j += 1;
-            } else if c == '/' && chars.get(j + 1) == Some(&'/') {
-                while j < chars.len() && chars[j] != '\n' {
-                    j += 1;
-                }
-            } else if c == '/' && chars.get(j + 1) == Some(&'*') {
-                j += 2;
-                while j + 1 < chars.len() && !(chars[j] == '*' && chars[j + 1] == '/') {
-                    j += 1;
-                }
-                j += 2;
+                j += c.len_utf8();
+            } else if let Some(next) = skip_comment(b, j) {
+                j = next;
             } else {
                 return Some(c);
             }
         }
-        None
     };
-    while i < chars.len() {
-        let c = chars[i];
+    let mut i = 0;
+    while let Some(c) = at(text, i) {
         if c.is_whitespace() {
             out.push(c);
-            i += 1;
-        } else if c == '/' && chars.get(i + 1) == Some(&'/') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && chars.get(i + 1) == Some(&'*') {
-            i += 2;
-            while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
-                i += 1;
-            }
-            i += 2;
+            i += c.len_utf8();
+        } else if let Some(next) = skip_comment(b, i) {
+            i = next;
         } else if is_quote(c) {
-            let mut s = String::new();
-            i += 1;
-            while i < chars.len() && !closes(c, chars[i]) {
-                if chars[i] == '\\' && i + 1 < chars.len() {
-                    match chars[i + 1] {
-                        'n' => s.push('\n'),
-                        't' => s.push('\t'),
-                        'r' => s.push('\r'),
-                        other => s.push(other),
+            i += c.len_utf8();
+            out.push('"');
+            loop {
+                // Plain runs are copied whole; quotes, backslashes and
+                // control characters one by one.
+                let start = i;
+                while let Some(d) = at(text, i) {
+                    if closes(c, d) || d == '\\' || d == '"' || u32::from(d) < 0x20 {
+                        break;
                     }
-                    i += 2;
-                } else {
-                    s.push(chars[i]);
-                    i += 1;
+                    i += d.len_utf8();
+                }
+                out.push_str(&text[start..i]);
+                match at(text, i) {
+                    None => break,
+                    Some(d) if closes(c, d) => {
+                        i += d.len_utf8();
+                        break;
+                    }
+                    Some('\\') if i + 1 < b.len() => {
+                        let e = at(text, i + 1).unwrap_or('\\');
+                        push_escaped(
+                            &mut out,
+                            match e {
+                                'n' => '\n',
+                                't' => '\t',
+                                'r' => '\r',
+                                other => other,
+                            },
+                        );
+                        i += 1 + e.len_utf8();
+                    }
+                    Some(d) => {
+                        push_escaped(&mut out, d);
+                        i += d.len_utf8();
+                    }
                 }
             }
-            i += 1;
-            out.push_str(&serde_json::to_string(&s).unwrap_or_default());
+            out.push('"');
         } else if c == ',' {
             if !matches!(next_significant(i + 1), Some('}') | Some(']') | None) {
                 out.push(',');
@@ -236,34 +256,59 @@ pub fn repair(text: &str) -> String {
             i += 1;
         } else if c.is_ascii_digit() || c == '-' || c == '+' || c == '.' {
             let start = i;
-            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || matches!(chars[i], '.' | '-' | '+' | '_')) {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'.' | b'-' | b'+' | b'_')) {
                 i += 1;
             }
-            let token: String = chars[start..i].iter().collect();
+            let token = &text[start..i];
             let t = token.trim_start_matches('+').replace('_', "");
             if serde_json::from_str::<Number>(&t).is_ok() {
                 out.push_str(&t);
             } else {
-                out.push_str(&serde_json::to_string(&token).unwrap_or_default());
+                push_quoted(&mut out, token);
             }
         } else if c.is_alphabetic() || c == '_' || c == '$' {
             let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || matches!(chars[i], '_' | '$' | '-' | '.')) {
-                i += 1;
+            while let Some(d) = at(text, i) {
+                if !(d.is_alphanumeric() || matches!(d, '_' | '$' | '-' | '.')) {
+                    break;
+                }
+                i += d.len_utf8();
             }
-            let word: String = chars[start..i].iter().collect();
+            let word = &text[start..i];
             let is_key = next_significant(i) == Some(':');
-            match (is_key, word.as_str()) {
+            match (is_key, word) {
                 (false, "True" | "true") => out.push_str("true"),
                 (false, "False" | "false") => out.push_str("false"),
                 (false, "None" | "null" | "NULL" | "undefined" | "NaN" | "Infinity") => out.push_str("null"),
-                _ => out.push_str(&serde_json::to_string(&word).unwrap_or_default()),
+                _ => push_quoted(&mut out, word),
             }
         } else {
-            i += 1;
+            i += c.len_utf8();
         }
     }
     out
+}
+
+/// Appends `c` as it is written inside a JSON string.
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if u32::from(c) < 0x20 => {
+            use std::fmt::Write;
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        }
+        c => out.push(c),
+    }
+}
+
+fn push_quoted(out: &mut String, s: &str) {
+    out.push('"');
+    s.chars().for_each(|c| push_escaped(out, c));
+    out.push('"');
 }
 
 /// Closes what a cut-off object left open: the string, a dangling key or
@@ -407,11 +452,12 @@ struct Walk {
 fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mut Walk) -> Map<String, Value> {
     let mut out = Map::new();
     for f in fields {
-        let path = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
+        // The dotted path is only made when something is reported.
+        let path = || if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
         let v = match obj.get(&f.name) {
             None | Some(Value::Null) => {
                 if f.required {
-                    w.missing.push(path);
+                    w.missing.push(path());
                 } else if obj.contains_key(&f.name) {
                     out.insert(f.name.clone(), Value::Null);
                 }
@@ -421,7 +467,7 @@ fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mu
         };
         let coerced = if f.field_type == FieldType::Object && !f.fields.is_empty() {
             match v {
-                Value::Object(inner) => Some(Value::Object(walk(inner, &f.fields, &path, w))),
+                Value::Object(inner) => Some(Value::Object(walk(inner, &f.fields, &path(), w))),
                 _ => None,
             }
         } else {
@@ -429,7 +475,7 @@ fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mu
         };
         match coerced {
             None => w.mismatches.push(TypeMismatch {
-                field: path,
+                field: path(),
                 expected: f.field_type.as_str().into(),
                 received: type_name(v).into(),
             }),
@@ -439,7 +485,7 @@ fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mu
                     other => other.to_string(),
                 };
                 out.insert(f.name.clone(), Value::String(crate::transform::mask(&text)));
-                w.governance.push(format!("{path}_MASK"));
+                w.governance.push(format!("{}_MASK", path()));
             }
             Some(c) => {
                 out.insert(f.name.clone(), c);
@@ -464,24 +510,35 @@ pub fn validate(obj: &Map<String, Value>, contract: &[ContractField]) -> Outcome
 
 // ---- safety findings ---------------------------------------------------------
 
-fn patterns() -> &'static [(regex::Regex, &'static str, &'static str)] {
-    static P: std::sync::OnceLock<Vec<(regex::Regex, &'static str, &'static str)>> = std::sync::OnceLock::new();
+/// What the scan looks for, as one set: a string is searched once for all
+/// of them.
+struct Patterns {
+    set: regex::RegexSet,
+    /// `(kind, detail)` of each pattern of `set`, in its order.
+    meta: Vec<(&'static str, &'static str)>,
+}
+
+fn patterns() -> &'static Patterns {
+    static P: std::sync::OnceLock<Patterns> = std::sync::OnceLock::new();
     P.get_or_init(|| {
-        let r = |p: &str| regex::Regex::new(p).expect("a valid pattern");
-        vec![
-            (r(r"\bsk-[A-Za-z0-9_-]{20,}"), "secret", "an OpenAI-style API key"),
-            (r(r"\bAKIA[0-9A-Z]{16}\b"), "secret", "an AWS access key id"),
-            (r(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), "secret", "a GitHub token"),
-            (r(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), "secret", "a Slack token"),
-            (r(r"\bslk_[A-Za-z0-9]{32,}\b"), "secret", "a Sluice API key"),
-            (r(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "secret", "a private key"),
-            (r(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"), "email", "an e-mail address"),
+        let table: [(&str, &str, &str); 8] = [
+            (r"\bsk-[A-Za-z0-9_-]{20,}", "secret", "an OpenAI-style API key"),
+            (r"\bAKIA[0-9A-Z]{16}\b", "secret", "an AWS access key id"),
+            (r"\bgh[pousr]_[A-Za-z0-9]{36,}\b", "secret", "a GitHub token"),
+            (r"\bxox[abprs]-[A-Za-z0-9-]{10,}", "secret", "a Slack token"),
+            (r"\bslk_[A-Za-z0-9]{32,}\b", "secret", "a Sluice API key"),
+            (r"-----BEGIN [A-Z ]*PRIVATE KEY-----", "secret", "a private key"),
+            (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}", "email", "an e-mail address"),
             (
-                r(r"(?i)\b(ignore|disregard|forget)\s+(all\s+|the\s+|any\s+)?(previous|prior|above)\s+(instructions|prompts?|messages?)|\bsystem prompt\b|\byou are now\b|\bjailbreak\b"),
+                r"(?i)\b(ignore|disregard|forget)\s+(all\s+|the\s+|any\s+)?(previous|prior|above)\s+(instructions|prompts?|messages?)|\bsystem prompt\b|\byou are now\b|\bjailbreak\b",
                 "prompt_injection",
                 "a prompt-injection phrase",
             ),
-        ]
+        ];
+        Patterns {
+            set: regex::RegexSet::new(table.iter().map(|(p, _, _)| *p)).expect("valid patterns"),
+            meta: table.iter().map(|(_, k, d)| (*k, *d)).collect(),
+        }
     })
 }
 
@@ -505,6 +562,9 @@ fn luhn(digits: &[u32]) -> bool {
 /// Card-number-like runs of 13–19 digits (spaces and dashes allowed) that
 /// pass the Luhn check.
 fn card_numbers(s: &str) -> bool {
+    if s.bytes().filter(u8::is_ascii_digit).count() < 13 {
+        return false;
+    }
     let re = {
         static R: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
         R.get_or_init(|| regex::Regex::new(r"\b\d(?:[ -]?\d){12,18}\b").expect("a valid pattern"))
@@ -517,19 +577,26 @@ fn card_numbers(s: &str) -> bool {
 
 fn scan(data: &Map<String, Value>, fields: &[ContractField], prefix: &str, out: &mut Vec<Finding>) {
     for f in fields {
-        let path = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
         if f.sensitive() {
             continue;
         }
+        let path = || if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
         match data.get(&f.name) {
-            Some(Value::Object(inner)) if !f.fields.is_empty() => scan(inner, &f.fields, &path, out),
+            Some(Value::Object(inner)) if !f.fields.is_empty() => scan(inner, &f.fields, &path(), out),
             Some(Value::String(s)) => {
-                for (re, kind, detail) in patterns() {
-                    if re.is_match(s) && !out.iter().any(|x| x.field == path && x.kind == *kind) {
-                        out.push(Finding { field: path.clone(), kind: (*kind).into(), detail: (*detail).into() });
+                let p = patterns();
+                let hits = p.set.matches(s);
+                let card = card_numbers(s);
+                if !hits.matched_any() && !card {
+                    continue;
+                }
+                let path = path();
+                for (kind, detail) in hits.into_iter().map(|i| p.meta[i]) {
+                    if !out.iter().any(|x| x.field == path && x.kind == kind) {
+                        out.push(Finding { field: path.clone(), kind: kind.into(), detail: detail.into() });
                     }
                 }
-                if card_numbers(s) {
+                if card {
                     out.push(Finding {
                         field: path.clone(),
                         kind: "card_number".into(),
