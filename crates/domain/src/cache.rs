@@ -51,6 +51,19 @@ impl<K: Eq + Hash, V: Clone> Ttl<K, V> {
         map.insert(k, (v, now));
     }
 
+    /// The fresh cached value, or the one `load` gives (then cached).
+    pub(crate) async fn get_or_load<E, F>(&self, k: K, now: OffsetDateTime, load: F) -> Result<V, E>
+    where
+        F: std::future::Future<Output = Result<V, E>>,
+    {
+        if let Some(v) = self.get(&k, now) {
+            return Ok(v);
+        }
+        let v = load.await?;
+        self.put(k, v.clone(), now);
+        Ok(v)
+    }
+
     /// Changes a cached value in place, keeping its age.
     pub(crate) fn update(&self, k: &K, f: impl FnOnce(&mut V)) {
         let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);

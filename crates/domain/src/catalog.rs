@@ -456,23 +456,22 @@ impl Sluice {
         let org = *org_id;
         self.access(p, org, Permission::Read).await?;
         let now = self.now();
-        let asset = match self.cache.assets.get(&(org, asset), now) {
-            Some(a) => a,
-            None => {
-                let a =
-                    Arc::new(self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?);
-                self.cache.assets.put((org, asset), a.clone(), now);
-                a
-            }
-        };
-        let plan = match self.cache.plans.get(&org, now) {
-            Some(p) => p,
-            None => {
-                let p = self.ports.orgs.get(org).await?.ok_or(Error::not_found("organization"))?.plan;
-                self.cache.plans.put(org, p, now);
-                p
-            }
-        };
+        let asset = self
+            .cache
+            .assets
+            .get_or_load((org, asset), now, async {
+                Ok::<_, Error>(Arc::new(
+                    self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?,
+                ))
+            })
+            .await?;
+        let plan = self
+            .cache
+            .plans
+            .get_or_load(org, now, async {
+                Ok::<_, Error>(self.ports.orgs.get(org).await?.ok_or(Error::not_found("organization"))?.plan)
+            })
+            .await?;
         let limit = plan.monthly_validations();
         if !self.ports.catalog.consume_validation(org, &usage_month(now), limit).await? {
             return Err(Error::Exhausted {

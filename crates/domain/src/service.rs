@@ -126,14 +126,13 @@ impl Sluice {
         }
         let hash = apikey::hash_key(raw);
         let now = self.now();
-        let key = match self.cache.keys.get(&hash, now) {
-            Some(k) => k,
-            None => {
-                let k = self.ports.api_keys.find_active_by_hash(&hash).await?.ok_or_else(unknown)?;
-                self.cache.keys.put(hash.clone(), k.clone(), now);
-                k
-            }
-        };
+        let key = self
+            .cache
+            .keys
+            .get_or_load(hash.clone(), now, async {
+                self.ports.api_keys.find_active_by_hash(&hash).await?.ok_or_else(unknown)
+            })
+            .await?;
         if key.last_used_at.is_none_or(|t| now - t >= TOUCH_INTERVAL) {
             self.ports.api_keys.touch(key.id, now).await?;
             self.cache.keys.update(&hash, |k| k.last_used_at = Some(now));
