@@ -91,7 +91,7 @@ echo "RSS after load: $(grep VmRSS /proc/$pid/status | awk '{print $2, $3}')"
 sleep 1
 done_by_wrk=$(( $(awk '/requests in/ {print $1}' warmup.out) + $(awk '/requests in/ {print $1}' wrk.out) ))
 if grep -q "Non-2xx" wrk.out warmup.out; then echo "FAIL: non-2xx answers: $(grep -h Non-2xx wrk.out warmup.out)"; exit 1; fi
-counted=$(sql "SELECT count FROM validation_usage" | head -1)
+counted=$(sql "SELECT sum(count) FROM validation_counts" | head -1)
 echo "validations counted by the store: $counted; answered: $((done_by_wrk + 1))"
 # wrk drops the requests in flight when it stops: the server counted those too.
 [ "$counted" -ge "$((done_by_wrk + 1))" ] || { echo "FAIL: the meter lost validations"; exit 1; }

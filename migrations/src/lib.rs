@@ -11,6 +11,7 @@ mod m20261121_000004_flows;
 mod m20261121_000005_markers_activity;
 mod m20261121_000006_run_not_before;
 mod m20261121_000007_validation_usage;
+mod m20261121_000008_validation_counts;
 
 pub struct Migrator;
 
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000005_markers_activity::Migration),
             Box::new(m20261121_000006_run_not_before::Migration),
             Box::new(m20261121_000007_validation_usage::Migration),
+            Box::new(m20261121_000008_validation_counts::Migration),
         ]
     }
 }

@@ -566,11 +566,7 @@ impl CatalogRepository for Store {
     }
 
     async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {
-        Ok(validation_usage::Entity::find_by_id((org.as_uuid(), month.to_string()))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map_or(0, |m| m.count))
+        crate::meter::used(&self.db, org, month).await
     }
 
     async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {

@@ -18,4 +18,4 @@ pub mod run_logs;
 pub mod run_markers;
 pub mod runs;
 pub mod users;
-pub mod validation_usage;
+pub mod validation_counts;

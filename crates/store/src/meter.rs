@@ -4,25 +4,37 @@
 //! answered, and the count must never pass the plan's limit, also with many
 //! `sluice` processes on one PostgreSQL store. One transaction per validation
 //! does that but caps the gateway at the database's commit rate. Here the
-//! requests that arrive while a commit is under way wait together and are
-//! counted by the next one: one transaction per batch, which locks each
-//! (organization, month) row, grants the asks in arrival order while the
-//! limit allows, and writes the new count. A request is answered only after
-//! the transaction that counted it committed. Under no load a batch is one
-//! ask, so nothing waits for a timer.
+//! requests that arrive while commits are under way wait together and are
+//! counted by the next transaction: one transaction per batch. A request is
+//! answered only after the transaction that counted it committed. Under no
+//! load a batch is one ask, so nothing waits for a timer.
+//!
+//! On PostgreSQL up to [`PG_LANES`] batches are in flight at once, so their
+//! commits overlap (the server flushes them together). A month's count is the
+//! sum of one row per lane (`shard`): a batch without a limit adds to its
+//! lane's row and waits for no other lane. A batch with a limit locks every
+//! row of the organization's month (shard 0 first, then all), grants the asks
+//! in arrival order while the sum stays within the limit, and adds the grants
+//! to shard 0. Groups are taken in (organization, month) order in every
+//! transaction, so two never wait on each other in a cycle. SQLite has one
+//! writer, so there it is one lane.
 
-use crate::entities::validation_usage;
+use crate::entities::validation_counts as vc;
 use crate::{Store, db_err};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
 use sluice_domain::ids::OrgId;
 use sluice_domain::{Error, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 /// The most asks one transaction counts.
 const MAX_BATCH: usize = 4096;
+
+/// Batches in flight at once on PostgreSQL.
+pub(crate) const PG_LANES: i16 = 4;
 
 pub(crate) struct Ask {
     pub org: OrgId,
@@ -74,21 +86,58 @@ impl Meter {
     }
 }
 
+/// The month's count: the sum of its rows.
+pub(crate) async fn used(db: &impl ConnectionTrait, org: OrgId, month: &str) -> Result<i64> {
+    Ok(vc::Entity::find()
+        .filter(vc::Column::OrgId.eq(org.as_uuid()))
+        .filter(vc::Column::Month.eq(month))
+        .all(db)
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(|m| m.count)
+        .sum())
+}
+
 async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Ask>) {
+    let lanes = if store.backend() == DbBackend::Postgres { PG_LANES } else { 1 };
+    let mut free: Vec<i16> = (0..lanes).rev().collect();
+    let mut busy = JoinSet::new();
+    let mut lane_of = HashMap::new();
     let mut batch = Vec::new();
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        count(&store, std::mem::take(&mut batch)).await;
+    loop {
+        tokio::select! {
+            // A free lane takes whatever has arrived.
+            n = rx.recv_many(&mut batch, MAX_BATCH), if !free.is_empty() => {
+                if n == 0 {
+                    break;
+                }
+                let lane = free.pop().expect("a free lane");
+                let (s, asks) = (store.clone(), std::mem::take(&mut batch));
+                let id = busy.spawn(async move { count(&s, asks, lane).await }).id();
+                lane_of.insert(id, lane);
+            }
+            Some(done) = busy.join_next_with_id(), if !busy.is_empty() => {
+                let id = match done {
+                    Ok((id, ())) => id,
+                    // A batch that panicked dropped its replies: its callers
+                    // get an error, and the lane serves again.
+                    Err(e) => e.id(),
+                };
+                free.extend(lane_of.remove(&id));
+            }
+        }
     }
+    while busy.join_next().await.is_some() {}
 }
 
 /// Counts one batch in one transaction and answers every ask in it.
-async fn count(store: &Store, batch: Vec<Ask>) {
-    // Rows are locked in key order, so two processes never deadlock.
+async fn count(store: &Store, batch: Vec<Ask>, lane: i16) {
     let mut groups: BTreeMap<(uuid::Uuid, String), Vec<Ask>> = BTreeMap::new();
     for a in batch {
         groups.entry((a.org.as_uuid(), a.month.clone())).or_default().push(a);
     }
-    match decide(store, &groups).await {
+    match decide(store, &groups, lane).await {
         Ok(grants) => {
             for (asks, grants) in groups.into_values().zip(grants) {
                 for (a, granted) in asks.into_iter().zip(grants) {
@@ -105,46 +154,59 @@ async fn count(store: &Store, batch: Vec<Ask>) {
     }
 }
 
+/// Adds `n` to the month's row of `lane`.
+async fn add(c: &impl ConnectionTrait, org: uuid::Uuid, month: &str, lane: i16, n: i64) -> Result<()> {
+    vc::Entity::insert(vc::ActiveModel {
+        org_id: Set(org),
+        month: Set(month.to_string()),
+        shard: Set(lane),
+        count: Set(n),
+    })
+    .on_conflict(
+        OnConflict::columns([vc::Column::OrgId, vc::Column::Month, vc::Column::Shard])
+            .value(vc::Column::Count, Expr::col((vc::Entity, vc::Column::Count)).add(n))
+            .to_owned(),
+    )
+    .exec_without_returning(c)
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}
+
 /// Grants each group's asks in order while its limit allows; one
 /// transaction, so the batch is counted whole or not at all.
-async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>) -> Result<Vec<Vec<bool>>> {
+async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>, lane: i16) -> Result<Vec<Vec<bool>>> {
     let tx = store.write().await?;
     let r = async {
         let mut out = Vec::with_capacity(groups.len());
         for ((org, month), asks) in groups {
-            let row = |count: i64| validation_usage::ActiveModel {
+            let row = |shard: i16, count: i64| vc::ActiveModel {
                 org_id: Set(*org),
                 month: Set(month.clone()),
+                shard: Set(shard),
                 count: Set(count),
             };
-            let current = Expr::col((validation_usage::Entity, validation_usage::Column::Count));
+            let key = || OnConflict::columns([vc::Column::OrgId, vc::Column::Month, vc::Column::Shard]);
+            let current = Expr::col((vc::Entity, vc::Column::Count));
             if asks.iter().all(|a| a.limit.is_none()) {
-                // No limit: one statement adds the batch.
-                let n = asks.len() as i64;
-                validation_usage::Entity::insert(row(n))
-                    .on_conflict(
-                        OnConflict::columns([validation_usage::Column::OrgId, validation_usage::Column::Month])
-                            .value(validation_usage::Column::Count, current.add(n))
-                            .to_owned(),
-                    )
-                    .exec_without_returning(tx.c())
-                    .await
-                    .map_err(db_err)?;
+                // No limit: one statement adds the batch to this lane's row.
+                add(tx.c(), *org, month, lane, asks.len() as i64).await?;
                 out.push(vec![true; asks.len()]);
                 continue;
             }
-            // The no-op upsert locks the row (on SQLite it takes the write
-            // lock) and answers the count the grants start from.
-            let before = validation_usage::Entity::insert(row(0))
-                .on_conflict(
-                    OnConflict::columns([validation_usage::Column::OrgId, validation_usage::Column::Month])
-                        .value(validation_usage::Column::Count, current)
-                        .to_owned(),
-                )
-                .exec_with_returning(tx.c())
+            // The no-op upsert makes sure shard 0 exists and locks it (on
+            // SQLite it takes the write lock); then every row of the month.
+            vc::Entity::insert(row(0, 0))
+                .on_conflict(key().value(vc::Column::Count, current).to_owned())
+                .exec_without_returning(tx.c())
                 .await
-                .map_err(db_err)?
-                .count;
+                .map_err(db_err)?;
+            let mut q =
+                vc::Entity::find().filter(vc::Column::OrgId.eq(*org)).filter(vc::Column::Month.eq(month.as_str()));
+            if store.backend() == DbBackend::Postgres {
+                q = q.lock_exclusive();
+            }
+            let before: i64 = q.all(tx.c()).await.map_err(db_err)?.iter().map(|m| m.count).sum();
             let mut count = before;
             let grants = asks
                 .iter()
@@ -155,10 +217,11 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
                 })
                 .collect();
             if count != before {
-                validation_usage::Entity::update_many()
-                    .col_expr(validation_usage::Column::Count, count.into())
-                    .filter(validation_usage::Column::OrgId.eq(*org))
-                    .filter(validation_usage::Column::Month.eq(month.as_str()))
+                vc::Entity::update_many()
+                    .col_expr(vc::Column::Count, Expr::col(vc::Column::Count).add(count - before))
+                    .filter(vc::Column::OrgId.eq(*org))
+                    .filter(vc::Column::Month.eq(month.as_str()))
+                    .filter(vc::Column::Shard.eq(0))
                     .exec(tx.c())
                     .await
                     .map_err(db_err)?;

@@ -113,6 +113,12 @@ async fn scenario(store: &Store) {
     assert_eq!((granted(x), granted(y)), (120, 100));
     assert_eq!(store.validations_used(x, "2026-11").await.unwrap(), 120);
     assert_eq!(store.validations_used(y, "2026-11").await.unwrap(), 100);
+    // A month counted without a limit, then with one (a plan change): the
+    // limit holds for the sum of every row the unlimited asks used.
+    let asks = (0..80).map(|_| async move { store.consume_validation(y, "2026-11", Some(150)).await.unwrap() });
+    let granted = futures_util::future::join_all(asks).await.into_iter().filter(|g| *g).count();
+    assert_eq!(granted, 50);
+    assert_eq!(store.validations_used(y, "2026-11").await.unwrap(), 150);
 
     // Deleting removes the asset and its history.
     store.delete_asset(org.id, asset.id, &audit("data_asset.deleted")).await.unwrap();
@@ -171,4 +177,43 @@ async fn assets_and_versions_on_postgres() {
     let granted = x.into_iter().chain(y).filter(|r| *r.as_ref().unwrap()).count();
     assert_eq!(granted, 200);
     assert_eq!(a.validations_used(org, "2026-11").await.unwrap(), 200);
+}
+
+/// The migration that spread a month's count over rows keeps the counts
+/// already made: the table is built up to the one before, a count written
+/// the old way, then the rest migrated.
+async fn counts_survive_the_migration(url: &str) {
+    use sea_orm::ConnectionTrait;
+    use sluice_migrations::{Migrator, MigratorTrait};
+    let db = sea_orm::Database::connect(url).await.unwrap();
+    Migrator::up(&db, Some(7)).await.unwrap();
+    let org = OrgId::new();
+    let uuid = match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => format!("'{org}'"),
+        // sea-orm stores a uuid on SQLite as its 16 bytes.
+        _ => format!("X'{}'", org.as_uuid().simple()),
+    };
+    db.execute_unprepared(&format!(
+        "INSERT INTO validation_usage (org_id, month, count) VALUES ({uuid}, '2026-11', 41)"
+    ))
+    .await
+    .unwrap();
+    drop(db);
+    let store = Store::connect(url, &[3u8; 32]).await.unwrap();
+    assert_eq!(store.validations_used(org, "2026-11").await.unwrap(), 41);
+    assert!(store.consume_validation(org, "2026-11", Some(42)).await.unwrap());
+    assert!(!store.consume_validation(org, "2026-11", Some(42)).await.unwrap());
+}
+
+#[tokio::test]
+async fn validation_counts_survive_the_migration_on_sqlite() {
+    let file = std::env::temp_dir().join(format!("sluice-migrate-{}.db", sluice_domain::secret::random_base62(8)));
+    counts_survive_the_migration(&format!("sqlite://{}?mode=rwc", file.display())).await;
+    let _ = std::fs::remove_file(&file);
+}
+
+#[tokio::test]
+async fn validation_counts_survive_the_migration_on_postgres() {
+    let Some((_db, url)) = common::fresh("sluice_migrate").await else { return };
+    counts_survive_the_migration(&url).await;
 }
