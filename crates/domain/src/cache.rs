@@ -52,15 +52,17 @@ impl<K: Eq + Hash, V: Clone> Ttl<K, V> {
     }
 
     /// The fresh cached value, or the one `load` gives (then cached).
-    pub(crate) async fn get_or_load<E, F>(&self, k: K, now: OffsetDateTime, load: F) -> Result<V, E>
+    /// The key is cloned only on a miss.
+    pub(crate) async fn get_or_load<E, F>(&self, k: &K, now: OffsetDateTime, load: F) -> Result<V, E>
     where
+        K: Clone,
         F: std::future::Future<Output = Result<V, E>>,
     {
-        if let Some(v) = self.get(&k, now) {
+        if let Some(v) = self.get(k, now) {
             return Ok(v);
         }
         let v = load.await?;
-        self.put(k, v.clone(), now);
+        self.put(k.clone(), v.clone(), now);
         Ok(v)
     }
 

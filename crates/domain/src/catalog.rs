@@ -459,7 +459,7 @@ impl Sluice {
         let asset = self
             .cache
             .assets
-            .get_or_load((org, asset), now, async {
+            .get_or_load(&(org, asset), now, async {
                 Ok::<_, Error>(Arc::new(
                     self.ports.catalog.get_asset(org, asset).await?.ok_or(Error::not_found("data asset"))?,
                 ))
@@ -468,7 +468,7 @@ impl Sluice {
         let plan = self
             .cache
             .plans
-            .get_or_load(org, now, async {
+            .get_or_load(&org, now, async {
                 Ok::<_, Error>(self.ports.orgs.get(org).await?.ok_or(Error::not_found("organization"))?.plan)
             })
             .await?;

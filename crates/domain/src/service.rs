@@ -129,7 +129,7 @@ impl Sluice {
         let key = self
             .cache
             .keys
-            .get_or_load(hash.clone(), now, async {
+            .get_or_load(&hash, now, async {
                 self.ports.api_keys.find_active_by_hash(&hash).await?.ok_or_else(unknown)
             })
             .await?;

@@ -88,15 +88,16 @@ impl Meter {
 
 /// The month's count: the sum of its rows.
 pub(crate) async fn used(db: &impl ConnectionTrait, org: OrgId, month: &str) -> Result<i64> {
-    Ok(vc::Entity::find()
-        .filter(vc::Column::OrgId.eq(org.as_uuid()))
-        .filter(vc::Column::Month.eq(month))
-        .all(db)
-        .await
-        .map_err(db_err)?
-        .iter()
-        .map(|m| m.count)
-        .sum())
+    total(db, month_rows(org.as_uuid(), month)).await
+}
+
+/// The rows of one organization's month, one per lane that counted in it.
+fn month_rows(org: uuid::Uuid, month: &str) -> sea_orm::Select<vc::Entity> {
+    vc::Entity::find().filter(vc::Column::OrgId.eq(org)).filter(vc::Column::Month.eq(month))
+}
+
+async fn total(c: &impl ConnectionTrait, rows: sea_orm::Select<vc::Entity>) -> Result<i64> {
+    Ok(rows.all(c).await.map_err(db_err)?.iter().map(|m| m.count).sum())
 }
 
 async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Ask>) {
@@ -180,33 +181,20 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
     let r = async {
         let mut out = Vec::with_capacity(groups.len());
         for ((org, month), asks) in groups {
-            let row = |shard: i16, count: i64| vc::ActiveModel {
-                org_id: Set(*org),
-                month: Set(month.clone()),
-                shard: Set(shard),
-                count: Set(count),
-            };
-            let key = || OnConflict::columns([vc::Column::OrgId, vc::Column::Month, vc::Column::Shard]);
-            let current = Expr::col((vc::Entity, vc::Column::Count));
             if asks.iter().all(|a| a.limit.is_none()) {
                 // No limit: one statement adds the batch to this lane's row.
                 add(tx.c(), *org, month, lane, asks.len() as i64).await?;
                 out.push(vec![true; asks.len()]);
                 continue;
             }
-            // The no-op upsert makes sure shard 0 exists and locks it (on
+            // Adding nothing makes sure shard 0 exists and locks it (on
             // SQLite it takes the write lock); then every row of the month.
-            vc::Entity::insert(row(0, 0))
-                .on_conflict(key().value(vc::Column::Count, current).to_owned())
-                .exec_without_returning(tx.c())
-                .await
-                .map_err(db_err)?;
-            let mut q =
-                vc::Entity::find().filter(vc::Column::OrgId.eq(*org)).filter(vc::Column::Month.eq(month.as_str()));
+            add(tx.c(), *org, month, 0, 0).await?;
+            let mut rows = month_rows(*org, month);
             if store.backend() == DbBackend::Postgres {
-                q = q.lock_exclusive();
+                rows = rows.lock_exclusive();
             }
-            let before: i64 = q.all(tx.c()).await.map_err(db_err)?.iter().map(|m| m.count).sum();
+            let before = total(tx.c(), rows).await?;
             let mut count = before;
             let grants = asks
                 .iter()
@@ -217,14 +205,7 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
                 })
                 .collect();
             if count != before {
-                vc::Entity::update_many()
-                    .col_expr(vc::Column::Count, Expr::col(vc::Column::Count).add(count - before))
-                    .filter(vc::Column::OrgId.eq(*org))
-                    .filter(vc::Column::Month.eq(month.as_str()))
-                    .filter(vc::Column::Shard.eq(0))
-                    .exec(tx.c())
-                    .await
-                    .map_err(db_err)?;
+                add(tx.c(), *org, month, 0, count - before).await?;
             }
             out.push(grants);
         }
