@@ -113,6 +113,17 @@ async fn scenario(store: &Store) {
     assert_eq!((granted(x), granted(y)), (120, 100));
     assert_eq!(store.validations_used(x, "2026-11").await.unwrap(), 120);
     assert_eq!(store.validations_used(y, "2026-11").await.unwrap(), 100);
+    // Unlimited asks of several organizations arriving together are counted
+    // by one statement per batch (meter.rs): each organization exactly.
+    let orgs: Vec<OrgId> = (0..5).map(|_| OrgId::new()).collect();
+    let asks = (0..250).map(|i| {
+        let org = orgs[i % 5];
+        async move { store.consume_validation(org, "2026-11", None).await.unwrap() }
+    });
+    assert!(futures_util::future::join_all(asks).await.into_iter().all(|g| g));
+    for o in &orgs {
+        assert_eq!(store.validations_used(*o, "2026-11").await.unwrap(), 50);
+    }
     // A month counted without a limit, then with one (a plan change): the
     // limit holds for the sum of every row the unlimited asks used.
     let asks = (0..80).map(|_| async move { store.consume_validation(y, "2026-11", Some(150)).await.unwrap() });
