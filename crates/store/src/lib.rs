@@ -84,12 +84,17 @@ impl Store {
         &self.db
     }
 
-    /// Begins a write transaction.
-    async fn write(&self) -> Result<Tx, Error> {
-        let guard = match &self.write_lock {
+    /// On SQLite, the process-wide write lock; nothing on PostgreSQL.
+    async fn lock_writes(&self) -> Option<OwnedMutexGuard<()>> {
+        match &self.write_lock {
             Some(l) => Some(l.clone().lock_owned().await),
             None => None,
-        };
+        }
+    }
+
+    /// Begins a write transaction.
+    async fn write(&self) -> Result<Tx, Error> {
+        let guard = self.lock_writes().await;
         let txn = self.db.begin().await.map_err(db_err)?;
         Ok(Tx { txn, _guard: guard })
     }

@@ -171,17 +171,23 @@ async fn count(store: &Store, batch: Vec<Ask>, lane: i16) {
     }
 }
 
-/// Adds `n` to the month's row of `lane`.
-async fn add(c: &impl ConnectionTrait, org: uuid::Uuid, month: &str, lane: i16, n: i64) -> Result<()> {
-    vc::Entity::insert(vc::ActiveModel {
+/// Adds each `(organization, month, lane, n)` to its row, in one statement.
+async fn add<'a>(
+    c: &impl ConnectionTrait,
+    rows: impl IntoIterator<Item = (uuid::Uuid, &'a str, i16, i64)>,
+) -> Result<()> {
+    vc::Entity::insert_many(rows.into_iter().map(|(org, month, lane, n)| vc::ActiveModel {
         org_id: Set(org),
         month: Set(month.to_string()),
         shard: Set(lane),
         count: Set(n),
-    })
+    }))
     .on_conflict(
         OnConflict::columns([vc::Column::OrgId, vc::Column::Month, vc::Column::Shard])
-            .value(vc::Column::Count, Expr::col((vc::Entity, vc::Column::Count)).add(n))
+            .value(
+                vc::Column::Count,
+                Expr::col((vc::Entity, vc::Column::Count)).add(Expr::col((Alias::new("excluded"), vc::Column::Count))),
+            )
             .to_owned(),
     )
     .exec_without_returning(c)
@@ -196,28 +202,12 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
     if groups.values().flatten().all(|a| a.limit.is_none()) {
         // No limit anywhere: one statement, its own transaction, adds every
         // group's asks to this lane's rows; one round trip instead of three.
-        let _guard = match &store.write_lock {
-            Some(l) => Some(l.clone().lock_owned().await),
-            None => None,
-        };
-        vc::Entity::insert_many(groups.iter().map(|((org, month), asks)| vc::ActiveModel {
-            org_id: Set(*org),
-            month: Set(month.clone()),
-            shard: Set(lane),
-            count: Set(asks.len() as i64),
-        }))
-        .on_conflict(
-            OnConflict::columns([vc::Column::OrgId, vc::Column::Month, vc::Column::Shard])
-                .value(
-                    vc::Column::Count,
-                    Expr::col((vc::Entity, vc::Column::Count))
-                        .add(Expr::col((Alias::new("excluded"), vc::Column::Count))),
-                )
-                .to_owned(),
+        let _guard = store.lock_writes().await;
+        add(
+            store.connection(),
+            groups.iter().map(|((org, month), asks)| (*org, month.as_str(), lane, asks.len() as i64)),
         )
-        .exec_without_returning(store.connection())
-        .await
-        .map_err(db_err)?;
+        .await?;
         return Ok(groups.values().map(|asks| vec![true; asks.len()]).collect());
     }
     let tx = store.write().await?;
@@ -226,13 +216,13 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
         for ((org, month), asks) in groups {
             if asks.iter().all(|a| a.limit.is_none()) {
                 // No limit: one statement adds the batch to this lane's row.
-                add(tx.c(), *org, month, lane, asks.len() as i64).await?;
+                add(tx.c(), [(*org, month.as_str(), lane, asks.len() as i64)]).await?;
                 out.push(vec![true; asks.len()]);
                 continue;
             }
             // Adding nothing makes sure shard 0 exists and locks it (on
             // SQLite it takes the write lock); then every row of the month.
-            add(tx.c(), *org, month, 0, 0).await?;
+            add(tx.c(), [(*org, month.as_str(), 0, 0)]).await?;
             let mut rows = month_rows(*org, month);
             if store.backend() == DbBackend::Postgres {
                 rows = rows.lock_exclusive();
@@ -248,7 +238,7 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
                 })
                 .collect();
             if count != before {
-                add(tx.c(), *org, month, 0, count - before).await?;
+                add(tx.c(), [(*org, month.as_str(), 0, count - before)]).await?;
             }
             out.push(grants);
         }
