@@ -390,9 +390,11 @@ pub trait CursorRepository: Send + Sync {
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()>;
 }
 
-/// The ids of a flow's upstream flows (as normalized on save).
+/// The ids of a flow's upstream flows (as normalized on save). A flow is
+/// never its own upstream: [`resolve_dependencies`] refuses that on its own,
+/// so a cycle check over these edges does not report it a second time.
 pub fn upstream_ids(f: &Flow) -> Vec<FlowId> {
-    f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).collect()
+    f.config.depends_on.iter().filter_map(|d| d.flow.parse().ok()).filter(|u| *u != f.id).collect()
 }
 
 /// Normalizes flow `id`'s `depends_on` entries to upstream ids with `find`

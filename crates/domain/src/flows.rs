@@ -164,8 +164,7 @@ impl Sluice {
             all.iter().filter(|f| f.id != flow.id).map(|f| (f.id, upstream_ids(f))).collect();
         let find = |r: &str| all.iter().find(|f| f.id.to_string() == r || f.name == r).map(|f| f.id);
         errors.extend(resolve_dependencies("", flow.id, &mut flow.config, find, "in this organization"));
-        // A self-dependency is reported above, not again as a cycle.
-        edges.insert(flow.id, upstream_ids(flow).into_iter().filter(|u| *u != flow.id).collect());
+        edges.insert(flow.id, upstream_ids(flow));
         if let Some(cycle) = find_cycle(&edges, &names) {
             errors.push(FieldError::new("config.depends_on", format!("creates a cycle: {}", cycle.join(" → "))));
         }

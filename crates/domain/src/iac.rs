@@ -1421,6 +1421,26 @@ flows:
     }
 
     #[test]
+    fn depending_on_itself_is_one_error_not_also_a_cycle() {
+        let s = applied(Snapshot::default(), &plan_of(DOC, &Snapshot::default()).unwrap().writes);
+        let id = s.flows.iter().find(|f| f.name == "orders").unwrap().id.to_string();
+        for me in [id.as_str(), "orders"] {
+            let doc = DOC.replace(
+                "      mappings:\n        - {source_entity: orders, sync_mode: incremental_deduped",
+                &format!(
+                    "      depends_on: [{{flow: {me}, on: success}}]\n      mappings:\n        - {{source_entity: orders, sync_mode: incremental_deduped"
+                ),
+            );
+            assert_ne!(doc, DOC);
+            let e = plan_of(&doc, &s).unwrap_err();
+            let Error::Validation(f) = e else { panic!("{e:?}") };
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!(f[0].message, "a flow cannot depend on itself");
+            assert_eq!(f[0].field, "flows[1].config.depends_on[0].flow");
+        }
+    }
+
+    #[test]
     fn a_type_cannot_change_on_an_existing_resource() {
         let s = applied(Snapshot::default(), &plan_of(DOC, &Snapshot::default()).unwrap().writes);
         let doc = DOC.replace("type: mysql", "type: postgres");
