@@ -449,11 +449,16 @@ struct Walk {
     governance: Vec<String>,
 }
 
+/// A field's dotted path below `prefix` (the field's name at the top).
+fn dotted(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") }
+}
+
 fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mut Walk) -> Map<String, Value> {
     let mut out = Map::new();
     for f in fields {
         // The dotted path is only made when something is reported.
-        let path = || if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
+        let path = || dotted(prefix, &f.name);
         let v = match obj.get(&f.name) {
             None | Some(Value::Null) => {
                 if f.required {
@@ -580,7 +585,7 @@ fn scan(data: &Map<String, Value>, fields: &[ContractField], prefix: &str, out: 
         if f.sensitive() {
             continue;
         }
-        let path = || if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
+        let path = || dotted(prefix, &f.name);
         match data.get(&f.name) {
             Some(Value::Object(inner)) if !f.fields.is_empty() => scan(inner, &f.fields, &path(), out),
             Some(Value::String(s)) => {

@@ -307,7 +307,7 @@ impl Sluice {
                 .with_change(org_json(&before), Value::Null);
         self.ports.orgs.delete(org, &audit).await?;
         self.cache.keys.remove_where(|_, k| k.org_id == org);
-        self.cache.assets.remove_where(|(o, _), _| *o == org);
+        self.forget_assets(org);
         self.cache.plans.remove_where(|o, _| *o == org);
         Ok(())
     }

@@ -145,7 +145,6 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Ask>) {
             }
         }
     }
-    while busy.join_next().await.is_some() {}
 }
 
 /// Counts one batch in one transaction and answers every ask in it.

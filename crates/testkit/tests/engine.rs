@@ -309,34 +309,23 @@ async fn runs_queue_cancel_and_validate() {
         .unwrap();
     assert!(b.next_run_at.is_some());
     assert_eq!(b.config.depends_on[0].flow, a.id.to_string(), "names are stored as ids");
-    let mut a_config = a.config.clone();
-    a_config.depends_on.push(Dependency { flow: "b".into(), on: DependsOn::Completion });
-    let e = w
-        .sluice
-        .update_flow(
+    // Flow a's config with one more dependency, saved.
+    let depend = |on: String, when: DependsOn| {
+        let mut config = a.config.clone();
+        config.depends_on.push(Dependency { flow: on, on: when });
+        w.sluice.update_flow(
             &w.p,
             w.org,
             a.id,
-            sluice_domain::flows::FlowUpdate { config: Some(a_config), ..Default::default() },
+            sluice_domain::flows::FlowUpdate { config: Some(config), ..Default::default() },
         )
-        .await
-        .unwrap_err();
+    };
+    let e = depend("b".into(), DependsOn::Completion).await.unwrap_err();
     assert!(format!("{e:?}").contains("cycle"), "{e:?}");
 
     // Depending on itself (by id or by name) is one error, not also a cycle.
     for me in [a.id.to_string(), "a".to_string()] {
-        let mut self_config = a.config.clone();
-        self_config.depends_on.push(Dependency { flow: me, on: DependsOn::Success });
-        let e = w
-            .sluice
-            .update_flow(
-                &w.p,
-                w.org,
-                a.id,
-                sluice_domain::flows::FlowUpdate { config: Some(self_config), ..Default::default() },
-            )
-            .await
-            .unwrap_err();
+        let e = depend(me, DependsOn::Success).await.unwrap_err();
         let sluice_domain::Error::Validation(f) = e else { panic!("{e:?}") };
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].field, "config.depends_on[0].flow");
