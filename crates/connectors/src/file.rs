@@ -606,7 +606,7 @@ impl EntityWriter for FileWriter {
     async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
         let rows = crate::sqlite::align(batch, &self.order);
         if self.mode == WriteMode::Upsert {
-            for r in rows {
+            for r in rows.into_owned() {
                 let k = self.key_of(&r);
                 self.upserts.insert(k, r);
             }

@@ -12,22 +12,95 @@ pub mod sqlite;
 
 use serde_json::json;
 use sluice_domain::connector::*;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const SYNC_MODES: [&str; 4] =
     ["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
 
 /// Builds connectors. File-based connectors resolve paths under `file_root`.
+///
+/// Connectors to database servers are kept and shared while they are in
+/// use, so that runs, previews and discoveries of one connection reuse one
+/// bounded pool of connections instead of opening their own: a warm worker
+/// starts a run without connecting, and a busy organization cannot open an
+/// unbounded number of connections to its source.
 #[derive(Debug, Clone)]
 pub struct Registry {
     file_root: PathBuf,
+    postgres: Arc<Shared<postgres::PgConnector>>,
+    mysql: Arc<Shared<mysql::MySqlConnector>>,
 }
 
 impl Registry {
     pub fn new(file_root: PathBuf) -> Self {
-        Self { file_root }
+        Self { file_root, postgres: Arc::default(), mysql: Arc::default() }
     }
+}
+
+/// How long a shared connector is kept after its last use. Its pool closes
+/// idle connections sooner (after a minute).
+const SHARED_IDLE: Duration = Duration::from_secs(600);
+/// At most this many shared connectors of one type; the least recently used
+/// goes first.
+const SHARED_MAX: usize = 256;
+
+/// Connectors keyed by a digest of their whole resolved configuration: a
+/// changed setting or credential is another key, so a rotated password
+/// never reuses connections opened with the old one. Only digests are kept
+/// as keys (this type's `Debug` shows a count).
+struct Shared<T> {
+    map: Mutex<HashMap<String, (Instant, Arc<T>)>>,
+}
+
+impl<T> Default for Shared<T> {
+    fn default() -> Self {
+        Self { map: Mutex::default() }
+    }
+}
+
+impl<T> std::fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.map.lock().map(|m| m.len()).unwrap_or(0);
+        write!(f, "Shared({n} connectors)")
+    }
+}
+
+impl<T> Shared<T> {
+    fn get_or(&self, c: &ResolvedConfig, build: impl FnOnce() -> ConnectorResult<T>) -> ConnectorResult<Arc<T>> {
+        let key = config_key(c);
+        let now = Instant::now();
+        let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, (used, _)| now.duration_since(*used) < SHARED_IDLE);
+        if let Some((used, t)) = map.get_mut(&key) {
+            *used = now;
+            return Ok(t.clone());
+        }
+        let t = Arc::new(build()?);
+        if map.len() >= SHARED_MAX
+            && let Some(oldest) = map.iter().min_by_key(|(_, (used, _))| *used).map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        map.insert(key, (now, t.clone()));
+        Ok(t)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+}
+
+/// A digest of the type and every setting (the map is ordered, so equal
+/// configurations serialize alike).
+fn config_key(c: &ResolvedConfig) -> String {
+    let mut buf = c.connector_type.clone().into_bytes();
+    buf.push(0);
+    buf.extend_from_slice(&serde_json::to_vec(&c.values).unwrap_or_default());
+    sluice_domain::secret::sha256_hex(&buf)
 }
 
 fn field(
@@ -119,25 +192,29 @@ fn port(c: &ResolvedConfig, default: i64) -> ConnectorResult<u16> {
 
 impl Registry {
     fn postgres(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<postgres::PgConnector>> {
-        Ok(Arc::new(postgres::PgConnector::new(postgres::PgSettings {
-            host: required(c, "host")?.to_string(),
-            port: port(c, 5432)?,
-            database: required(c, "database")?.to_string(),
-            user: required(c, "user")?.to_string(),
-            password: c.str("password").map(str::to_string),
-            schema: c.str("schema").unwrap_or("public").to_string(),
-            sslmode: c.str("sslmode").unwrap_or("prefer").to_string(),
-        })?))
+        self.postgres.get_or(c, || {
+            postgres::PgConnector::new(postgres::PgSettings {
+                host: required(c, "host")?.to_string(),
+                port: port(c, 5432)?,
+                database: required(c, "database")?.to_string(),
+                user: required(c, "user")?.to_string(),
+                password: c.str("password").map(str::to_string),
+                schema: c.str("schema").unwrap_or("public").to_string(),
+                sslmode: c.str("sslmode").unwrap_or("prefer").to_string(),
+            })
+        })
     }
 
     fn mysql(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<mysql::MySqlConnector>> {
-        Ok(Arc::new(mysql::MySqlConnector::new(mysql::MySqlSettings {
-            host: required(c, "host")?.to_string(),
-            port: port(c, 3306)?,
-            database: required(c, "database")?.to_string(),
-            user: required(c, "user")?.to_string(),
-            password: c.str("password").map(str::to_string),
-        })?))
+        self.mysql.get_or(c, || {
+            mysql::MySqlConnector::new(mysql::MySqlSettings {
+                host: required(c, "host")?.to_string(),
+                port: port(c, 3306)?,
+                database: required(c, "database")?.to_string(),
+                user: required(c, "user")?.to_string(),
+                password: c.str("password").map(str::to_string),
+            })
+        })
     }
 
     fn file(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<file::FileConnector>> {
@@ -175,5 +252,65 @@ impl ConnectorRegistry for Registry {
             "file" => Ok(self.file(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pg(password: &str, schema: &str) -> ResolvedConfig {
+        ResolvedConfig {
+            connector_type: "postgres".into(),
+            values: [
+                ("host", json!("127.0.0.1")),
+                ("database", json!("test")),
+                ("user", json!("u")),
+                ("password", json!(password)),
+                ("schema", json!(schema)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            credential_keys: vec!["password".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn database_connectors_are_shared_per_exact_configuration() {
+        let r = Registry::new(std::env::temp_dir());
+        let a = r.postgres(&pg("one", "public")).unwrap();
+        let b = r.postgres(&pg("one", "public")).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the same settings share one connector and its pool");
+        let rotated = r.postgres(&pg("two", "public")).unwrap();
+        assert!(!Arc::ptr_eq(&a, &rotated), "another password is another pool");
+        let other_schema = r.postgres(&pg("one", "s2")).unwrap();
+        assert!(!Arc::ptr_eq(&a, &other_schema));
+        assert_eq!(r.postgres.len(), 3);
+        let shown = format!("{r:?}");
+        assert!(shown.contains("Shared(3 connectors)") && !shown.contains("one"), "{shown}");
+        // A configuration that fails to build is not kept.
+        let mut bad = pg("one", "public");
+        bad.values.insert("sslmode".into(), json!("sometimes"));
+        assert!(r.postgres(&bad).is_err());
+        assert_eq!(r.postgres.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_connector_goes_past_the_cap() {
+        let r = Registry::new(std::env::temp_dir());
+        let first = r.postgres(&pg("p0", "public")).unwrap();
+        let second = r.postgres(&pg("p1", "public")).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        for i in 2..SHARED_MAX {
+            r.postgres(&pg(&format!("p{i}"), "public")).unwrap();
+        }
+        // Using the first again makes the second the oldest.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(Arc::ptr_eq(&first, &r.postgres(&pg("p0", "public")).unwrap()));
+        r.postgres(&pg("one more", "public")).unwrap();
+        assert_eq!(r.postgres.len(), SHARED_MAX);
+        assert!(Arc::ptr_eq(&first, &r.postgres(&pg("p0", "public")).unwrap()), "recently used, kept");
+        assert!(!Arc::ptr_eq(&second, &r.postgres(&pg("p1", "public")).unwrap()), "the oldest went");
     }
 }

@@ -69,7 +69,7 @@ impl MySqlConnector {
             opts = opts.password(p);
         }
         let pool = MySqlPoolOptions::new()
-            .max_connections(4)
+            .max_connections(8)
             .min_connections(0)
             .acquire_timeout(CONNECT_TIMEOUT)
             .idle_timeout(Some(Duration::from_secs(60)))
@@ -79,6 +79,14 @@ impl MySqlConnector {
 
     fn e(&self, e: &sqlx::Error) -> ConnectorError {
         err(e, &self.host, &self.database)
+    }
+
+    /// One table's schema; `EntityNotFound` when there is none.
+    async fn table(&self, entity: &str) -> ConnectorResult<EntitySchema> {
+        self.schemas(Some(entity))
+            .await?
+            .pop()
+            .ok_or_else(|| ConnectorError::EntityNotFound(format!("table '{entity}' does not exist")))
     }
 
     async fn schemas(&self, table: Option<&str>) -> ConnectorResult<Vec<EntitySchema>> {
@@ -253,12 +261,12 @@ impl Source for MySqlConnector {
         self.schemas(None).await
     }
 
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        Ok(Arc::new(self.table(entity).await?.fields))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
-        let schema = self
-            .schemas(Some(&req.entity))
-            .await?
-            .pop()
-            .ok_or_else(|| ConnectorError::EntityNotFound(format!("table '{}' does not exist", req.entity)))?;
+        let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
         let (sql, bound) = select_sql(&schema, &cols, &quote_bt(&schema.name), &req, quote_bt, |_| "?".to_string())?;
         let fields = Arc::new(schema.fields);

@@ -82,7 +82,7 @@ impl PgConnector {
             opts = opts.password(p);
         }
         let pool = PgPoolOptions::new()
-            .max_connections(4)
+            .max_connections(8)
             .min_connections(0)
             .acquire_timeout(CONNECT_TIMEOUT)
             .idle_timeout(Some(Duration::from_secs(60)))
@@ -136,6 +136,13 @@ impl PgConnector {
             }
         }
         Ok(out)
+    }
+
+    /// One table's schema; `EntityNotFound` when there is none.
+    async fn table(&self, entity: &str) -> ConnectorResult<EntitySchema> {
+        self.schemas(Some(entity)).await?.pop().ok_or_else(|| {
+            ConnectorError::EntityNotFound(format!("table \"{}.{}\" does not exist", self.schema, entity))
+        })
     }
 
     fn qualified(&self, table: &str) -> String {
@@ -252,30 +259,80 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// Appends one CSV row in COPY's format: NULL is an empty unquoted field,
-/// every other text is quoted.
+/// every other text is quoted. Written in place, without a string per value.
 pub fn csv_row(out: &mut Vec<u8>, row: &[Value]) {
+    use std::io::Write;
     for (i, v) in row.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        match v {
-            Value::Null => {}
-            Value::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
-            Value::Bool(b) => out.push(if *b { b't' } else { b'f' }),
-            other => {
-                let text = literal(other).unwrap_or_default();
-                out.push(b'"');
-                for byte in text.bytes() {
-                    if byte == b'"' {
-                        out.push(b'"');
-                    }
-                    out.push(byte);
-                }
-                out.push(b'"');
+        // Writing into a Vec cannot fail.
+        let _ = match v {
+            Value::Null => Ok(()),
+            Value::Int(n) => write!(out, "{n}"),
+            Value::Bool(b) => {
+                out.push(if *b { b't' } else { b'f' });
+                Ok(())
             }
-        }
+            // Texts that hold no quote: no escaping to do.
+            Value::Decimal(d) => write!(out, "\"{d}\""),
+            Value::Float(f) => write!(out, "\"{}\"", float_text(*f)),
+            Value::Timestamp(t) => {
+                let t = t.to_offset(time::UtcOffset::UTC);
+                write!(
+                    out,
+                    "\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z\"",
+                    t.year(),
+                    t.month() as u8,
+                    t.day(),
+                    t.hour(),
+                    t.minute(),
+                    t.second(),
+                    t.microsecond()
+                )
+            }
+            Value::Date(d) => write!(out, "\"{:04}-{:02}-{:02}\"", d.year(), d.month() as u8, d.day()),
+            Value::Bytes(b) => {
+                out.extend_from_slice(b"\"\\x");
+                out.extend_from_slice(hex(b).as_bytes());
+                out.push(b'"');
+                Ok(())
+            }
+            Value::String(text) => {
+                out.push(b'"');
+                let r = Quoted(out).write_all(text.as_bytes());
+                out.push(b'"');
+                r
+            }
+            Value::Json(j) => {
+                out.push(b'"');
+                let r = serde_json::to_writer(Quoted(out), j).map_err(std::io::Error::other);
+                out.push(b'"');
+                r
+            }
+        };
     }
     out.push(b'\n');
+}
+
+/// Writes into a CSV field between quotes, doubling every quote.
+struct Quoted<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Quoted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut rest = buf;
+        while let Some(q) = rest.iter().position(|b| *b == b'"') {
+            self.0.extend_from_slice(&rest[..=q]);
+            self.0.push(b'"');
+            rest = &rest[q + 1..];
+        }
+        self.0.extend_from_slice(rest);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
@@ -321,10 +378,12 @@ impl Source for PgConnector {
         Ok(Some(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone() })))
     }
 
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        Ok(Arc::new(self.table(entity).await?.fields))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
-        let schema = self.schemas(Some(&req.entity)).await?.pop().ok_or_else(|| {
-            ConnectorError::EntityNotFound(format!("table \"{}.{}\" does not exist", self.schema, req.entity))
-        })?;
+        let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
         let (sql, bound) = select_sql(&schema, &cols, &self.qualified(&schema.name), &req, quote_dq, |f| {
             format!("CAST($1 AS {})", native_for_field(f))
@@ -464,7 +523,7 @@ impl Destination for PgConnector {
         if mode == WriteMode::Upsert {
             let name = format!("sluice_stage_{}", uuid::Uuid::new_v4().simple());
             exec(format!(
-                "CREATE TEMP TABLE {} ({}, \"__sluice_seq\" bigserial) ON COMMIT DELETE ROWS",
+                "CREATE TEMP TABLE {} ({}, \"__sluice_seq\" bigint NOT NULL) ON COMMIT DELETE ROWS",
                 quote_dq(&name),
                 columns(false).join(", ")
             ))
@@ -474,10 +533,12 @@ impl Destination for PgConnector {
             stage = Some(name);
         }
         let col_list = schema.fields.iter().map(|f| quote_dq(&f.name)).collect::<Vec<_>>().join(", ");
-        let copy_target = match (&stage, mode) {
-            (Some(s), _) => quote_dq(s),
-            (None, WriteMode::Overwrite) => self.qualified(&new_table),
-            (None, _) => self.qualified(&schema.name),
+        let copy_sql = match (&stage, mode) {
+            (Some(s), _) => format!("COPY {} ({col_list}, \"__sluice_seq\") FROM STDIN (FORMAT csv)", quote_dq(s)),
+            (None, WriteMode::Overwrite) => {
+                format!("COPY {} ({col_list}) FROM STDIN (FORMAT csv)", self.qualified(&new_table))
+            }
+            (None, _) => format!("COPY {} ({col_list}) FROM STDIN (FORMAT csv)", self.qualified(&schema.name)),
         };
         let merge = stage.as_ref().map(|s| {
             let updates: Vec<String> =
@@ -498,7 +559,7 @@ impl Destination for PgConnector {
             bulk_copy,
             tx: Some(tx),
             mode,
-            copy_sql: format!("COPY {copy_target} ({col_list}) FROM STDIN (FORMAT csv)"),
+            copy_sql,
             merge,
             stage,
             swap: (mode == WriteMode::Overwrite).then(|| Swap {
@@ -513,6 +574,7 @@ impl Destination for PgConnector {
             stats: WriteStats::default(),
             pending: WriteStats::default(),
             staged: false,
+            seq: 0,
         }))
     }
 }
@@ -540,6 +602,8 @@ struct PgWriter {
     stats: WriteStats,
     pending: WriteStats,
     staged: bool,
+    /// The staged rows' order (the last version of a key wins the merge).
+    seq: i64,
 }
 
 impl Drop for PgWriter {
@@ -581,8 +645,14 @@ impl EntityWriter for PgWriter {
         let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
         let mut copy = tx.copy_in_raw(&copy_sql).await.map_err(|e| err(&e, &host, &db))?;
         let mut buf = Vec::with_capacity(COPY_CHUNK + 4096);
-        for row in &rows {
+        let staging = self.stage.is_some();
+        for row in rows.iter() {
             csv_row(&mut buf, row);
+            if staging {
+                buf.pop();
+                self.seq += 1;
+                buf.extend_from_slice(format!(",{}\n", self.seq).as_bytes());
+            }
             if buf.len() >= COPY_CHUNK {
                 copy.send(std::mem::take(&mut buf)).await.map_err(|e| err(&e, &host, &db))?;
             }
@@ -708,6 +778,30 @@ mod tests {
             ],
         );
         assert_eq!(String::from_utf8(out).unwrap(), "1,,\"a\"\"b,c\nd\",\"\",t,\"\\xdead\"\n");
+    }
+
+    #[test]
+    fn csv_rows_write_every_type_as_copy_reads_it() {
+        let mut out = Vec::new();
+        let t = time::macros::datetime!(2026-03-04 05:06:07.089 +05:30);
+        csv_row(
+            &mut out,
+            &[
+                Value::Int(-9_223_372_036_854_775_808),
+                Value::Decimal("-12.50".into()),
+                Value::Float(1e308),
+                Value::Float(f64::NAN),
+                Value::Timestamp(t),
+                Value::Date(time::macros::date!(2026 - 03 - 04)),
+                Value::Json(serde_json::json!({"q": ["say \"hi\"", 2]})),
+                Value::Bool(false),
+            ],
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "-9223372036854775808,\"-12.50\",\"1e308\",\"NaN\",\"2026-03-03T23:36:07.089000Z\",\"2026-03-04\",\
+             \"{\"\"q\"\":[\"\"say \\\"\"hi\\\"\"\"\",2]}\",f\n"
+        );
     }
 
     #[test]

@@ -240,6 +240,11 @@ impl Source for SqliteConnector {
         Ok(out)
     }
 
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        let schema = self.entity_schema(entity).await?.ok_or_else(|| ConnectorError::EntityNotFound(entity.into()))?;
+        Ok(Arc::new(schema.fields))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema =
             self.entity_schema(&req.entity).await?.ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
@@ -406,10 +411,11 @@ impl SqliteWriter {
 
 /// Reorders a batch's rows to `order` (the writer's column order); fields the
 /// batch lacks are null.
-pub fn align(batch: &RecordBatch, order: &[String]) -> Vec<Vec<Value>> {
+pub fn align<'a>(batch: &'a RecordBatch, order: &[String]) -> std::borrow::Cow<'a, [Vec<Value>]> {
     let idx: Vec<Option<usize>> = order.iter().map(|n| batch.fields.iter().position(|f| &f.name == n)).collect();
     if idx.iter().enumerate().all(|(i, j)| *j == Some(i)) && batch.fields.len() == order.len() {
-        return batch.rows.clone();
+        // Already in the table's order: borrowed, not copied.
+        return std::borrow::Cow::Borrowed(&batch.rows);
     }
     batch.rows.iter().map(|r| idx.iter().map(|j| j.map(|j| r[j].clone()).unwrap_or(Value::Null)).collect()).collect()
 }

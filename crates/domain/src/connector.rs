@@ -378,6 +378,17 @@ pub trait Source: Send + Sync {
     /// unknown cursor field.
     async fn read(&self, request: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>>;
 
+    /// The fields of one entity, without reading its records. The default
+    /// opens a read of none; connectors with a catalog answer from it.
+    ///
+    /// # Errors
+    /// `EntityNotFound` for an unknown entity.
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        let probe =
+            self.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
+        Ok(probe.fields())
+    }
+
     /// The whole entity as a bulk stream in `format`, columns in `fields`'
     /// order, when this source speaks that format; `None` otherwise.
     async fn bulk_out(

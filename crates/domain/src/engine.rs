@@ -278,10 +278,7 @@ impl Sluice {
     ) -> Result<Outcome, Failure> {
         let entity = m.source_entity.as_str();
         // The source's fields first: the stored cursor is typed by them.
-        let probe =
-            source.io.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
-        let source_fields = probe.fields();
-        drop(probe);
+        let source_fields = source.io.entity_fields(entity).await?;
         self.record_source_schema(&source.conn, entity, &source_fields).await;
         let incremental = m.sync_mode.incremental();
         let cursor_idx = if incremental {

@@ -3,7 +3,7 @@
 //! (read, set, reset, audit-logged).
 
 use crate::audit::AuditEntry;
-use crate::connector::{EntitySchema, ReadRequest};
+use crate::connector::EntitySchema;
 use crate::flow::*;
 use crate::identity::{Permission, Principal};
 use crate::ids::{ConnectionId, FlowId, OrgId, RunId};
@@ -89,13 +89,10 @@ impl Sluice {
         src.check().await.ok()?;
         let mut out = BTreeMap::new();
         for m in &config.mappings {
-            if let Ok(r) = src
-                .read(ReadRequest { entity: m.source_entity.clone(), cursor: None, limit: Some(0), batch_size: 1 })
-                .await
-            {
+            if let Ok(fields) = src.entity_fields(&m.source_entity).await {
                 out.insert(
                     m.source_entity.clone(),
-                    EntitySchema { name: m.source_entity.clone(), fields: r.fields().as_ref().clone() },
+                    EntitySchema { name: m.source_entity.clone(), fields: fields.as_ref().clone() },
                 );
             }
         }

@@ -193,17 +193,19 @@ pub fn dedupe(batch: RecordBatch, key_idx: &[usize], cursor_idx: Option<usize>) 
     if key_idx.is_empty() {
         return batch;
     }
-    let key_of = |r: &[Value]| key_idx.iter().map(|i| format!("{:?}", r[*i])).collect::<Vec<_>>().join("\u{1f}");
-    let mut slot: HashMap<String, usize> = HashMap::new();
+    // Rows by the hash of their key; equal hashes are told apart by the
+    // key values themselves.
+    let mut slot: HashMap<u64, SmallSlots> = HashMap::with_capacity(batch.rows.len());
     let mut out: Vec<Vec<Value>> = Vec::with_capacity(batch.rows.len());
     for row in batch.rows {
-        let k = key_of(&row);
-        match slot.get(&k) {
+        let h = key_hash(&row, key_idx);
+        let slots = slot.entry(h).or_default();
+        match slots.find(|i| same_key(&out[i], &row, key_idx)) {
             None => {
-                slot.insert(k, out.len());
+                slots.push(out.len());
                 out.push(row);
             }
-            Some(&i) => {
+            Some(i) => {
                 let replace = match cursor_idx {
                     Some(c) => compare_values(&row[c], &out[i][c]) != Some(Ordering::Less),
                     None => true,
@@ -215,6 +217,56 @@ pub fn dedupe(batch: RecordBatch, key_idx: &[usize], cursor_idx: Option<usize>) 
         }
     }
     RecordBatch { fields: batch.fields, rows: out }
+}
+
+/// The rows of one key hash: almost always one, kept without allocating.
+#[derive(Default)]
+struct SmallSlots {
+    first: Option<usize>,
+    more: Vec<usize>,
+}
+
+impl SmallSlots {
+    fn find(&self, is: impl Fn(usize) -> bool) -> Option<usize> {
+        self.first.into_iter().chain(self.more.iter().copied()).find(|i| is(*i))
+    }
+
+    fn push(&mut self, i: usize) {
+        match self.first {
+            None => self.first = Some(i),
+            Some(_) => self.more.push(i),
+        }
+    }
+}
+
+fn key_hash(row: &[Value], key_idx: &[usize]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for i in key_idx {
+        match &row[*i] {
+            Value::Null => 0u8.hash(&mut h),
+            Value::Bool(b) => (1u8, b).hash(&mut h),
+            Value::Int(n) => (2u8, n).hash(&mut h),
+            Value::Float(f) => (3u8, f.to_bits()).hash(&mut h),
+            Value::Decimal(d) => (4u8, d).hash(&mut h),
+            Value::String(s) => (5u8, s).hash(&mut h),
+            Value::Timestamp(t) => (6u8, t.unix_timestamp_nanos()).hash(&mut h),
+            Value::Date(d) => (7u8, d.to_julian_day()).hash(&mut h),
+            Value::Json(j) => (8u8, j.to_string()).hash(&mut h),
+            Value::Bytes(b) => (9u8, b).hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// Key equality as the hash sees it (floats by their bits, instants
+/// whatever their offset).
+fn same_key(a: &[Value], b: &[Value], key_idx: &[usize]) -> bool {
+    key_idx.iter().all(|i| match (&a[*i], &b[*i]) {
+        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+        (Value::Timestamp(x), Value::Timestamp(y)) => x.unix_timestamp_nanos() == y.unix_timestamp_nanos(),
+        (x, y) => x == y,
+    })
 }
 
 #[cfg(test)]
@@ -256,6 +308,42 @@ mod tests {
             d.rows,
             vec![vec![Value::Int(1), ts("2026-01-03T00:00:00Z")], vec![Value::Int(2), ts("2026-01-01T00:00:00Z")]]
         );
+    }
+
+    #[test]
+    fn composite_keys_are_told_apart_by_every_part_and_slots_share_hashes() {
+        let row = |a: i64, b: &str, v: i64| vec![Value::Int(a), Value::String(b.into()), Value::Int(v)];
+        let mut rows = vec![row(1, "x", 1), row(1, "y", 2), row(2, "x", 3), row(1, "x", 4), row(1, "y", 0)];
+        // Many distinct keys, so that the hash map grows past its first size.
+        rows.extend((0..5000).map(|i| row(10 + i, "z", i)));
+        let mut b = batch(rows);
+        b.fields = Arc::new(vec![
+            Field::new("a", FieldType::Integer),
+            Field::new("b", FieldType::String),
+            Field::new("v", FieldType::Integer),
+        ]);
+        let d = dedupe(b, &[0, 1], Some(2));
+        assert_eq!(d.rows.len(), 3 + 5000);
+        assert_eq!(&d.rows[..3], &[row(1, "x", 4), row(1, "y", 2), row(2, "x", 3)]);
+        assert_eq!(d.rows[3 + 4999], row(5009, "z", 4999));
+        // The slots of one hash hold several rows when keys collide.
+        let mut s = SmallSlots::default();
+        s.push(3);
+        s.push(7);
+        assert_eq!(s.find(|i| i == 7), Some(7));
+        assert_eq!(s.find(|i| i == 5), None);
+    }
+
+    #[test]
+    fn one_instant_is_one_key_whatever_its_offset() {
+        let t = time::macros::datetime!(2026-01-01 05:30 +05:30);
+        let b = batch(vec![
+            vec![Value::Timestamp(t), ts("2026-01-01T00:00:00Z")],
+            vec![Value::Timestamp(t.to_offset(time::UtcOffset::UTC)), ts("2026-01-02T00:00:00Z")],
+        ]);
+        let d = dedupe(b, &[0], Some(1));
+        assert_eq!(d.rows.len(), 1);
+        assert_eq!(d.rows[0][1], ts("2026-01-02T00:00:00Z"));
     }
 
     #[test]
