@@ -7,7 +7,11 @@
 //!  (3) Sluice full refresh PostgreSQL → PostgreSQL;
 //!  (4) Sluice incremental_deduped after 1% of the rows changed;
 //!  (5) Sluice full refresh PostgreSQL → MariaDB and → SQLite;
-//! and the peak memory of the process running the syncs.
+//! and the peak memory of the process running the syncs. Every timed step
+//! starts after a CHECKPOINT, so that none pays for its predecessor's dirty
+//! pages; (2) and (4) are the median of three rounds, for 1% of the rows
+//! spread evenly (every 100th key: about every other page) and for the
+//! newest 1% (the highest keys: a few pages).
 //!
 //!   cargo run --release -p sluice-connectors --example sync_bench [ROWS]
 
@@ -48,6 +52,23 @@ fn psql(sql: &str) {
         .success();
     assert!(ok, "{sql}");
 }
+
+fn psql_value(sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-q", "-A", "-t", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c", sql])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{sql}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Rounds of each incremental measurement.
+const ROUNDS: usize = 3;
 
 fn shell(cmd: &str) -> f64 {
     let t = Instant::now();
@@ -135,28 +156,18 @@ async fn main() {
     ));
     psql(&format!("VACUUM ANALYZE {src}.t"));
     let q = |sql: String| format!("psql -q -h 127.0.0.1 -U postgres -d test -c \"{sql}\"");
+    let checkpoint = || psql("CHECKPOINT");
     println!(
         "table: {rows} rows of (bigint key, bigint, text, jsonb, numeric(12,2), timestamptz, timestamptz); 1% = {changed} rows\n"
     );
 
     // (1) The physical limit.
+    checkpoint();
     let pipe = shell(&format!(
         "{} | {}",
         q(format!("COPY {src}.t TO STDOUT (FORMAT binary)")),
         q(format!("COPY {dst}.pipe FROM STDIN (FORMAT binary)"))
     ));
-    // (2) The raw incremental: 1% changed, copied in binary to a staging table, merged once.
-    psql(&format!("UPDATE {src}.t SET a = a + 1, updated = updated + interval '1 year' WHERE id % 100 = 0"));
-    let raw_inc = shell(&format!(
-        "psql -q -h 127.0.0.1 -U postgres -d test -c \"COPY (SELECT * FROM {src}.t WHERE updated >= timestamptz '2027-01-01') TO STDOUT (FORMAT binary)\" > /tmp/sluice-stage-{tag}.bin && \
-         psql -q -h 127.0.0.1 -U postgres -d test -v ON_ERROR_STOP=1 \
-           -c 'CREATE TEMP TABLE stage (LIKE {src}.t)' \
-           -c \"\\\\copy stage FROM '/tmp/sluice-stage-{tag}.bin' (FORMAT binary)\" \
-           -c 'INSERT INTO {dst}.pipe SELECT * FROM stage ON CONFLICT (id) DO UPDATE SET a = EXCLUDED.a, updated = EXCLUDED.updated'"
-    ));
-    let _ = std::fs::remove_file(format!("/tmp/sluice-stage-{tag}.bin"));
-    // Put the source back as it was for Sluice's full refresh.
-    psql(&format!("UPDATE {src}.t SET a = a - 1, updated = updated - interval '1 year' WHERE id % 100 = 0"));
 
     let store = InMemoryStore::new();
     let root = std::env::temp_dir().join(format!("sluice-syncbench-{tag}"));
@@ -174,63 +185,102 @@ async fn main() {
     let rss_before = rss_mb("VmRSS");
 
     // (3) Full refresh PostgreSQL → PostgreSQL.
+    checkpoint();
     let (_, full, _) = b
         .sync("full", s, d, json!({"source_entity": "t", "dest_entity": "full", "sync_mode": "full_refresh_overwrite"}))
         .await;
-    // (4) Incremental after 1% changed: the first sync (untimed) sets the cursor.
+    // (2) and (4): the first incremental sync (untimed) sets the cursor; then
+    // rounds of 1% changed, each merged raw (into the pipe's table) and by
+    // Sluice (into its own). Changed rows move past the newest cursor value.
     let (inc_flow, _, _) = b
         .sync("inc", s, d, json!({"source_entity": "t", "dest_entity": "inc", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}))
         .await;
-    psql(&format!("UPDATE {src}.t SET a = a + 1, updated = updated + interval '1 year' WHERE id % 100 = 0"));
-    let (inc, inc_run) = b.run(inc_flow).await;
-    assert_eq!(inc_run.entities[0].rows_written as i64, changed);
+    let mut incrementals = Vec::new();
+    for (pattern, filter) in [("spread", "id % 100 = 0".to_string()), ("newest", format!("id > {}", rows - changed))] {
+        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let from = psql_value(&format!("SELECT max(updated) FROM {src}.t"));
+            psql(&format!(
+                "UPDATE {src}.t SET a = a + 1, updated = timestamptz '{from}' + interval '1 second' + id * interval '1 microsecond' WHERE {filter}"
+            ));
+            checkpoint();
+            raw.push(shell(&format!(
+                "psql -q -h 127.0.0.1 -U postgres -d test -c \"COPY (SELECT * FROM {src}.t WHERE updated > timestamptz '{from}') TO STDOUT (FORMAT binary)\" > /tmp/sluice-stage-{tag}.bin && \
+                 psql -q -h 127.0.0.1 -U postgres -d test -v ON_ERROR_STOP=1 \
+                   -c 'CREATE TEMP TABLE stage (LIKE {src}.t)' \
+                   -c \"\\\\copy stage FROM '/tmp/sluice-stage-{tag}.bin' (FORMAT binary)\" \
+                   -c 'INSERT INTO {dst}.pipe SELECT * FROM stage ON CONFLICT (id) DO UPDATE SET a = EXCLUDED.a, updated = EXCLUDED.updated'"
+            )));
+            checkpoint();
+            let (secs, run) = b.run(inc_flow).await;
+            let written = run.entities[0].rows_written as i64;
+            assert!((changed..=changed + 1).contains(&written), "{written} rows written, {changed} changed");
+            ours.push(secs);
+        }
+        incrementals.push((pattern, median(raw), median(ours)));
+    }
+    let _ = std::fs::remove_file(format!("/tmp/sluice-stage-{tag}.bin"));
+    let dupes = psql_value(&format!("SELECT count(*) - count(DISTINCT id) FROM {dst}.inc"));
+    let same = psql_value(&format!("SELECT count(*) FROM ((TABLE {src}.t) EXCEPT (TABLE {dst}.inc)) x"));
+    assert_eq!((dupes.as_str(), same.as_str()), ("0", "0"), "the incremental destination equals the source");
+
     // (5) Other destinations.
     let my_db = format!("sb_{tag}");
     let mut my = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await.unwrap();
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {my_db}"))).execute(&mut my).await.unwrap();
     let m = b.conn("mysql", "mysql", json!({"host": "127.0.0.1", "database": my_db, "user": "root"})).await;
     let l = b.conn("sqlite", "sqlite", json!({"path": "bench.db"})).await;
+    checkpoint();
     let (_, to_my, _) =
         b.sync("to-mysql", s, m, json!({"source_entity": "t", "sync_mode": "full_refresh_overwrite"})).await;
+    checkpoint();
     let (_, to_lite, _) =
         b.sync("to-sqlite", s, l, json!({"source_entity": "t", "sync_mode": "full_refresh_overwrite"})).await;
     let peak = rss_mb("VmHWM");
 
     let rate = |secs: f64, n: i64| n as f64 / secs;
     let pipe_rate = rate(pipe, rows);
-    println!("{:<52} {:>9} {:>11} {:>9}", "step", "seconds", "rows/s", "ratio");
-    println!("{:<52} {:>9.2} {:>11.0} {:>9}", "(1) psql binary COPY pipe (table with key)", pipe, pipe_rate, "1.00×");
+    println!("{:<56} {:>9} {:>11} {:>9}", "step", "seconds", "rows/s", "ratio");
+    println!("{:<56} {:>9.2} {:>11.0} {:>9}", "(1) psql binary COPY pipe (table with key)", pipe, pipe_rate, "1.00×");
     println!(
-        "{:<52} {:>9.2} {:>11.0} {:>9}",
-        "(2) raw incremental, 1% (binary COPY + ON CONFLICT)",
-        raw_inc,
-        rate(raw_inc, changed),
-        ""
-    );
-    println!(
-        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "{:<56} {:>9.2} {:>11.0} {:>8.2}×",
         "(3) sluice full refresh postgres → postgres",
         full,
         rate(full, rows),
         rate(full, rows) / pipe_rate
     );
+    for (pattern, raw, ours) in &incrementals {
+        println!(
+            "{:<56} {:>9.3} {:>11.0} {:>9}",
+            format!("(2) raw incremental, 1% {pattern} (binary COPY + ON CONFLICT)"),
+            raw,
+            rate(*raw, changed),
+            ""
+        );
+        println!(
+            "{:<56} {:>9.3} {:>11.0} {:>8.2}×",
+            format!("(4) sluice incremental_deduped, 1% {pattern} (vs raw)"),
+            ours,
+            rate(*ours, changed),
+            ours / raw
+        );
+        println!(
+            "{:<56} {:>9} {:>11} {:>8.1}%",
+            "    … as a share of the full refresh's time",
+            "",
+            "",
+            ours / full * 100.0
+        );
+    }
     println!(
-        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
-        "(4) sluice incremental_deduped after 1% (vs raw)",
-        inc,
-        rate(inc, changed),
-        inc / raw_inc
-    );
-    println!("{:<52} {:>9} {:>11} {:>8.1}%", "    … as a share of the full refresh's time", "", "", inc / full * 100.0);
-    println!(
-        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "{:<56} {:>9.2} {:>11.0} {:>8.2}×",
         "(5) sluice full refresh postgres → mariadb",
         to_my,
         rate(to_my, rows),
         rate(to_my, rows) / pipe_rate
     );
     println!(
-        "{:<52} {:>9.2} {:>11.0} {:>8.2}×",
+        "{:<56} {:>9.2} {:>11.0} {:>8.2}×",
         "(5) sluice full refresh postgres → sqlite",
         to_lite,
         rate(to_lite, rows),
