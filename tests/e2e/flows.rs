@@ -118,6 +118,18 @@ async fn scenario(backend: Backend) {
         let rows = dest_rows(&app, &ann, &org, conn, "people").await;
         assert_eq!(ids(&rows), [1, 2, 3, 4, 5], "{name}: one row per key");
         assert_eq!(rows[1]["name"], "bobby", "{name}");
+        if *name == "postgres" {
+            let logs = check!(
+                app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), &ann).await,
+                200
+            );
+            let bulk = logs.body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["message"] == "bulk copy (postgres-binary-rows)");
+            assert!(bulk, "PostgreSQL to PostgreSQL stages in binary: {}", logs.body);
+        }
     }
 
     // Cursor set back, then reset: the same rows, no duplicates.
@@ -208,6 +220,65 @@ async fn scenario(backend: Backend) {
     assert_eq!(runs.body["data"].as_array().unwrap().len(), 2);
 
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+}
+
+/// PostgreSQL to PostgreSQL stages records in binary: when the source
+/// holds several versions of one key (no unique constraint there), the one
+/// with the greatest cursor wins, whatever the physical order; a text
+/// cursor is followed too.
+#[tokio::test]
+async fn binary_staging_keeps_the_greatest_cursor_of_a_key() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    pg_exec(format!(
+        "CREATE TABLE {s}.versions (id bigint NOT NULL, v text, updated timestamptz NOT NULL);
+         INSERT INTO {s}.versions VALUES (1, 'newest', '2026-01-03Z'), (2, 'only', '2026-01-01Z'), (1, 'oldest', '2026-01-01Z'), (1, 'middle', '2026-01-02Z');
+         CREATE TABLE {s}.tagged (id bigint PRIMARY KEY, tag varchar(10) NOT NULL);
+         INSERT INTO {s}.tagged VALUES (1, 'a'), (2, 'b'), (3, 'c');"
+    ))
+    .await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let pg = |name: &str, schema: &str| {
+        json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let source = check!(app.post(&conns, &ann, pg("src", s)).await, 201).id();
+    let dest = check!(app.post(&conns, &ann, pg("dst", &dst.name)).await, 201).id();
+    let flow = check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "versions", "source_connection_id": source, "destination_connection_id": dest,
+            "config": {"mappings": [
+                {"source_entity": "versions", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"},
+                {"source_entity": "tagged", "sync_mode": "incremental_deduped", "cursor_field": "tag", "primary_key": "id"}
+            ]}
+        })).await,
+        201
+    )
+    .id();
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["entities"][0]["rows_read"], 4);
+    assert_eq!(r["entities"][0]["cursor_after"], "2026-01-03T00:00:00.000000Z");
+    assert_eq!(r["entities"][1]["cursor_after"], "c");
+    let rows = dest_rows(&app, &ann, &org, &dest, "versions").await;
+    assert_eq!(ids(&rows), [1, 2]);
+    assert_eq!((rows[0]["v"].as_str(), rows[1]["v"].as_str()), (Some("newest"), Some("only")));
+
+    // Past the text cursor: the boundary again, and what follows.
+    pg_exec(format!("INSERT INTO {s}.tagged VALUES (4, 'd'), (5, 'b')")).await;
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["entities"][1]["cursor_before"], "c");
+    assert_eq!(r["entities"][1]["rows_read"], 2, "c again and d; b is behind the cursor");
+    assert_eq!(r["entities"][1]["cursor_after"], "d");
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, &dest, "tagged").await), [1, 2, 3, 4]);
+    let logs = check!(app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), &ann).await, 200);
+    let bulk =
+        logs.body["data"].as_array().unwrap().iter().filter(|l| l["message"] == "bulk copy (postgres-binary-rows)");
+    assert_eq!(bulk.count(), 2, "{}", logs.body);
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@
 //! starts after a CHECKPOINT, so that none pays for its predecessor's dirty
 //! pages; (2) and (4) are the median of three rounds, for 1% of the rows
 //! spread evenly (every 100th key: about every other page) and for the
-//! newest 1% (the highest keys: a few pages).
+//! newest 1% (the highest keys: a few pages). psql connects without TLS,
+//! as the syncs do.
 //!
 //!   cargo run --release -p sluice-connectors --example sync_bench [ROWS]
 
@@ -46,6 +47,7 @@ fn rss_mb(key: &str) -> f64 {
 
 fn psql(sql: &str) {
     let ok = Command::new("psql")
+        .env("PGSSLMODE", "disable")
         .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c", sql])
         .status()
         .unwrap()
@@ -55,6 +57,7 @@ fn psql(sql: &str) {
 
 fn psql_value(sql: &str) -> String {
     let out = Command::new("psql")
+        .env("PGSSLMODE", "disable")
         .args(["-q", "-A", "-t", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c", sql])
         .output()
         .unwrap();
@@ -72,7 +75,7 @@ const ROUNDS: usize = 3;
 
 fn shell(cmd: &str) -> f64 {
     let t = Instant::now();
-    assert!(Command::new("bash").arg("-c").arg(cmd).status().unwrap().success(), "{cmd}");
+    assert!(Command::new("bash").env("PGSSLMODE", "disable").arg("-c").arg(cmd).status().unwrap().success(), "{cmd}");
     t.elapsed().as_secs_f64()
 }
 

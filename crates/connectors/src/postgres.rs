@@ -8,6 +8,11 @@
 //! `INSERT … ON CONFLICT` per checkpoint for upsert (the last staged row of
 //! a key wins); into a fresh table that replaces the old one in the same
 //! transaction for overwrite, with the primary key built after the load.
+//! Between two PostgreSQL connections with nothing to transform, records
+//! are not decoded at all: an overwrite pipes the source's binary COPY into
+//! the fresh table, and an upsert by cursor pipes the source's binary COPY
+//! of the records past the cursor (ordered by it, cut into whole records,
+//! following the cursor column) into the stage, checkpoint by checkpoint.
 
 use crate::common::*;
 use sluice_domain::connector::*;
@@ -20,6 +25,15 @@ use std::time::Duration;
 pub const ENGINE: &str = "postgres";
 /// PostgreSQL's binary COPY format, passed between PostgreSQL connectors.
 pub const BULK_FORMAT: &str = "postgres-binary";
+/// The records of a binary COPY without its header and trailer, in chunks
+/// that end on a record's end: what a cursor read streams into a stage.
+pub const BULK_ROWS_FORMAT: &str = "postgres-binary-rows";
+/// The header of a binary COPY with no flags and no extension.
+const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+/// The trailer of a binary COPY.
+const COPY_TRAILER: &[u8] = &[0xff, 0xff];
+/// The size a chunk of records grows to before it is passed on.
+const ROWS_CHUNK: usize = 256 * 1024;
 const COPY_CHUNK: usize = 1 << 20;
 
 #[derive(Clone)]
@@ -367,15 +381,50 @@ impl Source for PgConnector {
         entity: &str,
         format: &str,
         fields: &[Field],
+        cursor: Option<&CursorBound>,
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
         use sqlx::postgres::PgPoolCopyExt;
-        if format != BULK_FORMAT {
-            return Ok(None);
-        }
         let cols = fields.iter().map(|f| quote_dq(&f.name)).collect::<Vec<_>>().join(", ");
-        let sql = format!("COPY (SELECT {cols} FROM {}) TO STDOUT (FORMAT binary)", self.qualified(entity));
-        let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
-        Ok(Some(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone() })))
+        let table = self.qualified(entity);
+        match (format, cursor) {
+            (BULK_FORMAT, None) => {
+                let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT binary)");
+                let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
+                Ok(Some(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone() })))
+            }
+            (BULK_ROWS_FORMAT, Some(c)) => {
+                let Some(at) = fields.iter().position(|f| f.name == c.field) else {
+                    return Err(ConnectorError::InvalidConfig(format!(
+                        "cursor field '{}' is not in {entity}",
+                        c.field
+                    )));
+                };
+                let f = &fields[at];
+                let (Some(kind), Some(native)) =
+                    (native_for(f, ENGINE).and_then(CursorKind::of), native_for(f, ENGINE))
+                else {
+                    return Ok(None);
+                };
+                let mut sql = format!("COPY (SELECT {cols} FROM {table}");
+                if let Some(from) = &c.from {
+                    let Some(text) = literal(from) else { return Ok(None) };
+                    sql.push_str(&format!(
+                        " WHERE {} >= CAST({} AS {native})",
+                        quote_dq(&c.field),
+                        dollar_quoted(&text)
+                    ));
+                }
+                sql.push_str(&format!(" ORDER BY {}) TO STDOUT (FORMAT binary)", quote_dq(&c.field)));
+                let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
+                Ok(Some(Box::new(PgRowsOut {
+                    stream,
+                    host: self.host.clone(),
+                    database: self.database.clone(),
+                    parser: RowsParser::new(fields.len(), at, kind),
+                })))
+            }
+            _ => Ok(None),
+        }
     }
 
     async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
@@ -432,6 +481,237 @@ impl BulkStream for PgBulkOut {
             Some(Err(e)) => Err(err(&e, &self.host, &self.database)),
         }
     }
+}
+
+/// A cursor read's binary COPY, re-cut into chunks of whole records with
+/// the header and trailer taken off, following the cursor column.
+struct PgRowsOut {
+    stream: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, sqlx::Error>>,
+    host: String,
+    database: String,
+    parser: RowsParser,
+}
+
+#[async_trait::async_trait]
+impl BulkStream for PgRowsOut {
+    async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
+        use futures_util::StreamExt;
+        loop {
+            if self.parser.ready() >= ROWS_CHUNK {
+                return Ok(Some(self.parser.take()));
+            }
+            match self.stream.next().await {
+                Some(Ok(b)) => self.parser.feed(&b).map_err(ConnectorError::Other)?,
+                Some(Err(e)) => return Err(err(&e, &self.host, &self.database)),
+                None => {
+                    self.parser.end().map_err(ConnectorError::Other)?;
+                    return Ok((self.parser.ready() > 0).then(|| self.parser.take()));
+                }
+            }
+        }
+    }
+
+    fn records(&self) -> Option<u64> {
+        Some(self.parser.taken_records)
+    }
+
+    fn last_cursor(&self) -> Option<Value> {
+        self.parser.taken_cursor.clone()
+    }
+}
+
+/// The types of cursor column a binary COPY stream can follow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum CursorKind {
+    Int2,
+    Int4,
+    Int8,
+    Timestamp,
+    Date,
+    Text,
+}
+
+impl CursorKind {
+    fn of(native: &str) -> Option<Self> {
+        Some(match native {
+            "smallint" => Self::Int2,
+            "integer" => Self::Int4,
+            "bigint" => Self::Int8,
+            "timestamp with time zone" | "timestamp without time zone" => Self::Timestamp,
+            "date" => Self::Date,
+            "text" => Self::Text,
+            n if n.starts_with("character varying") => Self::Text,
+            _ => return None,
+        })
+    }
+
+    /// A value in binary COPY's representation (big-endian; times in
+    /// microseconds and dates in days since 2000-01-01).
+    fn decode(self, b: &[u8]) -> Option<Value> {
+        const EPOCH_2000: i64 = 946_684_800;
+        Some(match self {
+            Self::Int2 => Value::Int(i16::from_be_bytes(b.try_into().ok()?).into()),
+            Self::Int4 => Value::Int(i32::from_be_bytes(b.try_into().ok()?).into()),
+            Self::Int8 => Value::Int(i64::from_be_bytes(b.try_into().ok()?)),
+            Self::Timestamp => {
+                let us = i64::from_be_bytes(b.try_into().ok()?);
+                if us == i64::MAX || us == i64::MIN {
+                    return None; // ±infinity
+                }
+                let nanos = (i128::from(us) + i128::from(EPOCH_2000) * 1_000_000) * 1_000;
+                Value::Timestamp(time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()?)
+            }
+            Self::Date => {
+                let days = i32::from_be_bytes(b.try_into().ok()?);
+                if days == i32::MAX || days == i32::MIN {
+                    return None;
+                }
+                Value::Date(time::Date::from_julian_day(2_451_545 + days).ok()?)
+            }
+            Self::Text => Value::String(std::str::from_utf8(b).ok()?.to_string()),
+        })
+    }
+}
+
+/// Cuts a binary COPY byte stream into whole records: drops the header,
+/// stops at the trailer, and keeps the cursor column of the last record
+/// whose cursor is not NULL.
+struct RowsParser {
+    width: usize,
+    cursor_at: usize,
+    kind: CursorKind,
+    /// Bytes received and not yet passed on; whole records up to `whole`.
+    buf: Vec<u8>,
+    whole: usize,
+    header_done: bool,
+    ended: bool,
+    records: u64,
+    /// Where the last non-NULL cursor of the whole records is in `buf`.
+    cursor: Option<std::ops::Range<usize>>,
+    /// What was passed on so far.
+    taken_records: u64,
+    taken_cursor: Option<Value>,
+}
+
+impl RowsParser {
+    fn new(width: usize, cursor_at: usize, kind: CursorKind) -> Self {
+        Self {
+            width,
+            cursor_at,
+            kind,
+            buf: Vec::with_capacity(ROWS_CHUNK + 64 * 1024),
+            whole: 0,
+            header_done: false,
+            ended: false,
+            records: 0,
+            cursor: None,
+            taken_records: 0,
+            taken_cursor: None,
+        }
+    }
+
+    fn ready(&self) -> usize {
+        self.whole
+    }
+
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if self.ended {
+            return if bytes.is_empty() { Ok(()) } else { Err("data after the end of a binary COPY".into()) };
+        }
+        self.buf.extend_from_slice(bytes);
+        if !self.header_done {
+            // Signature (11), flags (4), extension length (4) and extension.
+            if self.buf.len() < 19 {
+                return Ok(());
+            }
+            if &self.buf[..11] != b"PGCOPY\n\xff\r\n\0" {
+                return Err("not a binary COPY stream".into());
+            }
+            let ext = u32::from_be_bytes(self.buf[15..19].try_into().unwrap_or_default()) as usize;
+            if self.buf.len() < 19 + ext {
+                return Ok(());
+            }
+            self.buf.drain(..19 + ext);
+            self.header_done = true;
+        }
+        // Whole records past `whole`.
+        let mut at = self.whole;
+        while let Some(n) = self.buf.get(at..at + 2) {
+            let n = i16::from_be_bytes([n[0], n[1]]);
+            if n == -1 {
+                self.ended = true;
+                self.buf.truncate(at);
+                break;
+            }
+            if n as usize != self.width {
+                return Err(format!("a record of {n} columns in a stream of {}", self.width));
+            }
+            let mut p = at + 2;
+            let mut cursor = None;
+            let mut complete = true;
+            for i in 0..self.width {
+                let Some(len) = self.buf.get(p..p + 4) else {
+                    complete = false;
+                    break;
+                };
+                let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+                p += 4;
+                if len < 0 {
+                    continue;
+                }
+                let end = p + len as usize;
+                if end > self.buf.len() {
+                    complete = false;
+                    break;
+                }
+                if i == self.cursor_at {
+                    cursor = Some(p..end);
+                }
+                p = end;
+            }
+            if !complete {
+                break;
+            }
+            if cursor.is_some() {
+                self.cursor = cursor;
+            }
+            self.records += 1;
+            at = p;
+        }
+        self.whole = at;
+        Ok(())
+    }
+
+    /// At the end of the source's stream: every byte must be part of a
+    /// whole record.
+    fn end(&mut self) -> Result<(), String> {
+        if self.buf.len() > self.whole {
+            return Err("the binary COPY stream ended inside a record".into());
+        }
+        Ok(())
+    }
+
+    /// The whole records so far; the partial rest stays.
+    fn take(&mut self) -> Vec<u8> {
+        if let Some(v) = self.cursor.take().and_then(|r| self.kind.decode(&self.buf[r])) {
+            self.taken_cursor = Some(v);
+        }
+        let rest = self.buf.split_off(self.whole);
+        let out = std::mem::replace(&mut self.buf, rest);
+        self.whole = 0;
+        self.taken_records = self.records;
+        out
+    }
+}
+
+/// A SQL string literal that no content can end early: dollar-quoted with
+/// a tag the text does not hold.
+fn dollar_quoted(text: &str) -> String {
+    let mut tag = String::from("s");
+    while text.contains(&format!("${tag}$")) {
+        tag.push('s');
+    }
+    format!("${tag}${text}${tag}$")
 }
 
 #[async_trait::async_trait]
@@ -523,7 +803,7 @@ impl Destination for PgConnector {
         if mode == WriteMode::Upsert {
             let name = format!("sluice_stage_{}", uuid::Uuid::new_v4().simple());
             exec(format!(
-                "CREATE TEMP TABLE {} ({}, \"__sluice_seq\" bigint NOT NULL) ON COMMIT DELETE ROWS",
+                "CREATE TEMP TABLE {} ({}, \"__sluice_seq\" bigint) ON COMMIT DELETE ROWS",
                 quote_dq(&name),
                 columns(false).join(", ")
             ))
@@ -545,16 +825,27 @@ impl Destination for PgConnector {
                 schema.fields.iter().filter(|f| !f.primary_key).map(|f| format!("{0} = EXCLUDED.{0}", quote_dq(&f.name))).collect();
             let action = if updates.is_empty() { "DO NOTHING".to_string() } else { format!("DO UPDATE SET {}", updates.join(", ")) };
             format!(
-                "INSERT INTO {} ({col_list}) SELECT DISTINCT ON ({pk_list}) {col_list} FROM {} ORDER BY {pk_list}, \"__sluice_seq\" DESC \
+                "INSERT INTO {} ({col_list}) SELECT DISTINCT ON ({pk_list}) {col_list} FROM {} ORDER BY {pk_list}, \"__sluice_seq\" DESC NULLS LAST, ctid DESC \
                  ON CONFLICT ({pk_list}) {action}",
                 self.qualified(&schema.name),
                 quote_dq(s)
             )
         });
         // Binary COPY needs the table's exact types: a table this writer
-        // just created from a PostgreSQL source's own types.
-        let bulk_copy = (mode == WriteMode::Overwrite && schema.fields.iter().all(|f| native_for(f, ENGINE).is_some()))
-            .then(|| format!("COPY {} ({col_list}) FROM STDIN (FORMAT binary)", self.qualified(&new_table)));
+        // just created from a PostgreSQL source's own types, or the stage
+        // of an upsert, created the same way (records staged in bulk carry
+        // no sequence: they come ordered by the cursor, so the last one
+        // copied, the greatest ctid, wins).
+        let exact = schema.fields.iter().all(|f| native_for(f, ENGINE).is_some());
+        let bulk_copy = match (&stage, mode) {
+            (None, WriteMode::Overwrite) if exact => {
+                Some(format!("COPY {} ({col_list}) FROM STDIN (FORMAT binary)", self.qualified(&new_table)))
+            }
+            (Some(s), WriteMode::Upsert) if exact => {
+                Some(format!("COPY {} ({col_list}) FROM STDIN (FORMAT binary)", quote_dq(s)))
+            }
+            _ => None,
+        };
         Ok(Box::new(PgWriter {
             bulk_copy,
             tx: Some(tx),
@@ -716,19 +1007,32 @@ impl EntityWriter for PgWriter {
     }
 
     fn bulk_format(&self) -> Option<&'static str> {
-        self.bulk_copy.as_ref().map(|_| BULK_FORMAT)
+        self.bulk_copy.as_ref().map(|_| if self.mode == WriteMode::Upsert { BULK_ROWS_FORMAT } else { BULK_FORMAT })
     }
 
-    async fn write_bulk(&mut self, mut stream: Box<dyn BulkStream>) -> ConnectorResult<u64> {
+    async fn write_bulk(&mut self, stream: &mut dyn BulkStream, max_records: Option<u64>) -> ConnectorResult<u64> {
         let sql = self
             .bulk_copy
             .clone()
             .ok_or_else(|| ConnectorError::Unsupported("this table loads no bulk format".into()))?;
+        // Records alone (a stage's load) are framed here, one COPY per call.
+        let framed = self.mode == WriteMode::Upsert;
+        let start = stream.records().unwrap_or(0);
+        let Some(first) = stream.next_chunk().await? else { return Ok(0) };
         let (host, db) = (self.host.clone(), self.database.clone());
         let conn = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
         let mut copy = conn.copy_in_raw(&sql).await.map_err(|e| err(&e, &host, &db))?;
-        let mut bytes = 0u64;
+        if framed {
+            copy.send(COPY_HEADER).await.map_err(|e| err(&e, &host, &db))?;
+        }
+        let mut bytes = first.len() as u64;
+        copy.send(first).await.map_err(|e| err(&e, &host, &db))?;
         loop {
+            if let (Some(max), Some(n)) = (max_records, stream.records())
+                && n - start >= max
+            {
+                break;
+            }
             match stream.next_chunk().await {
                 Ok(Some(chunk)) => {
                     bytes += chunk.len() as u64;
@@ -741,7 +1045,13 @@ impl EntityWriter for PgWriter {
                 }
             }
         }
+        if framed {
+            copy.send(COPY_TRAILER).await.map_err(|e| err(&e, &host, &db))?;
+        }
         let rows = copy.finish().await.map_err(|e| err(&e, &host, &db))?;
+        if framed {
+            self.staged = true;
+        }
         self.pending.rows_written += rows;
         self.pending.bytes += bytes;
         Ok(rows)
@@ -778,6 +1088,110 @@ mod tests {
             ],
         );
         assert_eq!(String::from_utf8(out).unwrap(), "1,,\"a\"\"b,c\nd\",\"\",t,\"\\xdead\"\n");
+    }
+
+    /// A binary COPY stream: header (with an extension area), records of
+    /// (bigint id, text, timestamptz cursor), trailer.
+    fn copy_stream(records: &[(i64, Option<&str>, Option<i64>)]) -> Vec<u8> {
+        let mut out = b"PGCOPY\n\xff\r\n\0".to_vec();
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend_from_slice(&3u32.to_be_bytes());
+        out.extend_from_slice(b"ext");
+        for (id, text, us) in records {
+            out.extend_from_slice(&3i16.to_be_bytes());
+            out.extend_from_slice(&8i32.to_be_bytes());
+            out.extend_from_slice(&id.to_be_bytes());
+            match text {
+                Some(t) => {
+                    out.extend_from_slice(&(t.len() as i32).to_be_bytes());
+                    out.extend_from_slice(t.as_bytes());
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+            match us {
+                Some(us) => {
+                    out.extend_from_slice(&8i32.to_be_bytes());
+                    out.extend_from_slice(&us.to_be_bytes());
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        out.extend_from_slice(&(-1i16).to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_binary_copy_is_cut_into_whole_records_following_the_cursor() {
+        let day = 86_400_000_000i64;
+        let records =
+            [(1, Some("a"), Some(0)), (2, None, Some(day)), (3, Some("c"), None), (4, Some("d\u{e9}"), Some(2 * day))];
+        let stream = copy_stream(&records);
+        let header = 19 + 3;
+        // Fed a byte at a time, taken whenever something is whole.
+        let mut p = RowsParser::new(3, 2, CursorKind::Timestamp);
+        let mut out = Vec::new();
+        let mut cursors = Vec::new();
+        for b in &stream {
+            p.feed(std::slice::from_ref(b)).unwrap();
+            if p.ready() > 0 {
+                out.extend(p.take());
+                cursors.push((p.taken_records, p.taken_cursor.clone()));
+            }
+        }
+        p.end().unwrap();
+        assert_eq!(out, stream[header..stream.len() - 2], "the records alone, header and trailer gone");
+        assert_eq!(p.taken_records, 4);
+        let ts = |d: i64| Value::Timestamp(time::macros::datetime!(2000-01-01 0:00 UTC) + time::Duration::days(d));
+        assert_eq!(cursors[0], (1, Some(ts(0))));
+        assert_eq!(cursors[2], (3, Some(ts(1))), "a NULL cursor keeps the last one");
+        assert_eq!(cursors[3], (4, Some(ts(2))));
+
+        // Fed whole, taken once.
+        let mut p = RowsParser::new(3, 2, CursorKind::Timestamp);
+        p.feed(&stream).unwrap();
+        p.end().unwrap();
+        assert_eq!(p.take().len(), stream.len() - header - 2);
+        assert_eq!((p.taken_records, p.taken_cursor.clone()), (4, Some(ts(2))));
+    }
+
+    #[test]
+    fn a_broken_binary_copy_is_an_error_not_a_record() {
+        let stream = copy_stream(&[(1, Some("a"), Some(0))]);
+        let mut p = RowsParser::new(3, 2, CursorKind::Timestamp);
+        p.feed(&stream[..stream.len() - 5]).unwrap();
+        assert!(p.end().is_err(), "ended inside a record");
+        let mut p = RowsParser::new(2, 1, CursorKind::Int8);
+        assert!(p.feed(&stream).is_err(), "a record of another width");
+        let mut p = RowsParser::new(3, 2, CursorKind::Int8);
+        assert!(p.feed(b"COPY not binary at all").is_err());
+    }
+
+    #[test]
+    fn cursor_columns_decode_from_their_binary_form() {
+        assert_eq!(CursorKind::of("bigint"), Some(CursorKind::Int8));
+        assert_eq!(CursorKind::of("character varying(20)"), Some(CursorKind::Text));
+        assert_eq!(CursorKind::of("numeric(12,2)"), None, "followed by the row path");
+        assert_eq!(CursorKind::Int2.decode(&(-7i16).to_be_bytes()), Some(Value::Int(-7)));
+        assert_eq!(CursorKind::Int4.decode(&70_000i32.to_be_bytes()), Some(Value::Int(70_000)));
+        assert_eq!(CursorKind::Int8.decode(&i64::MIN.to_be_bytes()), Some(Value::Int(i64::MIN)));
+        assert_eq!(CursorKind::Int8.decode(&[1, 2]), None);
+        assert_eq!(
+            CursorKind::Timestamp.decode(&1_500_000i64.to_be_bytes()),
+            Some(Value::Timestamp(time::macros::datetime!(2000-01-01 0:00:01.5 UTC)))
+        );
+        assert_eq!(CursorKind::Timestamp.decode(&i64::MAX.to_be_bytes()), None, "infinity");
+        assert_eq!(
+            CursorKind::Date.decode(&(-1i32).to_be_bytes()),
+            Some(Value::Date(time::macros::date!(1999 - 12 - 31)))
+        );
+        assert_eq!(CursorKind::Text.decode("z\u{e9}".as_bytes()), Some(Value::String("z\u{e9}".into())));
+    }
+
+    #[test]
+    fn dollar_quoting_outlives_any_text() {
+        assert_eq!(dollar_quoted("2026-01-01"), "$s$2026-01-01$s$");
+        assert_eq!(dollar_quoted("a$s$b"), "$ss$a$s$b$ss$");
+        assert_eq!(dollar_quoted("'; DROP TABLE x; --"), "$s$'; DROP TABLE x; --$s$");
     }
 
     #[test]

@@ -358,6 +358,18 @@ pub type ConnectorResult<T> = std::result::Result<T, ConnectorError>;
 #[async_trait::async_trait]
 pub trait BulkStream: Send {
     async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>>;
+
+    /// The records in the chunks yielded so far, for streams whose chunks
+    /// end on record boundaries (those of a cursor read); `None` otherwise.
+    fn records(&self) -> Option<u64> {
+        None
+    }
+
+    /// The greatest cursor value among the records yielded so far, for
+    /// streams of a cursor read.
+    fn last_cursor(&self) -> Option<Value> {
+        None
+    }
 }
 
 /// Pulls batches of one entity.
@@ -389,13 +401,17 @@ pub trait Source: Send + Sync {
         Ok(probe.fields())
     }
 
-    /// The whole entity as a bulk stream in `format`, columns in `fields`'
-    /// order, when this source speaks that format; `None` otherwise.
+    /// The entity as a bulk stream in `format`, columns in `fields`' order,
+    /// when this source speaks that format; `None` otherwise. With a
+    /// `cursor`, only the records at or past its value, ordered by it, in a
+    /// stream that counts its records and follows the cursor (`None` when
+    /// the source cannot follow that cursor's type in this format).
     async fn bulk_out(
         &self,
         _entity: &str,
         _format: &str,
         _fields: &[Field],
+        _cursor: Option<&CursorBound>,
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
         Ok(None)
     }
@@ -419,8 +435,10 @@ pub trait EntityWriter: Send {
     }
 
     /// Loads a bulk stream (in [`EntityWriter::bulk_format`]); answers the
-    /// rows loaded.
-    async fn write_bulk(&mut self, _stream: Box<dyn BulkStream>) -> ConnectorResult<u64> {
+    /// rows loaded. With `max_records`, stops at the first chunk boundary
+    /// at or past that many records (of a stream that counts them), so that
+    /// the caller can checkpoint and call again; 0 means the stream ended.
+    async fn write_bulk(&mut self, _stream: &mut dyn BulkStream, _max_records: Option<u64>) -> ConnectorResult<u64> {
         Err(ConnectorError::Unsupported("this destination loads no bulk format".into()))
     }
 }

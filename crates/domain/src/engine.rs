@@ -351,10 +351,10 @@ impl Sluice {
         if m.sync_mode == SyncMode::FullRefreshOverwrite
             && m.transform.is_empty()
             && let Some(format) = writer.bulk_format()
-            && let Some(stream) = source.io.bulk_out(entity, format, &source_fields).await?
+            && let Some(mut stream) = source.io.bulk_out(entity, format, &source_fields, None).await?
         {
             self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
-            let loaded = match writer.write_bulk(stream).await {
+            let loaded = match writer.write_bulk(&mut *stream, None).await {
                 Ok(n) => n,
                 Err(e) => {
                     writer.abort().await;
@@ -365,6 +365,50 @@ impl Sluice {
             stats.rows_read = loaded;
             stats.rows_written = w.rows_written;
             stats.bytes = w.bytes;
+            return Ok(Outcome::Done);
+        }
+        // The same for an upsert by cursor: the records past the cursor,
+        // ordered by it, staged in bulk and merged at each checkpoint (the
+        // last staged version of a key wins, so the greatest cursor).
+        if m.sync_mode == SyncMode::IncrementalDeduped
+            && m.transform.is_empty()
+            && let Some(format) = writer.bulk_format()
+            && let Some(mut stream) = source.io.bulk_out(entity, format, &source_fields, bound.as_ref()).await?
+        {
+            self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
+            loop {
+                let loaded = match writer.write_bulk(&mut *stream, Some(CHECKPOINT_ROWS)).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        writer.abort().await;
+                        return Err(e.into());
+                    }
+                };
+                if loaded == 0 {
+                    break;
+                }
+                stats.rows_read += loaded;
+                let w = writer.checkpoint().await?;
+                stats.rows_written = w.rows_written;
+                stats.bytes = w.bytes;
+                // The destination holds everything read so far: the cursor may advance.
+                if let Some(c) = stream.last_cursor() {
+                    cursor = Some(c);
+                }
+                self.store_cursor(flow, m, &cursor).await?;
+                stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+                if self.canceled(run).await {
+                    writer.abort().await;
+                    self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into())
+                        .await;
+                    return Ok(Outcome::Canceled);
+                }
+            }
+            let w = writer.finish().await?;
+            stats.rows_written = w.rows_written;
+            stats.bytes = w.bytes;
+            self.store_cursor(flow, m, &cursor).await?;
+            stats.cursor_after = cursor.as_ref().and_then(cursor_text);
             return Ok(Outcome::Done);
         }
         let mut reader = source
