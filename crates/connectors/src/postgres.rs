@@ -291,21 +291,8 @@ pub fn csv_row(out: &mut Vec<u8>, row: &[Value]) {
             // Texts that hold no quote: no escaping to do.
             Value::Decimal(d) => write!(out, "\"{d}\""),
             Value::Float(f) => write!(out, "\"{}\"", float_text(*f)),
-            Value::Timestamp(t) => {
-                let t = t.to_offset(time::UtcOffset::UTC);
-                write!(
-                    out,
-                    "\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z\"",
-                    t.year(),
-                    t.month() as u8,
-                    t.day(),
-                    t.hour(),
-                    t.minute(),
-                    t.second(),
-                    t.microsecond()
-                )
-            }
-            Value::Date(d) => write!(out, "\"{:04}-{:02}-{:02}\"", d.year(), d.month() as u8, d.day()),
+            Value::Timestamp(t) => write!(out, "\"{}\"", TimestampText(*t)),
+            Value::Date(d) => write!(out, "\"{}\"", DateText(*d)),
             Value::Bytes(b) => {
                 out.extend_from_slice(b"\"\\x");
                 out.extend_from_slice(hex(b).as_bytes());

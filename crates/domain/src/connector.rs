@@ -203,21 +203,40 @@ pub fn compare_values(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
 
 /// RFC 3339 in UTC with microseconds (`2026-01-02T03:04:05.123456Z`).
 pub fn format_timestamp(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        t.year(),
-        t.month() as u8,
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.microsecond()
-    )
+    TimestampText(t).to_string()
 }
 
 pub fn format_date(d: Date) -> String {
-    format!("{:04}-{:02}-{:02}", d.year(), d.month() as u8, d.day())
+    DateText(d).to_string()
+}
+
+/// Shows a timestamp as [`format_timestamp`] does, for writing it in place.
+pub struct TimestampText(pub OffsetDateTime);
+
+impl fmt::Display for TimestampText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.0.to_offset(time::UtcOffset::UTC);
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            t.year(),
+            t.month() as u8,
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.microsecond()
+        )
+    }
+}
+
+/// Shows a date as [`format_date`] does, for writing it in place.
+pub struct DateText(pub Date);
+
+impl fmt::Display for DateText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}-{:02}", self.0.year(), self.0.month() as u8, self.0.day())
+    }
 }
 
 /// Parses RFC 3339 / ISO 8601 timestamps, with `T` or a space, with or
