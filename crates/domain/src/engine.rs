@@ -9,7 +9,7 @@
 //! overlap is absorbed by the upsert. Overwrite commits once, at the end,
 //! swapping the new table in.
 
-use crate::connector::{CursorBound, Destination, EntitySchema, ReadRequest, Source, Value};
+use crate::connector::{CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteStats};
 use crate::flow::*;
 use crate::service::Sluice;
 use crate::sync::{SyncMode, advance, cursor_text, dedupe, parse_cursor};
@@ -388,20 +388,13 @@ impl Sluice {
                     break;
                 }
                 stats.rows_read += loaded;
-                let w = writer.checkpoint().await?;
-                stats.rows_written = w.rows_written;
-                stats.bytes = w.bytes;
-                // The destination holds everything read so far: the cursor may advance.
                 if let Some(c) = stream.last_cursor() {
                     cursor = Some(c);
                 }
-                self.store_cursor(flow, m, &cursor).await?;
-                stats.cursor_after = cursor.as_ref().and_then(cursor_text);
-                if self.canceled(run).await {
-                    writer.abort().await;
-                    self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into())
-                        .await;
-                    return Ok(Outcome::Canceled);
+                let (w, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, stats).await?;
+                stats.bytes = w.bytes;
+                if canceled {
+                    return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
                 }
             }
             let w = writer.finish().await?;
@@ -441,17 +434,10 @@ impl Sluice {
                 return Err(e.into());
             }
             if checkpoints && since_checkpoint >= CHECKPOINT_ROWS {
-                let w = writer.checkpoint().await?;
-                stats.rows_written = w.rows_written;
-                // The destination holds everything read so far: the cursor may advance.
-                self.store_cursor(flow, m, &cursor).await?;
-                stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+                let (_, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, stats).await?;
                 since_checkpoint = 0;
-                if self.canceled(run).await {
-                    writer.abort().await;
-                    self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into())
-                        .await;
-                    return Ok(Outcome::Canceled);
+                if canceled {
+                    return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
                 }
             }
         }
@@ -462,6 +448,32 @@ impl Sluice {
         }
         stats.cursor_after = if incremental { cursor.as_ref().and_then(cursor_text) } else { None };
         Ok(Outcome::Done)
+    }
+
+    /// Commits what the writer holds, then (only then) stores `cursor`:
+    /// the destination holds everything read so far. Answers the writer's
+    /// totals and whether the run was canceled meanwhile.
+    async fn checkpoint(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        m: &Mapping,
+        writer: &mut Box<dyn EntityWriter>,
+        cursor: &Option<Value>,
+        stats: &mut EntityStats,
+    ) -> Result<(WriteStats, bool), Failure> {
+        let w = writer.checkpoint().await?;
+        stats.rows_written = w.rows_written;
+        self.store_cursor(flow, m, cursor).await?;
+        stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+        Ok((w, self.canceled(run).await))
+    }
+
+    /// A run canceled at a checkpoint: the uncommitted rest is rolled back.
+    async fn cancel_after_checkpoint(&self, run: &Run, entity: &str, writer: Box<dyn EntityWriter>) -> Outcome {
+        writer.abort().await;
+        self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into()).await;
+        Outcome::Canceled
     }
 
     async fn store_cursor(&self, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), String> {
