@@ -387,9 +387,7 @@ impl Source for PgConnector {
                     )));
                 };
                 let f = &fields[at];
-                let (Some(kind), Some(native)) =
-                    (native_for(f, ENGINE).and_then(CursorKind::of), native_for(f, ENGINE))
-                else {
+                let Some((native, kind)) = native_for(f, ENGINE).and_then(|n| Some((n, CursorKind::of(n)?))) else {
                     return Ok(None);
                 };
                 let mut sql = format!("COPY (SELECT {cols} FROM {table}");
@@ -800,12 +798,11 @@ impl Destination for PgConnector {
             stage = Some(name);
         }
         let col_list = schema.fields.iter().map(|f| quote_dq(&f.name)).collect::<Vec<_>>().join(", ");
-        let copy_sql = match (&stage, mode) {
-            (Some(s), _) => format!("COPY {} ({col_list}, \"__sluice_seq\") FROM STDIN (FORMAT csv)", quote_dq(s)),
-            (None, WriteMode::Overwrite) => {
-                format!("COPY {} ({col_list}) FROM STDIN (FORMAT csv)", self.qualified(&new_table))
-            }
-            (None, _) => format!("COPY {} ({col_list}) FROM STDIN (FORMAT csv)", self.qualified(&schema.name)),
+        // The stage also takes the sequence the writer numbers rows with.
+        let (copy_target, seq_column) = match (&stage, mode) {
+            (Some(s), _) => (quote_dq(s), ", \"__sluice_seq\""),
+            (None, WriteMode::Overwrite) => (self.qualified(&new_table), ""),
+            (None, _) => (self.qualified(&schema.name), ""),
         };
         let merge = stage.as_ref().map(|s| {
             let updates: Vec<String> =
@@ -824,20 +821,14 @@ impl Destination for PgConnector {
         // no sequence: they come ordered by the cursor, so the last one
         // copied, the greatest ctid, wins).
         let exact = schema.fields.iter().all(|f| native_for(f, ENGINE).is_some());
-        let bulk_copy = match (&stage, mode) {
-            (None, WriteMode::Overwrite) if exact => {
-                Some(format!("COPY {} ({col_list}) FROM STDIN (FORMAT binary)", self.qualified(&new_table)))
-            }
-            (Some(s), WriteMode::Upsert) if exact => {
-                Some(format!("COPY {} ({col_list}) FROM STDIN (FORMAT binary)", quote_dq(s)))
-            }
-            _ => None,
-        };
+        let bulk_copy = (exact
+            && matches!((&stage, mode), (None, WriteMode::Overwrite) | (Some(_), WriteMode::Upsert)))
+        .then(|| format!("COPY {copy_target} ({col_list}) FROM STDIN (FORMAT binary)"));
         Ok(Box::new(PgWriter {
             bulk_copy,
             tx: Some(tx),
             mode,
-            copy_sql,
+            copy_sql: format!("COPY {copy_target} ({col_list}{seq_column}) FROM STDIN (FORMAT csv)"),
             merge,
             stage,
             swap: (mode == WriteMode::Overwrite).then(|| Swap {
@@ -927,9 +918,10 @@ impl EntityWriter for PgWriter {
         for row in rows.iter() {
             csv_row(&mut buf, row);
             if staging {
+                use std::io::Write;
                 buf.pop();
                 self.seq += 1;
-                buf.extend_from_slice(format!(",{}\n", self.seq).as_bytes());
+                let _ = writeln!(buf, ",{}", self.seq); // into a Vec: cannot fail
             }
             if buf.len() >= COPY_CHUNK {
                 copy.send(std::mem::take(&mut buf)).await.map_err(|e| err(&e, &host, &db))?;
