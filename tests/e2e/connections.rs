@@ -69,6 +69,10 @@ async fn postgres_connections_are_tested_discovered_and_previewed_without_leakin
     for (config, code) in [
         (
             json!({"host": "127.0.0.1", "port": 1, "database": "test", "user": "postgres", "password": PASSWORD, "sslmode": "disable"}),
+            "refused",
+        ),
+        (
+            json!({"host": "no-such-host.invalid", "database": "test", "user": "postgres", "password": PASSWORD, "sslmode": "disable"}),
             "unreachable",
         ),
         (
@@ -130,11 +134,11 @@ async fn postgres_connections_are_tested_discovered_and_previewed_without_leakin
 #[tokio::test]
 async fn file_connections_read_files_under_the_file_root_only() {
     let Some(app) = spawn_app(Backend::Sqlite).await else { return };
-    let dir = app.file_root().join("exports");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("events.jsonl"), "{\"id\": 1, \"kind\": \"click\", \"at\": \"2026-01-01T00:00:00Z\"}\n{\"id\": 2, \"kind\": \"view\", \"at\": \"2026-01-02T00:00:00Z\"}\n").unwrap();
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let dir = app.org_files(&org).join("exports");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("events.jsonl"), "{\"id\": 1, \"kind\": \"click\", \"at\": \"2026-01-01T00:00:00Z\"}\n{\"id\": 2, \"kind\": \"view\", \"at\": \"2026-01-02T00:00:00Z\"}\n").unwrap();
     let base = format!("/v1/organizations/{org}/connections");
     let c = check!(
         app.post(
@@ -158,8 +162,7 @@ async fn file_connections_read_files_under_the_file_root_only() {
             json!({"type": "file", "capability": "source", "config": {"path": "../../etc"}})
         )
         .await,
-        200
+        422
     );
-    assert_eq!(escape.body["ok"], false);
-    assert_eq!(escape.body["error_code"], "invalid_config");
+    assert_eq!(escape.body["details"]["errors"][0]["field"], "config.path", "{}", escape.body);
 }

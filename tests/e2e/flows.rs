@@ -8,10 +8,7 @@ use sluice_tests::{Auth, Backend, TestApp, check, spawn_app};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 
-async fn pg_exec(sql: String) {
-    let mut c = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
-}
+use sluice_tests::pg_exec;
 
 /// Queues a run and polls it to its end (deadline 60 s).
 async fn run(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Value {
@@ -368,11 +365,11 @@ async fn flow_validation_and_roles() {
 #[tokio::test]
 async fn downstream_flows_share_the_trace_and_show_in_topology_and_activity() {
     let Some(app) = spawn_app(Backend::Sqlite).await else { return };
-    let dir = app.file_root().join("src");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let dir = app.org_files(&org).join("src");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
     let c = check!(
         app.post(
             &format!("/v1/organizations/{org}/connections"),

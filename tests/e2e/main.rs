@@ -3,5 +3,7 @@
 
 mod connections;
 mod flows;
+mod input;
+mod isolation;
 mod oauth;
 mod organizations;

@@ -36,6 +36,13 @@ pub enum Backend {
 
 pub const PG_TEST_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+/// Runs SQL on the `test` database.
+pub async fn pg_exec(sql: String) {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(PG_TEST_URL).await.expect("PostgreSQL");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.expect("the SQL runs");
+}
+
 /// A PostgreSQL schema of the test's own in database `test`, dropped on drop.
 pub struct PgSchema {
     pub name: String,
@@ -132,6 +139,8 @@ pub struct TestApp {
     pub base: String,
     file_root: PathBuf,
     metadata_file: Option<PathBuf>,
+    /// The metadata store's PostgreSQL database name, on that backend.
+    pub metadata_database: Option<String>,
     pub client: reqwest::Client,
     pub backend: Backend,
     issuer: TokenIssuer,
@@ -182,7 +191,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
     let database_url = match backend {
         Backend::Sqlite => {
             let file = std::env::temp_dir().join(format!("sluice-e2e-{tag}.db"));
-            for suffix in ["", "-wal", "-shm"] {
+            for suffix in ["", "-wal", "-shm", ".lock"] {
                 cleanup.push(Cleanup::File(PathBuf::from(format!("{}{suffix}", file.display()))));
             }
             format!("sqlite://{}?mode=rwc", file.display())
@@ -221,6 +230,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         Backend::Sqlite => Some(std::env::temp_dir().join(format!("sluice-e2e-{tag}.db"))),
         Backend::Postgres => None,
     };
+    let metadata_database = (backend == Backend::Postgres).then(|| format!("sluice_e2e_{tag}"));
     let settings = Settings {
         database_url,
         listen: "127.0.0.1:0".into(),
@@ -246,6 +256,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         base,
         file_root,
         metadata_file,
+        metadata_database,
         client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client"),
         backend,
         issuer: TokenIssuer::new(JWT_SECRET.as_bytes().to_vec(), "sluice", "sluice"),
@@ -254,9 +265,22 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
 }
 
 impl TestApp {
-    /// The directory file and SQLite connections resolve under.
+    /// The directory under which each organization has its own.
     pub fn file_root(&self) -> &std::path::Path {
         &self.file_root
+    }
+
+    /// The organization's own directory, where its file and SQLite
+    /// connections resolve (created).
+    pub fn org_files(&self, org: &str) -> PathBuf {
+        let dir = self.file_root.join(org);
+        std::fs::create_dir_all(&dir).expect("the organization's directory");
+        dir
+    }
+
+    /// The metadata store's SQLite file, on that backend.
+    pub fn metadata_file(&self) -> Option<&std::path::Path> {
+        self.metadata_file.as_deref()
     }
 
     /// The bytes of the SQLite metadata store (database and WAL), to check
@@ -266,6 +290,18 @@ impl TestApp {
         let mut out = std::fs::read(f).unwrap_or_default();
         out.extend(std::fs::read(format!("{}-wal", f.display())).unwrap_or_default());
         out
+    }
+
+    /// A token with any claims, validly signed with the app's HS256 secret.
+    pub fn token_with_claims(&self, claims: Value) -> String {
+        use base64::Engine;
+        use hmac::{KeyInit, Mac};
+        let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap());
+        let input = format!("{}.{}", b64(&serde_json::json!({"alg": "HS256", "typ": "JWT"})), b64(&claims));
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(JWT_SECRET.as_bytes()).expect("a key");
+        mac.update(input.as_bytes());
+        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        format!("{input}.{sig}")
     }
 
     /// A session token for `email`.
@@ -294,6 +330,23 @@ impl TestApp {
             req = req.json(&b);
         }
         let res = req.send().await.expect("request sent");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let text = res.text().await.expect("body read");
+        let body =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Resp { status, headers, body }
+    }
+
+    /// Sends `text` as the body with `content_type` (YAML, say).
+    pub async fn send_text(&self, method: Method, path: &str, auth: &Auth, text: &str, content_type: &str) -> Resp {
+        let mut req = self.client.request(method, format!("{}{}", self.base, path));
+        req = match auth {
+            Auth::None => req,
+            Auth::Token(t) => req.bearer_auth(t),
+            Auth::Key(k) => req.header("X-Api-Key", k),
+        };
+        let res = req.header("Content-Type", content_type).body(text.to_string()).send().await.expect("request sent");
         let status = res.status();
         let headers = res.headers().clone();
         let text = res.text().await.expect("body read");

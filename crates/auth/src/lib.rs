@@ -174,12 +174,62 @@ fn bad(msg: impl std::fmt::Display) -> Error {
     Error::Unauthenticated(format!("invalid session token: {msg}"))
 }
 
+/// The latest time a claim may name (9999-12-31T23:59:59Z): later ones do
+/// not fit the date types the verifier converts them to.
+const MAX_TIME: f64 = 253_402_300_799.0;
+/// The longest `sub`, `iss`, `email` or `name` taken.
+const MAX_CLAIM_LEN: usize = 512;
+
+/// Checks what the signature check and the claim validation take on
+/// trust, before they run: a header without `crit` parameters (none is
+/// understood, RFC 7515 §4.1.11), times that are numbers in range, a
+/// non-empty `sub`, and string claims of sane length without NUL.
+fn precheck(token: &str) -> Result<()> {
+    use base64::Engine;
+    use serde_json::Value;
+    let part = |i: usize| -> Result<serde_json::Map<String, Value>> {
+        let raw = token.split('.').nth(i).unwrap_or_default();
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(raw.trim_end_matches('='))
+            .map_err(|_| bad("not a compact JWT"))?;
+        match serde_json::from_slice(&bytes) {
+            Ok(Value::Object(m)) => Ok(m),
+            _ => Err(bad("not a compact JWT")),
+        }
+    };
+    let header = part(0)?;
+    if header.contains_key("crit") {
+        return Err(bad("critical header parameters are not understood"));
+    }
+    let claims = part(1)?;
+    for k in ["exp", "nbf", "iat"] {
+        if let Some(v) = claims.get(k) {
+            let ok = v.as_f64().is_some_and(|t| (0.0..=MAX_TIME).contains(&t));
+            if !ok {
+                return Err(bad(format!("'{k}' is not a time")));
+            }
+        }
+    }
+    for k in ["sub", "iss", "email", "name"] {
+        match claims.get(k) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.len() <= MAX_CLAIM_LEN && !s.contains('\0') => {}
+            Some(_) => return Err(bad(format!("'{k}' must be a string of at most {MAX_CLAIM_LEN} bytes"))),
+        }
+    }
+    if claims.get("sub").and_then(Value::as_str).is_some_and(|s| s.trim().is_empty()) {
+        return Err(bad("'sub' is empty"));
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl TokenVerifier for JwtVerifier {
     async fn verify(&self, token: &str) -> Result<VerifiedClaims> {
         if token.len() > 16 * 1024 || token.split('.').count() != 3 {
             return Err(bad("not a compact JWT"));
         }
+        precheck(token)?;
         let encoded: JWT<ProfileClaims, Empty> = Compact::new_encoded(token);
         let header = encoded.unverified_header().map_err(|_| bad("unreadable header"))?;
         let alg = header.registered.algorithm;
@@ -324,6 +374,47 @@ mod tests {
         let past = time::OffsetDateTime::now_utc().unix_timestamp() - 10;
         let expired = TokenIssuer::new(b"k".to_vec(), "sluice", "sluice").issue_until("x", None, None, past).unwrap();
         assert!(v.verify(&expired).await.unwrap_err().to_string().contains("expired"));
+    }
+
+    /// A token with any header and claims, validly signed with HS256.
+    fn signed(secret: &[u8], header: serde_json::Value, claims: serde_json::Value) -> String {
+        use base64::Engine;
+        let b64 = |v: &serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap())
+        };
+        let input = format!("{}.{}", b64(&header), b64(&claims));
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+        let sig = ring::hmac::sign(&key, input.as_bytes());
+        format!("{input}.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sig.as_ref()))
+    }
+
+    #[tokio::test]
+    async fn hostile_but_validly_signed_claims_are_refused_without_a_panic() {
+        use serde_json::json;
+        let v = verifier(b"k").await;
+        let hs = json!({"alg": "HS256", "typ": "JWT"});
+        let base = |extra: serde_json::Value| {
+            let mut c = json!({"sub": "x", "iss": "sluice", "aud": "sluice", "exp": 4_000_000_000i64});
+            c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            c
+        };
+        // The shape is right: a control token passes.
+        v.verify(&signed(b"k", hs.clone(), base(json!({})))).await.unwrap();
+        let cases = [
+            (hs.clone(), base(json!({"exp": 1i64 << 62})), "'exp' is not a time"),
+            (hs.clone(), base(json!({"exp": -1})), "'exp' is not a time"),
+            (hs.clone(), base(json!({"nbf": 1e300})), "'nbf' is not a time"),
+            (hs.clone(), base(json!({"iat": "soon"})), "'iat' is not a time"),
+            (hs.clone(), base(json!({"sub": ""})), "'sub' is empty"),
+            (hs.clone(), base(json!({"sub": "x".repeat(10_000)})), "at most 512"),
+            (hs.clone(), base(json!({"name": "a\u{0}b"})), "at most 512"),
+            (hs.clone(), base(json!({"email": 5})), "must be a string"),
+            (json!({"alg": "HS256", "crit": ["exp"], "exp": 1}), base(json!({})), "critical header"),
+        ];
+        for (header, claims, want) in cases {
+            let e = v.verify(&signed(b"k", header, claims.clone())).await.unwrap_err();
+            assert!(matches!(e, Error::Unauthenticated(_)) && e.to_string().contains(want), "{claims}: {e}");
+        }
     }
 
     #[tokio::test]

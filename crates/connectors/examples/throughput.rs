@@ -20,7 +20,7 @@ use std::time::Instant;
 
 fn config(t: &str, v: serde_json::Value) -> ResolvedConfig {
     let values: BTreeMap<String, serde_json::Value> = serde_json::from_value(v).unwrap();
-    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec![] }
+    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec![], org: None }
 }
 
 fn peak_rss_mb() -> f64 {

@@ -97,22 +97,84 @@ pub async fn with_timeout<T>(
     }
 }
 
-/// Resolves `path` under `root`: relative paths are joined to it, and the
-/// result must stay inside it (no `..` escapes), so connections cannot read
-/// the server's own files.
-pub fn confine(root: &Path, path: &str) -> ConnectorResult<PathBuf> {
+/// A path of a file-based connection, resolved inside its organization's
+/// own directory.
+#[derive(Debug, Clone)]
+pub struct Confined {
+    /// The organization's directory, canonical (symbolic links resolved).
+    pub base: PathBuf,
+    /// The path inside it.
+    pub path: PathBuf,
+    /// The path as the user wrote it: what messages show, never `path`.
+    pub label: String,
+}
+
+impl Confined {
+    /// Checks that `p` (a file inside this path) still resolves inside the
+    /// organization's directory once symbolic links are followed; a file
+    /// that does not exist yet passes.
+    pub fn check_inside(&self, p: &Path) -> ConnectorResult<()> {
+        match std::fs::canonicalize(p) {
+            Ok(real) if real.starts_with(&self.base) => Ok(()),
+            Ok(_) => Err(outside(&self.label)),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+fn outside(label: &str) -> ConnectorError {
+    ConnectorError::InvalidConfig(format!("path '{label}' leads outside the organization's directory"))
+}
+
+/// The rule for a path as written: relative, without `..`, without NUL,
+/// not empty. `Err` holds the reason.
+pub fn check_relative(path: &str) -> Result<(), String> {
     let p = Path::new(path);
-    if p.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(ConnectorError::InvalidConfig(format!("path '{path}' must not contain '..'")));
+    if path.trim().is_empty() {
+        Err("must not be empty".into())
+    } else if path.contains('\0') {
+        Err("must not contain a NUL character".into())
+    } else if p.is_absolute() || path.starts_with('~') || p.components().any(|c| matches!(c, Component::Prefix(_))) {
+        Err("must be relative to the organization's directory, not absolute".into())
+    } else if p.components().any(|c| matches!(c, Component::ParentDir)) {
+        Err("must not contain '..'".into())
+    } else {
+        Ok(())
     }
-    let joined = if p.is_absolute() { p.to_path_buf() } else { root.join(p) };
-    if !joined.starts_with(root) {
-        return Err(ConnectorError::InvalidConfig(format!(
-            "path '{path}' is outside the file root {}; set SLUICE_FILE_ROOT to allow it",
-            root.display()
-        )));
+}
+
+/// Resolves `path` inside `dir` (the organization's directory, created if
+/// missing): the path must be relative without `..`, and what of it exists
+/// must resolve inside `dir` once symbolic links are followed, so that no
+/// connection reads or writes another organization's files or the
+/// server's own. Messages name `path` as written, never a server path.
+pub fn confine(dir: &Path, path: &str) -> ConnectorResult<Confined> {
+    check_relative(path).map_err(|m| ConnectorError::InvalidConfig(format!("path {m}")))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ConnectorError::Other(format!("cannot create the organization's directory: {}", e.kind())))?;
+    let base = std::fs::canonicalize(dir)
+        .map_err(|e| ConnectorError::Other(format!("cannot open the organization's directory: {}", e.kind())))?;
+    let joined = base.join(path);
+    // The longest part of the path that exists, with its links resolved,
+    // must stay inside; the rest does not exist yet, so holds no link.
+    let mut existing = joined.as_path();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            if !real.starts_with(&base) {
+                return Err(outside(path));
+            }
+            break;
+        }
+        // A dangling link counts as existing: where it points is unknown.
+        if std::fs::symlink_metadata(existing).is_ok() {
+            return Err(outside(path));
+        }
+        match existing.parent() {
+            Some(parent) => existing = parent,
+            None => break,
+        }
     }
-    Ok(joined)
+    Ok(Confined { base, path: joined, label: path.to_string() })
 }
 
 /// Drains a row stream into batches of `batch_size` sent through `tx`: the
@@ -198,6 +260,43 @@ pub async fn send(tx: &mpsc::Sender<ConnectorResult<RecordBatch>>, item: Connect
 }
 
 /// A user-facing message of a database error, never holding a credential.
+/// The failures of reaching a database server, as codes with fixed
+/// messages: what a failed test reports must not echo what a foreign
+/// server sent (a port scanner's oracle). `None` for errors of the
+/// database itself.
+pub fn transport_error(e: &sqlx::Error, host: &str, engine: &str) -> Option<ConnectorError> {
+    use std::io::ErrorKind;
+    Some(match e {
+        sqlx::Error::Io(io) => match io.kind() {
+            ErrorKind::ConnectionRefused => ConnectorError::Refused(host.to_string()),
+            ErrorKind::TimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
+                ConnectorError::WrongProtocol(format!("{host} closed the connection; is it a {engine} server?"))
+            }
+            kind => ConnectorError::Unreachable(format!("{host} ({kind})")),
+        },
+        sqlx::Error::PoolTimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
+        sqlx::Error::Tls(t) => ConnectorError::Tls(format!("{host}: {}", tls_reason(&t.to_string()))),
+        sqlx::Error::Protocol(_) => {
+            ConnectorError::WrongProtocol(format!("{host} did not answer as a {engine} server"))
+        }
+        _ => return None,
+    })
+}
+
+/// A TLS failure told in our words: a certificate problem, or the
+/// server's lack of TLS, never the peer's bytes.
+fn tls_reason(message: &str) -> &'static str {
+    let m = message.to_ascii_lowercase();
+    if m.contains("certificate") || m.contains("unknownissuer") || m.contains("notvalidforname") {
+        "the server's certificate did not verify"
+    } else if m.contains("not support") || m.contains("does not support") || m.contains("refused") {
+        "the server does not offer TLS"
+    } else {
+        "the TLS handshake failed"
+    }
+}
+
 pub fn db_message(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(d) => d.message().to_string(),
@@ -225,13 +324,34 @@ mod tests {
     }
 
     #[test]
-    fn paths_stay_under_the_root() {
-        let root = Path::new("/srv/files");
-        assert_eq!(confine(root, "x/y.db").unwrap(), Path::new("/srv/files/x/y.db"));
-        assert_eq!(confine(root, "/srv/files/z").unwrap(), Path::new("/srv/files/z"));
-        assert!(confine(root, "../etc/passwd").is_err());
-        assert!(confine(root, "/etc/passwd").is_err());
-        assert!(confine(root, "a/../../b").is_err());
+    fn paths_stay_inside_the_organization_directory() {
+        let top = std::env::temp_dir().join(format!("sluice-confine-{}", uuid::Uuid::new_v4().simple()));
+        let org = top.join("org-a");
+        let other = top.join("org-b");
+        std::fs::create_dir_all(other.join("data")).unwrap();
+        std::fs::write(other.join("warehouse.db"), b"theirs").unwrap();
+        let placed = confine(&org, "x/y.db").unwrap();
+        assert!(placed.path.ends_with("org-a/x/y.db") && placed.label == "x/y.db", "{placed:?}");
+        for bad in ["../org-b/warehouse.db", "/etc/passwd", "a/../../b", "", "~/x", "a\0b"] {
+            let e = confine(&org, bad).unwrap_err().to_string();
+            assert!(!e.contains(top.to_str().unwrap()), "no server path in '{e}'");
+        }
+        // Symbolic links that lead out are refused, wherever they sit on
+        // the path, and so is a dangling one.
+        std::os::unix::fs::symlink(&other, org.join("escape")).unwrap();
+        std::os::unix::fs::symlink(other.join("warehouse.db"), org.join("theirs.db")).unwrap();
+        std::os::unix::fs::symlink(top.join("nowhere"), org.join("dangling")).unwrap();
+        for bad in ["escape", "escape/warehouse.db", "escape/new/file.db", "theirs.db", "dangling"] {
+            let e = confine(&org, bad).unwrap_err().to_string();
+            assert!(e.contains("outside the organization's directory"), "{bad}: {e}");
+            assert!(!e.contains(top.to_str().unwrap()), "{e}");
+        }
+        // A link that stays inside is fine.
+        std::fs::create_dir_all(org.join("real")).unwrap();
+        std::os::unix::fs::symlink(org.join("real"), org.join("alias")).unwrap();
+        let inside = confine(&org, "alias/t.db").unwrap();
+        inside.check_inside(&inside.path).unwrap();
+        std::fs::remove_dir_all(&top).unwrap();
     }
 
     #[test]

@@ -46,6 +46,8 @@ impl Format {
 
 pub struct FileConnector {
     dir: PathBuf,
+    /// Where `dir` sits, for the symbolic-link check and for messages.
+    place: Confined,
     format: Format,
 }
 
@@ -66,8 +68,25 @@ fn check_entity(name: &str) -> ConnectorResult<()> {
 }
 
 impl FileConnector {
-    pub fn new(dir: PathBuf, format: Format) -> Self {
-        Self { dir, format }
+    pub fn new(place: Confined, format: Format) -> Self {
+        Self { dir: place.path.clone(), place, format }
+    }
+
+    /// A file of this connection as messages show it: under the path the
+    /// user wrote, never the server's.
+    fn label(&self, file: &Path) -> String {
+        match file.file_name() {
+            Some(n) => format!("{}/{}", self.place.label.trim_end_matches('/'), n.to_string_lossy()),
+            None => self.place.label.clone(),
+        }
+    }
+
+    /// The entity's data file, checked to resolve inside the organization's
+    /// directory (a symbolic link placed there must not lead out).
+    fn data_file(&self, entity: &str) -> ConnectorResult<PathBuf> {
+        let p = self.data_path(entity);
+        self.place.check_inside(&p)?;
+        Ok(p)
     }
 
     fn data_path(&self, entity: &str) -> PathBuf {
@@ -81,7 +100,7 @@ impl FileConnector {
     fn entities(&self) -> ConnectorResult<Vec<String>> {
         let ext = format!(".{}", self.format.ext());
         let mut names: Vec<String> = fs::read_dir(&self.dir)
-            .map_err(|e| io(&format!("directory {}", self.dir.display()), e))?
+            .map_err(|e| io(&format!("directory {}", self.place.label), e))?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(&ext)).map(str::to_string))
             .filter(|n| !n.starts_with('.'))
@@ -93,16 +112,18 @@ impl FileConnector {
     /// The entity's schema: the sidecar if present, else inferred.
     fn schema(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         check_entity(entity)?;
-        let data = self.data_path(entity);
+        let data = self.data_file(entity)?;
         if !data.exists() {
             return Ok(None);
         }
-        if let Ok(text) = fs::read_to_string(self.schema_path(entity))
+        let sidecar = self.schema_path(entity);
+        self.place.check_inside(&sidecar)?;
+        if let Ok(text) = fs::read_to_string(sidecar)
             && let Ok(s) = serde_json::from_str::<EntitySchema>(&text)
         {
             return Ok(Some(s));
         }
-        let (names, sample) = read_records(&data, self.format, Some(SAMPLE))?;
+        let (names, sample) = read_records(&data, &self.label(&data), self.format, Some(SAMPLE))?;
         Ok(Some(EntitySchema { name: entity.to_string(), fields: infer(&names, &sample) }))
     }
 }
@@ -110,9 +131,13 @@ impl FileConnector {
 /// Raw records: JSON values by field name, from either format.
 type RawRecord = HashMap<String, serde_json::Value>;
 
-fn read_records(path: &Path, format: Format, limit: Option<usize>) -> ConnectorResult<(Vec<String>, Vec<RawRecord>)> {
-    let what = path.display().to_string();
-    let file = File::open(path).map_err(|e| io(&what, e))?;
+fn read_records(
+    path: &Path,
+    what: &str,
+    format: Format,
+    limit: Option<usize>,
+) -> ConnectorResult<(Vec<String>, Vec<RawRecord>)> {
+    let file = File::open(path).map_err(|e| io(what, e))?;
     let mut names: Vec<String> = Vec::new();
     let mut out = Vec::new();
     match format {
@@ -121,7 +146,7 @@ fn read_records(path: &Path, format: Format, limit: Option<usize>) -> ConnectorR
                 if limit.is_some_and(|l| out.len() >= l) {
                     break;
                 }
-                let line = line.map_err(|e| io(&what, e))?;
+                let line = line.map_err(|e| io(what, e))?;
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -233,14 +258,14 @@ fn infer_text(s: &str) -> FieldType {
 /// holds one batch (plus the channel's) however large the file.
 fn stream_records(
     path: &Path,
+    what: &str,
     format: Format,
     fields: &Arc<Vec<Field>>,
     limit: Option<u64>,
     batch_size: usize,
     tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>,
 ) -> ConnectorResult<()> {
-    let what = path.display().to_string();
-    let file = File::open(path).map_err(|e| io(&what, e))?;
+    let file = File::open(path).map_err(|e| io(what, e))?;
     let limit = limit.unwrap_or(u64::MAX);
     let mut batch: Vec<Vec<Value>> = Vec::with_capacity(batch_size);
     let mut count = 0u64;
@@ -258,7 +283,7 @@ fn stream_records(
                 if count >= limit {
                     break;
                 }
-                let line = line.map_err(|e| io(&what, e))?;
+                let line = line.map_err(|e| io(what, e))?;
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -372,8 +397,8 @@ impl Source for FileConnector {
             .map_err(|e| ConnectorError::Other(e.to_string()))?;
         match meta {
             Ok(m) if m.is_dir() => Ok(()),
-            Ok(_) => Err(ConnectorError::InvalidConfig(format!("{} is not a directory", self.dir.display()))),
-            Err(_) => Err(ConnectorError::DatabaseNotFound(format!("directory {} does not exist", self.dir.display()))),
+            Ok(_) => Err(ConnectorError::InvalidConfig(format!("'{}' is not a directory", self.place.label))),
+            Err(_) => Err(ConnectorError::DatabaseNotFound(format!("directory '{}' does not exist", self.place.label))),
         }
     }
 
@@ -399,7 +424,8 @@ impl Source for FileConnector {
             None => None,
         };
         let fields = Arc::new(schema.fields.clone());
-        let path = self.data_path(&req.entity);
+        let path = self.data_file(&req.entity)?;
+        let what = self.label(&path);
         let format = self.format;
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
         let f2 = fields.clone();
@@ -409,7 +435,7 @@ impl Source for FileConnector {
                     // Incremental reads must be ordered by the cursor, which
                     // a file is not: load, filter and sort.
                     if let (Some(ci), Some(c)) = (cursor_idx, &req.cursor) {
-                        let (_, raws) = read_records(&path, format, None)?;
+                        let (_, raws) = read_records(&path, &what, format, None)?;
                         let mut rows = records_of(&f2, raws);
                         if let Some(from) = &c.from {
                             rows.retain(|r| {
@@ -427,7 +453,7 @@ impl Source for FileConnector {
                         }
                         return Ok(());
                     }
-                    stream_records(&path, format, &f2, req.limit, batch_size, &tx)
+                    stream_records(&path, &what, format, &f2, req.limit, batch_size, &tx)
                 };
                 if let Err(e) = produce() {
                     let _ = tx.blocking_send(Err(e));
@@ -445,10 +471,11 @@ impl Destination for FileConnector {
         tokio::task::spawn_blocking(move || fs::create_dir_all(&dir))
             .await
             .map_err(|e| ConnectorError::Other(e.to_string()))?
-            .map_err(|e| io(&format!("directory {}", self.dir.display()), e))?;
+            .map_err(|e| io(&format!("directory '{}'", self.place.label), e))?;
         let probe = self.dir.join(format!(".sluice-probe-{}", uuid::Uuid::new_v4().simple()));
-        fs::write(&probe, b"")
-            .map_err(|e| ConnectorError::InvalidConfig(format!("{} is not writable: {e}", self.dir.display())))?;
+        fs::write(&probe, b"").map_err(|e| {
+            ConnectorError::InvalidConfig(format!("'{}' is not writable: {}", self.place.label, e.kind()))
+        })?;
         let _ = fs::remove_file(probe);
         Ok(())
     }
@@ -483,7 +510,7 @@ impl Destination for FileConnector {
         if data.exists()
             && (mode == WriteMode::Upsert || (mode == WriteMode::Append && widened && self.format == Format::Csv))
         {
-            let (_, raws) = read_records(&data, self.format, None)?;
+            let (_, raws) = read_records(&data, &self.label(&data), self.format, None)?;
             rows = records_of(&fields, raws);
         }
         let sidecar = EntitySchema { name: schema.name.clone(), fields: fields.clone() };
@@ -548,7 +575,7 @@ struct FileWriter {
 impl FileWriter {
     fn start(&self, path: &Path, append: bool) -> ConnectorResult<BufWriter<File>> {
         let file = if append { OpenOptions::new().append(true).open(path) } else { File::create(path) }
-            .map_err(|e| io(&path.display().to_string(), e))?;
+            .map_err(|e| io(&path.file_name().unwrap_or_default().to_string_lossy(), e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         if self.format == Format::Csv && !append {
             let mut w = csv::Writer::from_writer(Vec::new());

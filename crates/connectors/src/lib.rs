@@ -27,18 +27,81 @@ const SYNC_MODES: [&str; 4] =
 /// bounded pool of connections instead of opening their own: a warm worker
 /// starts a run without connecting, and a busy organization cannot open an
 /// unbounded number of connections to its source.
+///
+/// File-based connections of an organization live in its own directory,
+/// `<file root>/<organization id>/`, and no connection may reach the
+/// service's own metadata store ([`MetadataStore`]).
 #[derive(Debug, Clone)]
 pub struct Registry {
     file_root: PathBuf,
+    metadata: MetadataStore,
     postgres: Arc<Shared<postgres::PgConnector>>,
     mysql: Arc<Shared<mysql::MySqlConnector>>,
 }
 
+/// What tells the service's own metadata store apart, however a connection
+/// spells its address: the instance id written into it, and for SQLite its
+/// file.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataStore {
+    pub instance_id: Option<String>,
+    pub sqlite_file: Option<PathBuf>,
+}
+
 impl Registry {
     pub fn new(file_root: PathBuf) -> Self {
-        Self { file_root, postgres: Arc::default(), mysql: Arc::default() }
+        Self { file_root, metadata: MetadataStore::default(), postgres: Arc::default(), mysql: Arc::default() }
+    }
+
+    /// Refuses every connection to `store`.
+    pub fn guarding(mut self, store: MetadataStore) -> Self {
+        self.metadata = store;
+        self
+    }
+
+    /// An organization's own directory (the root itself for tools that
+    /// drive connectors without one).
+    fn org_dir(&self, c: &ResolvedConfig) -> PathBuf {
+        match c.org {
+            Some(org) => self.file_root.join(org.to_string()),
+            None => self.file_root.clone(),
+        }
+    }
+
+    fn refused() -> ConnectorError {
+        ConnectorError::MetadataStore(
+            "this connection leads to Sluice's own metadata store, which no connection may use".into(),
+        )
+    }
+
+    /// Refuses a PostgreSQL database that carries this service's instance
+    /// id; a database found clear is not asked again.
+    async fn guard_pg(&self, pg: &postgres::PgConnector) -> ConnectorResult<()> {
+        use std::sync::atomic::Ordering;
+        let Some(id) = &self.metadata.instance_id else { return Ok(()) };
+        if pg.cleared.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if pg.instance_marks(INSTANCE_MARK).await?.iter().any(|m| m == id) {
+            return Err(Self::refused());
+        }
+        pg.cleared.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Refuses the metadata store's SQLite file under any name (a link to
+    /// it, or a hard link: the same file on the same device).
+    fn guard_sqlite(&self, path: &std::path::Path) -> ConnectorResult<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(store) = &self.metadata.sqlite_file else { return Ok(()) };
+        let (Ok(a), Ok(b)) = (std::fs::metadata(path), std::fs::metadata(store)) else { return Ok(()) };
+        if a.dev() == b.dev() && a.ino() == b.ino() { Err(Self::refused()) } else { Ok(()) }
     }
 }
+
+/// How long creating or changing a connection waits to see whether its
+/// database is the metadata store.
+const CHECK_REACH: Duration = Duration::from_secs(3);
 
 /// How long a shared connector is kept after its last use. Its pool closes
 /// idle connections sooner (after a minute).
@@ -218,13 +281,20 @@ impl Registry {
     }
 
     fn file(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<file::FileConnector>> {
-        let dir = common::confine(&self.file_root, required(c, "path")?)?;
-        Ok(Arc::new(file::FileConnector::new(dir, file::Format::parse(c.str("format").unwrap_or("jsonl"))?)))
+        let place = common::confine(&self.org_dir(c), required(c, "path")?)?;
+        Ok(Arc::new(file::FileConnector::new(place, file::Format::parse(c.str("format").unwrap_or("jsonl"))?)))
     }
 
     async fn sqlite(&self, c: &ResolvedConfig, create: bool) -> ConnectorResult<Arc<sqlite::SqliteConnector>> {
-        let path = common::confine(&self.file_root, required(c, "path")?)?;
-        Ok(Arc::new(sqlite::SqliteConnector::open(path, create).await?))
+        let place = common::confine(&self.org_dir(c), required(c, "path")?)?;
+        self.guard_sqlite(&place.path)?;
+        Ok(Arc::new(sqlite::SqliteConnector::open(place, create).await?))
+    }
+
+    async fn guarded_postgres(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<postgres::PgConnector>> {
+        let pg = self.postgres(c)?;
+        self.guard_pg(&pg).await?;
+        Ok(pg)
     }
 }
 
@@ -237,7 +307,7 @@ impl ConnectorRegistry for Registry {
     async fn source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
         match c.connector_type.as_str() {
             "sqlite" => Ok(self.sqlite(c, false).await?),
-            "postgres" => Ok(self.postgres(c)?),
+            "postgres" => Ok(self.guarded_postgres(c).await?),
             "mysql" => Ok(self.mysql(c)?),
             "file" => Ok(self.file(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
@@ -247,10 +317,34 @@ impl ConnectorRegistry for Registry {
     async fn destination(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>> {
         match c.connector_type.as_str() {
             "sqlite" => Ok(self.sqlite(c, true).await?),
-            "postgres" => Ok(self.postgres(c)?),
+            "postgres" => Ok(self.guarded_postgres(c).await?),
             "mysql" => Ok(self.mysql(c)?),
             "file" => Ok(self.file(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
+        }
+    }
+
+    async fn check_config(&self, c: &ResolvedConfig) -> Vec<sluice_domain::FieldError> {
+        use sluice_domain::FieldError;
+        match c.connector_type.as_str() {
+            "sqlite" | "file" => {
+                let Some(path) = c.str("path") else { return Vec::new() };
+                let checked = common::confine(&self.org_dir(c), path).and_then(|place| self.guard_sqlite(&place.path));
+                checked.err().map(|e| FieldError::new("config.path", e.to_string())).into_iter().collect()
+            }
+            // The settings are written before the password may be known (an
+            // integration brings it); what can be reached is checked now,
+            // briefly, and everything again whenever it is used.
+            "postgres" => {
+                let Ok(pg) = self.postgres(c) else { return Vec::new() };
+                match tokio::time::timeout(CHECK_REACH, self.guard_pg(&pg)).await {
+                    Ok(Err(e @ ConnectorError::MetadataStore(_))) => {
+                        vec![FieldError::new("config.host", e.to_string())]
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
         }
     }
 }
@@ -273,24 +367,25 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
             credential_keys: vec!["password".into()],
+            org: None,
         }
     }
 
     #[tokio::test]
     async fn database_connectors_are_shared_per_exact_configuration() {
         let r = Registry::new(std::env::temp_dir());
-        let a = r.postgres(&pg("one", "public")).unwrap();
-        let b = r.postgres(&pg("one", "public")).unwrap();
+        let a = r.postgres(&pg("pw-one", "public")).unwrap();
+        let b = r.postgres(&pg("pw-one", "public")).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "the same settings share one connector and its pool");
         let rotated = r.postgres(&pg("two", "public")).unwrap();
         assert!(!Arc::ptr_eq(&a, &rotated), "another password is another pool");
-        let other_schema = r.postgres(&pg("one", "s2")).unwrap();
+        let other_schema = r.postgres(&pg("pw-one", "s2")).unwrap();
         assert!(!Arc::ptr_eq(&a, &other_schema));
         assert_eq!(r.postgres.len(), 3);
         let shown = format!("{r:?}");
-        assert!(shown.contains("Shared(3 connectors)") && !shown.contains("one"), "{shown}");
+        assert!(shown.contains("Shared(3 connectors)") && !shown.contains("pw-one"), "{shown}");
         // A configuration that fails to build is not kept.
-        let mut bad = pg("one", "public");
+        let mut bad = pg("pw-one", "public");
         bad.values.insert("sslmode".into(), json!("sometimes"));
         assert!(r.postgres(&bad).is_err());
         assert_eq!(r.postgres.len(), 3);

@@ -50,9 +50,9 @@ fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
             }
             _ => ConnectorError::Other(d.message().to_string()),
         },
-        sqlx::Error::Io(io) => ConnectorError::Unreachable(format!("{host}: {io}")),
-        sqlx::Error::PoolTimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
-        other => ConnectorError::Other(db_message(other)),
+        other => {
+            transport_error(other, host, "MySQL or MariaDB").unwrap_or_else(|| ConnectorError::Other(db_message(other)))
+        }
     }
 }
 

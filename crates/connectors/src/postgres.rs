@@ -48,6 +48,9 @@ pub struct PgSettings {
 }
 
 pub struct PgConnector {
+    /// Set once this database was found not to be the service's own
+    /// metadata store (see [`PgConnector::instance_marks`]).
+    pub(crate) cleared: std::sync::atomic::AtomicBool,
     pool: PgPool,
     opts: PgConnectOptions,
     schema: String,
@@ -66,10 +69,7 @@ fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
             Some("57014") => ConnectorError::Timeout(d.message().to_string()),
             _ => ConnectorError::Other(d.message().to_string()),
         },
-        sqlx::Error::Io(io) => ConnectorError::Unreachable(format!("{host}: {io}")),
-        sqlx::Error::PoolTimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
-        sqlx::Error::Tls(t) => ConnectorError::Unreachable(format!("{host}: TLS: {t}")),
-        other => ConnectorError::Other(db_message(other)),
+        other => transport_error(other, host, "PostgreSQL").unwrap_or_else(|| ConnectorError::Other(db_message(other))),
     }
 }
 
@@ -101,11 +101,58 @@ impl PgConnector {
             .acquire_timeout(CONNECT_TIMEOUT)
             .idle_timeout(Some(Duration::from_secs(60)))
             .connect_lazy_with(opts.clone());
-        Ok(Self { pool, opts, schema: s.schema, host: format!("{}:{}", s.host, s.port), database: s.database })
+        Ok(Self {
+            cleared: Default::default(),
+            pool,
+            opts,
+            schema: s.schema,
+            host: format!("{}:{}", s.host, s.port),
+            database: s.database,
+        })
     }
 
     fn e(&self, e: &sqlx::Error) -> ConnectorError {
         err(e, &self.host, &self.database)
+    }
+
+    /// The Sluice instance ids this database carries, as any role connected
+    /// to it can see them: the database's comment, and the rows of every
+    /// `sluice_instance` table the role may read. A direct connection, so
+    /// that the cause of a failure comes through.
+    pub async fn instance_marks(&self, mark: &str) -> ConnectorResult<Vec<String>> {
+        with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect_with(&self.opts).await.map_err(|e| self.e(&e))?;
+            let mut marks: Vec<String> = Vec::new();
+            let comment: Option<String> = sqlx::query_scalar(
+                "SELECT shobj_description(d.oid, 'pg_database') FROM pg_database d WHERE d.datname = current_database()",
+            )
+            .fetch_optional(&mut conn)
+            .await
+            .map_err(|e| self.e(&e))?
+            .flatten();
+            if let Some(id) = comment.as_deref().and_then(|c| c.strip_prefix(mark)) {
+                marks.push(id.trim().to_string());
+            }
+            let tables: Vec<String> = sqlx::query_scalar(
+                "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE c.relname = 'sluice_instance' AND c.relkind = 'r' AND has_table_privilege(c.oid, 'SELECT')",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+            for t in tables {
+                let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!("SELECT id::text FROM {t}")))
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap_or_default();
+                marks.extend(ids);
+            }
+            let _ = conn.close().await;
+            Ok(marks)
+        })
+        .await
     }
 
     async fn schemas(&self, table: Option<&str>) -> ConnectorResult<Vec<EntitySchema>> {

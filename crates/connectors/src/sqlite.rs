@@ -10,7 +10,6 @@ use crate::common::*;
 use sluice_domain::connector::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction, TypeInfo, ValueRef};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 pub const ENGINE: &str = "sqlite";
@@ -18,20 +17,23 @@ pub const ENGINE: &str = "sqlite";
 const MAX_PARAMS: usize = 32_000;
 
 pub struct SqliteConnector {
-    path: PathBuf,
+    /// The path as the user wrote it, for messages.
+    label: String,
     pool: SqlitePool,
 }
 
 impl SqliteConnector {
     /// Opens the database at `path`; `create` makes it when missing
     /// (destinations), otherwise a missing file is `DatabaseNotFound`.
-    pub async fn open(path: PathBuf, create: bool) -> ConnectorResult<Self> {
+    pub async fn open(place: Confined, create: bool) -> ConnectorResult<Self> {
+        let Confined { path, label, .. } = place;
         if !create && !path.exists() {
-            return Err(ConnectorError::DatabaseNotFound(format!("no SQLite file at {}", path.display())));
+            return Err(ConnectorError::DatabaseNotFound(format!("no SQLite file at '{label}'")));
         }
         if create && let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| ConnectorError::InvalidConfig(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                ConnectorError::InvalidConfig(format!("cannot create the directory of '{label}': {}", e.kind()))
+            })?;
         }
         let opts = SqliteConnectOptions::new()
             .filename(&path)
@@ -39,7 +41,7 @@ impl SqliteConnector {
             .busy_timeout(std::time::Duration::from_secs(30))
             .foreign_keys(false);
         let pool = SqlitePoolOptions::new().max_connections(4).acquire_timeout(CONNECT_TIMEOUT).connect_lazy_with(opts);
-        Ok(Self { path, pool })
+        Ok(Self { label, pool })
     }
 
     async fn entity_schema(&self, table: &str) -> ConnectorResult<Option<EntitySchema>> {
@@ -213,7 +215,7 @@ impl Source for SqliteConnector {
             sqlx::query("SELECT count(*) FROM sqlite_master").fetch_one(&self.pool).await.map_err(|e| {
                 let m = db_message(&e);
                 if m.contains("file is not a database") {
-                    ConnectorError::InvalidConfig(format!("{} is not a SQLite database", self.path.display()))
+                    ConnectorError::InvalidConfig(format!("'{}' is not a SQLite database", self.label))
                 } else {
                     err(&e)
                 }

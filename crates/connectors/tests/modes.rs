@@ -19,7 +19,7 @@ fn tag() -> String {
 
 fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
     let values: BTreeMap<String, serde_json::Value> = serde_json::from_value(values).unwrap();
-    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()] }
+    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()], org: None }
 }
 
 async fn reachable(what: &str, ok: bool, why: String) -> bool {
@@ -232,7 +232,7 @@ async fn failures_are_told_apart_and_never_show_the_password() {
     let registry = Registry::new(root.clone());
     for (t, port) in [("postgres", 1), ("mysql", 1)] {
         let e = check_err(&registry, json!({"host": "127.0.0.1", "port": port, "database": "x", "user": "u", "password": "hunter2", "sslmode": "disable"}), t).await;
-        assert!(matches!(e, ConnectorError::Unreachable(_)), "{t}: {e:?}");
+        assert!(matches!(e, ConnectorError::Refused(_)), "{t}: {e:?}");
     }
     let e = check_err(&registry, json!({"host": "127.0.0.1", "database": "test", "user": "no_such_role", "password": "hunter2", "sslmode": "disable"}), "postgres").await;
     assert!(matches!(e, ConnectorError::AuthFailed(_)), "{e:?}");

@@ -24,7 +24,7 @@ fn tag() -> String {
 
 fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
     let values: BTreeMap<String, serde_json::Value> = serde_json::from_value(values).unwrap();
-    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()] }
+    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()], org: None }
 }
 
 /// A live database for one test, removed on drop.

@@ -241,7 +241,15 @@ impl Sluice {
                 errors.push(e);
             }
             match split_config(spec, &new.config, &BTreeMap::new(), &Credentials::default()) {
-                Ok(p) => parts = Some(p),
+                Ok((config, secrets)) => {
+                    errors.extend(
+                        self.ports
+                            .connectors
+                            .check_config(&integration::unresolved(org, spec, &config, &secrets))
+                            .await,
+                    );
+                    parts = Some((config, secrets));
+                }
                 Err(f) => errors.extend(f),
             }
         }
@@ -316,6 +324,12 @@ impl Sluice {
         if let Some(cfg) = update.config {
             match split_config(&spec, &cfg, &before.config, &before.secrets) {
                 Ok((config, secrets)) => {
+                    errors.extend(
+                        self.ports
+                            .connectors
+                            .check_config(&integration::unresolved(org, &spec, &config, &secrets))
+                            .await,
+                    );
                     after.config = config;
                     after.secrets = secrets;
                 }
@@ -369,7 +383,7 @@ impl Sluice {
             None => None,
         };
         let (values, keys) = merge_settings(&spec, integration.as_ref().map(|i| &i.credentials), &c.config, &c.secrets);
-        integration::resolve(&c.connector_type, values, keys, self.ports.secrets.as_ref()).await
+        integration::resolve(c.org_id, &c.connector_type, values, keys, self.ports.secrets.as_ref()).await
     }
 
     async fn run_test(&self, c: &Connection) -> TestOutcome {

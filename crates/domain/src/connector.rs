@@ -339,6 +339,18 @@ pub struct WriteStats {
 pub enum ConnectorError {
     #[error("cannot reach {0}")]
     Unreachable(String),
+    /// The host answered, but refused the connection.
+    #[error("connection refused by {0}")]
+    Refused(String),
+    /// TLS could not be set up (or a certificate did not verify).
+    #[error("TLS failed: {0}")]
+    Tls(String),
+    /// Something answered, but not the database the connection expects.
+    #[error("{0}")]
+    WrongProtocol(String),
+    /// The connection's target is the service's own metadata store.
+    #[error("{0}")]
+    MetadataStore(String),
     #[error("authentication failed: {0}")]
     AuthFailed(String),
     #[error("database not found: {0}")]
@@ -359,6 +371,10 @@ impl ConnectorError {
     pub fn code(&self) -> &'static str {
         match self {
             ConnectorError::Unreachable(_) => "unreachable",
+            ConnectorError::Refused(_) => "refused",
+            ConnectorError::Tls(_) => "tls",
+            ConnectorError::WrongProtocol(_) => "wrong_protocol",
+            ConnectorError::MetadataStore(_) => "metadata_store",
             ConnectorError::AuthFailed(_) => "auth_failed",
             ConnectorError::DatabaseNotFound(_) => "database_not_found",
             ConnectorError::EntityNotFound(_) => "entity_not_found",
@@ -597,6 +613,10 @@ pub struct ResolvedConfig {
     pub connector_type: String,
     pub values: BTreeMap<String, serde_json::Value>,
     pub credential_keys: Vec<String>,
+    /// The organization whose connection this is: file-based connectors
+    /// resolve paths inside its own directory. `None` only in tools and
+    /// tests that drive connectors directly.
+    pub org: Option<crate::ids::OrgId>,
 }
 
 impl ResolvedConfig {
@@ -624,6 +644,11 @@ impl fmt::Debug for ResolvedConfig {
     }
 }
 
+/// The prefix of the metadata database's comment that carries the
+/// service's instance id: the store writes it, connectors refuse a database
+/// that shows it.
+pub const INSTANCE_MARK: &str = "sluice-instance:";
+
 /// Builds connectors from resolved configurations.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait::async_trait]
@@ -634,6 +659,14 @@ pub trait ConnectorRegistry: Send + Sync {
     }
     async fn source(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>>;
     async fn destination(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>>;
+    /// Checks settings when a connection is created or changed: that a
+    /// file path stays inside the organization's own directory, and that a
+    /// reachable database is not the service's own metadata store (an
+    /// unreachable one is checked again whenever it is used).
+    ///
+    /// Answers one entry per bad setting (`config.<key>`), whose message
+    /// never shows a server path; none when the settings are fine.
+    async fn check_config(&self, config: &ResolvedConfig) -> Vec<crate::FieldError>;
 }
 
 #[cfg(test)]
@@ -728,6 +761,7 @@ mod tests {
             connector_type: "postgres".into(),
             values: [("password".to_string(), json!("hunter2")), ("host".into(), json!("db"))].into(),
             credential_keys: vec!["password".into()],
+            org: None,
         };
         let d = format!("{c:?}");
         assert!(!d.contains("hunter2") && d.contains("db"), "{d}");

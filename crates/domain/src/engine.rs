@@ -317,7 +317,13 @@ impl Sluice {
         let mut out_fields = transform::plan("transform", &m.transform, &source_fields)
             .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
         let keys = m.key_fields();
-        if !keys.is_empty() {
+        if m.sync_mode.write_mode() == crate::connector::WriteMode::Append {
+            // Appending adds copies of the same records: the destination
+            // must not hold a unique key (the source's or the mapping's).
+            for f in &mut out_fields {
+                f.primary_key = false;
+            }
+        } else if !keys.is_empty() {
             for f in &mut out_fields {
                 f.primary_key = keys.contains(&f.name.as_str());
                 if f.primary_key {
@@ -409,7 +415,11 @@ impl Sluice {
             .read(ReadRequest { entity: entity.into(), cursor: bound, limit: None, batch_size: BATCH_ROWS })
             .await?;
         let mut since_checkpoint = 0u64;
-        let checkpoints = m.sync_mode != SyncMode::FullRefreshOverwrite;
+        // Only incremental modes commit along the way (each commit then
+        // advances the cursor, so a resumed run reads on from there). A full
+        // refresh commits once, at the end: an interrupted append leaves
+        // nothing behind, and its retry appends the copy once.
+        let checkpoints = incremental;
         loop {
             let batch = match reader.next_batch().await {
                 Ok(Some(b)) => b,

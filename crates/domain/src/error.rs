@@ -96,3 +96,18 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The path (`at.key[0]…`) of the first string in `v`, key or value, that
+/// holds a NUL character: input that no store takes (PostgreSQL's text
+/// cannot hold one), refused as a validation error wherever it enters.
+pub fn nul_in(v: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.contains('\0').then(|| at.to_string()),
+        Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| nul_in(x, &format!("{at}[{i}]"))),
+        Value::Object(o) => o
+            .iter()
+            .find_map(|(k, x)| if k.contains('\0') { Some(at.to_string()) } else { nul_in(x, &format!("{at}.{k}")) }),
+        _ => None,
+    }
+}

@@ -121,19 +121,35 @@ pub struct Flow {
     pub updated_at: OffsetDateTime,
 }
 
+/// The longest schedule taken.
+pub const MAX_SCHEDULE_LEN: usize = 256;
+
 /// Parses a five-field cron expression (minute hour day-of-month month
-/// day-of-week), UTC.
+/// day-of-week), UTC. An expression that never fires (`0 0 30 2 *`) is
+/// refused like a malformed one.
 pub fn parse_cron(expr: &str) -> std::result::Result<croner::Cron, String> {
     use croner::parser::{CronParser, Seconds, Year};
+    if expr.len() > MAX_SCHEDULE_LEN {
+        return Err(format!("must be at most {MAX_SCHEDULE_LEN} characters"));
+    }
     if expr.split_whitespace().count() != 5 {
         return Err("must have five fields: minute hour day-of-month month day-of-week".into());
     }
-    CronParser::builder()
+    let cron = CronParser::builder()
         .seconds(Seconds::Disallowed)
         .year(Year::Disallowed)
         .build()
         .parse(expr)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    // Every day of every month comes round within eight years (29
+    // February with any weekday within 28, but leap years every 4), so
+    // an expression with no time in the eight years after a leap day never
+    // fires.
+    let from = chrono::DateTime::<chrono::Utc>::from_timestamp(951_782_400, 0).unwrap_or_default(); // 2000-02-29
+    match cron.find_next_occurrence(&from, false) {
+        Ok(next) if next.timestamp() - from.timestamp() <= 29 * 366 * 86_400 => Ok(cron),
+        _ => Err("never fires (no such date)".into()),
+    }
 }
 
 /// The first time `expr` matches strictly after `after` (UTC).
@@ -423,9 +439,12 @@ pub fn resolve_dependencies(
 /// Checks a cron expression as a validation error on `schedule`.
 pub fn check_schedule(schedule: Option<&str>) -> std::result::Result<(), Error> {
     match schedule {
-        Some(s) => parse_cron(s)
-            .map(|_| ())
-            .map_err(|m| Error::invalid("schedule", format!("'{s}' is not a valid cron expression: {m}"))),
+        Some(s) => parse_cron(s).map(|_| ()).map_err(|m| {
+            // A long expression is not echoed whole.
+            let shown: String = s.chars().take(64).collect();
+            let more = if shown.len() < s.len() { "…" } else { "" };
+            Error::invalid("schedule", format!("'{shown}{more}' is not a valid cron expression: {m}"))
+        }),
         None => Ok(()),
     }
 }
@@ -433,6 +452,21 @@ pub fn check_schedule(schedule: Option<&str>) -> std::result::Result<(), Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedules_that_never_fire_or_run_long_are_refused() {
+        for ok in ["*/15 * * * *", "0 0 29 2 *", "0 0 31 12 *", "0 0 29 2 1", "5 4 * * sun"] {
+            assert!(parse_cron(ok).is_ok(), "{ok}");
+        }
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *"] {
+            let started = std::time::Instant::now();
+            assert_eq!(parse_cron(never).err().as_deref(), Some("never fires (no such date)"), "{never}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(1), "{never} took {:?}", started.elapsed());
+        }
+        let long = format!("0 0 * * {}", "1,".repeat(200));
+        let Err(Error::Validation(f)) = check_schedule(Some(&long)) else { panic!("accepted") };
+        assert!(f[0].message.contains("at most 256") && f[0].message.len() < 200, "{}", f[0].message);
+    }
     use time::macros::datetime;
 
     #[test]

@@ -190,6 +190,12 @@ pub fn parse(text: &str) -> Result<Document, ParseError> {
             format!("must be a mapping with version, integrations, connections and flows; found {found}"),
         )]));
     }
+    if let Some(at) = crate::error::nul_in(&value, "$") {
+        return Err(ParseError::Invalid(vec![FieldError::new(
+            at.trim_start_matches("$.").to_string(),
+            "must not contain a NUL character",
+        )]));
+    }
     let mut path = String::new();
     let doc: Document = serde_saphyr::with_deserializer_from_str_with_options(text, yaml_options(), |de| {
         serde_path_to_error::deserialize(de).map_err(|e| {

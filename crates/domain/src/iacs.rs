@@ -87,6 +87,7 @@ impl Sluice {
             let current = self.ports.iac.snapshot(org).await?;
             let now = self.now();
             let mut plan = iac::plan(&doc, &current, &registry, org, now)?;
+            self.check_connection_settings(org, &doc, &plan).await?;
             if dry_run {
                 for c in plan.changes.iter_mut().filter(|c| c.action == Action::Created) {
                     c.id = None;
@@ -108,6 +109,23 @@ impl Sluice {
             code: CONCURRENT_APPLY,
             message: "other applies kept changing this organization; try again".into(),
         })
+    }
+
+    /// The registry's checks of each connection the plan writes (file
+    /// paths inside the organization's directory), by YAML path.
+    async fn check_connection_settings(&self, org: OrgId, doc: &Document, plan: &Plan) -> Result<()> {
+        let mut errors = Vec::new();
+        for w in &plan.writes.connections {
+            let c = w.item();
+            let Some(spec) = self.ports.connectors.spec(&c.connector_type) else { continue };
+            let Some(i) = doc.connections.iter().position(|d| d.name.trim() == c.name) else { continue };
+            let cfg = crate::integration::unresolved(org, &spec, &c.config, &c.secrets);
+            for mut e in self.ports.connectors.check_config(&cfg).await {
+                e.field = format!("connections[{i}].{}", e.field);
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
     }
 
     /// The organization's configuration as an IaC document that applies

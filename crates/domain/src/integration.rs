@@ -51,9 +51,6 @@ impl Credentials {
                     }
                     Err(m) => errors.push(FieldError::new(format!("{field}.{k}"), m)),
                 },
-                Value::Number(n) => {
-                    self.0.insert(k.clone(), n.to_string());
-                }
                 _ => errors.push(FieldError::new(format!("{field}.{k}"), "must be a string")),
             }
         }
@@ -247,8 +244,21 @@ pub fn merge_settings(
     (values, credential_keys)
 }
 
+/// The settings of a connection as written, for checks that need no
+/// secret (a file path, say): credentials stay unresolved.
+pub fn unresolved(
+    org: crate::ids::OrgId,
+    spec: &ConnectorSpec,
+    config: &BTreeMap<String, Value>,
+    secrets: &Credentials,
+) -> ResolvedConfig {
+    let (values, credential_keys) = merge_settings(spec, None, config, secrets);
+    ResolvedConfig { connector_type: spec.connector_type.to_string(), values, credential_keys, org: Some(org) }
+}
+
 /// Resolves secret references in `values` (only under credential keys).
 pub async fn resolve(
+    org: crate::ids::OrgId,
     connector_type: &str,
     mut values: BTreeMap<String, Value>,
     credential_keys: Vec<String>,
@@ -263,7 +273,7 @@ pub async fn resolve(
             }
         }
     }
-    Ok(ResolvedConfig { connector_type: connector_type.to_string(), values, credential_keys })
+    Ok(ResolvedConfig { connector_type: connector_type.to_string(), values, credential_keys, org: Some(org) })
 }
 
 #[cfg(test)]

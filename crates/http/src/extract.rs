@@ -77,6 +77,47 @@ impl FromRequest for InternalCaller {
     }
 }
 
+/// A JSON request body of type `T`, read through [`json_config`] (so
+/// malformed JSON is 400 and an oversized body 413) and refused with 422
+/// when any string in it, key or value, holds a NUL character: no store
+/// takes one (PostgreSQL's text cannot), so it stops here, the same on
+/// every store.
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+impl<T> Body<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Body<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: serde::de::DeserializeOwned + 'static> FromRequest for Body<T> {
+    type Error = actix_web::Error;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, actix_web::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let json = web::Json::<serde_json::Value>::from_request(req, payload);
+        Box::pin(async move {
+            let value = json.await?.into_inner();
+            if let Some(field) = sluice_domain::error::nul_in(&value, "body") {
+                return Err(
+                    ApiError::validation(vec![FieldError::new(field, "must not contain a NUL character")]).into()
+                );
+            }
+            serde_json::from_value(value)
+                .map(Body)
+                .map_err(|e| ApiError::validation(vec![FieldError::new("body", strip_position(&e.to_string()))]).into())
+        })
+    }
+}
+
 /// `?limit=&cursor=` of list endpoints.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -80,6 +80,13 @@ async fn serve(
     let Some(state) = req.app_data::<Data<AppState>>().cloned() else {
         return call(next, req).await;
     };
+    // A NUL character in the path or the query reaches no store (see
+    // `extract::Body` for bodies).
+    if req.uri().to_string().to_ascii_lowercase().contains("%00") {
+        let at = if req.query_string().contains("%00") { "query" } else { "path" };
+        let err = ApiError::validation(vec![sluice_domain::FieldError::new(at, "must not contain a NUL character")]);
+        return Ok(req.into_response(err.error_response()));
+    }
     let outcome = authenticate(&state.sluice, &req).await;
     let caller = match &outcome {
         Some(AuthOutcome::Ok(c)) => Some(c.clone()),

@@ -23,6 +23,44 @@ pub struct Application {
     port: u16,
     server: actix_web::dev::Server,
     store: Store,
+    _lock: Option<StoreLock>,
+}
+
+/// An exclusive lock on the embedded SQLite store, held while the process
+/// runs: a second process on the same store would re-queue the first one's
+/// live runs as orphans, so it refuses to start instead.
+pub struct StoreLock(#[allow(dead_code)] std::fs::File);
+
+impl StoreLock {
+    /// Locks `<database file>.lock` beside the SQLite file.
+    ///
+    /// # Errors
+    /// When another process holds the lock, or the file cannot be made.
+    pub fn take(db_file: &std::path::Path) -> anyhow::Result<Self> {
+        let mut name = db_file.as_os_str().to_owned();
+        name.push(".lock");
+        let path = std::path::PathBuf::from(name);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening the store lock {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self(file)),
+            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+                "another sluice process is using the SQLite store {}; stop it first, or use PostgreSQL \
+                 (SLUICE_DATABASE_URL=postgres://…) to run several processes",
+                db_file.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("locking the store lock {}", path.display()))
+            }
+        }
+    }
 }
 
 impl Application {
@@ -31,6 +69,10 @@ impl Application {
         install_crypto_provider();
         let master_key = settings.ensure_secrets()?;
         let store = Store::connect(&settings.database_url, &master_key).await?;
+        let metadata = sluice_connectors::MetadataStore {
+            instance_id: Some(store.instance_id().await?),
+            sqlite_file: settings.sqlite_file(),
+        };
         let tokens = JwtVerifier::new(VerifierConfig {
             hs256_secret: settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()),
             jwks: settings.jwt_jwks.as_deref().map(JwksSource::parse),
@@ -53,7 +95,7 @@ impl Application {
             integrations: Arc::new(store.clone()),
             connections: Arc::new(store.clone()),
             catalog: Arc::new(store.clone()),
-            connectors: Arc::new(sluice_connectors::Registry::new(absolute(&settings.file_root)?)),
+            connectors: Arc::new(sluice_connectors::Registry::new(absolute(&settings.file_root)?).guarding(metadata)),
             secrets: Arc::new(sluice_clients::Secrets::new(settings.aws.clone())),
             oauth: (!settings.oauth.is_empty()).then(|| {
                 Arc::new(sluice_clients::oauth::OAuthProviders::new(settings.oauth.clone(), &settings.public_url))
@@ -79,6 +121,10 @@ impl Application {
     /// # Errors
     /// When the store, the JWKS or the listener cannot be set up.
     pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
+        // The port and the store's lock first: a process that cannot serve
+        // must not touch the store (nor re-queue another process's runs).
+        let listener = TcpListener::bind(&settings.listen).with_context(|| format!("binding {}", settings.listen))?;
+        let lock = settings.sqlite_file().map(|f| StoreLock::take(&f)).transpose()?;
         let (sluice, store) = Self::wire(&mut settings).await?;
         if store.backend() == sluice_store::Backend::Sqlite {
             // The embedded store has one process: a run left running is
@@ -97,12 +143,11 @@ impl Application {
             internal_api_key: settings.internal_api_key.clone(),
             console_url: settings.console_url.clone(),
         };
-        let listener = TcpListener::bind(&settings.listen).with_context(|| format!("binding {}", settings.listen))?;
         let port = listener.local_addr()?.port();
         let server =
             HttpServer::new(move || sluice_http::app(state.clone())).listen(listener)?.shutdown_timeout(10).run();
         tracing::info!(address = %settings.listen, port, backend = ?store.backend(), "sluice is serving");
-        Ok(Self { port, server, store })
+        Ok(Self { port, server, store, _lock: lock })
     }
 
     /// A worker alone, without the HTTP API (`sluice worker`).
@@ -110,6 +155,7 @@ impl Application {
     /// # Errors
     /// When the store cannot be set up.
     pub async fn worker_only(mut settings: Settings) -> anyhow::Result<()> {
+        let _lock = settings.sqlite_file().map(|f| StoreLock::take(&f)).transpose()?;
         let (sluice, _store) = Self::wire(&mut settings).await?;
         tokio::spawn(worker::schedule(sluice.clone()));
         worker::run(sluice, worker::worker_id()).await;

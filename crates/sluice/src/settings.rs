@@ -48,6 +48,15 @@ pub enum LogFormat {
     Json,
 }
 
+impl Settings {
+    /// The metadata store's SQLite file, when the store is SQLite on a file.
+    pub fn sqlite_file(&self) -> Option<PathBuf> {
+        let rest = self.database_url.strip_prefix("sqlite:")?;
+        let path = rest.trim_start_matches("//").split('?').next().unwrap_or_default();
+        (!path.is_empty() && !path.starts_with(":memory:")).then(|| PathBuf::from(path))
+    }
+}
+
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")

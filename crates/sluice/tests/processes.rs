@@ -1,6 +1,7 @@
 //! The real `sluice` binary as separate processes: a process killed with
 //! SIGKILL in the middle of a large incremental sync resumes after restart
-//! with every record exactly once; two `sluice worker` processes on one
+//! with every record exactly once (and a second process on its SQLite store
+//! refuses to start meanwhile); two `sluice worker` processes on one
 //! PostgreSQL metadata store execute 50 queued runs each exactly once.
 
 mod common;
@@ -116,6 +117,20 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
         assert!(Instant::now() < deadline, "no checkpoint within 120 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A second process on the same SQLite store refuses to start, whether
+    // its port is taken or free, and leaves the live run alone.
+    for other_port in [port, free_port()] {
+        let (ok, err) = run_to_end(&["serve"], &env(&data, &db, other_port));
+        assert!(!ok, "a second serve on the same store started");
+        let why = if other_port == port { "binding" } else { "another sluice process is using the SQLite store" };
+        assert!(err.contains(why), "{err}");
+    }
+    let (ok, err) = run_to_end(&["worker"], &env(&data, &db, free_port()));
+    assert!(!ok && err.contains("another sluice process"), "{err}");
+    let live = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+    assert_eq!(live["status"], "running", "{live}");
+    let logs = api.get(&format!("/v1/organizations/{org}/logs/{run}")).await;
+    assert!(!logs.to_string().contains("queued again"), "the live run was re-queued: {logs}");
     drop(first); // SIGKILL
     let (copied,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {}.events", dst.name)))
         .fetch_one(&mut pg)
@@ -171,14 +186,15 @@ async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
     admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
     let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
     let data = std::env::temp_dir().join(format!("sluice-scale-{}", random_base62(8).to_lowercase()));
-    std::fs::create_dir_all(data.join("files/in")).unwrap();
-    std::fs::write(data.join("files/in/items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
 
     let port = free_port();
     let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
     let _api_proc = spawn(&["serve", "--no-worker"], &env(&data, &db, port));
     wait_healthy(&api.client, &api.base).await;
     let org = api.post("/v1/organizations", json!({"name": "Scale"})).await["id"].as_str().unwrap().to_string();
+    let files = data.join("files").join(&org);
+    std::fs::create_dir_all(files.join("in")).unwrap();
+    std::fs::write(files.join("in/items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
     let c = api
         .post(
             &format!("/v1/organizations/{org}/connections"),
@@ -232,7 +248,7 @@ async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
     drop((w1, w2));
     // Exactly once, in the data: five appends of two records per flow.
     for i in 0..10 {
-        let lines = std::fs::read_to_string(data.join(format!("files/in/out_{i}.jsonl"))).unwrap().lines().count();
+        let lines = std::fs::read_to_string(files.join(format!("in/out_{i}.jsonl"))).unwrap().lines().count();
         assert_eq!(lines, 10, "out_{i}: each of its 5 runs appended once");
     }
     // And in the logs: one start per run; both processes worked.
@@ -262,4 +278,97 @@ async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
     meta.close().await.ok();
     admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test]
+async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_again() {
+    let Some(src) = pg_schema().await else { return };
+    let Some(dst) = pg_schema().await else { return };
+    const ROWS: i64 = 1_000_000;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {s}.items (id bigint PRIMARY KEY, payload text NOT NULL);
+         INSERT INTO {s}.items SELECT g, 'item number ' || g FROM generate_series(1, {ROWS}) g;",
+        s = src.name
+    )))
+    .execute(&mut pg)
+    .await
+    .unwrap();
+    let data = std::env::temp_dir().join(format!("sluice-append-{}", random_base62(8).to_lowercase()));
+    std::fs::create_dir_all(&data).unwrap();
+    let db = format!("sqlite://{}?mode=rwc", data.join("meta.db").display());
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let first = spawn(&["serve"], &env(&data, &db, port));
+    wait_healthy(&api.client, &api.base).await;
+    let org = api.post("/v1/organizations", json!({"name": "Append"})).await["id"].as_str().unwrap().to_string();
+    let conn = |name: &str, schema: &str| {
+        json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let s = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("src", &src.name)).await);
+    let d = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("dst", &dst.name)).await);
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "items", "source_connection_id": s, "destination_connection_id": d,
+            "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_append"}]}}),
+        )
+        .await);
+    let count_sql = format!("SELECT count(*) FROM {}.items", dst.name);
+    let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    // Kill while the load is under way: the worker is copying (PostgreSQL
+    // shows the COPY) and the run is still running.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (copying,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sluice' AND query ILIKE 'COPY%' AND state = 'active'",
+        )
+        .fetch_one(&mut pg)
+        .await
+        .unwrap();
+        let status = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await["status"].clone();
+        assert_ne!(status, "succeeded", "the append ended before it could be interrupted; make it larger");
+        if copying > 0 && status == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no load under way within 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(first); // SIGKILL
+    assert_eq!(count_rows(&mut pg, &count_sql).await, 0, "an interrupted append commits nothing");
+
+    let _second = spawn(&["serve"], &env(&data, &db, port));
+    wait_healthy(&api.client, &api.base).await;
+    let wait = |run: String| {
+        let api = &api;
+        let org = &org;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            loop {
+                let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+                if r["status"] == "succeeded" {
+                    return r;
+                }
+                assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+                assert!(Instant::now() < deadline, "the run did not finish: {r}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait(run).await;
+    assert_eq!(count_rows(&mut pg, &count_sql).await, ROWS, "the resumed append committed the copy once");
+    // The destination holds no unique key, so the next copy appends.
+    let again = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    wait(again).await;
+    assert_eq!(count_rows(&mut pg, &count_sql).await, 2 * ROWS, "a second full copy appended");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Rows in a table, 0 when it does not exist.
+async fn count_rows(pg: &mut sqlx::PgConnection, sql: &str) -> i64 {
+    let r: Result<(i64,), _> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(pg).await;
+    r.map(|(n,)| n).unwrap_or(0)
 }

@@ -79,6 +79,65 @@ impl Store {
         self.db.get_database_backend()
     }
 
+    /// The service's instance id: written once at first start (a random
+    /// UUID) and the same for every process sharing the store. On
+    /// PostgreSQL it is also set as the database's comment, which every
+    /// role connected to the database can read, so a connection that
+    /// reaches this database under any name or user is recognised.
+    ///
+    /// # Errors
+    /// When the store cannot be read or written.
+    pub async fn instance_id(&self) -> anyhow::Result<String> {
+        use sea_orm::{ConnectionTrait, Statement};
+        let backend = self.backend();
+        let fresh = uuid::Uuid::new_v4().to_string();
+        let now = time::OffsetDateTime::now_utc();
+        self.db
+            .execute_raw(Statement::from_sql_and_values(
+                backend,
+                match backend {
+                    DbBackend::Postgres => {
+                        "INSERT INTO sluice_instance (id, created_at) SELECT $1, $2 \
+                         WHERE NOT EXISTS (SELECT 1 FROM sluice_instance)"
+                    }
+                    _ => {
+                        "INSERT INTO sluice_instance (id, created_at) SELECT ?, ? \
+                         WHERE NOT EXISTS (SELECT 1 FROM sluice_instance)"
+                    }
+                },
+                [fresh.into(), now.into()],
+            ))
+            .await
+            .context("writing the instance id")?;
+        let row = self
+            .db
+            .query_one_raw(Statement::from_string(
+                backend,
+                "SELECT id FROM sluice_instance ORDER BY created_at, id LIMIT 1",
+            ))
+            .await
+            .context("reading the instance id")?
+            .context("the instance id is missing")?;
+        let id: String = row.try_get_by_index(0).context("reading the instance id")?;
+        if backend == DbBackend::Postgres && uuid::Uuid::parse_str(&id).is_ok() {
+            // Only the database's owner may comment on it; without that the
+            // table alone marks the store (see docs/security.md).
+            let marked = self
+                .db
+                .execute_unprepared(&format!(
+                    "DO $$ BEGIN EXECUTE format('COMMENT ON DATABASE %I IS %L', current_database(), \
+                     '{mark}{id}'); END $$",
+                    mark = sluice_domain::connector::INSTANCE_MARK
+                ))
+                .await;
+            if let Err(e) = marked {
+                tracing::warn!(error = %e, "cannot mark the metadata database with the instance id; \
+                     give the service's role ownership of its database (docs/security.md)");
+            }
+        }
+        Ok(id)
+    }
+
     /// The underlying connection, for adapters that add their own tables.
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db

@@ -516,7 +516,7 @@ impl AuditRepository for Store {
         }
         if let Some(v) = &f.entity {
             let expr = match self.backend() {
-                DbBackend::Postgres => "details->>'entity' = ?",
+                DbBackend::Postgres => "details->>'entity' = $1",
                 _ => "json_extract(details, '$.entity') = ?",
             };
             q = q.filter(Expr::cust_with_values(expr, [v.clone()]));

@@ -871,6 +871,10 @@ impl ConnectorRegistry for MemoryConnectors {
     async fn destination(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>> {
         Ok(self.open(c)?)
     }
+
+    async fn check_config(&self, _: &ResolvedConfig) -> Vec<sluice_domain::FieldError> {
+        Vec::new()
+    }
 }
 
 struct MemoryDataset {

@@ -4,7 +4,7 @@ use super::created;
 use crate::AppState;
 use crate::dto::ListResponse;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Caller, Pagination};
+use crate::extract::{Body, Caller, Pagination};
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post};
 use serde::{Deserialize, Serialize};
@@ -131,7 +131,7 @@ pub async fn create_asset(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<CreateAssetBody>,
+    body: Body<CreateAssetBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let b = body.into_inner();
@@ -168,7 +168,7 @@ pub async fn update_asset(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<UpdateAssetBody>,
+    body: Body<UpdateAssetBody>,
 ) -> ApiResult<Json<AssetResponse>> {
     let (org, id) = path.into_inner();
     let b = body.into_inner();

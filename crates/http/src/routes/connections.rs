@@ -5,7 +5,7 @@ use super::created;
 use crate::AppState;
 use crate::dto::ListResponse;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Caller, Pagination};
+use crate::extract::{Body, Caller, Pagination};
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post};
 use serde::{Deserialize, Serialize};
@@ -143,7 +143,7 @@ pub async fn create_integration(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<CreateIntegrationBody>,
+    body: Body<CreateIntegrationBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let b = body.into_inner();
@@ -200,7 +200,7 @@ pub async fn update_integration(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<UpdateIntegrationBody>,
+    body: Body<UpdateIntegrationBody>,
 ) -> ApiResult<Json<IntegrationResponse>> {
     let (org, id) = path.into_inner();
     let b = body.into_inner();
@@ -429,7 +429,7 @@ pub async fn create_connection(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<CreateConnectionBody>,
+    body: Body<CreateConnectionBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let b = body.into_inner();
@@ -453,7 +453,7 @@ pub async fn test_unsaved(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<TestConnectionBody>,
+    body: Body<TestConnectionBody>,
 ) -> ApiResult<Json<TestResponse>> {
     let b = body.into_inner();
     let nc = new_connection(
@@ -488,7 +488,7 @@ pub async fn update_connection(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<UpdateConnectionBody>,
+    body: Body<UpdateConnectionBody>,
 ) -> ApiResult<Json<ConnectionResponse>> {
     let (org, id) = path.into_inner();
     let b = body.into_inner();
@@ -579,7 +579,7 @@ pub async fn preview(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<PreviewBody>,
+    body: Body<PreviewBody>,
 ) -> ApiResult<Json<PreviewResponse>> {
     let (org, id) = path.into_inner();
     let p = state
@@ -597,7 +597,7 @@ pub async fn preview_transform(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<PreviewTransformBody>,
+    body: Body<PreviewTransformBody>,
 ) -> ApiResult<Json<PreviewResponse>> {
     let (org, id) = path.into_inner();
     let steps = transform::parse_steps("transform", &body.transform).map_err(ApiError::validation)?;

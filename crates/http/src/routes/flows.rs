@@ -4,6 +4,7 @@ use super::created;
 use crate::AppState;
 use crate::dto::ListResponse;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::Body;
 use crate::extract::Caller;
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post, put};
@@ -177,7 +178,7 @@ pub async fn create(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<CreateFlowBody>,
+    body: Body<CreateFlowBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let b = body.into_inner();
@@ -219,7 +220,7 @@ pub async fn update(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<UpdateFlowBody>,
+    body: Body<UpdateFlowBody>,
 ) -> ApiResult<Json<FlowResponse>> {
     let (org, id) = path.into_inner();
     let b = body.into_inner();
@@ -407,7 +408,7 @@ pub async fn set_state(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid, String)>,
-    body: Json<SetCursorBody>,
+    body: Body<SetCursorBody>,
 ) -> ApiResult<Json<CursorResponse>> {
     let (org, id, entity) = path.into_inner();
     let c =
@@ -647,7 +648,7 @@ pub struct OrchestrateResponse {
 pub async fn orchestrate(
     state: Data<AppState>,
     _internal: crate::extract::InternalCaller,
-    body: Json<OrchestrateBody>,
+    body: Body<OrchestrateBody>,
 ) -> ApiResult<Json<OrchestrateResponse>> {
     let status = RunStatus::parse(&body.status).filter(|s| s.finished()).ok_or_else(|| {
         ApiError::validation(vec![FieldError::new("status", "must be succeeded, failed, canceled or drift_detected")])

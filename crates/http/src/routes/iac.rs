@@ -4,6 +4,7 @@
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::Body;
 use crate::extract::Caller;
 use crate::middleware::MAX_ANY_BODY;
 use actix_web::http::StatusCode;
@@ -133,7 +134,7 @@ pub async fn validate_drift(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<DriftBody>,
+    body: Body<DriftBody>,
 ) -> ApiResult<Json<DriftReport>> {
     let b = body.into_inner();
     let report = state

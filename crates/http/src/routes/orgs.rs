@@ -5,7 +5,7 @@ use super::created;
 use crate::AppState;
 use crate::dto::*;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Caller, Pagination};
+use crate::extract::{Body, Caller, Pagination};
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, post, put};
 use serde::Deserialize;
@@ -39,7 +39,7 @@ pub async fn list(
 pub async fn create(
     state: Data<AppState>,
     caller: Caller,
-    body: Json<CreateOrganizationBody>,
+    body: Body<CreateOrganizationBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.into_inner();
     let org = state
@@ -67,7 +67,7 @@ pub async fn update(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<UpdateOrganizationBody>,
+    body: Body<UpdateOrganizationBody>,
 ) -> ApiResult<Json<OrganizationResponse>> {
     let body = body.into_inner();
     let org = state
@@ -114,7 +114,7 @@ pub async fn update_member(
     state: Data<AppState>,
     caller: Caller,
     path: Path<(Uuid, Uuid)>,
-    body: Json<UpdateMemberBody>,
+    body: Body<UpdateMemberBody>,
 ) -> ApiResult<Json<MemberResponse>> {
     let (org, user) = path.into_inner();
     let m =
@@ -142,7 +142,7 @@ pub async fn create_invitation(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<CreateInvitationBody>,
+    body: Body<CreateInvitationBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let c = state.sluice.create_invitation(&caller.principal, org, &body.email, body.role.into()).await?;
@@ -189,7 +189,7 @@ pub async fn create_api_key(
     state: Data<AppState>,
     caller: Caller,
     path: Path<Uuid>,
-    body: Json<CreateApiKeyBody>,
+    body: Body<CreateApiKeyBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let roles: Vec<_> = body.roles.iter().map(|r| (*r).into()).collect();

@@ -4,6 +4,7 @@
 use crate::AppState;
 use crate::dto::*;
 use crate::error::{ApiResult, ErrorBody};
+use crate::extract::Body;
 use crate::extract::Caller;
 use actix_web::web::{Data, Json};
 use actix_web::{get, patch, post};
@@ -24,7 +25,7 @@ pub async fn me(state: Data<AppState>, caller: Caller) -> ApiResult<Json<UserRes
 pub async fn update_me(
     state: Data<AppState>,
     caller: Caller,
-    body: Json<UpdateMeBody>,
+    body: Body<UpdateMeBody>,
 ) -> ApiResult<Json<UserResponse>> {
     let body = body.into_inner();
     let user = state.sluice.update_me(&caller.principal, ProfileUpdate { name: body.name, email: body.email }).await?;
@@ -55,7 +56,7 @@ pub async fn sync_profile(state: Data<AppState>, caller: Caller) -> ApiResult<Js
 pub async fn accept_invitation(
     state: Data<AppState>,
     caller: Caller,
-    body: Json<AcceptInvitationBody>,
+    body: Body<AcceptInvitationBody>,
 ) -> ApiResult<Json<AcceptInvitationResponse>> {
     let (org, role) = state.sluice.accept_invitation(&caller.principal, body.token.trim()).await?;
     Ok(Json(AcceptInvitationResponse { organization: org.into(), role: role.into() }))

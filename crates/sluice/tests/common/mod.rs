@@ -50,6 +50,30 @@ pub fn spawn(args: &[&str], env: &[(&str, String)]) -> Proc {
     Proc(cmd.spawn().unwrap())
 }
 
+/// Runs the binary to its end (at most 30 s): its exit success and stderr.
+pub fn run_to_end(args: &[&str], env: &[(&str, String)]) -> (bool, String) {
+    let mut cmd = Command::new(sluice_bin());
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return (status.success(), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice {args:?} did not exit within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub async fn wait_healthy(client: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
