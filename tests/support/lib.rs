@@ -248,6 +248,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         oauth: options.oauth.clone(),
         console_url: "http://console.example".into(),
         run_worker: true,
+        run_lease: sluice::settings::DEFAULT_RUN_LEASE,
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());

@@ -41,31 +41,40 @@ enum Outcome {
 struct Failure {
     message: String,
     transient: bool,
+    /// The run was taken over (its attempt no longer holds it): stop
+    /// without writing anything more.
+    lost: bool,
+}
+
+impl Failure {
+    fn lost() -> Self {
+        Failure { message: "the run was taken over by another attempt".into(), transient: false, lost: true }
+    }
 }
 
 impl From<crate::connector::ConnectorError> for Failure {
     fn from(e: crate::connector::ConnectorError) -> Self {
         use crate::connector::ConnectorError as C;
         let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
-        Failure { message: e.to_string(), transient }
+        Failure { message: e.to_string(), transient, lost: false }
     }
 }
 
 impl From<crate::Error> for Failure {
     fn from(e: crate::Error) -> Self {
-        Failure { message: e.to_string(), transient: e.kind() == crate::ErrorKind::Internal }
+        Failure { message: e.to_string(), transient: e.kind() == crate::ErrorKind::Internal, lost: false }
     }
 }
 
 impl From<String> for Failure {
     fn from(message: String) -> Self {
-        Failure { message, transient: false }
+        Failure { message, transient: false, lost: false }
     }
 }
 
 impl From<&str> for Failure {
     fn from(message: &str) -> Self {
-        Failure { message: message.to_string(), transient: false }
+        Failure { message: message.to_string(), transient: false, lost: false }
     }
 }
 
@@ -80,7 +89,7 @@ impl Sluice {
 
     async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
         let line = RunLog { ts: self.now(), level: level.into(), entity: entity.map(str::to_string), message };
-        if let Err(e) = self.ports.runs.log(run.id, &line).await {
+        if let Err(e) = self.ports.runs.log(run.id, Some(run.fence()), &line).await {
             tracing::warn!(run = %run.id, error = %e, "recording a run log line failed");
         }
     }
@@ -89,11 +98,24 @@ impl Sluice {
         matches!(self.ports.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
     }
 
+    /// Refuses to go on once this attempt no longer holds the run: checked
+    /// before every commit to a destination.
+    async fn hold(&self, run: &Run) -> Result<(), Failure> {
+        if self.ports.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
+    }
+
     /// Executes a claimed run to its end and stores the outcome.
     pub async fn execute_run(&self, mut run: Run) -> Run {
         run.started_at.get_or_insert(self.now());
         let mut transient = Vec::new();
         let result = self.execute_entities(&mut run, &mut transient).await;
+        if let Err(f) = &result
+            && f.lost
+        {
+            // Another attempt holds the run now; it records the outcome.
+            tracing::warn!(run = %run.id, attempt = run.attempt, "the run was taken over; this attempt stopped");
+            return run;
+        }
         let all_transient = match &result {
             Err(f) => f.transient,
             Ok(Outcome::Done) => {
@@ -114,7 +136,7 @@ impl Sluice {
                 crate::connector::format_timestamp(at)
             );
             self.log(&run, "warn", None, message.clone()).await;
-            match self.ports.queue.retry_later(run.id, at, &message).await {
+            match self.ports.queue.retry_later(run.fence(), at, &message).await {
                 Ok(()) => {
                     run.status = RunStatus::Queued;
                     run.attempt += 1;
@@ -153,14 +175,17 @@ impl Sluice {
         if run.status == RunStatus::Canceled {
             run.error = Some("canceled".into());
         }
+        if all_transient && run.status == RunStatus::Failed {
+            let why = run.error.take().unwrap_or_default();
+            run.error = Some(format!("gave up after {} attempts: {why}", run.attempt));
+        }
         let rows: u64 = run.entities.iter().map(|e| e.rows_written).sum();
-        self.log(
-            &run,
-            if run.status == RunStatus::Succeeded { "info" } else { "warn" },
-            None,
-            format!("run {} ({rows} rows written)", run.status.as_str()),
-        )
-        .await;
+        // The last line says how the run ended and, when it failed, why.
+        let summary = match (&run.error, run.status) {
+            (Some(e), RunStatus::Failed) => format!("run failed ({rows} rows written): {e}"),
+            _ => format!("run {} ({rows} rows written)", run.status.as_str()),
+        };
+        self.log(&run, if run.status == RunStatus::Succeeded { "info" } else { "warn" }, None, summary).await;
         if let Err(e) = self.ports.runs.save(&run).await {
             tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
@@ -206,13 +231,21 @@ impl Sluice {
         )
         .await;
         let mut drift = false;
+        // Rows earlier attempts of this run committed (their last progress),
+        // so that `rows_written` counts every attempt.
+        let earlier = std::mem::take(&mut run.entities);
         for m in &flow.config.mappings {
             if self.canceled(run).await {
                 return Ok(Outcome::Canceled);
             }
             let started = Instant::now();
-            let mut stats =
-                EntityStats { entity: m.source_entity.clone(), status: "running".into(), ..Default::default() };
+            let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
+            let mut stats = EntityStats {
+                entity: m.source_entity.clone(),
+                status: "running".into(),
+                rows_written: prior,
+                ..Default::default()
+            };
             let outcome = self.sync_entity(run, &flow, m, &source, &dest, &mut stats).await;
             stats.duration_ms = started.elapsed().as_millis() as u64;
             match outcome {
@@ -235,6 +268,7 @@ impl Sluice {
                     run.entities.push(stats);
                     return Ok(Outcome::Canceled);
                 }
+                Err(f) if f.lost => return Err(f),
                 Err(f) => {
                     self.log(run, "error", Some(&m.source_entity), f.message.clone()).await;
                     if f.transient {
@@ -277,6 +311,8 @@ impl Sluice {
         stats: &mut EntityStats,
     ) -> Result<Outcome, Failure> {
         let entity = m.source_entity.as_str();
+        // What earlier attempts committed; this attempt's writer counts its own.
+        let prior = stats.rows_written;
         // The source's fields first: the stored cursor is typed by them.
         let source_fields = source.io.entity_fields(entity).await?;
         self.record_source_schema(&source.conn, entity, &source_fields).await;
@@ -367,9 +403,10 @@ impl Sluice {
                     return Err(e.into());
                 }
             };
+            self.hold(run).await?;
             let w = writer.finish().await?;
             stats.rows_read = loaded;
-            stats.rows_written = w.rows_written;
+            stats.rows_written = prior + w.rows_written;
             stats.bytes = w.bytes;
             return Ok(Outcome::Done);
         }
@@ -397,16 +434,17 @@ impl Sluice {
                 if let Some(c) = stream.last_cursor() {
                     cursor = Some(c);
                 }
-                let (w, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, stats).await?;
+                let (w, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, prior, stats).await?;
                 stats.bytes = w.bytes;
                 if canceled {
                     return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
                 }
             }
+            self.hold(run).await?;
             let w = writer.finish().await?;
-            stats.rows_written = w.rows_written;
+            stats.rows_written = prior + w.rows_written;
             stats.bytes = w.bytes;
-            self.store_cursor(flow, m, &cursor).await?;
+            self.store_cursor(run, flow, m, &cursor).await?;
             stats.cursor_after = cursor.as_ref().and_then(cursor_text);
             return Ok(Outcome::Done);
         }
@@ -444,17 +482,18 @@ impl Sluice {
                 return Err(e.into());
             }
             if checkpoints && since_checkpoint >= CHECKPOINT_ROWS {
-                let (_, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, stats).await?;
+                let (_, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, prior, stats).await?;
                 since_checkpoint = 0;
                 if canceled {
                     return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
                 }
             }
         }
+        self.hold(run).await?;
         let w = writer.finish().await?;
-        stats.rows_written = w.rows_written;
+        stats.rows_written = prior + w.rows_written;
         if incremental {
-            self.store_cursor(flow, m, &cursor).await?;
+            self.store_cursor(run, flow, m, &cursor).await?;
         }
         stats.cursor_after = if incremental { cursor.as_ref().and_then(cursor_text) } else { None };
         Ok(Outcome::Done)
@@ -462,7 +501,9 @@ impl Sluice {
 
     /// Commits what the writer holds, then (only then) stores `cursor`:
     /// the destination holds everything read so far. Answers the writer's
-    /// totals and whether the run was canceled meanwhile.
+    /// totals and whether the run was canceled meanwhile. Nothing is
+    /// committed once this attempt no longer holds the run.
+    #[allow(clippy::too_many_arguments)]
     async fn checkpoint(
         &self,
         run: &Run,
@@ -470,12 +511,21 @@ impl Sluice {
         m: &Mapping,
         writer: &mut Box<dyn EntityWriter>,
         cursor: &Option<Value>,
+        prior: u64,
         stats: &mut EntityStats,
     ) -> Result<(WriteStats, bool), Failure> {
+        self.hold(run).await?;
         let w = writer.checkpoint().await?;
-        stats.rows_written = w.rows_written;
-        self.store_cursor(flow, m, cursor).await?;
+        stats.rows_written = prior + w.rows_written;
+        self.store_cursor(run, flow, m, cursor).await?;
         stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+        // Progress, so that a later attempt counts these rows and readers
+        // see the run advance.
+        let mut progress = run.entities.clone();
+        progress.push(stats.clone());
+        if !self.ports.runs.progress(run.fence(), &progress).await? {
+            return Err(Failure::lost());
+        }
         Ok((w, self.canceled(run).await))
     }
 
@@ -486,7 +536,7 @@ impl Sluice {
         Outcome::Canceled
     }
 
-    async fn store_cursor(&self, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), String> {
+    async fn store_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {
         let Some(v) = cursor else { return Ok(()) };
         let c = Cursor {
             entity: m.source_entity.clone(),
@@ -494,6 +544,6 @@ impl Sluice {
             cursor_value: cursor_text(v),
             updated_at: self.now(),
         };
-        self.ports.cursors.set(flow.id, &c, None).await.map_err(|e| e.to_string())
+        if self.ports.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 }

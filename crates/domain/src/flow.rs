@@ -335,6 +335,22 @@ pub struct Run {
     pub not_before: Option<OffsetDateTime>,
 }
 
+/// A fencing token: one claim of a run. Every claim runs a new attempt
+/// (a run is queued again with the next number), so a worker whose run was
+/// taken over holds an attempt that no longer matches, and every write it
+/// makes for the run is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub run: RunId,
+    pub attempt: u32,
+}
+
+impl Run {
+    pub fn fence(&self) -> Fence {
+        Fence { run: self.id, attempt: self.attempt }
+    }
+}
+
 /// One log line of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunLog {
@@ -377,9 +393,20 @@ pub trait RunRepository: Send + Sync {
     /// becomes `running`, held by `worker` with a heartbeat at `now`.
     /// Atomic: two workers never claim one run.
     async fn claim(&self, worker: &str, now: OffsetDateTime) -> Result<Option<Run>>;
-    /// Renews the lease; `false` when the run is no longer held by `worker`.
-    async fn heartbeat(&self, id: RunId, worker: &str, now: OffsetDateTime) -> Result<bool>;
-    /// Stores the run's status, stats, error and finish time.
+    /// Renews the lease; `false` when the run is no longer held by
+    /// `worker` in this attempt (it was queued again, claimed by another
+    /// worker, canceled or ended): the worker must then stop at once.
+    async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool>;
+    /// Whether the run is still running in this attempt: checked before a
+    /// worker commits anything to a destination.
+    async fn holds(&self, fence: Fence) -> Result<bool>;
+    /// Stores the entity stats of a running attempt (after each
+    /// checkpoint); `false`, storing nothing, when the attempt no longer
+    /// holds the run.
+    async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool>;
+    /// Stores the run's status, stats, error and finish time, only while
+    /// the stored run is in `run.attempt` (a worker whose run was taken
+    /// over stores nothing). A cancellation recorded meanwhile is kept.
     async fn save(&self, run: &Run) -> Result<()>;
     async fn get(&self, org: OrgId, id: RunId) -> Result<Option<Run>>;
     /// The current status of a run (cancellation checks).
@@ -392,7 +419,10 @@ pub trait RunRepository: Send + Sync {
         page: PageRequest,
     ) -> Result<Page<Run>>;
     async fn running_for_flow(&self, flow: FlowId) -> Result<bool>;
-    async fn log(&self, run: RunId, line: &RunLog) -> Result<()>;
+    /// Appends a log line; with a `fence`, only while that attempt still
+    /// holds the run (a worker's lines), else unconditionally (the
+    /// scheduler's).
+    async fn log(&self, run: RunId, fence: Option<Fence>, line: &RunLog) -> Result<()>;
     async fn logs(&self, run: RunId) -> Result<Vec<RunLog>>;
 }
 
@@ -403,6 +433,9 @@ pub trait CursorRepository: Send + Sync {
     async fn get(&self, flow: FlowId, entity: &str) -> Result<Option<Cursor>>;
     /// Stores a cursor; with `audit`, in the same transaction.
     async fn set(&self, flow: FlowId, cursor: &Cursor, audit: Option<AuditEntry>) -> Result<()>;
+    /// Advances a cursor from a run: in one transaction with the check that
+    /// `fence` still holds the run. `false`, storing nothing, when not.
+    async fn advance(&self, flow: FlowId, cursor: &Cursor, fence: Fence) -> Result<bool>;
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()>;
 }
 

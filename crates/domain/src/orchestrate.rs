@@ -58,8 +58,10 @@ pub trait QueueRepository: Send + Sync {
     /// A run of any organization (internal calls).
     async fn find_run(&self, id: RunId) -> Result<Option<Run>>;
     /// Queues a transiently failed run again (attempt + 1), not to be
-    /// claimed before `not_before`, keeping `error` as the reason.
-    async fn retry_later(&self, id: RunId, not_before: OffsetDateTime, error: &str) -> Result<()>;
+    /// claimed before `not_before`, keeping `error` as the reason and the
+    /// progress stored so far (the next attempt counts its rows); only
+    /// while `fence` holds the run.
+    async fn retry_later(&self, fence: crate::flow::Fence, not_before: OffsetDateTime, error: &str) -> Result<()>;
 }
 
 fn matches(on: DependsOn, status: RunStatus) -> bool {
@@ -91,7 +93,7 @@ impl Sluice {
     /// Finds running runs whose worker stopped renewing its lease: queued
     /// again while attempts remain, failed otherwise. Answers how many.
     pub async fn recover_lost_runs(&self) -> Result<usize> {
-        self.recover_runs_older_than(self.now() - LEASE).await
+        self.recover_runs_older_than(self.now() - self.lease).await
     }
 
     /// Recovers every run marked running: for a store only this process
@@ -112,6 +114,7 @@ impl Sluice {
                         .runs
                         .log(
                             run.id,
+                            None,
                             &RunLog {
                                 ts: now,
                                 level: "warn".into(),
@@ -129,8 +132,12 @@ impl Sluice {
             } else {
                 run.status = RunStatus::Failed;
                 run.finished_at = Some(now);
-                run.error = Some(format!("the worker was lost {} times; giving up", run.attempt));
+                let why = format!("the worker was lost {} times; giving up", run.attempt);
+                run.error = Some(why.clone());
                 self.ports.runs.save(&run).await?;
+                let line =
+                    RunLog { ts: now, level: "error".into(), entity: None, message: format!("run failed: {why}") };
+                let _ = self.ports.runs.log(run.id, None, &line).await;
                 self.after_run(&run).await?;
                 n += 1;
             }

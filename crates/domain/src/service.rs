@@ -59,6 +59,8 @@ const TOUCH_INTERVAL: Duration = Duration::minutes(1);
 pub struct Sluice {
     pub(crate) ports: Ports,
     pub(crate) cache: Arc<Caches>,
+    /// How long a worker holds a run without renewing its heartbeat.
+    pub(crate) lease: time::Duration,
 }
 
 /// Reads the API-key path repeats on every request (see [`crate::cache`]).
@@ -98,7 +100,19 @@ pub struct CreatedApiKey {
 
 impl Sluice {
     pub fn new(ports: Ports) -> Self {
-        Self { ports, cache: Arc::default() }
+        Self { ports, cache: Arc::default(), lease: crate::orchestrate::LEASE }
+    }
+
+    /// Sets how long a run's lease lasts without a heartbeat (default
+    /// [`crate::orchestrate::LEASE`]).
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        self.lease = time::Duration::try_from(lease).unwrap_or(crate::orchestrate::LEASE);
+        self
+    }
+
+    /// How long a run's lease lasts: workers renew it several times within.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::try_from(self.lease).unwrap_or(std::time::Duration::from_secs(60))
     }
 
     pub fn ports(&self) -> &Ports {

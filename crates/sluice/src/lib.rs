@@ -112,7 +112,7 @@ impl Application {
             queue: Arc::new(store.clone()),
             iac: Arc::new(store.clone()),
         };
-        Ok((Sluice::new(ports), store))
+        Ok((Sluice::new(ports).with_lease(settings.run_lease), store))
     }
 
     /// Connects the store (running migrations), wires the ports and binds the

@@ -13,6 +13,7 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://sluice.db?mode=rwc";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./.sluice";
 const HS256_FILE: &str = "jwt_hs256_secret";
+pub const DEFAULT_RUN_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 const MASTER_KEY_FILE: &str = "master_key";
 
 #[derive(Clone)]
@@ -40,6 +41,10 @@ pub struct Settings {
     pub console_url: String,
     /// Whether this process executes runs (`serve --no-worker` turns it off).
     pub run_worker: bool,
+    /// How long a worker holds a run without a heartbeat before another
+    /// process takes it over (`SLUICE_RUN_LEASE`, seconds, default 60,
+    /// at least 3); workers renew it six times within.
+    pub run_lease: std::time::Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +109,15 @@ impl Settings {
             _ => None,
         };
         let public_url = var("SLUICE_PUBLIC_URL").unwrap_or_else(|| format!("http://{listen}"));
+        let run_lease = match var("SLUICE_RUN_LEASE") {
+            None => DEFAULT_RUN_LEASE,
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(n) if n >= 3 => std::time::Duration::from_secs(n),
+                _ => bail!("SLUICE_RUN_LEASE must be a whole number of seconds, at least 3, not '{v}'"),
+            },
+        };
         Ok(Self {
+            run_lease,
             aws,
             oauth: oauth_providers(&var)?,
             console_url: var("SLUICE_CONSOLE_URL").unwrap_or_else(|| public_url.clone()),
@@ -307,6 +320,7 @@ mod tests {
             oauth: Default::default(),
             console_url: String::new(),
             run_worker: false,
+            run_lease: DEFAULT_RUN_LEASE,
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

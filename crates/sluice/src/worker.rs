@@ -6,8 +6,9 @@ use std::time::Duration;
 
 /// How often an idle worker looks for queued runs.
 pub const POLL: Duration = Duration::from_millis(250);
-/// How often a busy worker renews its lease.
-pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// How often a busy worker renews its lease, as a part of the lease: a
+/// lost lease is noticed within this much of it.
+pub const HEARTBEATS_PER_LEASE: u32 = 6;
 
 /// A name that tells processes apart in run records (`host:pid:random`).
 pub fn worker_id() -> String {
@@ -17,29 +18,45 @@ pub fn worker_id() -> String {
 
 /// Runs forever: claim, execute, repeat.
 pub async fn run(sluice: Sluice, id: String) {
+    let heartbeat = sluice.lease() / HEARTBEATS_PER_LEASE;
     tracing::info!(worker = %id, "worker started");
     loop {
         match sluice.claim_run(&id).await {
             Ok(Some(run)) => {
-                let run_id = run.id;
-                tracing::info!(worker = %id, run = %run_id, flow = %run.flow_id, "run claimed");
+                let (run_id, fence) = (run.id, run.fence());
+                tracing::info!(worker = %id, run = %run_id, attempt = fence.attempt, flow = %run.flow_id, "run claimed");
+                // The heartbeat renews the lease; once it finds the run no
+                // longer this attempt's (taken over after a freeze, say), the
+                // execution is dropped at once: its open destination
+                // transactions roll back and it writes nothing more.
+                let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
                 let beat = {
                     let (sluice, id) = (sluice.clone(), id.clone());
                     tokio::spawn(async move {
                         loop {
-                            tokio::time::sleep(HEARTBEAT).await;
-                            match sluice.ports().runs.heartbeat(run_id, &id, sluice.now()).await {
+                            tokio::time::sleep(heartbeat).await;
+                            match sluice.ports().runs.heartbeat(fence, &id, sluice.now()).await {
                                 Ok(true) => {}
-                                Ok(false) => break,
+                                Ok(false) => {
+                                    let _ = lost_tx.send(());
+                                    break;
+                                }
                                 Err(e) => tracing::warn!(run = %run_id, error = %e, "heartbeat failed"),
                             }
                         }
                     })
                 };
-                let done = sluice.execute_run(run).await;
+                tokio::select! {
+                    done = sluice.execute_run(run) => {
+                        let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
+                        tracing::info!(worker = %id, run = %run_id, status = done.status.as_str(), rows, "run finished");
+                    }
+                    Ok(()) = lost => {
+                        tracing::warn!(worker = %id, run = %run_id, attempt = fence.attempt,
+                            "the run is no longer this worker's (its lease was taken over); execution stopped");
+                    }
+                }
                 beat.abort();
-                let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
-                tracing::info!(worker = %id, run = %run_id, status = done.status.as_str(), rows, "run finished");
             }
             Ok(None) => tokio::time::sleep(POLL).await,
             Err(e) => {

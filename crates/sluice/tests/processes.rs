@@ -372,3 +372,138 @@ async fn count_rows(pg: &mut sqlx::PgConnection, sql: &str) -> i64 {
     let r: Result<(i64,), _> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(pg).await;
     r.map(|(n,)| n).unwrap_or(0)
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to a process.
+fn signal(p: &Proc, signal: &str) {
+    let ok = std::process::Command::new("kill").args([&format!("-{signal}"), &p.0.id().to_string()]).status().unwrap();
+    assert!(ok.success(), "kill -{signal}");
+}
+
+#[tokio::test]
+async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
+    use sea_orm::{ConnectionTrait, Database};
+    let admin_url = postgres_admin_url();
+    let admin = match Database::connect(&admin_url).await {
+        Ok(a) => a,
+        Err(e) => {
+            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            return;
+        }
+    };
+    let Some(src) = pg_schema().await else { return };
+    let Some(dst) = pg_schema().await else { return };
+    const ROWS: i64 = 1_000_000;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {s}.events (id bigint PRIMARY KEY, payload text NOT NULL, updated timestamptz NOT NULL);
+         INSERT INTO {s}.events SELECT g, 'event number ' || g, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {ROWS}) g;",
+        s = src.name
+    )))
+    .execute(&mut pg)
+    .await
+    .unwrap();
+    let name = format!("sluice_fence_{}", random_base62(8).to_lowercase());
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
+    let data = std::env::temp_dir().join(format!("sluice-fence-{}", random_base62(8).to_lowercase()));
+    std::fs::create_dir_all(&data).unwrap();
+    // A short lease, so that the take-over comes within seconds.
+    let env_with = |port: u16| {
+        let mut e = env(&data, &db, port);
+        e.push(("SLUICE_RUN_LEASE", "3".to_string()));
+        e
+    };
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let _api_proc = spawn(&["serve", "--no-worker"], &env_with(port));
+    wait_healthy(&api.client, &api.base).await;
+    let org = api.post("/v1/organizations", json!({"name": "Fence"})).await["id"].as_str().unwrap().to_string();
+    let conn = |name: &str, schema: &str| {
+        json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let s = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("src", &src.name)).await);
+    let d = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("dst", &dst.name)).await);
+    // Through rows (a transform), so the load checkpoints often.
+    let flow = id(api
+        .post(&format!("/v1/organizations/{org}/flows"), json!({"name": "events", "source_connection_id": s, "destination_connection_id": d,
+            "config": {"mappings": [{"source_entity": "events", "sync_mode": "incremental_deduped", "cursor_field": "updated",
+                "primary_key": "id", "transform": [{"op": "set", "field": "copied", "value": true}]}]}}))
+        .await);
+    let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    let first_log = data.join("first.log");
+    let first = spawn_logged(&["worker"], &env_with(free_port()), &first_log);
+    // Freeze the first worker in the middle of the run (after a checkpoint).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let state = api.get(&format!("/v1/organizations/{org}/flows/{flow}/state")).await;
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        assert_ne!(r["status"], "succeeded", "the sync ended before it could be frozen; make it larger");
+        if state["data"][0]["cursor_value"].is_string() && r["status"] == "running" {
+            assert_eq!(r["attempt"], 1, "{r}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint within 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&first, "STOP");
+    // A second worker takes the run over once the lease runs out.
+    let _second = spawn(&["worker"], &env_with(free_port()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        if r["attempt"] == 2 && r["status"] == "running" {
+            break;
+        }
+        assert_ne!(r["status"], "succeeded", "{r}");
+        assert!(Instant::now() < deadline, "the run was not taken over: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The frozen worker wakes while the second one is copying.
+    signal(&first, "CONT");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let done = loop {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        if r["status"] == "succeeded" {
+            break r;
+        }
+        assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+        assert!(Instant::now() < deadline, "the run did not finish: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Give the first worker time to do anything it still would: it must
+    // stop within one heartbeat (half a second here) of waking.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+    let first_said = std::fs::read_to_string(&first_log).unwrap();
+    assert!(
+        first_said.contains("this attempt stopped") || first_said.contains("execution stopped"),
+        "the first worker did not notice it lost the run: {first_said}"
+    );
+    assert_eq!(after, done, "the run record changed after the second attempt ended");
+    assert_eq!(done["attempt"], 2, "{done}");
+    assert!(
+        done["entities"][0]["rows_written"].as_i64().unwrap()
+            >= ROWS - done["entities"][0]["rows_read"].as_i64().unwrap()
+    );
+    let logs = api.get(&format!("/v1/organizations/{org}/logs/{run}")).await;
+    let lines: Vec<&str> = logs["data"].as_array().unwrap().iter().map(|l| l["message"].as_str().unwrap()).collect();
+    assert_eq!(lines.iter().filter(|l| l.starts_with("run succeeded")).count(), 1, "{lines:#?}");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("run started")).count(), 2, "{lines:#?}");
+    let last_takeover = lines.iter().rposition(|l| l.contains("queued again")).expect("a take-over line");
+    assert!(
+        lines[last_takeover..].iter().filter(|l| l.starts_with("run started")).count() == 1,
+        "after the take-over only the second attempt writes: {lines:#?}"
+    );
+    let (count, distinct): (i64, i64) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*), count(DISTINCT id) FROM {}.events", dst.name)))
+            .fetch_one(&mut pg)
+            .await
+            .unwrap();
+    assert_eq!((count, distinct), (ROWS, ROWS), "every source record exactly once");
+    drop(first);
+    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}

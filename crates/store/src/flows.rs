@@ -254,11 +254,12 @@ impl RunRepository for Store {
         Ok(None)
     }
 
-    async fn heartbeat(&self, id: RunId, worker: &str, now: OffsetDateTime) -> Result<bool> {
+    async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool> {
         let tx = self.write().await?;
         let r = runs::Entity::update_many()
             .col_expr(runs::Column::HeartbeatAt, Expr::value(now))
-            .filter(runs::Column::Id.eq(id.as_uuid()))
+            .filter(runs::Column::Id.eq(fence.run.as_uuid()))
+            .filter(runs::Column::Attempt.eq(fence.attempt as i32))
             .filter(runs::Column::ClaimedBy.eq(worker))
             .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
             .exec(tx.c())
@@ -268,10 +269,35 @@ impl RunRepository for Store {
         tx.finish(r).await
     }
 
+    async fn holds(&self, fence: Fence) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = held(self, tx.c(), fence).await;
+        tx.finish(r).await
+    }
+
+    async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = async {
+            let json = serde_json::to_value(entities).map_err(|e| Error::Internal(e.into()))?;
+            let n = runs::Entity::update_many()
+                .col_expr(runs::Column::Entities, Expr::value(json))
+                .filter(runs::Column::Id.eq(fence.run.as_uuid()))
+                .filter(runs::Column::Attempt.eq(fence.attempt as i32))
+                .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            Ok(n.rows_affected == 1)
+        }
+        .await;
+        tx.finish(r).await
+    }
+
     async fn save(&self, run: &Run) -> Result<()> {
         let tx = self.write().await?;
         let r = async {
-            // A cancellation recorded meanwhile wins over a worker's outcome.
+            // A cancellation recorded meanwhile wins over a worker's outcome;
+            // a run taken over by a later attempt keeps that attempt's record.
             let current = runs::Entity::find_by_id(run.id.as_uuid()).one(tx.c()).await.map_err(db_err)?;
             let status = match current.as_ref().map(|c| c.status.as_str()) {
                 Some("canceled") => RunStatus::Canceled,
@@ -286,8 +312,8 @@ impl RunRepository for Store {
                     Expr::value(serde_json::to_value(&run.entities).map_err(|e| Error::Internal(e.into()))?),
                 )
                 .col_expr(runs::Column::Error, Expr::value(run.error.clone()))
-                .col_expr(runs::Column::Attempt, Expr::value(run.attempt as i32))
                 .filter(runs::Column::Id.eq(run.id.as_uuid()))
+                .filter(runs::Column::Attempt.eq(run.attempt as i32))
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
@@ -346,20 +372,28 @@ impl RunRepository for Store {
             .is_some())
     }
 
-    async fn log(&self, run: RunId, line: &RunLog) -> Result<()> {
+    async fn log(&self, run: RunId, fence: Option<Fence>, line: &RunLog) -> Result<()> {
         let tx = self.write().await?;
-        let r = run_logs::Entity::insert(run_logs::ActiveModel {
-            id: Set(Uuid::now_v7()),
-            run_id: Set(run.as_uuid()),
-            ts: Set(line.ts),
-            level: Set(line.level.clone()),
-            entity: Set(line.entity.clone()),
-            message: Set(line.message.clone()),
-        })
-        .exec_without_returning(tx.c())
-        .await
-        .map(|_| ())
-        .map_err(db_err);
+        let r = async {
+            if let Some(f) = fence
+                && !held(self, tx.c(), f).await?
+            {
+                return Ok(());
+            }
+            run_logs::Entity::insert(run_logs::ActiveModel {
+                id: Set(Uuid::now_v7()),
+                run_id: Set(run.as_uuid()),
+                ts: Set(line.ts),
+                level: Set(line.level.clone()),
+                entity: Set(line.entity.clone()),
+                message: Set(line.message.clone()),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map(|_| ())
+            .map_err(db_err)
+        }
+        .await;
         tx.finish(r).await
     }
 
@@ -376,8 +410,39 @@ impl RunRepository for Store {
     }
 }
 
+/// Whether `fence` still holds its run, inside `c`'s transaction. On
+/// PostgreSQL the run's row is locked for share until the transaction
+/// ends, so a concurrent take-over waits for what this attempt writes with
+/// it (on SQLite the store's write lock does the same).
+async fn held(store: &Store, c: &sea_orm::DatabaseTransaction, fence: Fence) -> Result<bool> {
+    let mut q = runs::Entity::find_by_id(fence.run.as_uuid());
+    if store.backend() == DbBackend::Postgres {
+        q = q.lock(LockType::Share);
+    }
+    Ok(q.one(c)
+        .await
+        .map_err(db_err)?
+        .is_some_and(|r| r.attempt == fence.attempt as i32 && r.status == RunStatus::Running.as_str()))
+}
+
 fn cursor_from(m: cursors::Model) -> Cursor {
     Cursor { entity: m.entity, cursor_field: m.cursor_field, cursor_value: m.cursor_value, updated_at: m.updated_at }
+}
+
+/// Replaces the flow's cursor of `c.entity`.
+async fn write_cursor(tx: &sea_orm::DatabaseTransaction, flow: FlowId, c: &Cursor) -> Result<()> {
+    cursors::Entity::delete_by_id((flow.as_uuid(), c.entity.clone())).exec(tx).await.map_err(db_err)?;
+    cursors::Entity::insert(cursors::ActiveModel {
+        flow_id: Set(flow.as_uuid()),
+        entity: Set(c.entity.clone()),
+        cursor_field: Set(c.cursor_field.clone()),
+        cursor_value: Set(c.cursor_value.clone()),
+        updated_at: Set(c.updated_at),
+    })
+    .exec_without_returning(tx)
+    .await
+    .map(|_| ())
+    .map_err(db_err)
 }
 
 #[async_trait]
@@ -404,21 +469,24 @@ impl CursorRepository for Store {
     async fn set(&self, flow: FlowId, c: &Cursor, audit: Option<AuditEntry>) -> Result<()> {
         let tx = self.write().await?;
         let r = async {
-            cursors::Entity::delete_by_id((flow.as_uuid(), c.entity.clone())).exec(tx.c()).await.map_err(db_err)?;
-            cursors::Entity::insert(cursors::ActiveModel {
-                flow_id: Set(flow.as_uuid()),
-                entity: Set(c.entity.clone()),
-                cursor_field: Set(c.cursor_field.clone()),
-                cursor_value: Set(c.cursor_value.clone()),
-                updated_at: Set(c.updated_at),
-            })
-            .exec_without_returning(tx.c())
-            .await
-            .map_err(db_err)?;
+            write_cursor(tx.c(), flow, c).await?;
             if let Some(a) = &audit {
                 insert_audit(tx.c(), a).await?;
             }
             Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn advance(&self, flow: FlowId, c: &Cursor, fence: Fence) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = async {
+            if !held(self, tx.c(), fence).await? {
+                return Ok(false);
+            }
+            write_cursor(tx.c(), flow, c).await?;
+            Ok(true)
         }
         .await;
         tx.finish(r).await
@@ -607,7 +675,7 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
         runs::Entity::find_by_id(id.as_uuid()).one(&self.db).await.map_err(db_err)?.map(run_from).transpose()
     }
 
-    async fn retry_later(&self, id: RunId, not_before: OffsetDateTime, error: &str) -> Result<()> {
+    async fn retry_later(&self, fence: Fence, not_before: OffsetDateTime, error: &str) -> Result<()> {
         let tx = self.write().await?;
         let r = runs::Entity::update_many()
             .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
@@ -615,9 +683,9 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
             .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
             .col_expr(runs::Column::NotBefore, Expr::value(Some(not_before)))
             .col_expr(runs::Column::Error, Expr::value(Some(error.to_string())))
-            .col_expr(runs::Column::Entities, Expr::value(serde_json::json!([])))
             .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
-            .filter(runs::Column::Id.eq(id.as_uuid()))
+            .filter(runs::Column::Id.eq(fence.run.as_uuid()))
+            .filter(runs::Column::Attempt.eq(fence.attempt as i32))
             .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
             .exec(tx.c())
             .await

@@ -128,3 +128,69 @@ async fn one_flow_never_has_two_running_runs_and_markers_win_once() {
     }
     assert_eq!(wins, 1);
 }
+
+/// Every write of a run's attempt is refused once another attempt holds
+/// the run: the heartbeat, progress, log lines, cursor advances, the final
+/// record and a retry.
+async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
+    use sluice_domain::orchestrate::QueueRepository;
+    let (org, flows) = seed(store, 1).await;
+    let now = time::OffsetDateTime::now_utc();
+    let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now);
+    RunRepository::enqueue(store, &run).await.unwrap();
+    let first = store.claim("a", now).await.unwrap().unwrap();
+    let old = first.fence();
+    assert!(store.holds(old).await.unwrap());
+    assert!(store.heartbeat(old, "a", now).await.unwrap());
+    assert!(store.requeue(run.id, Some("a".into())).await.unwrap(), "the lease ran out");
+    let second = store.claim("b", now).await.unwrap().unwrap();
+    assert_eq!(second.attempt, old.attempt + 1);
+    let line = |m: &str| RunLog { ts: now, level: "info".into(), entity: None, message: m.into() };
+    let cursor = |v: &str| Cursor {
+        entity: "t".into(),
+        cursor_field: Some("id".into()),
+        cursor_value: Some(v.into()),
+        updated_at: now,
+    };
+    let stats = [EntityStats { entity: "t".into(), rows_written: 7, ..Default::default() }];
+    // The old attempt: nothing lands.
+    assert!(!store.holds(old).await.unwrap());
+    assert!(!store.heartbeat(old, "a", now).await.unwrap());
+    assert!(!store.heartbeat(old, "b", now).await.unwrap(), "another worker's name does not help");
+    assert!(!store.progress(old, &stats).await.unwrap());
+    assert!(!store.advance(flows[0].id, &cursor("old"), old).await.unwrap());
+    store.log(run.id, Some(old), &line("from the old attempt")).await.unwrap();
+    store.retry_later(old, now, "old").await.unwrap();
+    let mut stale = first.clone();
+    stale.status = RunStatus::Failed;
+    stale.error = Some("old".into());
+    RunRepository::save(store, &stale).await.unwrap();
+    // The new attempt: everything lands.
+    assert!(store.progress(second.fence(), &stats).await.unwrap());
+    assert!(store.advance(flows[0].id, &cursor("new"), second.fence()).await.unwrap());
+    store.log(run.id, Some(second.fence()), &line("from the new attempt")).await.unwrap();
+    let stored = RunRepository::get(store, org, run.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempt, stored.error.as_deref()), (RunStatus::Running, 2, None));
+    assert_eq!(stored.entities[0].rows_written, 7);
+    let c = CursorRepository::get(store, flows[0].id, "t").await.unwrap().unwrap();
+    assert_eq!(c.cursor_value.as_deref(), Some("new"));
+    let logs: Vec<String> = store.logs(run.id).await.unwrap().into_iter().map(|l| l.message).collect();
+    assert_eq!(logs, ["from the new attempt"]);
+}
+
+#[tokio::test]
+async fn a_taken_over_attempt_writes_nothing_on_sqlite() {
+    let file = std::env::temp_dir().join(format!("sluice-fence-{}.db", sluice_domain::secret::random_base62(8)));
+    let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
+    writes_of_a_taken_over_attempt_are_refused(&store).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
+#[tokio::test]
+async fn a_taken_over_attempt_writes_nothing_on_postgres() {
+    let Some((_db, url)) = fresh("sluice_fence").await else { return };
+    let store = Store::connect(&url, &[9u8; 32]).await.unwrap();
+    writes_of_a_taken_over_attempt_are_refused(&store).await;
+}

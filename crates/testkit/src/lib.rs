@@ -1156,12 +1156,12 @@ impl RunRepository for InMemoryFlows {
         Ok(Some(r.clone()))
     }
 
-    async fn heartbeat(&self, id: RunId, worker: &str, now: OffsetDateTime) -> Result<bool> {
+    async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool> {
         let mut s = self.s();
         match s
             .runs
             .iter_mut()
-            .find(|r| r.id == id && r.claimed_by.as_deref() == Some(worker) && r.status == RunStatus::Running)
+            .find(|r| r.fence() == fence && r.claimed_by.as_deref() == Some(worker) && r.status == RunStatus::Running)
         {
             Some(r) => {
                 r.heartbeat_at = Some(now);
@@ -1171,9 +1171,24 @@ impl RunRepository for InMemoryFlows {
         }
     }
 
+    async fn holds(&self, fence: Fence) -> Result<bool> {
+        Ok(self.s().runs.iter().any(|r| r.fence() == fence && r.status == RunStatus::Running))
+    }
+
+    async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool> {
+        let mut s = self.s();
+        match s.runs.iter_mut().find(|r| r.fence() == fence && r.status == RunStatus::Running) {
+            Some(r) => {
+                r.entities = entities.to_vec();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     async fn save(&self, run: &Run) -> Result<()> {
         let mut s = self.s();
-        if let Some(r) = s.runs.iter_mut().find(|r| r.id == run.id) {
+        if let Some(r) = s.runs.iter_mut().find(|r| r.fence() == run.fence()) {
             // A cancellation recorded meanwhile wins over a worker's outcome.
             let canceled = r.status == RunStatus::Canceled;
             *r = run.clone();
@@ -1213,8 +1228,12 @@ impl RunRepository for InMemoryFlows {
         Ok(self.s().runs.iter().any(|r| r.flow_id == flow && r.status == RunStatus::Running))
     }
 
-    async fn log(&self, run: RunId, line: &RunLog) -> Result<()> {
-        self.s().logs.entry(run).or_default().push(line.clone());
+    async fn log(&self, run: RunId, fence: Option<Fence>, line: &RunLog) -> Result<()> {
+        let mut s = self.s();
+        let held = fence.is_none_or(|f| s.runs.iter().any(|r| r.fence() == f && r.status == RunStatus::Running));
+        if held {
+            s.logs.entry(run).or_default().push(line.clone());
+        }
         Ok(())
     }
 
@@ -1239,6 +1258,15 @@ impl CursorRepository for InMemoryFlows {
             self.audit.s().audit.push(a);
         }
         Ok(())
+    }
+
+    async fn advance(&self, flow: FlowId, cursor: &Cursor, fence: Fence) -> Result<bool> {
+        let mut s = self.s();
+        if !s.runs.iter().any(|r| r.fence() == fence && r.status == RunStatus::Running) {
+            return Ok(false);
+        }
+        s.cursors.insert((flow, cursor.entity.clone()), cursor.clone());
+        Ok(true)
     }
 
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()> {
@@ -1341,14 +1369,13 @@ impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
         Ok(self.s().runs.iter().find(|r| r.id == id).cloned())
     }
 
-    async fn retry_later(&self, id: RunId, not_before: OffsetDateTime, error: &str) -> Result<()> {
-        if let Some(r) = self.s().runs.iter_mut().find(|r| r.id == id && r.status == RunStatus::Running) {
+    async fn retry_later(&self, fence: Fence, not_before: OffsetDateTime, error: &str) -> Result<()> {
+        if let Some(r) = self.s().runs.iter_mut().find(|r| r.fence() == fence && r.status == RunStatus::Running) {
             r.status = RunStatus::Queued;
             r.claimed_by = None;
             r.heartbeat_at = None;
             r.not_before = Some(not_before);
             r.error = Some(error.to_string());
-            r.entities.clear();
             r.attempt += 1;
         }
         Ok(())

@@ -179,6 +179,38 @@ async fn a_run_whose_worker_died_is_retried_then_failed_never_left_running() {
     assert!(run.error.unwrap().contains("lost"));
     let logs = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap();
     assert!(logs.iter().any(|l| l.message.contains("queued again")));
+    let last = logs.last().unwrap();
+    assert!(last.message.starts_with("run failed") && last.message.contains("giving up"), "{last:?}");
+}
+
+#[tokio::test]
+async fn an_attempt_whose_run_was_taken_over_writes_nothing() {
+    let w = world().await;
+    let f = w.flow("f", None, vec![]).await;
+    let r = w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    let stale = w.sluice.claim_run("frozen").await.unwrap().unwrap();
+    assert_eq!(stale.fence(), Fence { run: r.id, attempt: 1 });
+    // The lease runs out; another worker takes the run over and finishes it.
+    w.clock.advance(LEASE + time::Duration::seconds(1));
+    assert_eq!(w.sluice.recover_lost_runs().await.unwrap(), 1);
+    let taken = w.sluice.claim_run("second").await.unwrap().unwrap();
+    assert_eq!(taken.attempt, 2);
+    let runs = &w.sluice.ports().runs;
+    assert!(!runs.heartbeat(stale.fence(), "frozen", w.sluice.now()).await.unwrap(), "the old lease is gone");
+    assert!(runs.heartbeat(taken.fence(), "second", w.sluice.now()).await.unwrap());
+    let done = w.sluice.execute_run(taken).await;
+    assert_eq!(done.status, RunStatus::Succeeded);
+    let logs_before = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap().len();
+    // The frozen attempt wakes and executes: it stops before committing,
+    // and leaves the record, the log and the destination as they were.
+    let written = w.mem.rows("d", "out_f");
+    let woke = w.sluice.execute_run(stale).await;
+    assert_eq!(woke.status, RunStatus::Running, "it records no outcome of its own");
+    let after = w.sluice.get_run(&w.p, w.org, r.id).await.unwrap();
+    assert_eq!((after.status, after.attempt), (RunStatus::Succeeded, 2));
+    assert_eq!(w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap().len(), logs_before);
+    assert_eq!(w.mem.rows("d", "out_f"), written);
+    assert!(!runs.holds(Fence { run: r.id, attempt: 1 }).await.unwrap());
 }
 
 #[tokio::test]

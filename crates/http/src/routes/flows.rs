@@ -77,6 +77,9 @@ pub struct RunResponse {
     #[schema(value_type = Vec<Object>)]
     pub entities: Vec<EntityStats>,
     pub error: Option<String>,
+    /// The attempt executing (or that executed) the run: 1, then one more
+    /// each time it is retried or taken over from a lost worker.
+    pub attempt: u32,
 }
 
 impl From<Run> for RunResponse {
@@ -92,6 +95,7 @@ impl From<Run> for RunResponse {
             finished_at: r.finished_at,
             entities: r.entities,
             error: r.error,
+            attempt: r.attempt,
         }
     }
 }

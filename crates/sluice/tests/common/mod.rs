@@ -50,6 +50,17 @@ pub fn spawn(args: &[&str], env: &[(&str, String)]) -> Proc {
     Proc(cmd.spawn().unwrap())
 }
 
+/// Like [`spawn`], with the process's log (stderr, at `info`) in `log`.
+pub fn spawn_logged(args: &[&str], env: &[(&str, String)], log: &Path) -> Proc {
+    let mut cmd = Command::new(sluice_bin());
+    let file = std::fs::File::create(log).unwrap();
+    cmd.args(args).stdout(Stdio::null()).stderr(file).env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Proc(cmd.spawn().unwrap())
+}
+
 /// Runs the binary to its end (at most 30 s): its exit success and stderr.
 pub fn run_to_end(args: &[&str], env: &[(&str, String)]) -> (bool, String) {
     let mut cmd = Command::new(sluice_bin());
