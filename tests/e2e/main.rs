@@ -5,5 +5,6 @@ mod connections;
 mod flows;
 mod input;
 mod isolation;
+mod limits;
 mod oauth;
 mod organizations;

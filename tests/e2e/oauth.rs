@@ -82,7 +82,7 @@ async fn an_oauth_flow_stores_the_tokens_encrypted_and_its_state_is_single_use()
             scopes: Some("read".into()),
         },
     );
-    let Some(app) = spawn_app_with(Backend::Sqlite, Options { oauth }).await else { return };
+    let Some(app) = spawn_app_with(Backend::Sqlite, Options { oauth, ..Default::default() }).await else { return };
     let no_redirect = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let ann = app.token("ann@example.com");
     let Auth::Token(bearer) = &ann else { unreachable!() };

@@ -173,6 +173,8 @@ pub enum Auth {
 #[derive(Default, Clone)]
 pub struct Options {
     pub oauth: std::collections::BTreeMap<String, sluice_clients::oauth::ProviderConfig>,
+    /// Rate limits other than the defaults.
+    pub rate_limits: Option<sluice_http::ratelimit::RateLimitConfig>,
 }
 
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
@@ -249,6 +251,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         console_url: "http://console.example".into(),
         run_worker: true,
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
+        rate_limits: options.rate_limits.or(Some(Default::default())),
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());

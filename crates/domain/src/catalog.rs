@@ -481,6 +481,7 @@ impl Sluice {
                     limit.unwrap_or_default(),
                     plan.as_str()
                 ),
+                retry_after: seconds_to_next_month(now),
             });
         }
         let result = match extract(raw, &asset.fields) {
@@ -523,6 +524,18 @@ pub fn usage_month(at: OffsetDateTime) -> String {
     format!("{:04}-{:02}", at.year(), u8::from(at.month()))
 }
 
+/// Seconds from `at` until the next month starts (UTC), when the quota
+/// renews: the `Retry-After` of `quota_exceeded`.
+pub fn seconds_to_next_month(at: OffsetDateTime) -> u64 {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    let (y, m) =
+        if at.month() == time::Month::December { (at.year() + 1, 1) } else { (at.year(), u8::from(at.month()) + 1) };
+    let next = time::Date::from_calendar_date(y, time::Month::try_from(m).unwrap_or(time::Month::January), 1)
+        .map(|d| d.midnight().assume_utc())
+        .unwrap_or(at);
+    u64::try_from((next - at).whole_seconds()).unwrap_or(0).max(1)
+}
+
 fn clean_description(d: Option<String>) -> Option<String> {
     d.map(|d| d.trim().to_string()).filter(|d| !d.is_empty())
 }
@@ -530,6 +543,14 @@ fn clean_description(d: Option<String>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quota_renews_at_the_next_month_utc() {
+        use time::macros::datetime;
+        assert_eq!(seconds_to_next_month(datetime!(2026-11-30 23:59:00 UTC)), 60);
+        assert_eq!(seconds_to_next_month(datetime!(2026-12-31 23:00:00 UTC)), 3600);
+        assert_eq!(seconds_to_next_month(datetime!(2027-01-01 00:30:00 +01:00)), 1800, "23:30 UTC on 31 December");
+    }
 
     fn parse(v: Value) -> Vec<ContractField> {
         parse_fields(&v).expect("valid fields")

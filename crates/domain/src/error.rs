@@ -59,7 +59,9 @@ pub enum Error {
     Unprocessable { code: &'static str, message: String },
     /// A quota or rate limit is used up, e.g. the monthly validations.
     #[error("{message}")]
-    Exhausted { code: &'static str, message: String },
+    /// A quota or limit is used up; `retry_after` seconds until it
+    /// renews.
+    Exhausted { code: &'static str, message: String, retry_after: u64 },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }

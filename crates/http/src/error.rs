@@ -38,16 +38,31 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
-    pub details: Value,
+    /// Boxed, so that results carrying an error stay small.
+    pub details: Box<Value>,
+    /// Seconds for the `Retry-After` header (every 429 has one).
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: json!({}) }
+        Self { status, code, message: message.into(), details: Box::new(json!({})), retry_after: None }
+    }
+
+    /// 429 `rate_limited`, to be tried again after `seconds`.
+    pub fn rate_limited(seconds: u64) -> Self {
+        let seconds = u32::try_from(seconds).unwrap_or(u32::MAX);
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("too many requests; try again in {seconds} s"),
+        );
+        e.retry_after = Some(seconds);
+        e
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = details;
+        self.details = Box::new(details);
         self
     }
 
@@ -104,7 +119,11 @@ impl From<Error> for ApiError {
             Error::Validation(errors) => ApiError::validation(errors),
             Error::Unprocessable { code, message } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message),
             Error::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
-            Error::Exhausted { code, message } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message),
+            Error::Exhausted { code, message, retry_after } => {
+                let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message);
+                e.retry_after = Some(u32::try_from(retry_after.max(1)).unwrap_or(u32::MAX));
+                e
+            }
             Error::BadRequest { code, message, details } => {
                 ApiError::new(StatusCode::BAD_REQUEST, code, message).with_details(details)
             }
@@ -144,12 +163,15 @@ impl ResponseError for ApiError {
         let body = ErrorBody {
             error: self.message.clone(),
             code: self.code.to_string(),
-            details: self.details.clone(),
+            details: (*self.details).clone(),
             request_id: current_request_id(),
         };
         let mut res = HttpResponse::build(self.status);
         if self.status == StatusCode::UNAUTHORIZED {
             res.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        if let Some(s) = self.retry_after {
+            res.insert_header((actix_web::http::header::RETRY_AFTER, s.to_string()));
         }
         res.json(body)
     }

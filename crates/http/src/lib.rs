@@ -8,6 +8,7 @@ pub mod dto;
 pub mod error;
 pub mod extract;
 pub mod middleware;
+pub mod ratelimit;
 pub mod routes;
 
 use actix_web::body::MessageBody;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub internal_api_key: Option<Secret>,
     /// Where the OAuth callback sends the browser at the end.
     pub console_url: String,
+    /// Per-client rate limits; `None` switches them off.
+    pub rate_limits: Option<std::sync::Arc<ratelimit::RateLimits>>,
 }
 
 #[derive(OpenApi)]

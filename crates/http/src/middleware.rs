@@ -88,6 +88,11 @@ async fn serve(
         return Ok(req.into_response(err.error_response()));
     }
     let outcome = authenticate(&state.sluice, &req).await;
+    if let Some(limits) = &state.rate_limits
+        && let Err(seconds) = rate_limit(limits, &req, outcome.as_ref())
+    {
+        return Ok(req.into_response(ApiError::rate_limited(seconds).error_response()));
+    }
     let caller = match &outcome {
         Some(AuthOutcome::Ok(c)) => Some(c.clone()),
         _ => None,
@@ -104,6 +109,26 @@ async fn serve(
             Ok(req.into_response(err.error_response()))
         }
         _ => call(next, req).await,
+    }
+}
+
+/// Counts the request against its client's limit: the API key or user
+/// once authenticated, else the address (failed credentials against a
+/// much tighter limit than none at all).
+fn rate_limit(
+    limits: &crate::ratelimit::RateLimits,
+    req: &ServiceRequest,
+    outcome: Option<&AuthOutcome>,
+) -> Result<(), crate::ratelimit::RetryAfter> {
+    use sluice_domain::identity::Principal;
+    let ip = req.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    match outcome {
+        Some(AuthOutcome::Ok(c)) => match &c.principal {
+            Principal::ApiKey { id, .. } => limits.client(&format!("k:{id}")),
+            Principal::User(u) => limits.client(&format!("u:{}", u.id)),
+        },
+        Some(AuthOutcome::Failed { .. }) => limits.failed_auth(ip),
+        None => limits.anonymous(ip),
     }
 }
 

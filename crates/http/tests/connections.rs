@@ -40,7 +40,7 @@ macro_rules! setup {
         connectors.require_password("crm", "s3cret-pw");
         let secrets = FakeSecrets([("CRM_PASSWORD".to_string(), "s3cret-pw".to_string())].into());
         let ports = in_memory_ports_with(&store, clock, &connectors, secrets);
-        let app = test::init_service(app(AppState { sluice: Sluice::new(ports), internal_api_key: None, console_url: "http://console.example".into() })).await;
+        let app = test::init_service(app(AppState { sluice: Sluice::new(ports), internal_api_key: None, console_url: "http://console.example".into(), rate_limits: None })).await;
         let org = expect!(
             app,
             req(Method::POST, "/v1/organizations", "ann").set_json(json!({"name": "Acme"})),
@@ -518,6 +518,11 @@ async fn gateway_validates_llm_output_against_an_asset() {
     }
     let over = expect!(app, gw(json!({"asset_id": asset, "payload_raw": raw})), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(over["code"], "quota_exceeded", "{over}");
+    // Every 429 says when to try again: here, when the month rolls over.
+    let res = test::call_service(&app, gw(json!({"asset_id": asset, "payload_raw": raw})).to_request()).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = res.headers().get("retry-after").expect("Retry-After").to_str().unwrap().parse().unwrap();
+    assert!((1..=31 * 86_400).contains(&wait), "{wait}");
     // A session token is not an organization key.
     expect!(
         app,

@@ -41,6 +41,7 @@ macro_rules! setup {
             sluice: Sluice::new(ports),
             internal_api_key: None,
             console_url: "http://console.example".into(),
+            rate_limits: None,
         }))
         .await;
         let org = expect!(

@@ -142,6 +142,7 @@ impl Application {
             sluice,
             internal_api_key: settings.internal_api_key.clone(),
             console_url: settings.console_url.clone(),
+            rate_limits: settings.rate_limits.map(|c| Arc::new(sluice_http::ratelimit::RateLimits::new(c))),
         };
         let port = listener.local_addr()?.port();
         let server =

@@ -45,6 +45,10 @@ pub struct Settings {
     /// process takes it over (`SLUICE_RUN_LEASE`, seconds, default 60,
     /// at least 3); workers renew it six times within.
     pub run_lease: std::time::Duration,
+    /// Per-client rate limits (`SLUICE_RATE_LIMITS=off` switches them off;
+    /// `SLUICE_RATE_LIMIT_CLIENT`, `_ANONYMOUS`, `_FAILED_AUTH` take
+    /// `<per second>[:<burst>]`).
+    pub rate_limits: Option<sluice_http::ratelimit::RateLimitConfig>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,8 +120,26 @@ impl Settings {
                 _ => bail!("SLUICE_RUN_LEASE must be a whole number of seconds, at least 3, not '{v}'"),
             },
         };
+        let rate_limits = match var("SLUICE_RATE_LIMITS").as_deref().map(str::trim) {
+            Some("off" | "false" | "0") => None,
+            None | Some("on" | "true" | "1") => {
+                let mut c = sluice_http::ratelimit::RateLimitConfig::default();
+                for (key, limit) in [
+                    ("SLUICE_RATE_LIMIT_CLIENT", &mut c.client),
+                    ("SLUICE_RATE_LIMIT_ANONYMOUS", &mut c.anonymous),
+                    ("SLUICE_RATE_LIMIT_FAILED_AUTH", &mut c.failed_auth),
+                ] {
+                    if let Some(v) = var(key) {
+                        *limit = sluice_http::ratelimit::Limit::parse(&v).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+                    }
+                }
+                Some(c)
+            }
+            Some(other) => bail!("SLUICE_RATE_LIMITS must be 'on' or 'off', not '{other}'"),
+        };
         Ok(Self {
             run_lease,
+            rate_limits,
             aws,
             oauth: oauth_providers(&var)?,
             console_url: var("SLUICE_CONSOLE_URL").unwrap_or_else(|| public_url.clone()),
@@ -321,6 +343,7 @@ mod tests {
             console_url: String::new(),
             run_worker: false,
             run_lease: DEFAULT_RUN_LEASE,
+            rate_limits: Some(Default::default()),
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

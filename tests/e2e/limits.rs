@@ -1,0 +1,78 @@
+//! Rate limits through the real application: a brute force of API keys
+//! meets 429s within a second while a valid key from the same address goes
+//! on working; each client has its own budget; every 429 has `Retry-After`.
+
+use serde_json::json;
+use sluice_http::ratelimit::{Limit, RateLimitConfig};
+use sluice_tests::{Auth, Backend, Options, check, spawn_app, spawn_app_with};
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn a_brute_force_of_api_keys_meets_429s_within_a_second_and_valid_keys_still_work() {
+    let app = spawn_app(Backend::Sqlite).await.expect("SQLite always starts");
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let key = check!(
+        app.post(&format!("/v1/organizations/{org}/api-keys"), &ann, json!({"name": "ci", "roles": ["Viewer"]})).await,
+        201
+    )
+    .body["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let started = Instant::now();
+    let mut first_429 = None;
+    // Guesses as fast as the client sends them (hundreds a second here).
+    for i in 0..400 {
+        let guess = Auth::Key(format!("slk_{:0>32}", i));
+        let r = app.get(&format!("/v1/organizations/{org}/flows"), &guess).await;
+        match r.status.as_u16() {
+            401 => {}
+            429 => {
+                first_429.get_or_insert((i, started.elapsed()));
+                assert_eq!(r.body["code"], "rate_limited", "{}", r.body);
+                let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+                assert!(wait >= 1, "{wait}");
+            }
+            other => panic!("guess {i}: {other} {}", r.body),
+        }
+    }
+    let (n, after) = first_429.expect("the brute force never met a 429");
+    assert!(after < Duration::from_secs(1) && n <= 60, "first 429 after {n} guesses and {after:?}");
+    // The valid key from the same address is not held back.
+    check!(app.get(&format!("/v1/organizations/{org}/flows"), &Auth::Key(key)).await, 200);
+    check!(app.get("/v1/users/me", &ann).await, 200);
+}
+
+#[tokio::test]
+async fn each_client_has_its_own_budget_and_anonymous_callers_theirs() {
+    let tight = RateLimitConfig {
+        client: Limit { per_second: 1, burst: 5 },
+        anonymous: Limit { per_second: 1, burst: 3 },
+        failed_auth: Limit { per_second: 1, burst: 3 },
+    };
+    let Some(app) = spawn_app_with(Backend::Sqlite, Options { rate_limits: Some(tight), ..Default::default() }).await
+    else {
+        return;
+    };
+    let ann = app.token("ann@example.com");
+    let bob = app.token("bob@example.com");
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(app.get("/v1/users/me", &ann).await.status.as_u16());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
+    let limited = app.get("/v1/users/me", &ann).await;
+    assert_eq!(limited.status.as_u16(), 429, "{}", limited.body);
+    assert!(limited.headers.contains_key("retry-after"));
+    assert!(limited.body["request_id"].is_string(), "the contract's body: {}", limited.body);
+    check!(app.get("/v1/users/me", &bob).await, 200);
+    let anonymous: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            v.push(app.get("/v1/health", &Auth::None).await.status.as_u16());
+        }
+        v
+    };
+    assert_eq!(anonymous, [200, 200, 200, 429, 429]);
+}
