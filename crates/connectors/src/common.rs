@@ -266,10 +266,15 @@ pub async fn send(tx: &mpsc::Sender<ConnectorResult<RecordBatch>>, item: Connect
 /// database itself.
 pub fn transport_error(e: &sqlx::Error, host: &str, engine: &str) -> Option<ConnectorError> {
     use std::io::ErrorKind;
+    tracing::debug!(error = ?e, host, "reaching a database server failed");
     Some(match e {
         sqlx::Error::Io(io) => match io.kind() {
             ErrorKind::ConnectionRefused => ConnectorError::Refused(host.to_string()),
             ErrorKind::TimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
+            // rustls reports a certificate it refuses as invalid data.
+            ErrorKind::InvalidData if is_tls_failure(&io.to_string()) => {
+                ConnectorError::Tls(format!("{host}: {}", tls_reason(&io.to_string())))
+            }
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
                 ConnectorError::WrongProtocol(format!("{host} closed the connection; is it a {engine} server?"))
             }
@@ -284,11 +289,30 @@ pub fn transport_error(e: &sqlx::Error, host: &str, engine: &str) -> Option<Conn
     })
 }
 
+/// A CA certificate setting as PEM bytes: it must hold a certificate (the
+/// text itself, never a path on the server).
+pub fn check_pem(pem: &str) -> ConnectorResult<Vec<u8>> {
+    if pem.contains("-----BEGIN CERTIFICATE-----") && pem.contains("-----END CERTIFICATE-----") {
+        Ok(pem.as_bytes().to_vec())
+    } else {
+        Err(ConnectorError::InvalidConfig(
+            "ssl_ca must hold the PEM text of the CA certificate (-----BEGIN CERTIFICATE-----…)".into(),
+        ))
+    }
+}
+
+fn is_tls_failure(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    ["certificate", "handshake", "tls", "alert"].iter().any(|w| m.contains(w))
+}
+
 /// A TLS failure told in our words: a certificate problem, or the
 /// server's lack of TLS, never the peer's bytes.
 fn tls_reason(message: &str) -> &'static str {
     let m = message.to_ascii_lowercase();
-    if m.contains("certificate") || m.contains("unknownissuer") || m.contains("notvalidforname") {
+    if m.contains("notvalidforname") {
+        "the server's certificate does not name this host"
+    } else if m.contains("certificate") || m.contains("unknownissuer") {
         "the server's certificate did not verify"
     } else if m.contains("not support") || m.contains("does not support") || m.contains("refused") {
         "the server does not offer TLS"

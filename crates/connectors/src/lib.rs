@@ -193,7 +193,39 @@ pub fn specs() -> Vec<ConnectorSpec> {
     use ConfigFieldType::*;
     let mut pg = database_fields(5432);
     pg.push(field("schema", String, false, false, Some(json!("public")), "schema holding the tables"));
-    pg.push(field("sslmode", String, false, false, Some(json!("prefer")), "disable, prefer or require"));
+    pg.push(field(
+        "sslmode",
+        String,
+        false,
+        false,
+        Some(json!("prefer")),
+        "disable, prefer, require, verify-ca (the certificate chains to ssl_ca) or verify-full (and names the host)",
+    ));
+    pg.push(field(
+        "ssl_ca",
+        String,
+        false,
+        false,
+        None,
+        "PEM text of the CA certificate for verify-ca and verify-full",
+    ));
+    let mut my = database_fields(3306);
+    my.push(field(
+        "ssl_mode",
+        String,
+        false,
+        false,
+        Some(json!("preferred")),
+        "disabled, preferred, required, verify_ca (the certificate chains to ssl_ca) or verify_identity (and names the host)",
+    ));
+    my.push(field(
+        "ssl_ca",
+        String,
+        false,
+        false,
+        None,
+        "PEM text of the CA certificate for verify_ca and verify_identity",
+    ));
     vec![
         ConnectorSpec {
             connector_type: "postgres",
@@ -215,7 +247,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
             connector_type: "mysql",
             title: "MySQL / MariaDB",
             capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
-            config_fields: database_fields(3306),
+            config_fields: my,
             sync_modes: SYNC_MODES.to_vec(),
             features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert"],
         },
@@ -264,6 +296,7 @@ impl Registry {
                 password: c.str("password").map(str::to_string),
                 schema: c.str("schema").unwrap_or("public").to_string(),
                 sslmode: c.str("sslmode").unwrap_or("prefer").to_string(),
+                ssl_ca: c.str("ssl_ca").filter(|s| !s.trim().is_empty()).map(str::to_string),
             })
         })
     }
@@ -276,6 +309,8 @@ impl Registry {
                 database: required(c, "database")?.to_string(),
                 user: required(c, "user")?.to_string(),
                 password: c.str("password").map(str::to_string),
+                ssl_mode: c.str("ssl_mode").unwrap_or("preferred").to_string(),
+                ssl_ca: c.str("ssl_ca").filter(|s| !s.trim().is_empty()).map(str::to_string),
             })
         })
     }

@@ -27,6 +27,11 @@ pub struct MySqlSettings {
     pub database: String,
     pub user: String,
     pub password: Option<String>,
+    /// `disabled`, `preferred` (the default), `required`, `verify_ca` or
+    /// `verify_identity`.
+    pub ssl_mode: String,
+    /// PEM of the CA certificate(s) the server's certificate must chain to.
+    pub ssl_ca: Option<String>,
 }
 
 pub struct MySqlConnector {
@@ -67,6 +72,22 @@ impl MySqlConnector {
             .timezone(Some("+00:00".to_string()));
         if let Some(p) = &s.password {
             opts = opts.password(p);
+        }
+        use sqlx::mysql::MySqlSslMode;
+        opts = opts.ssl_mode(match s.ssl_mode.as_str() {
+            "disabled" => MySqlSslMode::Disabled,
+            "preferred" => MySqlSslMode::Preferred,
+            "required" => MySqlSslMode::Required,
+            "verify_ca" => MySqlSslMode::VerifyCa,
+            "verify_identity" => MySqlSslMode::VerifyIdentity,
+            other => {
+                return Err(ConnectorError::InvalidConfig(format!(
+                    "ssl_mode must be disabled, preferred, required, verify_ca or verify_identity, not '{other}'"
+                )));
+            }
+        });
+        if let Some(ca) = &s.ssl_ca {
+            opts = opts.ssl_ca_from_pem(check_pem(ca)?);
         }
         let pool = MySqlPoolOptions::new()
             .max_connections(8)

@@ -45,6 +45,9 @@ pub struct PgSettings {
     pub password: Option<String>,
     pub schema: String,
     pub sslmode: String,
+    /// PEM of the CA certificate(s) the server's certificate must chain
+    /// to (`verify-ca`, `verify-full`).
+    pub ssl_ca: Option<String>,
 }
 
 pub struct PgConnector {
@@ -79,9 +82,11 @@ impl PgConnector {
             "disable" => PgSslMode::Disable,
             "prefer" => PgSslMode::Prefer,
             "require" => PgSslMode::Require,
+            "verify-ca" => PgSslMode::VerifyCa,
+            "verify-full" => PgSslMode::VerifyFull,
             other => {
                 return Err(ConnectorError::InvalidConfig(format!(
-                    "sslmode must be disable, prefer or require, not '{other}'"
+                    "sslmode must be disable, prefer, require, verify-ca or verify-full, not '{other}'"
                 )));
             }
         };
@@ -94,6 +99,9 @@ impl PgConnector {
             .application_name("sluice");
         if let Some(p) = &s.password {
             opts = opts.password(p);
+        }
+        if let Some(ca) = &s.ssl_ca {
+            opts = opts.ssl_root_cert_from_pem(check_pem(ca)?);
         }
         let pool = PgPoolOptions::new()
             .max_connections(8)

@@ -1,0 +1,228 @@
+//! TLS to database servers: a PostgreSQL server of the test's own, started
+//! with a certificate signed by a CA made in the test, checked with every
+//! `sslmode`; and MariaDB's `ssl_mode`. Skipped loudly (failed in CI) when
+//! the PostgreSQL binaries, `openssl` or `runuser` are missing.
+
+use serde_json::json;
+use sluice_connectors::Registry;
+use sluice_domain::connector::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn skip(why: &str) {
+    assert!(!in_ci(), "{why} in CI");
+    eprintln!("\n!!! SKIPPED: {why}\n");
+}
+
+fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
+    let values = values.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec![], org: None }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA, and a server certificate it signs for `localhost` (no address).
+fn certificates(dir: &Path, ca: &str) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(Command::new("openssl").current_dir(dir).args(["req", "-x509"]).args(ec).args([
+        "-keyout",
+        &format!("{ca}.key"),
+        "-out",
+        &format!("{ca}.crt"),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={ca}"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]));
+}
+
+fn server_certificate(dir: &Path, ca: &str) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(Command::new("openssl").current_dir(dir).arg("req").args(ec).args([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]));
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(Command::new("openssl").current_dir(dir).args([
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        &format!("{ca}.crt"),
+        "-CAkey",
+        &format!("{ca}.key"),
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]));
+}
+
+/// A PostgreSQL server of the test's own; stopped and removed on drop.
+struct TlsPostgres {
+    dir: PathBuf,
+    port: u16,
+    child: Child,
+}
+
+impl Drop for TlsPostgres {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn postgres_bin() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|b| b.join("postgres").exists() && b.join("initdb").exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+async fn start_tls_postgres() -> Option<TlsPostgres> {
+    let Some(bin) = postgres_bin() else {
+        skip("no PostgreSQL server binaries under /usr/lib/postgresql");
+        return None;
+    };
+    for tool in ["openssl", "runuser"] {
+        if Command::new("which").arg(tool).output().map(|o| !o.status.success()).unwrap_or(true) {
+            skip(&format!("{tool} is missing"));
+            return None;
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("sluice-tls-{}", sluice_domain::secret::random_base62(8)));
+    std::fs::create_dir_all(&dir).unwrap();
+    certificates(&dir, "test-ca");
+    certificates(&dir, "other-ca");
+    server_certificate(&dir, "test-ca");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    run(Command::new("chown").args(["-R", "postgres:postgres", dir.to_str().unwrap()]));
+    run(Command::new("chmod").args(["0600", dir.join("server.key").to_str().unwrap()]));
+    let data = dir.join("data");
+    run(Command::new("runuser").args(["-u", "postgres", "--"]).arg(bin.join("initdb")).args([
+        "-D",
+        data.to_str().unwrap(),
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+        "--no-sync",
+    ]));
+    let child = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(bin.join("postgres"))
+        .args(["-D", data.to_str().unwrap(), "-p", &port.to_string(), "-k", dir.to_str().unwrap()])
+        .args(["-c", "listen_addresses=127.0.0.1", "-c", "ssl=on", "-c", "fsync=off"])
+        .arg("-c")
+        .arg(format!("ssl_cert_file={}", dir.join("server.crt").display()))
+        .arg("-c")
+        .arg(format!("ssl_key_file={}", dir.join("server.key").display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = TlsPostgres { dir, port, child };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the test's PostgreSQL did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Some(server)
+}
+
+async fn check(registry: &Registry, c: serde_json::Value) -> ConnectorResult<()> {
+    registry.source(&config("postgres", c)).await?.check().await
+}
+
+#[tokio::test]
+async fn postgres_verifies_the_servers_certificate_as_sslmode_says() {
+    let Some(pg) = start_tls_postgres().await else { return };
+    let ca = std::fs::read_to_string(pg.dir.join("test-ca.crt")).unwrap();
+    let other = std::fs::read_to_string(pg.dir.join("other-ca.crt")).unwrap();
+    let registry = Registry::new(std::env::temp_dir());
+    let pg_config = |host: &str, mode: &str, ca: Option<&str>| {
+        let mut c = json!({"host": host, "port": pg.port, "database": "postgres", "user": "postgres", "sslmode": mode});
+        if let Some(ca) = ca {
+            c["ssl_ca"] = json!(ca);
+        }
+        c
+    };
+    // Verified: the right CA, and for verify-full the right name.
+    check(&registry, pg_config("localhost", "verify-full", Some(&ca))).await.unwrap();
+    check(&registry, pg_config("127.0.0.1", "verify-ca", Some(&ca))).await.unwrap();
+    check(&registry, pg_config("127.0.0.1", "require", None)).await.unwrap();
+    // Refused, as a TLS failure: another name, another CA, no CA.
+    for (host, mode, ca) in [
+        ("127.0.0.1", "verify-full", Some(ca.as_str())),
+        ("localhost", "verify-full", Some(other.as_str())),
+        ("localhost", "verify-ca", Some(other.as_str())),
+        ("localhost", "verify-full", None),
+    ] {
+        let e = check(&registry, pg_config(host, mode, ca)).await.unwrap_err();
+        assert!(matches!(e, ConnectorError::Tls(_)), "{host} {mode}: {e:?}");
+        assert!(!e.to_string().contains("BEGIN CERTIFICATE"), "{e}");
+    }
+    // Not a certificate: refused before connecting.
+    let e = check(&registry, pg_config("localhost", "verify-full", Some("/etc/ssl/certs/ca.pem"))).await.unwrap_err();
+    assert!(matches!(e, ConnectorError::InvalidConfig(_)), "{e:?}");
+    let e = check(&registry, pg_config("localhost", "verify-sometimes", None)).await.unwrap_err();
+    assert!(matches!(e, ConnectorError::InvalidConfig(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn an_unverifiable_server_fails_a_verified_connection_and_mysql_takes_ssl_mode() {
+    use sqlx::Connection;
+    let registry = Registry::new(std::env::temp_dir());
+    // The machine's own PostgreSQL offers at most a certificate no CA of
+    // the system's vouches for (Debian's snakeoil), and MariaDB no TLS.
+    match sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await {
+        Ok(_) => {
+            let c = json!({"host": "127.0.0.1", "database": "test", "user": "postgres", "sslmode": "verify-full"});
+            let e = check(&registry, c).await.unwrap_err();
+            assert!(matches!(e, ConnectorError::Tls(_)), "{e:?}");
+        }
+        Err(e) => skip(&format!("PostgreSQL is unreachable ({e})")),
+    }
+    match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
+        Ok(_) => {
+            let my = |mode: &str| json!({"host": "127.0.0.1", "database": "test", "user": "root", "ssl_mode": mode});
+            for ok in ["disabled", "preferred"] {
+                registry.source(&config("mysql", my(ok))).await.unwrap().check().await.unwrap();
+            }
+            let e = registry.source(&config("mysql", my("verify_identity"))).await.unwrap().check().await.unwrap_err();
+            assert!(matches!(e, ConnectorError::Tls(_)), "{e:?}");
+            let Err(e) = registry.source(&config("mysql", my("sometimes"))).await else { panic!("accepted") };
+            assert!(matches!(e, ConnectorError::InvalidConfig(_)), "{e:?}");
+        }
+        Err(e) => skip(&format!("MariaDB is unreachable ({e})")),
+    }
+}
