@@ -468,3 +468,177 @@ async fn downstream_flows_share_the_trace_and_show_in_topology_and_activity() {
 fn uuid_like() -> String {
     "00000000-0000-7000-8000-000000000000".into()
 }
+
+#[tokio::test]
+async fn a_row_committed_late_by_an_open_transaction_is_not_lost() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    pg_exec(format!(
+        "CREATE TABLE {s}.orders (id bigint PRIMARY KEY, updated timestamptz NOT NULL);
+         INSERT INTO {s}.orders VALUES (1, now() - interval '1 hour'), (2, now() - interval '1 hour');"
+    ))
+    .await;
+    // A writer stamps its row with its transaction's start (now()) and
+    // commits only after the sync has read a later row.
+    let mut writer = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("BEGIN; INSERT INTO {s}.orders VALUES (3, now());")))
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    pg_exec(format!("INSERT INTO {s}.orders VALUES (4, clock_timestamp());")).await;
+
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "src", "type": "postgres", "capability": "source",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": s, "sslmode": "disable"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let dest = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "wh", "type": "sqlite", "capability": "both", "config": {"path": "wh.db"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    // No lookback: the open transaction alone must hold the cursor back.
+    let flow = check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+        "name": "orders", "source_connection_id": source, "destination_connection_id": dest,
+        "config": {"mappings": [{"source_entity": "orders", "sync_mode": "incremental_deduped", "cursor_field": "updated",
+            "primary_key": "id", "cursor_lookback": "0"}]}})).await, 201).id();
+    let first = run(&app, &ann, &org, &flow).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, &dest, "orders").await), [1, 2, 4]);
+    sqlx::raw_sql("COMMIT").execute(&mut writer).await.unwrap();
+    let second = run(&app, &ann, &org, &flow).await;
+    assert_eq!(second["status"], "succeeded", "{second}");
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, &dest, "orders").await), [1, 2, 3, 4], "the late row arrived");
+}
+
+#[tokio::test]
+async fn a_lookback_re_reads_a_window_behind_the_cursor() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let dir = app.org_files(&org).join("in");
+    std::fs::create_dir_all(&dir).unwrap();
+    let line = |id: i64, t: &str| format!("{{\"id\": {id}, \"updated\": \"2026-01-01T{t}:00Z\"}}\n");
+    std::fs::write(dir.join("events.jsonl"), line(1, "10:00") + &line(2, "10:10")).unwrap();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let files = check!(
+        app.post(&conns, &ann, json!({"name": "in", "type": "file", "capability": "both", "config": {"path": "in"}}))
+            .await,
+        201
+    )
+    .id();
+    let flows = format!("/v1/organizations/{org}/flows");
+    let body = |name: &str, lookback: Value| {
+        json!({"name": name, "source_connection_id": files, "destination_connection_id": files,
+            "config": {"mappings": [{"source_entity": "events", "dest_entity": format!("out_{name}"), "sync_mode": "incremental_deduped",
+                "cursor_field": "updated", "primary_key": "id", "cursor_lookback": lookback}]}})
+    };
+    let r = app.post(&flows, &ann, body("bad", json!("soon"))).await;
+    assert_eq!(r.status.as_u16(), 422, "{}", r.body);
+    assert_eq!(r.body["details"]["errors"][0]["field"], "config.mappings[0].cursor_lookback", "{}", r.body);
+    let with = check!(app.post(&flows, &ann, body("with", json!("5m"))).await, 201).id();
+    let without = check!(app.post(&flows, &ann, body("without", json!("0"))).await, 201).id();
+    for f in [&with, &without] {
+        assert_eq!(run(&app, &ann, &org, f).await["status"], "succeeded");
+    }
+    // A row arrives late, 2 minutes behind the cursor.
+    std::fs::write(dir.join("events.jsonl"), line(1, "10:00") + &line(2, "10:10") + &line(3, "10:08")).unwrap();
+    for f in [&with, &without] {
+        let r = run(&app, &ann, &org, f).await;
+        assert_eq!(r["status"], "succeeded", "{r}");
+        assert_eq!(r["entities"][0]["cursor_after"], "2026-01-01T10:10:00.000000Z", "the cursor never moves back: {r}");
+    }
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, &files, "out_with").await), [1, 2, 3]);
+    assert_eq!(ids(&dest_rows(&app, &ann, &org, &files, "out_without").await), [1, 2], "what a lookback of 0 misses");
+    let logs = check!(app.get(&format!("/v1/organizations/{org}/flows/{with}/runs"), &ann).await, 200);
+    let last = logs.body["data"][0]["id"].as_str().unwrap().to_string();
+    let lines = check!(app.get(&format!("/v1/organizations/{org}/logs/{last}"), &ann).await, 200);
+    assert!(lines.body.to_string().contains("lookback of 5m"), "{}", lines.body);
+}
+
+#[tokio::test]
+async fn a_csv_whose_odd_values_come_after_the_sample_loads_whole_with_exact_types() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let dir = app.org_files(&org).join("csv");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 10,000 rows; the sample (the first 1,000) sees full kinds, two-decimal
+    // amounts and integer codes. Later: an empty kind, three decimals, a
+    // code that is not a number.
+    let mut text = String::from("id,kind,amount,code\n");
+    for i in 1..=10_000 {
+        let kind = if i == 5_000 { String::new() } else { format!("k{}", i % 3) };
+        let amount = if i == 7_000 { "1234.567".to_string() } else { format!("{}.{:02}", i, i % 100) };
+        let code = if i == 9_000 { "X-9".to_string() } else { (i * 7).to_string() };
+        text.push_str(&format!("{i},{kind},{amount},{code}\n"));
+    }
+    std::fs::write(dir.join("payments.csv"), text).unwrap();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let src = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "csv", "type": "file", "capability": "source", "config": {"path": "csv", "format": "csv"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let dst_conn = check!(app.post(&conns, &ann, json!({"name": "pg", "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}})).await, 201).id();
+    let flow = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            json!({"name": "payments",
+        "source_connection_id": src, "destination_connection_id": dst_conn,
+        "config": {"mappings": [{"source_entity": "payments", "sync_mode": "full_refresh_overwrite"}]}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["entities"][0]["rows_written"], 10_000, "{r}");
+    let mut pg = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+    let cols: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT column_name::text, data_type::text, is_nullable::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name = 'payments' ORDER BY ordinal_position",
+    )
+    .bind(&dst.name)
+    .fetch_all(&mut pg)
+    .await
+    .unwrap();
+    let types: Vec<(&str, &str)> = cols.iter().map(|(c, t, _)| (c.as_str(), t.as_str())).collect();
+    assert_eq!(types, [("id", "bigint"), ("kind", "text"), ("amount", "numeric"), ("code", "text")]);
+    assert!(cols.iter().all(|(_, _, n)| n == "YES"), "inferred columns are nullable: {cols:?}");
+    let (n, odd_amount, empty_kind, code): (i64, String, Option<String>, String) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT (SELECT count(*) FROM {s}.payments), (SELECT amount::text FROM {s}.payments WHERE id = 7000), \
+         (SELECT kind FROM {s}.payments WHERE id = 5000), (SELECT code FROM {s}.payments WHERE id = 9000)",
+            s = dst.name
+        )))
+        .fetch_one(&mut pg)
+        .await
+        .unwrap();
+    assert_eq!((n, odd_amount.as_str(), empty_kind, code.as_str()), (10_000, "1234.567", None, "X-9"));
+}

@@ -81,6 +81,30 @@ pub fn native_for<'a>(field: &'a Field, engine: &str) -> Option<&'a str> {
     field.native_type.as_deref().and_then(|n| n.strip_prefix(engine)).and_then(|n| n.strip_prefix(':'))
 }
 
+/// The precision and scale a decimal field's source declared, whatever
+/// its engine (`numeric(12,2)`, `decimal(12,2)`), so an exact column keeps
+/// them across engines.
+pub fn decimal_args(f: &Field) -> Option<(u32, u32)> {
+    let native = f.native_type.as_deref()?.split_once(':')?.1.to_ascii_lowercase();
+    let args = native.strip_prefix("numeric(").or_else(|| native.strip_prefix("decimal("))?;
+    let (p, s) = args.split_once(')')?.0.split_once(',').unwrap_or((args.split_once(')')?.0, "0"));
+    let (p, s) = (p.trim().parse().ok()?, s.trim().parse().ok()?);
+    (p > 0 && s <= p).then_some((p, s))
+}
+
+/// Whether a timestamp field's source type holds no time zone
+/// (PostgreSQL `timestamp without time zone`, MySQL `datetime`), so a
+/// destination that has such a type keeps it.
+pub fn zoneless(f: &Field) -> bool {
+    let Some((engine, native)) = f.native_type.as_deref().and_then(|n| n.split_once(':')) else { return false };
+    let n = native.to_ascii_lowercase();
+    match engine {
+        "postgres" => n.starts_with("timestamp") && !n.contains("with time zone"),
+        "mysql" => n.starts_with("datetime"),
+        _ => false,
+    }
+}
+
 /// The column comment marking a JSON column that holds arrays, in engines
 /// whose JSON type does not say.
 pub const ARRAY_COMMENT: &str = "sluice:array";
@@ -376,6 +400,27 @@ mod tests {
         let inside = confine(&org, "alias/t.db").unwrap();
         inside.check_inside(&inside.path).unwrap();
         std::fs::remove_dir_all(&top).unwrap();
+    }
+
+    #[test]
+    fn decimal_precision_and_zones_cross_engines() {
+        let tagged = |t, n: &str| {
+            let mut f = Field::new("x", t);
+            f.native_type = Some(n.to_string());
+            f
+        };
+        use sluice_domain::connector::FieldType::*;
+        assert_eq!(decimal_args(&tagged(Decimal, "mysql:decimal(12,2)")), Some((12, 2)));
+        assert_eq!(decimal_args(&tagged(Decimal, "postgres:numeric(10,0)")), Some((10, 0)));
+        assert_eq!(decimal_args(&tagged(Decimal, "mysql:decimal(12)")), Some((12, 0)));
+        assert_eq!(decimal_args(&tagged(Decimal, "postgres:numeric")), None);
+        assert_eq!(decimal_args(&tagged(Decimal, "postgres:numeric(2,5)")), None);
+        assert!(zoneless(&tagged(Timestamp, "postgres:timestamp without time zone")));
+        assert!(zoneless(&tagged(Timestamp, "postgres:timestamp(3) without time zone")));
+        assert!(!zoneless(&tagged(Timestamp, "postgres:timestamp with time zone")));
+        assert!(zoneless(&tagged(Timestamp, "mysql:datetime(6)")));
+        assert!(!zoneless(&tagged(Timestamp, "mysql:timestamp")));
+        assert!(!zoneless(&Field::new("x", Timestamp)));
     }
 
     #[test]

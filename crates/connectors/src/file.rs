@@ -49,7 +49,14 @@ pub struct FileConnector {
     /// Where `dir` sits, for the symbolic-link check and for messages.
     place: Confined,
     format: Format,
+    /// Schemas inferred from whole files, by entity, with the file's size
+    /// and time they were inferred from: a sync asks for the fields, then
+    /// reads, and the file is scanned once.
+    whole: std::sync::Mutex<HashMap<String, (FileVersion, EntitySchema)>>,
 }
+
+/// A file's size and modification time: a changed file is inferred again.
+type FileVersion = (u64, Option<std::time::SystemTime>);
 
 fn io(what: &str, e: std::io::Error) -> ConnectorError {
     match e.kind() {
@@ -69,7 +76,7 @@ fn check_entity(name: &str) -> ConnectorResult<()> {
 
 impl FileConnector {
     pub fn new(place: Confined, format: Format) -> Self {
-        Self { dir: place.path.clone(), place, format }
+        Self { dir: place.path.clone(), place, format, whole: Default::default() }
     }
 
     /// A file of this connection as messages show it: under the path the
@@ -109,18 +116,51 @@ impl FileConnector {
         Ok(names)
     }
 
-    /// The entity's schema: the sidecar if present, else inferred.
+    /// The entity's schema: the sidecar if present, else inferred from a
+    /// sample (discovery, previews).
     fn schema(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        self.schema_from(entity)
+    }
+
+    /// The schema a sync reads with: the sidecar, else inferred from every
+    /// record (off the async threads; once per file version).
+    async fn whole_schema(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        check_entity(entity)?;
+        let data = self.data_file(entity)?;
+        let Ok(meta) = fs::metadata(&data) else { return Ok(None) };
+        let version: FileVersion = (meta.len(), meta.modified().ok());
+        if let Some((seen, schema)) = self.whole.lock().unwrap_or_else(|p| p.into_inner()).get(entity)
+            && *seen == version
+        {
+            return Ok(Some(schema.clone()));
+        }
+        if let Some(s) = self.sidecar(entity)? {
+            return Ok(Some(s));
+        }
+        let (what, format) = (self.label(&data), self.format);
+        let fields = tokio::task::spawn_blocking(move || infer_all(&data, &what, format))
+            .await
+            .map_err(|e| ConnectorError::Other(e.to_string()))??
+            .1;
+        let schema = EntitySchema { name: entity.to_string(), fields };
+        self.whole.lock().unwrap_or_else(|p| p.into_inner()).insert(entity.to_string(), (version, schema.clone()));
+        Ok(Some(schema))
+    }
+
+    /// The schema a destination wrote beside the data, if any.
+    fn sidecar(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        let sidecar = self.schema_path(entity);
+        self.place.check_inside(&sidecar)?;
+        Ok(fs::read_to_string(sidecar).ok().and_then(|text| serde_json::from_str::<EntitySchema>(&text).ok()))
+    }
+
+    fn schema_from(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         check_entity(entity)?;
         let data = self.data_file(entity)?;
         if !data.exists() {
             return Ok(None);
         }
-        let sidecar = self.schema_path(entity);
-        self.place.check_inside(&sidecar)?;
-        if let Ok(text) = fs::read_to_string(sidecar)
-            && let Ok(s) = serde_json::from_str::<EntitySchema>(&text)
-        {
+        if let Some(s) = self.sidecar(entity)? {
             return Ok(Some(s));
         }
         let (names, sample) = read_records(&data, &self.label(&data), self.format, Some(SAMPLE))?;
@@ -137,15 +177,30 @@ fn read_records(
     format: Format,
     limit: Option<usize>,
 ) -> ConnectorResult<(Vec<String>, Vec<RawRecord>)> {
+    let mut out = Vec::new();
+    let names = visit_records(path, what, format, |rec| {
+        if limit.is_some_and(|l| out.len() >= l) {
+            return false;
+        }
+        out.push(rec);
+        true
+    })?;
+    Ok((names, out))
+}
+
+/// Passes each record of `path` to `visit` until it answers `false`;
+/// answers the field names (a CSV's header, else in order of appearance).
+fn visit_records(
+    path: &Path,
+    what: &str,
+    format: Format,
+    mut visit: impl FnMut(RawRecord) -> bool,
+) -> ConnectorResult<Vec<String>> {
     let file = File::open(path).map_err(|e| io(what, e))?;
     let mut names: Vec<String> = Vec::new();
-    let mut out = Vec::new();
     match format {
         Format::Jsonl => {
             for (n, line) in BufReader::new(file).lines().enumerate() {
-                if limit.is_some_and(|l| out.len() >= l) {
-                    break;
-                }
                 let line = line.map_err(|e| io(what, e))?;
                 if line.trim().is_empty() {
                     continue;
@@ -157,7 +212,9 @@ fn read_records(
                         names.push(k.clone());
                     }
                 }
-                out.push(obj.into_iter().collect());
+                if !visit(obj.into_iter().collect()) {
+                    break;
+                }
             }
         }
         Format::Csv => {
@@ -169,78 +226,111 @@ fn read_records(
                 .map(str::to_string)
                 .collect();
             for rec in rdr.records() {
-                if limit.is_some_and(|l| out.len() >= l) {
+                let rec = rec.map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?;
+                let raw = names
+                    .iter()
+                    .zip(rec.iter())
+                    .map(|(k, v)| {
+                        let v = if v.is_empty() {
+                            serde_json::Value::Null
+                        } else {
+                            serde_json::Value::String(v.to_string())
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect();
+                if !visit(raw) {
                     break;
                 }
-                let rec = rec.map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?;
-                out.push(
-                    names
-                        .iter()
-                        .zip(rec.iter())
-                        .map(|(k, v)| {
-                            (
-                                k.clone(),
-                                if v.is_empty() {
-                                    serde_json::Value::Null
-                                } else {
-                                    serde_json::Value::String(v.to_string())
-                                },
-                            )
-                        })
-                        .collect(),
-                );
             }
         }
     }
-    Ok((names, out))
+    Ok(names)
+}
+
+/// Each field's type, from the records observed: the narrowest type every
+/// value fits, widened as values come (integer → decimal → number, date →
+/// timestamp, anything else → string). Inferred fields are nullable: a
+/// file declares nothing, and an empty value may come at any row.
+#[derive(Default)]
+struct Inference {
+    types: HashMap<String, FieldType>,
+}
+
+impl Inference {
+    fn observe(&mut self, rec: &RawRecord) {
+        for (name, v) in rec {
+            let vt = match v {
+                serde_json::Value::Null => continue,
+                serde_json::Value::Bool(_) => FieldType::Boolean,
+                serde_json::Value::Number(x) if x.is_i64() => FieldType::Integer,
+                serde_json::Value::Number(_) => FieldType::Number,
+                serde_json::Value::Object(_) => FieldType::Object,
+                serde_json::Value::Array(_) => FieldType::Array,
+                serde_json::Value::String(s) => infer_text(s),
+            };
+            let merged = match self.types.get(name) {
+                None => vt,
+                Some(t) => widen(*t, vt),
+            };
+            self.types.insert(name.clone(), merged);
+        }
+    }
+
+    fn fields(&self, names: &[String]) -> Vec<Field> {
+        names
+            .iter()
+            .map(|n| Field {
+                name: n.clone(),
+                field_type: self.types.get(n).copied().unwrap_or(FieldType::String),
+                nullable: true,
+                primary_key: false,
+                native_type: None,
+            })
+            .collect()
+    }
+}
+
+/// The narrowest type both `a` and `b` values fit.
+fn widen(a: FieldType, b: FieldType) -> FieldType {
+    use FieldType::*;
+    match (a, b) {
+        (a, b) if a == b => a,
+        (Integer, Decimal) | (Decimal, Integer) => Decimal,
+        (Integer | Decimal, Number) | (Number, Integer | Decimal) => Number,
+        (Date, Timestamp) | (Timestamp, Date) => Timestamp,
+        _ => String,
+    }
 }
 
 /// Infers each field's type from a sample.
 fn infer(names: &[String], sample: &[RawRecord]) -> Vec<Field> {
-    names
-        .iter()
-        .map(|n| {
-            let mut t: Option<FieldType> = None;
-            let mut nullable = false;
-            for rec in sample {
-                let v = rec.get(n).unwrap_or(&serde_json::Value::Null);
-                let vt = match v {
-                    serde_json::Value::Null => {
-                        nullable = true;
-                        continue;
-                    }
-                    serde_json::Value::Bool(_) => FieldType::Boolean,
-                    serde_json::Value::Number(x) if x.is_i64() => FieldType::Integer,
-                    serde_json::Value::Number(_) => FieldType::Number,
-                    serde_json::Value::Object(_) => FieldType::Object,
-                    serde_json::Value::Array(_) => FieldType::Array,
-                    serde_json::Value::String(s) => infer_text(s),
-                };
-                t =
-                    Some(match (t, vt) {
-                        (None, x) => x,
-                        (Some(a), b) if a == b => a,
-                        (Some(FieldType::Integer), FieldType::Number)
-                        | (Some(FieldType::Number), FieldType::Integer) => FieldType::Number,
-                        (Some(FieldType::Date), FieldType::Timestamp)
-                        | (Some(FieldType::Timestamp), FieldType::Date) => FieldType::Timestamp,
-                        _ => FieldType::String,
-                    });
-            }
-            Field {
-                name: n.clone(),
-                field_type: t.unwrap_or(FieldType::String),
-                nullable: nullable || t.is_none(),
-                primary_key: false,
-                native_type: None,
-            }
-        })
-        .collect()
+    let mut inf = Inference::default();
+    for rec in sample {
+        inf.observe(rec);
+    }
+    inf.fields(names)
+}
+
+/// Infers each field's type from every record of the file, streaming: what
+/// a sync reads, so that no value after a sample meets a column too narrow
+/// for it.
+fn infer_all(path: &Path, what: &str, format: Format) -> ConnectorResult<(Vec<String>, Vec<Field>)> {
+    let mut inf = Inference::default();
+    let names = visit_records(path, what, format, |rec| {
+        inf.observe(&rec);
+        true
+    })?;
+    let fields = inf.fields(&names);
+    Ok((names, fields))
 }
 
 fn infer_text(s: &str) -> FieldType {
     if s.parse::<i64>().is_ok() {
         FieldType::Integer
+    } else if is_plain_decimal(s) {
+        // `12.50` is exact: money must not become binary floating point.
+        FieldType::Decimal
     } else if s.parse::<f64>().is_ok_and(f64::is_finite) {
         FieldType::Number
     } else if matches!(s, "true" | "false") {
@@ -252,6 +342,15 @@ fn infer_text(s: &str) -> FieldType {
     } else {
         FieldType::String
     }
+}
+
+/// `-12.50`, `0.5`, `3.`: digits with one point, no exponent, at most 38
+/// significant digits (what every destination's exact type holds).
+fn is_plain_decimal(s: &str) -> bool {
+    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
+    let Some((int, frac)) = body.split_once('.') else { return false };
+    let digits = int.len() + frac.len();
+    digits > 0 && digits <= 38 && int.bytes().all(|b| b.is_ascii_digit()) && frac.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Reads `path` record by record, sending batches as they fill: memory
@@ -390,6 +489,14 @@ fn records_of(schema_fields: &[Field], raws: Vec<RawRecord>) -> Vec<Vec<Value>> 
 
 #[async_trait::async_trait]
 impl Source for FileConnector {
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        let schema = self
+            .whole_schema(entity)
+            .await?
+            .ok_or_else(|| ConnectorError::EntityNotFound(format!("no file for entity '{entity}'")))?;
+        Ok(Arc::new(schema.fields))
+    }
+
     async fn check(&self) -> ConnectorResult<()> {
         let dir = self.dir.clone();
         let meta = tokio::task::spawn_blocking(move || fs::metadata(&dir))
@@ -414,9 +521,12 @@ impl Source for FileConnector {
     }
 
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
-        let schema = self
-            .schema(&req.entity)?
-            .ok_or_else(|| ConnectorError::EntityNotFound(format!("no file for entity '{}'", req.entity)))?;
+        // A sync reads every record, so its types come from every record;
+        // a preview's from a sample.
+        let schema =
+            if req.limit.is_none() { self.whole_schema(&req.entity).await? } else { self.schema(&req.entity)? };
+        let schema =
+            schema.ok_or_else(|| ConnectorError::EntityNotFound(format!("no file for entity '{}'", req.entity)))?;
         let cursor_idx = match &req.cursor {
             Some(c) => Some(schema.index_of(&c.field).ok_or_else(|| {
                 ConnectorError::InvalidConfig(format!("cursor field '{}' is not in {}", c.field, schema.name))

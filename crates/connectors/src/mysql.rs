@@ -196,10 +196,13 @@ fn native_for_field(f: &Field) -> String {
     if let Some(n) = native_for(f, ENGINE) {
         return n.to_string();
     }
-    if let (FieldType::Decimal, Some(pg)) = (f.field_type, native_for(f, "postgres"))
-        && let Some(args) = pg.strip_prefix("numeric(")
+    // From another engine: keep a decimal's precision and scale where
+    // MySQL's DECIMAL can hold them.
+    if let (FieldType::Decimal, Some((p, s))) = (f.field_type, decimal_args(f))
+        && p <= 65
+        && s <= 30
     {
-        return format!("DECIMAL({args}");
+        return format!("DECIMAL({p},{s})");
     }
     match f.field_type {
         FieldType::String if f.primary_key => "VARCHAR(255)",

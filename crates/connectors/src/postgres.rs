@@ -243,6 +243,14 @@ fn native_for_field(f: &Field) -> String {
     if let Some(n) = native_for(f, ENGINE) {
         return n.to_string();
     }
+    // From another engine: keep a decimal's precision and scale, and a
+    // timestamp without a zone without one.
+    if let (FieldType::Decimal, Some((p, s))) = (f.field_type, decimal_args(f)) {
+        return format!("numeric({p},{s})");
+    }
+    if f.field_type == FieldType::Timestamp && zoneless(f) {
+        return "timestamp".into();
+    }
     match f.field_type {
         FieldType::String => "text",
         FieldType::Integer => "bigint",
@@ -393,6 +401,23 @@ impl std::io::Write for Quoted<'_> {
 
 #[async_trait::async_trait]
 impl Source for PgConnector {
+    /// The start of the oldest transaction of this database that holds a
+    /// transaction id (has written), other than this session's. Other
+    /// roles' sessions are visible to superusers and members of
+    /// `pg_read_all_stats` only; for the rest the lookback protects.
+    async fn write_horizon(&self) -> ConnectorResult<Option<time::OffsetDateTime>> {
+        with_timeout("reading open transactions", CONNECT_TIMEOUT, async {
+            sqlx::query_scalar(
+                "SELECT min(xact_start) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))
+        })
+        .await
+    }
+
     async fn check(&self) -> ConnectorResult<()> {
         with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
             // A direct connection, so that the cause of a failure comes

@@ -322,3 +322,96 @@ async fn every_connector_round_trips_every_type_to_every_other() {
     }
     std::fs::remove_dir_all(root).unwrap();
 }
+
+/// The destination's declared column types of `table`, as its engine names
+/// them (`numeric(12,2)`, `timestamp without time zone`, `datetime(6)`).
+async fn column_types(db: &Db, table: &str) -> Vec<(String, String)> {
+    use sqlx::Connection;
+    match db.config.connector_type.as_str() {
+        "postgres" => {
+            let schema = db.config.str("schema").unwrap().to_string();
+            let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+            sqlx::query_as(
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+                 JOIN pg_class t ON t.oid = a.attrelid JOIN pg_namespace n ON n.oid = t.relnamespace \
+                 WHERE n.nspname = $1 AND t.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            )
+            .bind(schema)
+            .bind(table)
+            .fetch_all(&mut c)
+            .await
+            .unwrap()
+        }
+        _ => {
+            let database = db.config.str("database").unwrap().to_string();
+            let mut c = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await.unwrap();
+            sqlx::query_as(
+                "SELECT CAST(column_name AS CHAR), CAST(column_type AS CHAR) FROM information_schema.columns \
+                 WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+            )
+            .bind(database)
+            .bind(table)
+            .fetch_all(&mut c)
+            .await
+            .unwrap()
+        }
+    }
+}
+
+#[tokio::test]
+async fn exact_decimals_and_zoneless_timestamps_keep_their_types_between_databases() {
+    use sqlx::Connection;
+    let (Some(pg), Some(my)) = (postgres().await, mariadb().await) else { return };
+    let registry = Registry::new(std::env::temp_dir());
+    let schema = pg.config.str("schema").unwrap().to_string();
+    let database = my.config.str("database").unwrap().to_string();
+    let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {schema}.money (id bigint PRIMARY KEY, amount numeric(12,2), at_local timestamp, at_zone timestamptz);
+         INSERT INTO {schema}.money VALUES (1, 1234.50, '2026-01-02 03:04:05', '2026-01-02 03:04:05+02');"
+    )))
+    .execute(&mut c)
+    .await
+    .unwrap();
+    let mut m = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {database}.money (id bigint PRIMARY KEY, amount decimal(12,2), at_local datetime(6), at_zone timestamp(6) NULL);
+         INSERT INTO {database}.money VALUES (1, 1234.50, '2026-01-02 03:04:05', '2026-01-02 01:04:05');"
+    )))
+    .execute(&mut m)
+    .await
+    .unwrap();
+    let dbs = [("postgres", &pg), ("mysql", &my)];
+    for (from, src_db) in dbs {
+        let src = registry.source(&src_db.config).await.unwrap();
+        let found = src.discover().await.unwrap().into_iter().find(|s| s.name == "money").unwrap();
+        let (_, rows) = read_all(&src, "money").await;
+        for (to, dst_db) in dbs {
+            let copy = EntitySchema { name: format!("money_from_{from}"), fields: found.fields.clone() };
+            let dst = registry.destination(&dst_db.config).await.unwrap();
+            write(&dst, &copy, &rows, WriteMode::Overwrite).await;
+            let types = column_types(dst_db, &copy.name).await;
+            let of = |c: &str| types.iter().find(|(n, _)| n == c).map(|(_, t)| t.to_ascii_lowercase()).unwrap();
+            let want_amount = if to == "postgres" { "numeric(12,2)" } else { "decimal(12,2)" };
+            assert_eq!(of("amount"), want_amount, "{from} → {to}: {types:?}");
+            match to {
+                "postgres" => {
+                    assert_eq!(of("at_local"), "timestamp without time zone", "{from} → {to}: {types:?}");
+                    // MySQL's TIMESTAMP holds an instant: it arrives with a zone.
+                    assert_eq!(of("at_zone"), "timestamp with time zone", "{from} → {to}: {types:?}");
+                }
+                _ => {
+                    assert!(of("at_local").starts_with("datetime"), "{from} → {to}: {types:?}");
+                    assert!(
+                        of("at_zone").starts_with("datetime") || of("at_zone").starts_with("timestamp"),
+                        "{types:?}"
+                    );
+                }
+            }
+            // The values arrive as they left: the same instant, the same digits.
+            let back = registry.source(&dst_db.config).await.unwrap();
+            let (_, got) = read_all(&back, &copy.name).await;
+            assert_eq!(got, rows, "{from} → {to}");
+        }
+    }
+}

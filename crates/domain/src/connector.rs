@@ -450,6 +450,15 @@ pub trait Source: Send + Sync {
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
         Ok(None)
     }
+
+    /// When the oldest transaction still writing to the source began, as
+    /// far as this connection can see; `None` when none is open or the
+    /// source cannot tell. Rows such a transaction commits later may carry
+    /// cursor values from its start, so a cursor read is not stored past
+    /// it.
+    async fn write_horizon(&self) -> ConnectorResult<Option<OffsetDateTime>> {
+        Ok(None)
+    }
 }
 
 /// Writes one entity inside a transaction.

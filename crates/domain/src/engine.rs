@@ -12,7 +12,7 @@
 use crate::connector::{CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteStats};
 use crate::flow::*;
 use crate::service::Sluice;
-use crate::sync::{SyncMode, advance, cursor_text, dedupe, parse_cursor};
+use crate::sync::{SyncMode, advance, capped, cursor_text, dedupe, parse_cursor, read_from};
 use crate::transform;
 use std::sync::Arc;
 use std::time::Instant;
@@ -336,19 +336,36 @@ impl Sluice {
             }
             _ => None,
         };
-        let bound = cursor_idx.map(|i| CursorBound { field: source_fields[i].name.clone(), from: cursor.clone() });
+        // The read starts a lookback behind the stored cursor (rows
+        // committed late with older values); the cursor itself only moves
+        // forward, and never past the oldest transaction still writing to
+        // the source when the read began.
+        let lookback = m.lookback();
+        let bound = cursor_idx
+            .map(|i| CursorBound { field: source_fields[i].name.clone(), from: read_from(&cursor, lookback) });
+        let horizon = match cursor_idx.map(|i| source_fields[i].field_type) {
+            Some(crate::connector::FieldType::Timestamp) => source.io.write_horizon().await.unwrap_or_else(|e| {
+                tracing::warn!(run = %run.id, error = %e, "cannot see the source's open transactions");
+                None
+            }),
+            _ => None,
+        };
         if let Some(b) = &bound {
-            self.log(
-                run,
-                "info",
-                Some(entity),
-                match &stats.cursor_before {
-                    Some(v) => format!("reading where {} >= {v}", b.field),
-                    None => format!("reading everything (no cursor on {})", b.field),
-                },
-            )
-            .await;
+            let from = match (&stats.cursor_before, &b.from) {
+                (None, _) => format!("reading everything (no cursor on {})", b.field),
+                (Some(v), Some(f)) if cursor.as_ref() != Some(f) => {
+                    format!(
+                        "reading where {} >= {} (the cursor {v} less a lookback of {lookback})",
+                        b.field,
+                        cursor_text(f).unwrap_or_default()
+                    )
+                }
+                (Some(v), _) => format!("reading where {} >= {v}", b.field),
+            };
+            self.log(run, "info", Some(entity), from).await;
         }
+        let cursor_floor = cursor.clone();
+        let cap = |c: &Option<Value>| capped(c.clone(), horizon, &cursor_floor);
         // The destination's schema: the transformed fields, keyed as the mapping says.
         let mut out_fields = transform::plan("transform", &m.transform, &source_fields)
             .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
@@ -434,7 +451,7 @@ impl Sluice {
                 if let Some(c) = stream.last_cursor() {
                     cursor = Some(c);
                 }
-                let (w, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, prior, stats).await?;
+                let (w, canceled) = self.checkpoint(run, flow, m, &mut writer, &cap(&cursor), prior, stats).await?;
                 stats.bytes = w.bytes;
                 if canceled {
                     return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
@@ -444,8 +461,9 @@ impl Sluice {
             let w = writer.finish().await?;
             stats.rows_written = prior + w.rows_written;
             stats.bytes = w.bytes;
-            self.store_cursor(run, flow, m, &cursor).await?;
-            stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+            let stored = cap(&cursor);
+            self.store_cursor(run, flow, m, &stored).await?;
+            stats.cursor_after = stored.as_ref().and_then(cursor_text);
             return Ok(Outcome::Done);
         }
         let mut reader = source
@@ -482,7 +500,7 @@ impl Sluice {
                 return Err(e.into());
             }
             if checkpoints && since_checkpoint >= CHECKPOINT_ROWS {
-                let (_, canceled) = self.checkpoint(run, flow, m, &mut writer, &cursor, prior, stats).await?;
+                let (_, canceled) = self.checkpoint(run, flow, m, &mut writer, &cap(&cursor), prior, stats).await?;
                 since_checkpoint = 0;
                 if canceled {
                     return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
@@ -493,9 +511,9 @@ impl Sluice {
         let w = writer.finish().await?;
         stats.rows_written = prior + w.rows_written;
         if incremental {
-            self.store_cursor(run, flow, m, &cursor).await?;
+            self.store_cursor(run, flow, m, &cap(&cursor)).await?;
         }
-        stats.cursor_after = if incremental { cursor.as_ref().and_then(cursor_text) } else { None };
+        stats.cursor_after = if incremental { cap(&cursor).as_ref().and_then(cursor_text) } else { None };
         Ok(Outcome::Done)
     }
 

@@ -43,9 +43,24 @@ pub struct Mapping {
     /// follows; the asset then lists the flow among its dependencies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset: Option<String>,
+    /// How far behind the stored cursor an incremental read starts, for
+    /// rows committed late with an older cursor value (`"30s"`, `"5m"`,
+    /// `"1h"`, `"0"`); see [`crate::sync::default_lookback`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor_lookback: Option<String>,
 }
 
 impl Mapping {
+    /// The lookback this mapping reads with (its own, else the mode's
+    /// default). A value that does not parse counts as none; flows are
+    /// checked when written.
+    pub fn lookback(&self) -> time::Duration {
+        match &self.cursor_lookback {
+            Some(s) => crate::sync::parse_lookback(s).unwrap_or(time::Duration::ZERO),
+            None => crate::sync::default_lookback(self.sync_mode),
+        }
+    }
+
     pub fn destination(&self) -> &str {
         self.dest_entity.as_deref().unwrap_or(&self.source_entity)
     }
@@ -186,6 +201,11 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
             m.primary_key.as_deref(),
             None,
         ));
+        if let Some(l) = &m.cursor_lookback
+            && let Err(e) = crate::sync::parse_lookback(l)
+        {
+            errors.push(FieldError::new(format!("{path}.cursor_lookback"), e));
+        }
     }
     errors
 }

@@ -168,6 +168,75 @@ pub fn cursor_text(v: &Value) -> Option<String> {
 }
 
 /// The greatest cursor value of a batch, or `current` if none is greater.
+/// The lookback of a mode when a mapping names none: a minute for
+/// `incremental_deduped`, where the upsert absorbs what is read again; none
+/// for `incremental_append`, where it would be appended again.
+pub fn default_lookback(mode: SyncMode) -> time::Duration {
+    match mode {
+        SyncMode::IncrementalDeduped => time::Duration::minutes(1),
+        _ => time::Duration::ZERO,
+    }
+}
+
+/// The longest lookback taken.
+pub const MAX_LOOKBACK: time::Duration = time::Duration::days(30);
+
+/// Parses a lookback: a whole number with a unit (`s`, `m`, `h`, `d`), or
+/// `0`; at most 30 days.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn parse_lookback(s: &str) -> Result<time::Duration, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(time::Duration::ZERO);
+    }
+    let bad = || format!("'{s}' is not a duration such as \"30s\", \"5m\", \"1h\" or \"0\"");
+    let unit = t.chars().last().ok_or_else(bad)?;
+    let n: i64 = t[..t.len() - unit.len_utf8()].trim().parse().map_err(|_| bad())?;
+    if n < 0 {
+        return Err(bad());
+    }
+    let d = match unit {
+        's' => time::Duration::seconds(n),
+        'm' => time::Duration::minutes(n),
+        'h' => time::Duration::hours(n),
+        'd' => time::Duration::days(n),
+        _ => return Err(bad()),
+    };
+    if d > MAX_LOOKBACK { Err(format!("'{s}' is longer than 30 days")) } else { Ok(d) }
+}
+
+/// Where a read by cursor starts: `lookback` before the stored cursor for
+/// time cursors (whole days for dates); other cursors as stored.
+pub fn read_from(cursor: &Option<Value>, lookback: time::Duration) -> Option<Value> {
+    match cursor {
+        Some(Value::Timestamp(t)) if lookback.is_positive() => Some(Value::Timestamp(t.saturating_sub(lookback))),
+        Some(Value::Date(d)) if lookback.is_positive() => {
+            let days = (lookback.whole_seconds() + 86_399) / 86_400;
+            Some(Value::Date(d.saturating_sub(time::Duration::days(days))))
+        }
+        other => other.clone(),
+    }
+}
+
+/// The cursor to store after reading up to `read`: never past `horizon`
+/// (the start of the oldest transaction that was writing to the source
+/// when the read began, whose rows may still appear with older values),
+/// and never behind `before` (the stored cursor) on that account.
+pub fn capped(read: Option<Value>, horizon: Option<time::OffsetDateTime>, before: &Option<Value>) -> Option<Value> {
+    match (read, horizon) {
+        (Some(Value::Timestamp(t)), Some(h)) if t > h => {
+            let floor = match before {
+                Some(Value::Timestamp(b)) => h.max(*b),
+                _ => h,
+            };
+            Some(Value::Timestamp(floor.min(t)))
+        }
+        (read, _) => read,
+    }
+}
+
 pub fn advance(current: Option<Value>, batch: &RecordBatch, cursor_idx: usize) -> Option<Value> {
     let mut best = current;
     for r in &batch.rows {
@@ -272,6 +341,45 @@ fn same_key(a: &[Value], b: &[Value], key_idx: &[usize]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lookbacks_parse_and_move_the_read_back_never_the_stored_cursor() {
+        use time::macros::{date, datetime};
+        assert_eq!(parse_lookback("5m"), Ok(time::Duration::minutes(5)));
+        assert_eq!(parse_lookback(" 30s "), Ok(time::Duration::seconds(30)));
+        assert_eq!(parse_lookback("0"), Ok(time::Duration::ZERO));
+        assert_eq!(parse_lookback("2d"), Ok(time::Duration::days(2)));
+        for bad in ["", "5", "m", "-1m", "5 minutes", "31d", "1.5h", "5M"] {
+            assert!(parse_lookback(bad).is_err(), "{bad}");
+        }
+        let t = Some(Value::Timestamp(datetime!(2026-01-01 00:05 UTC)));
+        assert_eq!(read_from(&t, time::Duration::minutes(5)), Some(Value::Timestamp(datetime!(2026-01-01 00:00 UTC))));
+        assert_eq!(read_from(&t, time::Duration::ZERO), t);
+        let d = Some(Value::Date(date!(2026 - 01 - 10)));
+        assert_eq!(read_from(&d, time::Duration::hours(1)), Some(Value::Date(date!(2026 - 01 - 09))));
+        assert_eq!(read_from(&Some(Value::Int(7)), time::Duration::hours(1)), Some(Value::Int(7)));
+        assert_eq!(default_lookback(SyncMode::IncrementalDeduped), time::Duration::minutes(1));
+        assert_eq!(default_lookback(SyncMode::IncrementalAppend), time::Duration::ZERO);
+    }
+
+    #[test]
+    fn the_stored_cursor_stops_at_the_oldest_open_writer() {
+        use time::macros::datetime;
+        let ts = |t| Some(Value::Timestamp(t));
+        let read = ts(datetime!(2026-01-01 10:00 UTC));
+        let before = ts(datetime!(2026-01-01 08:00 UTC));
+        // A writer open since 09:00: its rows may still appear with 09:00.
+        assert_eq!(
+            capped(read.clone(), Some(datetime!(2026-01-01 09:00 UTC)), &before),
+            ts(datetime!(2026-01-01 09:00 UTC))
+        );
+        // One open since before the stored cursor does not move it back.
+        assert_eq!(capped(read.clone(), Some(datetime!(2026-01-01 07:00 UTC)), &before), before);
+        // None open, or none older than what was read: as read.
+        assert_eq!(capped(read.clone(), None, &before), read);
+        assert_eq!(capped(read.clone(), Some(datetime!(2026-01-01 11:00 UTC)), &before), read);
+        assert_eq!(capped(Some(Value::Int(5)), Some(datetime!(2026-01-01 09:00 UTC)), &None), Some(Value::Int(5)));
+    }
     use crate::connector::Field;
     use std::sync::Arc;
 
