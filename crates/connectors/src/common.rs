@@ -141,6 +141,8 @@ impl Confined {
         match std::fs::canonicalize(p) {
             Ok(real) if real.starts_with(&self.base) => Ok(()),
             Ok(_) => Err(outside(&self.label)),
+            // A link to nowhere would be followed when the file is created.
+            Err(_) if std::fs::symlink_metadata(p).is_ok() => Err(outside(&self.label)),
             Err(_) => Ok(()),
         }
     }
@@ -283,7 +285,6 @@ pub async fn send(tx: &mpsc::Sender<ConnectorResult<RecordBatch>>, item: Connect
     tx.send(item).await.is_ok()
 }
 
-/// A user-facing message of a database error, never holding a credential.
 /// The failures of reaching a database server, as codes with fixed
 /// messages: what a failed test reports must not echo what a foreign
 /// server sent (a port scanner's oracle). `None` for errors of the
@@ -345,6 +346,7 @@ fn tls_reason(message: &str) -> &'static str {
     }
 }
 
+/// A user-facing message of a database error, never holding a credential.
 pub fn db_message(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(d) => d.message().to_string(),

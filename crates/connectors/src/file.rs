@@ -795,13 +795,28 @@ impl EntityWriter for FileWriter {
     }
 
     async fn abort(mut self: Box<Self>) {
+        self.discard();
+    }
+}
+
+impl FileWriter {
+    /// Drops what was not committed: buffered rows unwritten, the file cut
+    /// back to its last checkpoint, the temporary file removed.
+    fn discard(&mut self) {
         if let Some(out) = self.out.take() {
-            // Drop buffered rows unwritten, then cut what reached the file.
             let (file, _) = out.into_parts();
             if let Some(len) = self.committed_len {
                 let _ = file.set_len(len);
             }
         }
         let _ = fs::remove_file(&self.tmp);
+    }
+}
+
+/// A writer dropped without `finish` (a run stopped, taken over or failed
+/// on the way) rolls back like a database transaction.
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        self.discard();
     }
 }

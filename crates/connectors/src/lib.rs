@@ -277,6 +277,10 @@ fn required<'a>(c: &'a ResolvedConfig, key: &str) -> ConnectorResult<&'a str> {
     c.str(key).filter(|s| !s.is_empty()).ok_or_else(|| ConnectorError::InvalidConfig(format!("'{key}' is required")))
 }
 
+fn ssl_ca(c: &ResolvedConfig) -> Option<String> {
+    c.str("ssl_ca").filter(|s| !s.trim().is_empty()).map(str::to_string)
+}
+
 fn port(c: &ResolvedConfig, default: i64) -> ConnectorResult<u16> {
     let p = c.int("port").unwrap_or(default);
     u16::try_from(p)
@@ -296,7 +300,8 @@ impl Registry {
                 password: c.str("password").map(str::to_string),
                 schema: c.str("schema").unwrap_or("public").to_string(),
                 sslmode: c.str("sslmode").unwrap_or("prefer").to_string(),
-                ssl_ca: c.str("ssl_ca").filter(|s| !s.trim().is_empty()).map(str::to_string),
+                ssl_ca: ssl_ca(c),
+                guard: self.metadata.instance_id.clone(),
             })
         })
     }
@@ -310,7 +315,7 @@ impl Registry {
                 user: required(c, "user")?.to_string(),
                 password: c.str("password").map(str::to_string),
                 ssl_mode: c.str("ssl_mode").unwrap_or("preferred").to_string(),
-                ssl_ca: c.str("ssl_ca").filter(|s| !s.trim().is_empty()).map(str::to_string),
+                ssl_ca: ssl_ca(c),
             })
         })
     }

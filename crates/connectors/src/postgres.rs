@@ -48,6 +48,10 @@ pub struct PgSettings {
     /// PEM of the CA certificate(s) the server's certificate must chain
     /// to (`verify-ca`, `verify-full`).
     pub ssl_ca: Option<String>,
+    /// The service's instance id: every connection the pool opens is
+    /// checked not to lead to the metadata store (a name that resolves
+    /// elsewhere later is caught too).
+    pub guard: Option<String>,
 }
 
 pub struct PgConnector {
@@ -61,7 +65,49 @@ pub struct PgConnector {
     database: String,
 }
 
+/// The Sluice instance ids the database of `conn` carries, as any role
+/// connected to it can see them: the database's comment, and the rows of
+/// every `sluice_instance` table the role may read.
+async fn instance_marks(conn: &mut sqlx::PgConnection, mark: &str) -> Result<Vec<String>, sqlx::Error> {
+    let mut marks: Vec<String> = Vec::new();
+    let comment: Option<String> = sqlx::query_scalar(
+        "SELECT shobj_description(d.oid, 'pg_database') FROM pg_database d WHERE d.datname = current_database()",
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .flatten();
+    if let Some(id) = comment.as_deref().and_then(|c| c.strip_prefix(mark)) {
+        marks.push(id.trim().to_string());
+    }
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relname = 'sluice_instance' AND c.relkind = 'r' AND has_table_privilege(c.oid, 'SELECT')",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for t in tables {
+        let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!("SELECT id::text FROM {t}")))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap_or_default();
+        marks.extend(ids);
+    }
+    Ok(marks)
+}
+
+/// What a pooled connection to the metadata store fails with (see
+/// [`PgSettings::guard`]).
+const METADATA_STORE: &str = "sluice: the connection leads to the metadata store";
+
 fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
+    if let sqlx::Error::Protocol(m) = e
+        && m == METADATA_STORE
+    {
+        return ConnectorError::MetadataStore(
+            "this connection leads to Sluice's own metadata store, which no connection may use".into(),
+        );
+    }
     match e {
         sqlx::Error::Database(d) => match d.code().as_deref() {
             Some("28P01") | Some("28000") => ConnectorError::AuthFailed(d.message().to_string()),
@@ -90,7 +136,17 @@ impl PgConnector {
                 )));
             }
         };
-        let mut opts = PgConnectOptions::new()
+        // A host that is a path is a Unix socket of this server, where peer
+        // authentication would log in as the service's own user.
+        if s.host.starts_with('/') || s.host.starts_with('@') {
+            return Err(ConnectorError::InvalidConfig(
+                "host must be a network host name or address, not a socket path".into(),
+            ));
+        }
+        // Nothing of the service's own environment (PGPASSWORD…) may reach a
+        // tenant's server: the password is always the connection's own.
+        let mut opts = PgConnectOptions::new_without_pgpass()
+            .password("")
             .host(&s.host)
             .port(s.port)
             .database(&s.database)
@@ -103,12 +159,25 @@ impl PgConnector {
         if let Some(ca) = &s.ssl_ca {
             opts = opts.ssl_root_cert_from_pem(check_pem(ca)?);
         }
-        let pool = PgPoolOptions::new()
+        let mut pool = PgPoolOptions::new()
             .max_connections(8)
             .min_connections(0)
             .acquire_timeout(CONNECT_TIMEOUT)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            .connect_lazy_with(opts.clone());
+            .idle_timeout(Some(Duration::from_secs(60)));
+        if let Some(id) = s.guard.clone() {
+            let id: Arc<str> = id.into();
+            pool = pool.after_connect(move |conn, _| {
+                let id = id.clone();
+                Box::pin(async move {
+                    let marks = instance_marks(conn, INSTANCE_MARK).await?;
+                    if marks.iter().any(|m| **m == *id) {
+                        return Err(sqlx::Error::Protocol(METADATA_STORE.into()));
+                    }
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool.connect_lazy_with(opts.clone());
         Ok(Self {
             cleared: Default::default(),
             pool,
@@ -124,41 +193,15 @@ impl PgConnector {
     }
 
     /// The Sluice instance ids this database carries, as any role connected
-    /// to it can see them: the database's comment, and the rows of every
-    /// `sluice_instance` table the role may read. A direct connection, so
+    /// to it can see them (see [`instance_marks`]). A direct connection, so
     /// that the cause of a failure comes through.
     pub async fn instance_marks(&self, mark: &str) -> ConnectorResult<Vec<String>> {
         with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
             use sqlx::Connection;
             let mut conn = sqlx::PgConnection::connect_with(&self.opts).await.map_err(|e| self.e(&e))?;
-            let mut marks: Vec<String> = Vec::new();
-            let comment: Option<String> = sqlx::query_scalar(
-                "SELECT shobj_description(d.oid, 'pg_database') FROM pg_database d WHERE d.datname = current_database()",
-            )
-            .fetch_optional(&mut conn)
-            .await
-            .map_err(|e| self.e(&e))?
-            .flatten();
-            if let Some(id) = comment.as_deref().and_then(|c| c.strip_prefix(mark)) {
-                marks.push(id.trim().to_string());
-            }
-            let tables: Vec<String> = sqlx::query_scalar(
-                "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
-                 JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE c.relname = 'sluice_instance' AND c.relkind = 'r' AND has_table_privilege(c.oid, 'SELECT')",
-            )
-            .fetch_all(&mut conn)
-            .await
-            .map_err(|e| self.e(&e))?;
-            for t in tables {
-                let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!("SELECT id::text FROM {t}")))
-                    .fetch_all(&mut conn)
-                    .await
-                    .unwrap_or_default();
-                marks.extend(ids);
-            }
+            let marks = instance_marks(&mut conn, mark).await.map_err(|e| self.e(&e));
             let _ = conn.close().await;
-            Ok(marks)
+            marks
         })
         .await
     }
@@ -405,10 +448,17 @@ impl Source for PgConnector {
     /// transaction id (has written), other than this session's. Other
     /// roles' sessions are visible to superusers and members of
     /// `pg_read_all_stats` only; for the rest the lookback protects.
-    async fn write_horizon(&self) -> ConnectorResult<Option<time::OffsetDateTime>> {
+    async fn write_horizon(&self, cursor: &Field) -> ConnectorResult<Option<time::OffsetDateTime>> {
+        // A column without a zone holds wall times, not instants: no
+        // comparison with a transaction's start means anything.
+        if zoneless(cursor) {
+            return Ok(None);
+        }
         with_timeout("reading open transactions", CONNECT_TIMEOUT, async {
+            // With no writer open, now: a transaction that begins after
+            // this query and commits after the read is caught next time.
             sqlx::query_scalar(
-                "SELECT min(xact_start) FROM pg_stat_activity \
+                "SELECT coalesce(min(xact_start), statement_timestamp()) FROM pg_stat_activity \
                  WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL",
             )
             .fetch_one(&self.pool)

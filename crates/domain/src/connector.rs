@@ -451,12 +451,13 @@ pub trait Source: Send + Sync {
         Ok(None)
     }
 
-    /// When the oldest transaction still writing to the source began, as
-    /// far as this connection can see; `None` when none is open or the
-    /// source cannot tell. Rows such a transaction commits later may carry
-    /// cursor values from its start, so a cursor read is not stored past
-    /// it.
-    async fn write_horizon(&self) -> ConnectorResult<Option<OffsetDateTime>> {
+    /// When the oldest transaction still writing to the source began (or,
+    /// with none open, now), as far as this connection can see, for a read
+    /// by the timestamp field `cursor`; `None` when the source cannot tell
+    /// (or the field holds no instants). Rows such a transaction commits
+    /// later may carry cursor values from its start, so a cursor read is
+    /// not stored past it.
+    async fn write_horizon(&self, _cursor: &Field) -> ConnectorResult<Option<OffsetDateTime>> {
         Ok(None)
     }
 }

@@ -343,11 +343,18 @@ impl Sluice {
         let lookback = m.lookback();
         let bound = cursor_idx
             .map(|i| CursorBound { field: source_fields[i].name.clone(), from: read_from(&cursor, lookback) });
-        let horizon = match cursor_idx.map(|i| source_fields[i].field_type) {
-            Some(crate::connector::FieldType::Timestamp) => source.io.write_horizon().await.unwrap_or_else(|e| {
-                tracing::warn!(run = %run.id, error = %e, "cannot see the source's open transactions");
-                None
-            }),
+        // Only where re-reading is absorbed (the upsert): an append would
+        // append what it reads again.
+        let horizon = match cursor_idx.map(|i| &source_fields[i]) {
+            Some(f)
+                if f.field_type == crate::connector::FieldType::Timestamp
+                    && m.sync_mode == SyncMode::IncrementalDeduped =>
+            {
+                source.io.write_horizon(f).await.unwrap_or_else(|e| {
+                    tracing::warn!(run = %run.id, error = %e, "cannot see the source's open transactions");
+                    None
+                })
+            }
             _ => None,
         };
         if let Some(b) = &bound {

@@ -48,9 +48,9 @@ pub trait QueueRepository: Send + Sync {
     ) -> Result<bool>;
     /// Running runs whose heartbeat is older than `before`.
     async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>>;
-    /// Puts a lost run back in the queue (attempt + 1) if it is still held
-    /// by `worker`; whether it did.
-    async fn requeue(&self, id: RunId, worker: Option<String>) -> Result<bool>;
+    /// Puts a lost run back in the queue (attempt + 1) if it is still
+    /// running in `fence`'s attempt, held by `worker`; whether it did.
+    async fn requeue(&self, fence: crate::flow::Fence, worker: Option<String>) -> Result<bool>;
     /// Runs of a trace in start order.
     async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>>;
     async fn record_event(&self, event: &ActivityEvent) -> Result<()>;
@@ -108,7 +108,7 @@ impl Sluice {
         let mut n = 0;
         for mut run in self.ports.queue.stale_runs(cutoff).await? {
             if run.attempt < MAX_ATTEMPTS {
-                if self.ports.queue.requeue(run.id, run.claimed_by.clone()).await? {
+                if self.ports.queue.requeue(run.fence(), run.claimed_by.clone()).await? {
                     let _ = self
                         .ports
                         .runs

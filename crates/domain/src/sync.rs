@@ -167,7 +167,6 @@ pub fn cursor_text(v: &Value) -> Option<String> {
     }
 }
 
-/// The greatest cursor value of a batch, or `current` if none is greater.
 /// The lookback of a mode when a mapping names none: a minute for
 /// `incremental_deduped`, where the upsert absorbs what is read again; none
 /// for `incremental_append`, where it would be appended again.
@@ -197,14 +196,17 @@ pub fn parse_lookback(s: &str) -> Result<time::Duration, String> {
     if n < 0 {
         return Err(bad());
     }
-    let d = match unit {
-        's' => time::Duration::seconds(n),
-        'm' => time::Duration::minutes(n),
-        'h' => time::Duration::hours(n),
-        'd' => time::Duration::days(n),
+    let per_unit: i64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
         _ => return Err(bad()),
     };
-    if d > MAX_LOOKBACK { Err(format!("'{s}' is longer than 30 days")) } else { Ok(d) }
+    match n.checked_mul(per_unit).map(time::Duration::seconds) {
+        Some(d) if d <= MAX_LOOKBACK => Ok(d),
+        _ => Err(format!("'{s}' is longer than 30 days")),
+    }
 }
 
 /// Where a read by cursor starts: `lookback` before the stored cursor for
@@ -237,6 +239,7 @@ pub fn capped(read: Option<Value>, horizon: Option<time::OffsetDateTime>, before
     }
 }
 
+/// The greatest cursor value of a batch, or `current` if none is greater.
 pub fn advance(current: Option<Value>, batch: &RecordBatch, cursor_idx: usize) -> Option<Value> {
     let mut best = current;
     for r in &batch.rows {
@@ -349,7 +352,7 @@ mod tests {
         assert_eq!(parse_lookback(" 30s "), Ok(time::Duration::seconds(30)));
         assert_eq!(parse_lookback("0"), Ok(time::Duration::ZERO));
         assert_eq!(parse_lookback("2d"), Ok(time::Duration::days(2)));
-        for bad in ["", "5", "m", "-1m", "5 minutes", "31d", "1.5h", "5M"] {
+        for bad in ["", "5", "m", "-1m", "5 minutes", "31d", "1.5h", "5M", "200000000000000d", "9223372036854775807s"] {
             assert!(parse_lookback(bad).is_err(), "{bad}");
         }
         let t = Some(Value::Timestamp(datetime!(2026-01-01 00:05 UTC)));

@@ -87,6 +87,12 @@ async fn serve(
         let err = ApiError::validation(vec![sluice_domain::FieldError::new(at, "must not contain a NUL character")]);
         return Ok(req.into_response(err.error_response()));
     }
+    if let Some(limits) = &state.rate_limits
+        && (req.headers().contains_key(header::AUTHORIZATION) || req.headers().contains_key(API_KEY_HEADER))
+        && let Err(seconds) = limits.before_auth(peer_ip(&req))
+    {
+        return Ok(req.into_response(ApiError::rate_limited(seconds).error_response()));
+    }
     let outcome = authenticate(&state.sluice, &req).await;
     if let Some(limits) = &state.rate_limits
         && let Err(seconds) = rate_limit(limits, &req, outcome.as_ref())
@@ -112,6 +118,11 @@ async fn serve(
     }
 }
 
+/// The TCP peer's address (rate limits key anonymous callers by it).
+fn peer_ip(req: &ServiceRequest) -> std::net::IpAddr {
+    req.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip())
+}
+
 /// Counts the request against its client's limit: the API key or user
 /// once authenticated, else the address (failed credentials against a
 /// much tighter limit than none at all).
@@ -121,7 +132,7 @@ fn rate_limit(
     outcome: Option<&AuthOutcome>,
 ) -> Result<(), crate::ratelimit::RetryAfter> {
     use sluice_domain::identity::Principal;
-    let ip = req.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    let ip = peer_ip(req);
     match outcome {
         Some(AuthOutcome::Ok(c)) => match &c.principal {
             Principal::ApiKey { id, .. } => limits.client(&format!("k:{id}")),

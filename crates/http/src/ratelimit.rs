@@ -84,6 +84,11 @@ pub struct RateLimits {
     client: DefaultKeyedRateLimiter<String>,
     anonymous: DefaultKeyedRateLimiter<IpAddr>,
     failed_auth: DefaultKeyedRateLimiter<IpAddr>,
+    /// Addresses whose failures ran over their budget, until when: their
+    /// credentials are not even checked meanwhile, so a right guess in a
+    /// flood of wrong ones gains nothing, and a flood costs no lookups.
+    blocked: std::sync::Mutex<std::collections::HashMap<IpAddr, std::time::Instant>>,
+    any_blocked: std::sync::atomic::AtomicBool,
     last_cleanup: AtomicU64,
 }
 
@@ -102,6 +107,8 @@ impl RateLimits {
             client: RateLimiter::dashmap(config.client.quota()),
             anonymous: RateLimiter::dashmap(config.anonymous.quota()),
             failed_auth: RateLimiter::dashmap(config.failed_auth.quota()),
+            blocked: Default::default(),
+            any_blocked: Default::default(),
             last_cleanup: AtomicU64::new(now_secs()),
         }
     }
@@ -132,7 +139,32 @@ impl RateLimits {
     /// The seconds to wait, over the limit.
     pub fn failed_auth(&self, ip: IpAddr) -> Result<(), RetryAfter> {
         self.cleanup();
-        check(self.failed_auth.check_key(&ip))
+        let verdict = check(self.failed_auth.check_key(&ip));
+        if let Err(wait) = verdict {
+            let until = std::time::Instant::now() + Duration::from_secs(wait);
+            self.blocked.lock().unwrap_or_else(|p| p.into_inner()).insert(ip, until);
+            self.any_blocked.store(true, Ordering::Relaxed);
+        }
+        verdict
+    }
+
+    /// Whether requests with credentials from `ip` are refused unchecked
+    /// (its failures ran over their budget), and for how long.
+    ///
+    /// # Errors
+    /// The seconds to wait.
+    pub fn before_auth(&self, ip: IpAddr) -> Result<(), RetryAfter> {
+        if !self.any_blocked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        match blocked.get(&ip) {
+            Some(until) => match until.checked_duration_since(std::time::Instant::now()) {
+                Some(left) if !left.is_zero() => Err(left.as_secs_f64().ceil().max(1.0) as u64),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
     }
 
     fn cleanup(&self) {
@@ -147,6 +179,10 @@ impl RateLimits {
             }
             self.client.retain_recent();
             self.client.shrink_to_fit();
+            let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            blocked.retain(|_, until| *until > now);
+            self.any_blocked.store(!blocked.is_empty(), Ordering::Relaxed);
         }
     }
 }
@@ -192,7 +228,11 @@ mod tests {
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         limits.failed_auth(ip).unwrap();
         limits.failed_auth(ip).unwrap();
+        limits.before_auth(ip).unwrap();
         assert!(limits.failed_auth(ip).is_err());
+        // Over the budget, its credentials are refused unchecked for a while.
+        assert!(limits.before_auth(ip).is_err());
+        limits.before_auth("10.0.0.9".parse().unwrap()).unwrap();
         // Failures and anonymous requests are counted apart.
         limits.anonymous(ip).unwrap();
         assert!(limits.anonymous(ip).is_err());

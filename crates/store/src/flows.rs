@@ -314,6 +314,9 @@ impl RunRepository for Store {
                 .col_expr(runs::Column::Error, Expr::value(run.error.clone()))
                 .filter(runs::Column::Id.eq(run.id.as_uuid()))
                 .filter(runs::Column::Attempt.eq(run.attempt as i32))
+                // An ended run stays as it ended (a canceled one still takes
+                // its worker's stats).
+                .filter(runs::Column::Status.is_in(UNENDED))
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
@@ -409,6 +412,9 @@ impl RunRepository for Store {
             .collect())
     }
 }
+
+/// The statuses a run's record may still change from.
+const UNENDED: [&str; 3] = ["queued", "running", "canceled"];
 
 /// Whether `fence` still holds its run, inside `c`'s transaction. On
 /// PostgreSQL the run's row is locked for share until the transaction
@@ -591,7 +597,7 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
             .collect()
     }
 
-    async fn requeue(&self, id: RunId, worker: Option<String>) -> Result<bool> {
+    async fn requeue(&self, fence: Fence, worker: Option<String>) -> Result<bool> {
         let tx = self.write().await?;
         let r = async {
             let mut q = runs::Entity::update_many()
@@ -599,7 +605,8 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
                 .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
                 .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
                 .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
-                .filter(runs::Column::Id.eq(id.as_uuid()))
+                .filter(runs::Column::Id.eq(fence.run.as_uuid()))
+                .filter(runs::Column::Attempt.eq(fence.attempt as i32))
                 .filter(runs::Column::Status.eq(RunStatus::Running.as_str()));
             if let Some(w) = worker {
                 q = q.filter(runs::Column::ClaimedBy.eq(w));

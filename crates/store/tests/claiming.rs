@@ -142,7 +142,7 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     let old = first.fence();
     assert!(store.holds(old).await.unwrap());
     assert!(store.heartbeat(old, "a", now).await.unwrap());
-    assert!(store.requeue(run.id, Some("a".into())).await.unwrap(), "the lease ran out");
+    assert!(store.requeue(old, Some("a".into())).await.unwrap(), "the lease ran out");
     let second = store.claim("b", now).await.unwrap().unwrap();
     assert_eq!(second.attempt, old.attempt + 1);
     let line = |m: &str| RunLog { ts: now, level: "info".into(), entity: None, message: m.into() };
@@ -169,6 +169,7 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     assert!(store.progress(second.fence(), &stats).await.unwrap());
     assert!(store.advance(flows[0].id, &cursor("new"), second.fence()).await.unwrap());
     store.log(run.id, Some(second.fence()), &line("from the new attempt")).await.unwrap();
+    assert!(!store.requeue(old, Some("b".into())).await.unwrap(), "an old attempt is not queued again");
     let stored = RunRepository::get(store, org, run.id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.attempt, stored.error.as_deref()), (RunStatus::Running, 2, None));
     assert_eq!(stored.entities[0].rows_written, 7);
@@ -176,6 +177,16 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     assert_eq!(c.cursor_value.as_deref(), Some("new"));
     let logs: Vec<String> = store.logs(run.id).await.unwrap().into_iter().map(|l| l.message).collect();
     assert_eq!(logs, ["from the new attempt"]);
+    // Once ended, a run's record stays as it ended, even for its attempt.
+    let mut failed = second.clone();
+    failed.status = RunStatus::Failed;
+    failed.error = Some("given up".into());
+    RunRepository::save(store, &failed).await.unwrap();
+    let mut late = second.clone();
+    late.status = RunStatus::Succeeded;
+    RunRepository::save(store, &late).await.unwrap();
+    let stored = RunRepository::get(store, org, run.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.error.as_deref()), (RunStatus::Failed, Some("given up")));
 }
 
 #[tokio::test]

@@ -1188,7 +1188,9 @@ impl RunRepository for InMemoryFlows {
 
     async fn save(&self, run: &Run) -> Result<()> {
         let mut s = self.s();
-        if let Some(r) = s.runs.iter_mut().find(|r| r.fence() == run.fence()) {
+        if let Some(r) = s.runs.iter_mut().find(|r| {
+            r.fence() == run.fence() && matches!(r.status, RunStatus::Queued | RunStatus::Running | RunStatus::Canceled)
+        }) {
             // A cancellation recorded meanwhile wins over a worker's outcome.
             let canceled = r.status == RunStatus::Canceled;
             *r = run.clone();
@@ -1317,13 +1319,11 @@ impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
             .collect())
     }
 
-    async fn requeue(&self, id: RunId, worker: Option<String>) -> Result<bool> {
+    async fn requeue(&self, fence: Fence, worker: Option<String>) -> Result<bool> {
         let mut s = self.s();
-        match s
-            .runs
-            .iter_mut()
-            .find(|r| r.id == id && r.status == RunStatus::Running && (worker.is_none() || r.claimed_by == worker))
-        {
+        match s.runs.iter_mut().find(|r| {
+            r.fence() == fence && r.status == RunStatus::Running && (worker.is_none() || r.claimed_by == worker)
+        }) {
             Some(r) => {
                 r.status = RunStatus::Queued;
                 r.claimed_by = None;
