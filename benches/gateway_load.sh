@@ -13,8 +13,12 @@
 # the number of validations wrk completed (non-2xx answers would show in wrk's
 # output and fail the check).
 #
+# With HOSTILE=N, N more clients post a 4 MiB hostile payload (`{[` repeated,
+# which took minutes before extraction was linear) in a loop while wrk
+# measures: compare wrk's p99 with a run without them.
+#
 # Needs: a release build (cargo build --release), wrk, python3, sqlite3 or psql.
-# Knobs: DURATION (15s), WARMUP (2s), CONNECTIONS (16), THREADS (2), CASE (messy_1kib).
+# Knobs: DURATION (15s), WARMUP (2s), CONNECTIONS (16), THREADS (2), CASE (messy_1kib), HOSTILE (0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,13 +29,15 @@ WARMUP=${WARMUP:-2s}
 CONNECTIONS=${CONNECTIONS:-16}
 THREADS=${THREADS:-2}
 CASE=${CASE:-messy_1kib}
+HOSTILE=${HOSTILE:-0}
 PORT=${PORT:-18089}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk"; exit 1; }
 [ -x "$BIN" ] || { echo "no release binary at $BIN: cargo build --release"; exit 1; }
 
 work=$(mktemp -d)
 pid=
-trap '[ -n "$pid" ] && { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; }; rm -rf "$work"' EXIT
+hostile_pids=()
+trap '[ ${#hostile_pids[@]} -gt 0 ] && kill "${hostile_pids[@]}" 2>/dev/null; [ -n "$pid" ] && { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; }; rm -rf "$work"' EXIT
 cd "$work"
 export SLUICE_LISTEN=127.0.0.1:$PORT RUST_LOG=warn
 "$BIN" serve --no-worker > server.log 2>&1 &
@@ -79,20 +85,41 @@ echo "backend: ${db_url:-sqlite (embedded default)}; wrk -t$THREADS -c$CONNECTIO
 
 # A short warm-up (pool connections opened, caches filled), then the measurement.
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$WARMUP" -s post.lua "$base/gateway/validate" > warmup.out
+if [ "$HOSTILE" -gt 0 ]; then
+    python3 -c "import json; print(json.dumps({'asset_id': '$asset', 'payload_raw': '{[' * (2 * 1024 * 1024 - 64)}))" > hostile.json
+    for i in $(seq 1 "$HOSTILE"); do
+        ( while :; do
+              curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "$base/gateway/validate" -H "X-Api-Key: $key" \
+                  -H 'Content-Type: application/json' --data-binary @hostile.json >> "hostile.$i.out"
+          done ) &
+        hostile_pids+=($!)
+    done
+    echo "$HOSTILE hostile client(s) posting $(wc -c < hostile.json) bytes of {[ in a loop"
+fi
 ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
 t0=$(ticks)
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s post.lua "$base/gateway/validate" | tee wrk.out \
     | sed -n '/Latency Distribution/,/Transfer/p'
 t1=$(ticks)
+if [ "$HOSTILE" -gt 0 ]; then
+    kill "${hostile_pids[@]}" 2>/dev/null; wait "${hostile_pids[@]}" 2>/dev/null || true; hostile_pids=()
+    cat hostile.*.out > hostile.out
+    echo "hostile requests answered: $(wc -l < hostile.out) ($(awk '{print $1}' hostile.out | sort | uniq -c | tr '\n' ' ')); \
+time each: $(awk '{s+=$2; if ($2>m) m=$2} END {if (NR) printf "mean %.1f ms, max %.1f ms", s/NR*1000, m*1000}' hostile.out)"
+fi
 echo "server CPU: $(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) / $(awk '/requests in/ {print $1}' wrk.out) )) µs per request"
 echo "RSS after load: $(grep VmRSS /proc/$pid/status | awk '{print $2, $3}')"
 
 # The meter: every answered request is counted once (the first by hand, plus wrk's).
 sleep 1
 done_by_wrk=$(( $(awk '/requests in/ {print $1}' warmup.out) + $(awk '/requests in/ {print $1}' wrk.out) ))
+# The hostile requests that reached the gateway were counted too (a
+# request cut short when its client was stopped may or may not have been).
+hostile_done=$( [ -f hostile.out ] && grep -c '^422' hostile.out || echo 0 )
+done_by_wrk=$(( done_by_wrk + hostile_done ))
 if grep -q "Non-2xx" wrk.out warmup.out; then echo "FAIL: non-2xx answers: $(grep -h Non-2xx wrk.out warmup.out)"; exit 1; fi
 counted=$(sql "SELECT sum(count) FROM validation_counts" | head -1)
 echo "validations counted by the store: $counted; answered: $((done_by_wrk + 1))"
 # wrk drops the requests in flight when it stops: the server counted those too.
 [ "$counted" -ge "$((done_by_wrk + 1))" ] || { echo "FAIL: the meter lost validations"; exit 1; }
-[ "$counted" -le "$((done_by_wrk + 1 + 2 * CONNECTIONS))" ] || { echo "FAIL: the meter counted more than it answered"; exit 1; }
+[ "$counted" -le "$((done_by_wrk + 1 + 2 * CONNECTIONS + HOSTILE))" ] || { echo "FAIL: the meter counted more than it answered"; exit 1; }

@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
     // Every case of the corpus once per iteration (the run the Python
     // comparison mirrors).
     g.throughput(Throughput::Elements(cases.len() as u64));
-    g.bench_function("corpus_17_cases", |b| {
+    g.bench_function("corpus_all_cases", |b| {
         b.iter(|| {
             for (_, raw) in &cases {
                 let obj = extract(black_box(raw), &contract).unwrap();
@@ -57,5 +57,37 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// Hostile inputs: what once took minutes (`{[` repeated: 158 s for
+/// 400 KB) at 1 MiB, plus the worst patterns at the 4 MiB body limit.
+fn hostile(c: &mut Criterion) {
+    let corpus: serde_json::Value = serde_json::from_str(CORPUS).unwrap();
+    let contract = parse_fields(&corpus["contract"]).unwrap();
+    let fill = |pattern: &str, len: usize| {
+        let mut s = String::with_capacity(len + pattern.len());
+        while s.len() < len {
+            s.push_str(pattern);
+        }
+        s
+    };
+    let mut g = c.benchmark_group("gateway_hostile");
+    g.sample_size(10);
+    for (name, pattern) in [
+        ("brackets", "{["),
+        ("open_keys", "{\"a\":"),
+        ("open_quotes", "{'a': '"),
+        ("tiny_objects", "{a}"),
+        ("nested", "[[[[[[[[]]]]]]]]"),
+    ] {
+        for (size, len) in [("1mib", 1usize << 20), ("4mib", 4 << 20)] {
+            let raw = fill(pattern, len);
+            g.throughput(Throughput::Bytes(raw.len() as u64));
+            g.bench_function(format!("{name}_{size}"), |b| b.iter(|| black_box(extract(black_box(&raw), &contract))));
+        }
+    }
+    let giant = format!("{{{}}}", "a: b, ".repeat((4 << 20) / 6));
+    g.bench_function("one_failing_span_4mib", |b| b.iter(|| black_box(extract(black_box(&giant), &contract))));
+    g.finish();
+}
+
+criterion_group!(benches, bench, hostile);
 criterion_main!(benches);

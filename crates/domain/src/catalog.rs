@@ -11,7 +11,7 @@ use crate::connections::named_conflict;
 use crate::connector::FieldType;
 use crate::error::FieldError;
 use crate::flow::Flow;
-use crate::gateway::{ContractField, Outcome, extract, validate};
+use crate::gateway::{ContractField, Outcome, check};
 use crate::identity::{Permission, Principal};
 use crate::ids::{AssetId, ConnectionId, FlowId, OrgId};
 use crate::orchestrate::ActivityEvent;
@@ -437,6 +437,10 @@ pub fn dependents(asset: &DataAsset, flows: &[Flow]) -> Vec<Dependent> {
         .collect()
 }
 
+/// Payloads up to this size are extracted on the calling task (tens of
+/// microseconds); larger ones on the offload pool.
+pub const INLINE_PAYLOAD: usize = 32 * 1024;
+
 /// What the gateway made of one payload.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GatewayResult {
@@ -484,9 +488,25 @@ impl Sluice {
                 retry_after: seconds_to_next_month(now),
             });
         }
-        let result = match extract(raw, &asset.fields) {
+        // Linear, but a payload of megabytes still takes milliseconds: off
+        // the request threads.
+        let outcome = if raw.len() <= INLINE_PAYLOAD {
+            check(raw, &asset.fields)
+        } else {
+            let slot = Arc::new(std::sync::Mutex::new(None));
+            let (out, asset, raw) = (slot.clone(), asset.clone(), raw.to_string());
+            self.offload
+                .run(Box::new(move || {
+                    let r = check(&raw, &asset.fields);
+                    *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                }))
+                .await;
+            let done = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            done.ok_or_else(|| Error::Internal(anyhow::anyhow!("the gateway's extraction did not finish")))?
+        };
+        let result = match outcome {
             None => GatewayResult::NoJson,
-            Some(obj) => GatewayResult::Checked(validate(&obj, &asset.fields)),
+            Some(o) => GatewayResult::Checked(o),
         };
         if let GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) = &result {
             let n = missing_fields.len() + type_mismatches.len();

@@ -3,13 +3,14 @@
 //! against a contract (coercion, masking of sensitive fields, dropping
 //! unknown fields, the failure report), and list safety findings.
 //!
-//! Extraction tries strict JSON first. Otherwise it scans the text for
-//! balanced `{…}` (and `[…]`) candidates, which covers prose around the
-//! object, fenced code blocks and XML-like tags, and repairs each the ways
-//! LLM output breaks: trailing commas, single or smart quotes, unquoted
-//! keys, comments, Python literals (`True`, `None`), and a final object cut
-//! off before its closing braces. Of several candidates it takes the first
-//! that fits the contract best.
+//! Extraction tries strict JSON first. Otherwise one pass over the text
+//! finds its balanced `{…}` (and `[…]`) spans, which covers prose around
+//! the object, fenced code blocks and XML-like tags, and each is repaired
+//! the ways LLM output breaks: trailing commas, single, smart or foreign
+//! quotes, unquoted keys, comments, Python literals (`True`, `None`),
+//! Unicode spaces, and a final object cut off before its closing braces.
+//! Of several candidates the one that fits the contract best wins. The
+//! work is linear in the input and bounded (see `docs/gateway.md`).
 
 use crate::connector::{FieldType, parse_date, parse_timestamp};
 use serde::Serialize;
@@ -37,82 +38,301 @@ impl ContractField {
 
 // ---- extraction ----------------------------------------------------------
 
-/// The JSON object in `raw`, if any; `contract` breaks ties between
-/// candidates (the one holding most of the contract's field names wins,
-/// the earliest among equals).
+/// At most this many candidate objects are weighed against the contract.
+pub const MAX_CANDIDATES: usize = 64;
+/// At most this many bracketed spans are tried as candidates.
+const MAX_ATTEMPTS: usize = 256;
+/// The bytes of candidate text tried, as a multiple of the input's length
+/// (each try is a parse, a repair and a parse): what bounds the work on
+/// hostile input to a fixed multiple of its length.
+const WORK_PER_BYTE: usize = 4;
+
+/// The JSON object in `raw`, if any: of several candidates the one that
+/// fits `contract` best (fewest missing required fields, then fewest type
+/// mismatches), the first among equals.
+///
+/// Linear in the input: one pass finds every bracketed span and its end,
+/// and the spans tried are bounded in number and in total length.
 pub fn extract(raw: &str, contract: &[ContractField]) -> Option<Map<String, Value>> {
-    if let Some(o) = serde_json::from_str::<Value>(raw.trim()).ok().and_then(as_object) {
-        return Some(o);
-    }
-    // Byte offsets: `{` and `[` never occur inside a multi-byte character.
-    let b = raw.as_bytes();
-    let mut candidates = Vec::new();
-    let mut i = 0;
-    let mut unclosed = None;
-    while i < b.len() {
-        if b[i] == b'{' || b[i] == b'[' {
-            match matching_close(raw, i) {
-                Some(end) => {
-                    if let Some(o) = lenient(&raw[i..=end]) {
-                        candidates.push(o);
-                        i = end + 1;
-                        continue;
-                    }
-                }
-                None if b[i] == b'{' && unclosed.is_none() => unclosed = Some(i),
-                None => {}
-            }
-        }
-        i += 1;
-    }
-    if candidates.is_empty()
-        && let Some(start) = unclosed
-        && let Some(o) = lenient(&complete_truncated(&raw[start..]))
-    {
-        candidates.push(o);
-    }
-    let score = |o: &Map<String, Value>| contract.iter().filter(|f| o.contains_key(&f.name)).count();
-    let mut best: Option<(usize, Map<String, Value>)> = None;
-    for c in candidates {
-        let s = score(&c);
-        if best.as_ref().is_none_or(|(b, _)| s > *b) {
-            best = Some((s, c));
+    let mut best: Option<((usize, usize), Map<String, Value>)> = None;
+    for c in candidates(raw) {
+        let fit = fit(&c, contract);
+        if best.as_ref().is_none_or(|(b, _)| fit < *b) {
+            best = Some((fit, c));
         }
     }
     best.map(|(_, o)| o)
 }
 
-/// An object, or the first object of an array.
-fn as_object(v: Value) -> Option<Map<String, Value>> {
+/// The whole pipeline on one payload: the best-fitting object of `raw`
+/// coerced, masked and checked against `contract`; `None` when `raw` holds
+/// no JSON object.
+pub fn check(raw: &str, contract: &[ContractField]) -> Option<Outcome> {
+    extract(raw, contract).map(|obj| validate(&obj, contract))
+}
+
+/// How badly `obj` fits the contract: (missing required fields, type
+/// mismatches).
+fn fit(obj: &Map<String, Value>, contract: &[ContractField]) -> (usize, usize) {
+    if contract.is_empty() {
+        return (0, 0);
+    }
+    let mut w = Walk { missing: Vec::new(), mismatches: Vec::new(), governance: Vec::new() };
+    walk(obj, contract, "", &mut w);
+    (w.missing.len(), w.mismatches.len())
+}
+
+/// The bytes the extraction of `raw` reads, all passes counted (the strict
+/// parse, the bracket scan, each candidate tried): at most
+/// `(WORK_PER_BYTE + 2) × len + 64 KiB`, whatever the input. The hostile
+/// input tests check this bound, which does not depend on the machine.
+pub fn extraction_work(raw: &str) -> usize {
+    let mut spent = 0;
+    candidates_with(raw, &mut spent);
+    spent
+}
+
+/// The most [`extraction_work`] may be for an input of `len` bytes.
+pub fn work_bound(len: usize) -> usize {
+    (WORK_PER_BYTE + 2) * len + 64 * 1024
+}
+
+/// Every candidate object of `raw`, in order of appearance (at most
+/// [`MAX_CANDIDATES`]).
+fn candidates(raw: &str) -> Vec<Map<String, Value>> {
+    candidates_with(raw, &mut 0)
+}
+
+fn candidates_with(raw: &str, spent: &mut usize) -> Vec<Map<String, Value>> {
+    let trimmed = raw.trim_matches(is_space);
+    *spent += raw.len();
+    if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
+        let found = objects_of(v);
+        if !found.is_empty() {
+            return found;
+        }
+    }
+    *spent += raw.len();
+    let scan = scan_brackets(raw);
+    let start_budget = WORK_PER_BYTE * raw.len() + 64 * 1024;
+    let mut budget = start_budget;
+    let mut out = Vec::new();
+    // An object cut off by the end of the output (closed, whole values
+    // only) holds every span after its start: those are its values, tried
+    // on their own only when it does not parse.
+    let cut = scan.unclosed.unwrap_or(raw.len());
+    let mut covered = 0;
+    let mut tried = 0;
+    let mut try_span = |start: usize, end: usize, out: &mut Vec<Map<String, Value>>, budget: &mut usize| {
+        if start < covered || out.len() >= MAX_CANDIDATES || tried >= MAX_ATTEMPTS {
+            return;
+        }
+        let len = end + 1 - start;
+        if len > *budget {
+            return;
+        }
+        *budget -= len;
+        tried += 1;
+        let found = lenient(&raw[start..=end]);
+        if !found.is_empty() {
+            out.extend(found);
+            covered = end + 1;
+        }
+    };
+    for &(start, end) in scan.spans.iter().filter(|(start, _)| *start < cut) {
+        try_span(start, end, &mut out, &mut budget);
+    }
+    if let Some(start) = scan.unclosed
+        && raw.len() - start <= budget
+    {
+        budget -= raw.len() - start;
+        let found = lenient(&complete_truncated(&raw[start..]));
+        if !found.is_empty() {
+            out.extend(found);
+            out.truncate(MAX_CANDIDATES);
+            *spent += start_budget - budget;
+            return out;
+        }
+    }
+    for &(start, end) in scan.spans.iter().filter(|(start, _)| *start > cut) {
+        try_span(start, end, &mut out, &mut budget);
+    }
+    out.truncate(MAX_CANDIDATES);
+    *spent += start_budget - budget;
+    out
+}
+
+/// The objects a parsed value offers: itself, or the objects of an array.
+fn objects_of(v: Value) -> Vec<Map<String, Value>> {
     match v {
-        Value::Object(o) => Some(o),
-        Value::Array(items) => items.into_iter().find_map(|x| match x {
-            Value::Object(o) => Some(o),
-            _ => None,
-        }),
-        _ => None,
+        Value::Object(o) => vec![o],
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|x| match x {
+                Value::Object(o) => Some(o),
+                _ => None,
+            })
+            .take(MAX_CANDIDATES)
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
-fn lenient(text: &str) -> Option<Map<String, Value>> {
-    serde_json::from_str::<Value>(text)
-        .ok()
-        .and_then(as_object)
-        .or_else(|| serde_json::from_str::<Value>(&repair(text)).ok().and_then(as_object))
+fn lenient(text: &str) -> Vec<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => objects_of(v),
+        // Nested deeper than the parser goes (128 levels): a repair keeps
+        // the nesting, so it would fail the same way.
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => Vec::new(),
+        Err(_) => serde_json::from_str::<Value>(&repair(text)).map(objects_of).unwrap_or_default(),
+    }
+}
+
+/// How deep the parser nests (serde_json's limit): an object cut off
+/// deeper than this cannot be read, however it is closed.
+const MAX_DEPTH: usize = 128;
+/// How deep the bracket scan keeps track of spans: a span starting deeper
+/// is not tried (its own nesting aside, nothing so deep is an answer), and
+/// the scan's memory stays small whatever the input.
+const MAX_SCAN_DEPTH: usize = 1024;
+
+/// The spans `{…}` (and `[…]` holding an object) of a text, by start, and
+/// where the outermost `{` left open starts: one pass. Outside brackets
+/// the text is prose (an apostrophe opens nothing); inside, strings and
+/// comments are skipped.
+struct Brackets {
+    spans: Vec<(usize, usize)>,
+    unclosed: Option<usize>,
+}
+
+fn scan_brackets(s: &str) -> Brackets {
+    let b = s.as_bytes();
+    // Open brackets: (offset, holds an object); past MAX_SCAN_DEPTH only
+    // counted (nothing that deep parses).
+    let mut stack: Vec<(usize, bool)> = Vec::new();
+    let mut deeper = 0usize;
+    let mut spans = Vec::new();
+    let mut in_str: Option<char> = None;
+    let mut i = 0;
+    // Bytes below 0x80 are whole characters; others are decoded (the
+    // quotes of other languages are among them).
+    let char_at = |i: usize| -> (char, usize) {
+        if b[i] < 0x80 {
+            (char::from(b[i]), 1)
+        } else {
+            let c = at(s, i).unwrap_or('\u{fffd}');
+            (c, c.len_utf8())
+        }
+    };
+    while i < b.len() {
+        if let Some(q) = in_str {
+            // Inside a string: straight to the next backslash, quote or
+            // non-ASCII byte.
+            let plain = b[i..].iter().position(|&x| x == b'\\' || x == b'"' || x == b'\'' || x >= 0x80);
+            i += plain.unwrap_or(b.len() - i);
+            if i >= b.len() {
+                break;
+            }
+            let (c, w) = char_at(i);
+            i += w;
+            if c == '\\' {
+                if i < b.len() {
+                    i += char_at(i).1;
+                }
+            } else if closes(q, c) {
+                in_str = None;
+            }
+            continue;
+        }
+        if stack.is_empty() {
+            // Prose: straight to the next bracket.
+            match b[i..].iter().position(|&x| x == b'{' || x == b'[') {
+                Some(p) => {
+                    i += p;
+                    stack.push((i, b[i] == b'{'));
+                    i += 1;
+                }
+                None => break,
+            }
+            continue;
+        }
+        // Inside brackets: straight to the next byte that can matter.
+        match b[i..].iter().position(|&x| matches!(x, b'{' | b'}' | b'[' | b']' | b'"' | b'\'' | b'/') || x >= 0x80) {
+            Some(p) => i += p,
+            None => break,
+        }
+        let (c, w) = char_at(i);
+        if c == '/'
+            && let Some(next) = skip_comment(b, i)
+        {
+            i = next;
+            // A comment cut off inside a character ends at the text's end.
+            while i < b.len() && !s.is_char_boundary(i) {
+                i += 1;
+            }
+            continue;
+        }
+        match c {
+            '{' | '[' if stack.len() >= MAX_SCAN_DEPTH => deeper += 1,
+            '}' | ']' if deeper > 0 => deeper -= 1,
+            '{' => {
+                if let Some(top) = stack.last_mut() {
+                    top.1 = true;
+                }
+                stack.push((i, true));
+            }
+            '[' => stack.push((i, false)),
+            '}' | ']' => {
+                if let Some((open, true)) = stack.pop() {
+                    spans.push((open, i));
+                    if let Some(top) = stack.last_mut() {
+                        top.1 = true;
+                    }
+                }
+            }
+            q if is_quote(q) => in_str = Some(q),
+            _ => {}
+        }
+        i += w;
+    }
+    spans.sort_unstable();
+    let unclosed = stack.iter().find(|(i, _)| b[*i] == b'{').map(|(i, _)| *i);
+    Brackets { spans, unclosed }
+}
+
+/// The characters that close a string opened by `open`; empty when `open`
+/// opens none. LLMs quote with typographic marks of many languages, and
+/// often close a mark with its twin.
+fn closers(open: char) -> &'static [char] {
+    match open {
+        '"' => &['"', '”'],
+        '\'' => &['\''],
+        '“' => &['”', '“', '"'],
+        '”' => &['”', '“'],
+        '‘' | '’' => &['’', '‘'],
+        '„' => &['“', '”', '"'],
+        '‚' => &['‘', '’'],
+        '«' => &['»'],
+        '»' => &['«'],
+        '‹' => &['›'],
+        '「' => &['」'],
+        '『' => &['』'],
+        _ => &[],
+    }
 }
 
 fn is_quote(c: char) -> bool {
-    matches!(c, '"' | '\'' | '“' | '”' | '‘' | '’')
+    !closers(c).is_empty()
 }
 
 fn closes(open: char, c: char) -> bool {
-    match open {
-        '"' => c == '"' || c == '”',
-        '\'' => c == '\'',
-        '“' | '”' => c == '”' || c == '“' || c == '"',
-        '‘' | '’' => c == '’' || c == '‘',
-        _ => false,
-    }
+    closers(open).contains(&c)
+}
+
+/// Whitespace between tokens: Unicode's, plus the zero-width space and
+/// byte-order mark models leave in.
+fn is_space(c: char) -> bool {
+    c.is_whitespace() || c == '\u{200b}' || c == '\u{feff}'
 }
 
 /// The character at byte offset `i` of `s` (`None` at the end).
@@ -141,56 +361,44 @@ fn skip_comment(b: &[u8], mut i: usize) -> Option<usize> {
     }
 }
 
-/// The byte offset of the bracket closing the one at byte `start`,
-/// skipping strings and comments.
-fn matching_close(s: &str, start: usize) -> Option<usize> {
-    let b = s.as_bytes();
-    let mut depth = 0usize;
-    let mut in_str: Option<char> = None;
-    let mut i = start;
-    while let Some(c) = at(s, i) {
-        if let Some(q) = in_str {
-            if c == '\\' {
-                i += 1;
-                i += at(s, i).map_or(1, char::len_utf8);
-                continue;
-            }
-            if closes(q, c) {
-                in_str = None;
-            }
-            i += c.len_utf8();
-            continue;
-        }
-        if let Some(next) = skip_comment(b, i) {
-            i = next;
-            continue;
-        }
-        match c {
-            c if is_quote(c) => in_str = Some(c),
-            '{' | '[' => depth += 1,
-            '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return Some(i);
+/// Reads the JSON escape at byte `i` of `text` (just after a backslash):
+/// the characters it stands for and the offset after it. `\uXXXX` pairs
+/// of surrogates make one character; an escape JSON does not know stands
+/// for the character itself (`\'` is `'`).
+fn unescape(text: &str, i: usize) -> (Option<char>, usize) {
+    let hex = |at: usize| text.get(at..at + 4).and_then(|h| u32::from_str_radix(h, 16).ok());
+    match at(text, i) {
+        None => (None, i),
+        Some('n') => (Some('\n'), i + 1),
+        Some('t') => (Some('\t'), i + 1),
+        Some('r') => (Some('\r'), i + 1),
+        Some('b') => (Some('\u{8}'), i + 1),
+        Some('f') => (Some('\u{c}'), i + 1),
+        Some('u') => match hex(i + 1) {
+            Some(hi @ 0xD800..=0xDBFF) => match (text.get(i + 5..i + 7), hex(i + 7)) {
+                (Some("\\u"), Some(lo @ 0xDC00..=0xDFFF)) => {
+                    (char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)), i + 11)
                 }
-            }
-            _ => {}
-        }
-        i += c.len_utf8();
+                _ => (Some('\u{fffd}'), i + 5),
+            },
+            Some(code) => (Some(char::from_u32(code).unwrap_or('\u{fffd}')), i + 5),
+            None => (Some('u'), i + 1),
+        },
+        Some(other) => (Some(other), i + other.len_utf8()),
     }
-    None
 }
 
 /// Rewrites JSON-ish text as strict JSON: quotes of any kind become double
-/// quotes, bare keys and words are quoted, Python and JS literals become
-/// JSON ones, comments and trailing commas go.
+/// quotes (their escapes decoded as JSON's), bare keys and words are
+/// quoted, Python and JS literals become JSON ones, comments and trailing
+/// commas go, and any Unicode space becomes a plain one. Linear.
 pub fn repair(text: &str) -> String {
     let b = text.as_bytes();
-    let mut out = String::with_capacity(text.len() + 16);
+    let mut out = String::with_capacity(text.len() + text.len() / 4 + 16);
     let next_significant = |mut j: usize| -> Option<char> {
         loop {
             let c = at(text, j)?;
-            if c.is_whitespace() {
+            if is_space(c) {
                 j += c.len_utf8();
             } else if let Some(next) = skip_comment(b, j) {
                 j = next;
@@ -200,11 +408,14 @@ pub fn repair(text: &str) -> String {
         }
     };
     let mut i = 0;
-    while let Some(c) = at(text, i) {
-        if c.is_whitespace() {
-            out.push(c);
+    while i < b.len() {
+        let c = if b[i] < 0x80 { char::from(b[i]) } else { at(text, i).unwrap_or(' ') };
+        if is_space(c) {
+            out.push(if c.is_ascii() { c } else { ' ' });
             i += c.len_utf8();
-        } else if let Some(next) = skip_comment(b, i) {
+        } else if c == '/'
+            && let Some(next) = skip_comment(b, i)
+        {
             i = next;
         } else if is_quote(c) {
             i += c.len_utf8();
@@ -226,18 +437,12 @@ pub fn repair(text: &str) -> String {
                         i += d.len_utf8();
                         break;
                     }
-                    Some('\\') if i + 1 < b.len() => {
-                        let e = at(text, i + 1).unwrap_or('\\');
-                        push_escaped(
-                            &mut out,
-                            match e {
-                                'n' => '\n',
-                                't' => '\t',
-                                'r' => '\r',
-                                other => other,
-                            },
-                        );
-                        i += 1 + e.len_utf8();
+                    Some('\\') => {
+                        let (decoded, next) = unescape(text, i + 1);
+                        if let Some(e) = decoded {
+                            push_escaped(&mut out, e);
+                        }
+                        i = next.max(i + 1);
                     }
                     Some(d) => {
                         push_escaped(&mut out, d);
@@ -260,26 +465,42 @@ pub fn repair(text: &str) -> String {
                 i += 1;
             }
             let token = &text[start..i];
-            let t = token.trim_start_matches('+').replace('_', "");
-            if serde_json::from_str::<Number>(&t).is_ok() {
-                out.push_str(&t);
+            let t = token.trim_start_matches('+');
+            if t.contains('_') {
+                let t = t.replace('_', "");
+                if serde_json::from_str::<Number>(&t).is_ok() {
+                    out.push_str(&t);
+                } else {
+                    push_quoted(&mut out, token);
+                }
+            } else if serde_json::from_str::<Number>(t).is_ok() {
+                out.push_str(t);
             } else {
                 push_quoted(&mut out, token);
             }
         } else if c.is_alphabetic() || c == '_' || c == '$' {
             let start = i;
-            while let Some(d) = at(text, i) {
-                if !(d.is_alphanumeric() || matches!(d, '_' | '$' | '-' | '.')) {
-                    break;
+            loop {
+                // ASCII bytes at once; other characters decoded.
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'$' | b'-' | b'.')) {
+                    i += 1;
                 }
-                i += d.len_utf8();
+                match at(text, i) {
+                    Some(d) if !d.is_ascii() && d.is_alphanumeric() => i += d.len_utf8(),
+                    _ => break,
+                }
             }
             let word = &text[start..i];
-            let is_key = next_significant(i) == Some(':');
-            match (is_key, word) {
-                (false, "True" | "true") => out.push_str("true"),
-                (false, "False" | "false") => out.push_str("false"),
-                (false, "None" | "null" | "NULL" | "undefined" | "NaN" | "Infinity") => out.push_str("null"),
+            // A literal word becomes JSON's, unless it is a key (looked
+            // ahead for only then).
+            let literal = match word {
+                "True" | "true" => Some("true"),
+                "False" | "false" => Some("false"),
+                "None" | "null" | "NULL" | "undefined" | "NaN" | "Infinity" => Some("null"),
+                _ => None,
+            };
+            match literal {
+                Some(l) if next_significant(i) != Some(':') => out.push_str(l),
                 _ => push_quoted(&mut out, word),
             }
         } else {
@@ -307,53 +528,82 @@ fn push_escaped(out: &mut String, c: char) {
 
 fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
-    s.chars().for_each(|c| push_escaped(out, c));
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push_str(s);
+    } else {
+        s.chars().for_each(|c| push_escaped(out, c));
+    }
     out.push('"');
 }
 
-/// Closes what a cut-off object left open: the string, a dangling key or
-/// comma, and the brackets.
+/// Closes what a cut-off object left open, keeping only what was whole: a
+/// member whose key, string or number the cut went through (it might have
+/// gone on) is dropped, then the open brackets are closed. Linear.
 fn complete_truncated(text: &str) -> String {
-    let mut stack = Vec::new();
+    struct Level {
+        close: char,
+        /// Where the member being read began: just after the bracket, or
+        /// at its comma (dropping a member cuts there).
+        member: usize,
+        /// An object's member has passed its colon.
+        colon: bool,
+    }
+    let mut stack: Vec<Level> = Vec::new();
     let mut in_str: Option<char> = None;
-    let mut escaped = false;
-    for c in text.chars() {
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
         if let Some(q) = in_str {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
+            if c == '\\' {
+                chars.next();
             } else if closes(q, c) {
                 in_str = None;
             }
             continue;
         }
         match c {
-            c if is_quote(c) => in_str = Some(c),
-            '{' => stack.push('}'),
-            '[' => stack.push(']'),
+            // Deeper than the parser goes: nothing of it can be read.
+            '{' | '[' if stack.len() >= MAX_DEPTH => return String::new(),
+            '{' => stack.push(Level { close: '}', member: i + 1, colon: false }),
+            '[' => stack.push(Level { close: ']', member: i + 1, colon: true }),
             '}' | ']' => {
                 stack.pop();
             }
+            ',' => {
+                if let Some(l) = stack.last_mut() {
+                    l.member = i;
+                    l.colon = l.close == ']';
+                }
+            }
+            ':' => {
+                if let Some(l) = stack.last_mut() {
+                    l.colon = true;
+                }
+            }
+            q if is_quote(q) => in_str = Some(q),
             _ => {}
         }
     }
-    let mut out = text.to_string();
-    if let Some(q) = in_str {
-        out.push(match q {
-            '“' | '”' => '”',
-            '‘' | '’' => '’',
-            other => other,
-        });
+    let Some(top) = stack.last() else { return text.to_string() };
+    // Is the member the cut went through whole?
+    let tail = text[top.member..].trim_matches(|c: char| is_space(c) || c == ',');
+    let value = if top.close == '}' { tail.split_once(':').map(|(_, v)| v.trim_matches(is_space)) } else { Some(tail) };
+    let whole = in_str.is_none()
+        && top.colon
+        && match value {
+            None | Some("") => tail.is_empty(),
+            Some(v) => {
+                let last = v.chars().last().unwrap_or(' ');
+                matches!(last, '}' | ']')
+                    || (is_quote(last) && v.chars().count() >= 2)
+                    || matches!(v, "true" | "false" | "null" | "True" | "False" | "None")
+            }
+        };
+    let mut out = if whole { text.trim_end_matches(is_space).to_string() } else { text[..top.member].to_string() };
+    while out.ends_with(|c: char| is_space(c) || c == ',') {
+        out.pop();
     }
-    let trimmed = out.trim_end().to_string();
-    out = match trimmed.chars().last() {
-        Some(',') => trimmed[..trimmed.len() - 1].to_string(),
-        Some(':') => format!("{trimmed} null"),
-        _ => trimmed,
-    };
-    while let Some(close) = stack.pop() {
-        out.push(close);
+    while let Some(l) = stack.pop() {
+        out.push(l.close);
     }
     out
 }
@@ -396,31 +646,95 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// A numeric string as written by people and models: whitespace, thousands
-/// separators, currency symbols and a trailing `.0` are tolerated.
-fn clean_number(s: &str) -> String {
-    s.trim()
-        .chars()
-        .filter(|c| !matches!(c, ',' | '_' | ' ' | '\u{a0}' | '$' | '€' | '£' | '¥' | '₹'))
-        .collect::<String>()
-        .trim_end_matches(|c: char| c.is_ascii_alphabetic() && c.is_uppercase())
-        .to_string()
+/// The number in a string as people and models write it: around it
+/// whitespace, a sign, a currency sign or code, a trailing unit word
+/// (`"$1,200"`, `"42 years"`, `"EUR 12.50"`, `"-€5"`); inside it thousands
+/// separators (`,`, `_`, spaces). `None` when no number leads the text or
+/// words come before it.
+fn number_in(s: &str) -> Option<f64> {
+    const CURRENCY: [char; 8] = ['$', '€', '£', '¥', '₹', '₩', '₽', '¢'];
+    let mut t = s.trim_matches(is_space);
+    let mut negative = false;
+    if let Some(rest) = t.strip_prefix('-') {
+        negative = true;
+        t = rest.trim_start_matches(is_space);
+    }
+    // A currency before the number: a sign, or a three-letter code.
+    t = t.trim_start_matches(CURRENCY).trim_start_matches(is_space);
+    if t.len() > 3 && t.as_bytes()[..3].iter().all(u8::is_ascii_uppercase) && !t.as_bytes()[3].is_ascii_alphabetic() {
+        t = t[3..].trim_start_matches(is_space);
+    }
+    if !negative && let Some(rest) = t.strip_prefix('-') {
+        negative = true;
+        t = rest;
+    }
+    // The number: digits, separators between digits, one point, an exponent.
+    let mut digits = String::with_capacity(t.len());
+    let mut chars = t.char_indices().peekable();
+    let mut end = 0;
+    while let Some((i, c)) = chars.next() {
+        let next_is_digit = chars.peek().is_some_and(|(_, n)| n.is_ascii_digit());
+        match c {
+            '0'..='9' => digits.push(c),
+            '.' if !digits.contains(['.', 'e']) => digits.push('.'),
+            ',' | '_' | ' ' | '\u{a0}' | '\u{202f}' | '\'' if !digits.is_empty() && next_is_digit => {}
+            'e' | 'E' if !digits.is_empty() && !digits.contains('e') => {
+                let rest = &t[i + 1..];
+                let exp: String = rest.chars().take_while(|d| d.is_ascii_digit() || *d == '-' || *d == '+').collect();
+                if exp.chars().any(|d| d.is_ascii_digit()) {
+                    digits.push('e');
+                    digits.push_str(&exp);
+                    end = i + 1 + exp.len();
+                    for _ in 0..exp.chars().count() {
+                        chars.next();
+                    }
+                    continue;
+                }
+                break;
+            }
+            _ => break,
+        }
+        end = i + c.len_utf8();
+    }
+    if !digits.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // After it: nothing, a currency sign or code, or a unit word.
+    let rest = t[end..].trim_matches(is_space).trim_start_matches(CURRENCY).trim_start_matches(is_space);
+    if !(rest.is_empty() || rest.chars().all(|c| c.is_alphabetic() || is_space(c) || c == '.' || c == '%')) {
+        return None;
+    }
+    let v: f64 = digits.trim_end_matches('.').parse().ok().filter(|f: &f64| f.is_finite())?;
+    Some(if negative { -v } else { v })
+}
+
+/// The words that stand for "no value" in a field that is not a string.
+fn is_null_word(s: &str) -> bool {
+    let t = s.trim_matches(is_space);
+    t.is_empty() || ["null", "none", "n/a", "nil"].iter().any(|w| t.eq_ignore_ascii_case(w))
+}
+
+/// An integer field takes a whole number, or a fraction rounded (half away
+/// from zero), within the range JSON consumers read exactly.
+fn to_integer(f: f64) -> Option<Value> {
+    let r = f.round();
+    (r.abs() < 9.0e15).then(|| Value::from(r as i64))
 }
 
 fn coerce(v: &Value, t: FieldType) -> Option<Value> {
     match (t, v) {
         (FieldType::Integer, Value::Number(n)) if n.is_i64() || n.is_u64() => Some(v.clone()),
-        (FieldType::Integer, Value::Number(n)) => {
-            n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| Value::from(f as i64))
-        }
-        (FieldType::Integer, Value::String(s)) => {
-            let c = clean_number(s);
-            let c = c.strip_suffix(".00").or_else(|| c.strip_suffix(".0")).unwrap_or(&c);
-            c.parse::<i64>().ok().map(Value::from)
-        }
+        (FieldType::Integer, Value::Number(n)) => n.as_f64().and_then(to_integer),
+        (FieldType::Integer, Value::String(s)) => number_in(s).and_then(to_integer),
         (FieldType::Number | FieldType::Decimal, Value::Number(_)) => Some(v.clone()),
         (FieldType::Number | FieldType::Decimal, Value::String(s)) => {
-            clean_number(s).parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64).map(Value::Number)
+            let f = number_in(s)?;
+            // A whole number stays an integer in JSON (`"$1,200"` → 1200).
+            if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                Some(Value::from(f as i64))
+            } else {
+                Number::from_f64(f).map(Value::Number)
+            }
         }
         (FieldType::Boolean, Value::Bool(_)) => Some(v.clone()),
         (FieldType::Boolean, Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
@@ -443,6 +757,37 @@ fn coerce(v: &Value, t: FieldType) -> Option<Value> {
     }
 }
 
+/// A key as matched when no key is the field's name exactly: case folded,
+/// and spaces, hyphens and underscores alike (`"User ID"` ~ `user_id`).
+fn folded(key: &str) -> String {
+    key.trim_matches(is_space)
+        .chars()
+        .map(|c| if is_space(c) || c == '-' { '_' } else { c })
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The value `obj` holds for `field`: under its exact name, else under the
+/// one key that folds to it, when no other field of `fields` folds alike
+/// (several such keys: the last, as for a repeated key).
+fn lookup<'a>(
+    obj: &'a Map<String, Value>,
+    field: &ContractField,
+    fields: &[ContractField],
+) -> Option<(&'a str, &'a Value)> {
+    if let Some((k, v)) = obj.get_key_value(&field.name) {
+        return Some((k.as_str(), v));
+    }
+    let want = folded(&field.name);
+    if fields.iter().filter(|f| folded(&f.name) == want).count() != 1 {
+        return None;
+    }
+    obj.iter()
+        .rev()
+        .find(|(k, _)| !fields.iter().any(|f| f.name == **k) && folded(k) == want)
+        .map(|(k, v)| (k.as_str(), v))
+}
+
 struct Walk {
     missing: Vec<String>,
     mismatches: Vec<TypeMismatch>,
@@ -459,16 +804,18 @@ fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mu
     for f in fields {
         // The dotted path is only made when something is reported.
         let path = || dotted(prefix, &f.name);
-        let v = match obj.get(&f.name) {
-            None | Some(Value::Null) => {
-                if f.required {
-                    w.missing.push(path());
-                } else if obj.contains_key(&f.name) {
-                    out.insert(f.name.clone(), Value::Null);
-                }
-                continue;
+        // `null` (and, outside string fields, the null words) is no value:
+        // an optional field is dropped, a required one missing.
+        let v = match lookup(obj, f, fields).map(|(_, v)| v) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if f.field_type != FieldType::String && is_null_word(s) => None,
+            Some(v) => Some(v),
+        };
+        let Some(v) = v else {
+            if f.required {
+                w.missing.push(path());
             }
-            Some(v) => v,
+            continue;
         };
         let coerced = if f.field_type == FieldType::Object && !f.fields.is_empty() {
             match v {

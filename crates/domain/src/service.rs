@@ -61,6 +61,8 @@ pub struct Sluice {
     pub(crate) cache: Arc<Caches>,
     /// How long a worker holds a run without renewing its heartbeat.
     pub(crate) lease: time::Duration,
+    /// Where large gateway payloads are extracted.
+    pub(crate) offload: Arc<dyn crate::ports::Offload>,
 }
 
 /// Reads the API-key path repeats on every request (see [`crate::cache`]).
@@ -100,7 +102,14 @@ pub struct CreatedApiKey {
 
 impl Sluice {
     pub fn new(ports: Ports) -> Self {
-        Self { ports, cache: Arc::default(), lease: crate::orchestrate::LEASE }
+        Self { ports, cache: Arc::default(), lease: crate::orchestrate::LEASE, offload: Arc::new(crate::ports::Inline) }
+    }
+
+    /// Runs the gateway's extraction of large payloads on `offload` (by
+    /// default on the calling task).
+    pub fn with_offload(mut self, offload: Arc<dyn crate::ports::Offload>) -> Self {
+        self.offload = offload;
+        self
     }
 
     /// Sets how long a run's lease lasts without a heartbeat (default

@@ -220,22 +220,28 @@ pub fn apply(steps: &[Step], batch: RecordBatch) -> RecordBatch {
 
 /// The governance mask: the first 3 characters (1 when the value has 6 or
 /// fewer) and `****`; an e-mail address keeps its domain
-/// (`john@example.com` → `joh****@example.com`).
+/// (`john@example.com` → `j****@example.com`).
 pub fn mask(s: &str) -> String {
     if let Some((local, domain)) = s.split_once('@')
         && !local.is_empty()
         && domain.contains('.')
     {
-        return format!("{}****@{domain}", keep(local, s));
+        return format!("{}****@{domain}", keep(local));
     }
-    format!("{}****", keep(s, s))
+    format!("{}****", keep(s))
 }
 
-/// The leading part of `part` that stays visible; how much depends on the
-/// length of the whole `value`.
-fn keep(part: &str, value: &str) -> String {
-    let n = if value.chars().count() <= 6 { 1 } else { 3 };
-    part.chars().take(n).collect()
+/// The leading part of `text` that stays visible: its first 3 characters
+/// when it has more than 6, its first 1 when it has 3 to 6, none when it is
+/// shorter (so a short name is never shown whole). Characters are Unicode
+/// scalar values.
+fn keep(text: &str) -> String {
+    let n = match text.chars().count() {
+        7.. => 3,
+        3..=6 => 1,
+        _ => 0,
+    };
+    text.chars().take(n).collect()
 }
 
 /// A value's plain string form (strings unquoted).
@@ -397,7 +403,7 @@ mod tests {
         assert_eq!(
             out.rows,
             vec![
-                vec![Value::String("joh****@example.com".into()), Value::Float(10.5), Value::String("crm".into())],
+                vec![Value::String("j****@example.com".into()), Value::Float(10.5), Value::String("crm".into())],
                 vec![Value::Null, Value::Float(7.0), Value::String("crm".into())],
             ]
         );
@@ -441,10 +447,26 @@ mod tests {
 
     #[test]
     fn masking_keeps_a_short_prefix_and_an_email_domain() {
-        assert_eq!(mask("john@example.com"), "joh****@example.com");
+        assert_eq!(mask("john@example.com"), "j****@example.com");
         assert_eq!(mask("4111111111111111"), "411****");
         assert_eq!(mask("secret"), "s****");
         assert_eq!(mask(""), "****");
+        // The contract's table.
+        for (given, want) in [
+            ("123456789", "123****"),
+            ("12345", "1****"),
+            ("ab", "****"),
+            ("abc", "a****"),
+            ("abcdefg", "abc****"),
+            ("support@saddledata.com", "sup****@saddledata.com"),
+            ("john@example.com", "j****@example.com"),
+            ("ann@example.com", "a****@example.com"),
+            ("jo@example.com", "****@example.com"),
+            ("josé@example.com", "j****@example.com"),
+            ("żółwiczek", "żół****"),
+        ] {
+            assert_eq!(mask(given), want, "{given}");
+        }
     }
 
     #[test]

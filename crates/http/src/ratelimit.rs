@@ -65,13 +65,13 @@ pub struct RateLimitConfig {
 
 impl Default for RateLimitConfig {
     /// Well above what one client's automation sends (the gateway is
-    /// benchmarked at over 10,000 requests/s from one key), so that only
+    /// benchmarked at over 20,000 requests/s from one key on two cores), so that only
     /// floods meet them; failed authentications are held to 10/s (burst
     /// 50), far above a misconfigured client's retries and far below a
     /// brute force.
     fn default() -> Self {
         Self {
-            client: Limit { per_second: 20_000, burst: 40_000 },
+            client: Limit { per_second: 50_000, burst: 100_000 },
             anonymous: Limit { per_second: 200, burst: 400 },
             failed_auth: Limit { per_second: 10, burst: 50 },
         }

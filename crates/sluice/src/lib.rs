@@ -18,6 +18,36 @@ use sluice_store::Store;
 use std::net::TcpListener;
 use std::sync::Arc;
 
+/// Runs CPU-bound work on tokio's blocking threads, at most a few jobs at
+/// once (twice the cores): a flood of large gateway payloads waits its
+/// turn instead of taking the threads that serve every other request.
+pub struct BlockingPool {
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl BlockingPool {
+    pub fn new() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
+        Self { permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)) }
+    }
+}
+
+impl Default for BlockingPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait::async_trait]
+impl sluice_domain::ports::Offload for BlockingPool {
+    async fn run(&self, job: Box<dyn FnOnce() + Send>) {
+        let Ok(_permit) = self.permits.acquire().await else { return };
+        if let Err(e) = tokio::task::spawn_blocking(job).await {
+            tracing::error!(error = %e, "an offloaded job failed");
+        }
+    }
+}
+
 /// A bound, ready-to-run server.
 pub struct Application {
     port: u16,
@@ -112,7 +142,8 @@ impl Application {
             queue: Arc::new(store.clone()),
             iac: Arc::new(store.clone()),
         };
-        Ok((Sluice::new(ports).with_lease(settings.run_lease), store))
+        let sluice = Sluice::new(ports).with_lease(settings.run_lease).with_offload(Arc::new(BlockingPool::new()));
+        Ok((sluice, store))
     }
 
     /// Connects the store (running migrations), wires the ports and binds the

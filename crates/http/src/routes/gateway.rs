@@ -4,7 +4,9 @@
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::Caller;
-use actix_web::web::{Data, Json};
+use crate::extract::json_api_error;
+use crate::middleware::MAX_ANY_BODY;
+use actix_web::web::{self, Data};
 use actix_web::{HttpResponse, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -73,8 +75,16 @@ pub struct ValidateFailure {
     (status = 422, description = "schema mismatch or no JSON object", body = ValidateFailure),
     (status = 429, description = "the monthly validation quota is used up (`quota_exceeded`)", body = ErrorBody)))]
 #[post("/gateway/validate")]
-pub async fn validate(state: Data<AppState>, caller: Caller, body: Json<ValidateBody>) -> ApiResult<HttpResponse> {
-    let b = body.into_inner();
+pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload) -> ApiResult<HttpResponse> {
+    // Model output with long prose around the object is common: up to
+    // 4 MiB here (the other JSON endpoints take 1 MiB).
+    let bytes = body
+        .to_bytes_limited(MAX_ANY_BODY)
+        .await
+        .map_err(|_| ApiError::payload_too_large(MAX_ANY_BODY))?
+        .map_err(|e| ApiError::malformed_json(format!("unreadable body: {e}"), 0, 0))?;
+    let b: ValidateBody = serde_json::from_slice(&bytes)
+        .map_err(|e| json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
     let asset = Uuid::parse_str(b.asset_id.trim())
         .map_err(|_| ApiError::validation(vec![FieldError::new("asset_id", "must be a UUID")]))?;
     let result = state.sluice.gateway_validate(&caller.principal, AssetId::from(asset), &b.payload_raw).await?;

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The gateway corpus through BAML's schema-aligned parser, for comparison
+with Sluice's gateway and with json_repair + pydantic (gateway_python.py).
+
+    pip install baml-py json_repair pydantic
+    python3 benches/gateway_baml.py
+
+The contract is `benches/baml_src/customer.baml`; its Python client is
+generated into a temporary directory with `baml-cli generate` (nothing
+generated is kept). `b.parse.ExtractCustomer(raw)` parses without calling a
+model. Masking (the contract's rule) is applied after, as in
+gateway_python.py, whose checks this script shares.
+"""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from gateway_python import CORPUS, _strict, correct, mask  # noqa: E402
+
+
+def client():
+    out = pathlib.Path(tempfile.mkdtemp(prefix="sluice-baml-"))
+    shutil.copytree(HERE / "baml_src", out / "baml_src")
+    subprocess.run(["baml-cli", "generate", "--from", str(out / "baml_src")], check=True, capture_output=True)
+    sys.path.insert(0, str(out / "baml_out"))
+    from baml_client import b  # noqa: PLC0415 - generated just above
+
+    return b
+
+
+def as_data(model):
+    data = model.model_dump(mode="json")
+    if isinstance(data.get("email"), str):
+        data["email"] = mask(data["email"])
+    return data
+
+
+def main():
+    b = client()
+    cases = CORPUS["cases"]
+    valid = 0
+    for case in cases:
+        try:
+            wrong = correct(as_data(b.parse.ExtractCustomer(case["raw"])), case)
+            ok, detail = wrong is None, "" if wrong is None else f"(wrong: {wrong})"
+        except Exception as e:  # noqa: BLE001 - a failed parse of any kind
+            ok, detail = False, type(e).__name__ + ": " + str(e).splitlines()[0][:90]
+        valid += ok
+        print(f"  {case['name']:<26} {'valid' if ok else 'FAILED'} {detail}")
+    print(f"correct: {valid} of {len(cases)}")
+    print(f"strict json.loads alone reads: {sum(1 for c in cases if isinstance(_strict(c['raw']), dict))} of {len(cases)}")
+
+    rounds = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < 5.0:
+        for case in cases:
+            try:
+                as_data(b.parse.ExtractCustomer(case["raw"]))
+            except Exception:  # noqa: BLE001 - failures cost time too
+                pass
+        rounds += 1
+    elapsed = time.perf_counter() - start
+    n = rounds * len(cases)
+    print(f"corpus: {n} validations in {elapsed:.2f} s = {n / elapsed:,.0f}/s, {elapsed / n * 1e6:.1f} µs each")
+
+
+if __name__ == "__main__":
+    main()
