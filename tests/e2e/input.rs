@@ -179,27 +179,7 @@ async fn a_session_token_with_an_out_of_range_expiry_is_401() {
     check!(app.get("/v1/health", &sluice_tests::Auth::None).await, 200);
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                let app = super::spawn_app(super::Backend::Sqlite).await.expect("SQLite always starts");
-                super::$name(app).await;
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                if let Some(app) = super::spawn_app(super::Backend::Postgres).await {
-                    super::$name(app).await;
-                }
-            })*
-        }
-    };
-}
-
-on_both_backends!(
+sluice_tests::on_both_backends!(
     nul_characters_are_refused_everywhere_with_422,
     every_list_filter_works,
     schedules_and_credentials_are_checked,

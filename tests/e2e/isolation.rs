@@ -192,27 +192,7 @@ async fn a_failed_test_reports_a_code_not_the_peers_bytes(app: TestApp) {
     }
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                let app = super::spawn_app(super::Backend::Sqlite).await.expect("SQLite always starts");
-                super::$name(app).await;
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                if let Some(app) = super::spawn_app(super::Backend::Postgres).await {
-                    super::$name(app).await;
-                }
-            })*
-        }
-    };
-}
-
-on_both_backends!(
+sluice_tests::on_both_backends!(
     organizations_cannot_reach_each_others_files,
     connections_to_the_metadata_store_are_refused,
     a_failed_test_reports_a_code_not_the_peers_bytes,

@@ -191,27 +191,7 @@ async fn concurrent_idempotent_requests_create_once(app: TestApp) {
     assert_eq!(orgs.body["data"].as_array().unwrap().len(), 1, "{}", orgs.body);
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                let app = super::spawn_app(super::Backend::Sqlite).await.expect("SQLite always starts");
-                super::$name(app).await;
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                if let Some(app) = super::spawn_app(super::Backend::Postgres).await {
-                    super::$name(app).await;
-                }
-            })*
-        }
-    };
-}
-
-on_both_backends!(
+sluice_tests::on_both_backends!(
     an_organizations_life,
     tenants_are_isolated,
     concurrent_demotions_keep_an_admin,

@@ -313,26 +313,18 @@ impl TestApp {
         Auth::Token(self.issuer.issue(email, Some(email), None, Duration::from_secs(600)).expect("token"))
     }
 
-    pub async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        auth: &Auth,
-        body: Option<Value>,
-        headers: &[(&str, &str)],
-    ) -> Resp {
-        let mut req = self.client.request(method, format!("{}{}", self.base, path));
-        req = match auth {
+    /// A request to `path` with `auth`'s credentials.
+    fn request(&self, method: Method, path: &str, auth: &Auth) -> reqwest::RequestBuilder {
+        let req = self.client.request(method, format!("{}{}", self.base, path));
+        match auth {
             Auth::None => req,
             Auth::Token(t) => req.bearer_auth(t),
             Auth::Key(k) => req.header("X-Api-Key", k),
-        };
-        for (k, v) in headers {
-            req = req.header(*k, *v);
         }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
+    }
+
+    /// Sends a request and reads the answer whole.
+    async fn answer(req: reqwest::RequestBuilder) -> Resp {
         let res = req.send().await.expect("request sent");
         let status = res.status();
         let headers = res.headers().clone();
@@ -342,21 +334,27 @@ impl TestApp {
         Resp { status, headers, body }
     }
 
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        auth: &Auth,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut req = self.request(method, path, auth);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        Self::answer(req).await
+    }
+
     /// Sends `text` as the body with `content_type` (YAML, say).
     pub async fn send_text(&self, method: Method, path: &str, auth: &Auth, text: &str, content_type: &str) -> Resp {
-        let mut req = self.client.request(method, format!("{}{}", self.base, path));
-        req = match auth {
-            Auth::None => req,
-            Auth::Token(t) => req.bearer_auth(t),
-            Auth::Key(k) => req.header("X-Api-Key", k),
-        };
-        let res = req.header("Content-Type", content_type).body(text.to_string()).send().await.expect("request sent");
-        let status = res.status();
-        let headers = res.headers().clone();
-        let text = res.text().await.expect("body read");
-        let body =
-            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Resp { status, headers, body }
+        Self::answer(self.request(method, path, auth).header("Content-Type", content_type).body(text.to_string())).await
     }
 
     pub async fn get(&self, path: &str, auth: &Auth) -> Resp {
@@ -402,6 +400,30 @@ impl Drop for TestApp {
 }
 
 /// Asserts a status, printing the body when it differs.
+/// One test per backend for each `async fn name(app: TestApp)` named:
+/// `sqlite::name` always runs, `postgres::name` when PostgreSQL is up (or
+/// fails in CI). The module calling it imports `spawn_app` and `Backend`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                let app = super::spawn_app(super::Backend::Sqlite).await.expect("SQLite always starts");
+                super::$name(app).await;
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                if let Some(app) = super::spawn_app(super::Backend::Postgres).await {
+                    super::$name(app).await;
+                }
+            })*
+        }
+    };
+}
+
 #[macro_export]
 macro_rules! check {
     ($resp:expr, $status:expr) => {{

@@ -57,6 +57,28 @@ async fn pg_schema() -> Option<PgSchema> {
     }
 }
 
+/// A PostgreSQL connection body to a schema of database `test`.
+fn pg_conn(name: &str, schema: &str) -> serde_json::Value {
+    json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+}
+
+/// An organization named `name` with connections to the `src` and `dst`
+/// schemas and a flow between them with one `mapping`: (org id, flow id).
+async fn org_with_pg_flow(api: &Api, name: &str, src: &str, dst: &str, mapping: serde_json::Value) -> (String, String) {
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": name})).await);
+    let s = id(api.post(&format!("/v1/organizations/{org}/connections"), pg_conn("src", src)).await);
+    let d = id(api.post(&format!("/v1/organizations/{org}/connections"), pg_conn("dst", dst)).await);
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "sync", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [mapping]}}),
+        )
+        .await);
+    (org, flow)
+}
+
 #[tokio::test]
 async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once() {
     let Some(src) = pg_schema().await else { return };
@@ -80,26 +102,15 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
     let first = spawn(&["serve"], &env(&data, &db, port));
     wait_healthy(&api.client, &api.base).await;
 
-    let org = api.post("/v1/organizations", json!({"name": "Crash"})).await["id"].as_str().unwrap().to_string();
-    let conn = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
-    let s = api.post(&format!("/v1/organizations/{org}/connections"), conn("src", &src.name)).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let d = api.post(&format!("/v1/organizations/{org}/connections"), conn("dst", &dst.name)).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let flow = api
-        .post(&format!("/v1/organizations/{org}/flows"), json!({"name": "events", "source_connection_id": s, "destination_connection_id": d,
-            "config": {"mappings": [{"source_entity": "events", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}]}}))
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (org, flow) = org_with_pg_flow(
+        &api,
+        "Crash",
+        &src.name,
+        &dst.name,
+        json!({"source_entity": "events",
+        "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}),
+    )
+    .await;
     let run = api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await["id"]
         .as_str()
         .unwrap()
@@ -301,21 +312,15 @@ async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_
     let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
     let first = spawn(&["serve"], &env(&data, &db, port));
     wait_healthy(&api.client, &api.base).await;
-    let org = api.post("/v1/organizations", json!({"name": "Append"})).await["id"].as_str().unwrap().to_string();
-    let conn = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
+    let (org, flow) = org_with_pg_flow(
+        &api,
+        "Append",
+        &src.name,
+        &dst.name,
+        json!({"source_entity": "items", "sync_mode": "full_refresh_append"}),
+    )
+    .await;
     let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
-    let s = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("src", &src.name)).await);
-    let d = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("dst", &dst.name)).await);
-    let flow = id(api
-        .post(
-            &format!("/v1/organizations/{org}/flows"),
-            json!({"name": "items", "source_connection_id": s, "destination_connection_id": d,
-            "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_append"}]}}),
-        )
-        .await);
     let count_sql = format!("SELECT count(*) FROM {}.items", dst.name);
     let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
     // Kill while the load is under way: the worker is copying (PostgreSQL
@@ -418,20 +423,18 @@ async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
     let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
     let _api_proc = spawn(&["serve", "--no-worker"], &env_with(port));
     wait_healthy(&api.client, &api.base).await;
-    let org = api.post("/v1/organizations", json!({"name": "Fence"})).await["id"].as_str().unwrap().to_string();
-    let conn = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
-    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
-    let s = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("src", &src.name)).await);
-    let d = id(api.post(&format!("/v1/organizations/{org}/connections"), conn("dst", &dst.name)).await);
     // Through rows (a transform), so the load checkpoints often.
-    let flow = id(api
-        .post(&format!("/v1/organizations/{org}/flows"), json!({"name": "events", "source_connection_id": s, "destination_connection_id": d,
-            "config": {"mappings": [{"source_entity": "events", "sync_mode": "incremental_deduped", "cursor_field": "updated",
-                "primary_key": "id", "transform": [{"op": "set", "field": "copied", "value": true}]}]}}))
-        .await);
+    let (org, flow) = org_with_pg_flow(
+        &api,
+        "Fence",
+        &src.name,
+        &dst.name,
+        json!({"source_entity": "events",
+        "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id",
+        "transform": [{"op": "set", "field": "copied", "value": true}]}),
+    )
+    .await;
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
     let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
     let first_log = data.join("first.log");
     let first = spawn_logged(&["worker"], &env_with(free_port()), &first_log);
