@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_domain::connector::FieldType;
+use sluice_domain::connect::connector::FieldType;
 use sluice_domain::gateway::{ContractField, SENSITIVE, extract, validate};
 
 fn contract() -> Vec<ContractField> {

@@ -58,7 +58,7 @@ async fn scenario(backend: Backend) {
     ))
     .await;
     let mut my = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await.expect("MariaDB");
-    let mydb = format!("flows_{}", sluice_domain::secret::random_base62(8).to_lowercase());
+    let mydb = format!("flows_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {mydb}"))).execute(&mut my).await.unwrap();
 
     let ann = app.token("ann@example.com");

@@ -124,7 +124,7 @@ async fn connections_to_the_metadata_store_are_refused(app: TestApp) {
         Backend::Postgres => {
             let db = app.metadata_database.clone().unwrap();
             // Another role on the same database, spelled another way.
-            let role = format!("probe_{}", sluice_domain::secret::random_base62(8).to_lowercase());
+            let role = format!("probe_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
             sluice_tests::pg_exec(format!("CREATE ROLE {role} LOGIN")).await;
             let pg = |host: &str, user: &str| {
                 json!({"name": format!("meta-{host}-{user}"), "type": "postgres", "capability": "both",

@@ -5,7 +5,7 @@
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
 use sluice_clients::oauth::ProviderConfig;
-use sluice_domain::secret::Secret;
+use sluice_domain::shared::secret::Secret;
 use sluice_tests::{Auth, Backend, Options, check, spawn_app_with};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,7 @@ struct Provider {
 async fn token(p: web::Data<Arc<Provider>>, form: web::Form<HashMap<String, String>>) -> HttpResponse {
     let f = form.into_inner();
     let challenge = p.challenge.lock().unwrap().clone();
-    let verifier_ok = f.get("code_verifier").map(|v| sluice_domain::oauth::challenge(v)) == challenge;
+    let verifier_ok = f.get("code_verifier").map(|v| sluice_domain::connect::oauth::challenge(v)) == challenge;
     let ok = f.get("grant_type").map(String::as_str) == Some("authorization_code")
         && f.get("client_id").map(String::as_str) == Some("client-1")
         && f.get("client_secret").map(String::as_str) == Some("client-secret-1")

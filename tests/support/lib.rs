@@ -9,7 +9,7 @@ use serde_json::Value;
 use sluice::Application;
 use sluice::settings::{LogFormat, Settings};
 use sluice_auth::TokenIssuer;
-use sluice_domain::secret::{Secret, random_base62};
+use sluice_domain::shared::secret::{Secret, random_base62};
 use std::path::PathBuf;
 use std::time::Duration;
 

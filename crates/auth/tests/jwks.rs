@@ -66,7 +66,8 @@ async fn verifier(source: JwksSource) -> JwtVerifier {
 #[tokio::test]
 async fn an_es256_token_verifies_against_a_jwks_file() {
     let key = new_key("k1");
-    let path = std::env::temp_dir().join(format!("sluice-jwks-{}.json", sluice_domain::secret::random_base62(8)));
+    let path =
+        std::env::temp_dir().join(format!("sluice-jwks-{}.json", sluice_domain::shared::secret::random_base62(8)));
     std::fs::write(&path, jwks(&key)).unwrap();
     let v = verifier(JwksSource::File(path.display().to_string())).await;
 
@@ -85,7 +86,8 @@ async fn an_es256_token_verifies_against_a_jwks_file() {
 #[tokio::test]
 async fn an_hs256_token_is_refused_when_only_a_jwks_is_configured() {
     let key = new_key("k1");
-    let path = std::env::temp_dir().join(format!("sluice-jwks-{}.json", sluice_domain::secret::random_base62(8)));
+    let path =
+        std::env::temp_dir().join(format!("sluice-jwks-{}.json", sluice_domain::shared::secret::random_base62(8)));
     std::fs::write(&path, jwks(&key)).unwrap();
     let v = verifier(JwksSource::File(path.display().to_string())).await;
     let hs = sluice_auth::TokenIssuer::new(b"x".to_vec(), "https://idp.example", "sluice")

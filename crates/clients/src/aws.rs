@@ -4,7 +4,7 @@
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
-use sluice_domain::connector::{ConnectorError, ConnectorResult};
+use sluice_domain::connect::connector::{ConnectorError, ConnectorResult};
 use std::fmt;
 use std::time::Duration;
 

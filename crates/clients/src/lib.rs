@@ -6,8 +6,8 @@ pub mod aws;
 pub mod oauth;
 
 use async_trait::async_trait;
-use sluice_domain::connector::{ConnectorError, ConnectorResult};
-use sluice_domain::integration::SecretValue;
+use sluice_domain::connect::connector::{ConnectorError, ConnectorResult};
+use sluice_domain::connect::integration::SecretValue;
 use sluice_domain::ports::SecretResolver;
 
 /// Resolves `env:` references from the process environment, by design at

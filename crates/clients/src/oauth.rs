@@ -3,8 +3,8 @@
 //! optional `_SCOPES`): authorize URLs and the code exchange.
 
 use async_trait::async_trait;
-use sluice_domain::oauth::{OAuthClient, OAuthTokens};
-use sluice_domain::secret::Secret;
+use sluice_domain::connect::oauth::{OAuthClient, OAuthTokens};
+use sluice_domain::shared::secret::Secret;
 use sluice_domain::{Error, Result};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -18,14 +18,14 @@
 
 use serde_json::json;
 use sluice_connectors::Registry;
-use sluice_domain::clock::SystemClock;
-use sluice_domain::connections::NewConnection;
-use sluice_domain::connector::Capability;
-use sluice_domain::flow::{FlowConfig, FlowStatus, Run, Trigger};
-use sluice_domain::flows::NewFlow;
+use sluice_domain::connect::connector::Capability;
+use sluice_domain::connect::service::NewConnection;
 use sluice_domain::identity::Principal;
-use sluice_domain::ids::{ConnectionId, OrgId};
 use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::shared::clock::SystemClock;
+use sluice_domain::shared::ids::{ConnectionId, OrgId};
+use sluice_domain::sync::flow::{FlowConfig, FlowStatus, Run, Trigger};
+use sluice_domain::sync::service::NewFlow;
 use sluice_testkit::{FakeSecrets, FakeTokens, InMemoryStore, in_memory_ports};
 use sqlx::Connection;
 use std::process::Command;
@@ -110,7 +110,7 @@ impl Bench {
         src: ConnectionId,
         dst: ConnectionId,
         mapping: serde_json::Value,
-    ) -> (sluice_domain::ids::FlowId, f64, Run) {
+    ) -> (sluice_domain::shared::ids::FlowId, f64, Run) {
         let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
         let f = self
             .sluice
@@ -132,12 +132,12 @@ impl Bench {
         (f.id, secs, run)
     }
 
-    async fn run(&self, flow: sluice_domain::ids::FlowId) -> (f64, Run) {
+    async fn run(&self, flow: sluice_domain::shared::ids::FlowId) -> (f64, Run) {
         self.sluice.trigger_run(&self.p, self.org, flow, Trigger::Manual).await.unwrap();
         let r = self.sluice.claim_run("bench").await.unwrap().unwrap();
         let t = Instant::now();
         let done = self.sluice.execute_run(r).await;
-        assert_eq!(done.status, sluice_domain::flow::RunStatus::Succeeded, "{:?}", done.error);
+        assert_eq!(done.status, sluice_domain::sync::flow::RunStatus::Succeeded, "{:?}", done.error);
         (t.elapsed().as_secs_f64(), done)
     }
 }
@@ -146,7 +146,7 @@ impl Bench {
 async fn main() {
     let rows: i64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let changed = rows / 100;
-    let tag = sluice_domain::secret::random_base62(6).to_lowercase();
+    let tag = sluice_domain::shared::secret::random_base62(6).to_lowercase();
     let (src, dst) = (format!("sb_src_{tag}"), format!("sb_dst_{tag}"));
     psql(&format!(
         "CREATE SCHEMA {src}; CREATE SCHEMA {dst};

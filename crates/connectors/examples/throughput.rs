@@ -11,7 +11,7 @@
 
 use serde_json::json;
 use sluice_connectors::Registry;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use sqlx::Connection;
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -60,7 +60,7 @@ async fn write_all(dst: &Arc<dyn Destination>, schema: &EntitySchema, batches: &
 #[tokio::main]
 async fn main() {
     let rows: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let tag = sluice_domain::secret::random_base62(6).to_lowercase();
+    let tag = sluice_domain::shared::secret::random_base62(6).to_lowercase();
     let schema = format!("bench_{tag}");
     let pg_url = "postgres://postgres@127.0.0.1:5432/test";
     let mut pg = sqlx::PgConnection::connect(pg_url).await.expect("PostgreSQL at 127.0.0.1:5432");

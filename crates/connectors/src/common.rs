@@ -2,7 +2,7 @@
 //! quoting, native-type tags, timeouts, and path confinement for file-based
 //! connectors.
 
-use sluice_domain::connector::{
+use sluice_domain::connect::connector::{
     ConnectorError, ConnectorResult, EntitySchema, Field, ReadRequest, RecordBatch, RecordReader, Value,
 };
 use std::future::Future;
@@ -211,7 +211,7 @@ pub async fn pump_rows<R>(
     fields: Arc<Vec<Field>>,
     batch_size: usize,
     tx: mpsc::Sender<ConnectorResult<RecordBatch>>,
-    decode: impl Fn(&R) -> ConnectorResult<Vec<sluice_domain::connector::Value>>,
+    decode: impl Fn(&R) -> ConnectorResult<Vec<sluice_domain::connect::connector::Value>>,
     err: impl Fn(&sqlx::Error) -> ConnectorError,
 ) {
     use futures_util::TryStreamExt;
@@ -411,7 +411,7 @@ mod tests {
             f.native_type = Some(n.to_string());
             f
         };
-        use sluice_domain::connector::FieldType::*;
+        use sluice_domain::connect::connector::FieldType::*;
         assert_eq!(decimal_args(&tagged(Decimal, "mysql:decimal(12,2)")), Some((12, 2)));
         assert_eq!(decimal_args(&tagged(Decimal, "postgres:numeric(10,0)")), Some((10, 0)));
         assert_eq!(decimal_args(&tagged(Decimal, "mysql:decimal(12)")), Some((12, 0)));
@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn native_types_are_used_only_by_their_engine() {
-        let mut f = Field::new("x", sluice_domain::connector::FieldType::Decimal);
+        let mut f = Field::new("x", sluice_domain::connect::connector::FieldType::Decimal);
         f.native_type = Some(native_tag("postgres", "numeric(12,2)"));
         assert_eq!(native_for(&f, "postgres"), Some("numeric(12,2)"));
         assert_eq!(native_for(&f, "mysql"), None);

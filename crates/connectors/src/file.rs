@@ -12,7 +12,7 @@
 use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};

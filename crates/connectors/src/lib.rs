@@ -11,7 +11,7 @@ pub mod postgres;
 pub mod sqlite;
 
 use serde_json::json;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -163,7 +163,7 @@ fn config_key(c: &ResolvedConfig) -> String {
     let mut buf = c.connector_type.clone().into_bytes();
     buf.push(0);
     buf.extend_from_slice(&serde_json::to_vec(&c.values).unwrap_or_default());
-    sluice_domain::secret::sha256_hex(&buf)
+    sluice_domain::shared::secret::sha256_hex(&buf)
 }
 
 fn field(

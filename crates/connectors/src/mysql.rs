@@ -10,7 +10,7 @@
 
 use crate::common::*;
 use crate::sqlite::{align, text_value};
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, MySql, Row, Transaction};
 use std::collections::HashSet;

@@ -15,7 +15,7 @@
 //! following the cursor column) into the stage, checkpoint by checkpoint.
 
 use crate::common::*;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgSslMode};
 use sqlx::{AssertSqlSafe, Postgres, Row};

@@ -7,7 +7,7 @@
 //! text in UTC), objects `JSON_TEXT` and arrays `JSON_ARRAY_TEXT`, booleans `BOOLEAN` (0/1).
 
 use crate::common::*;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction, TypeInfo, ValueRef};
 use std::sync::Arc;

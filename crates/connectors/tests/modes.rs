@@ -4,7 +4,7 @@
 
 use serde_json::json;
 use sluice_connectors::Registry;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ fn in_ci() -> bool {
 }
 
 fn tag() -> String {
-    sluice_domain::secret::random_base62(8).to_lowercase()
+    sluice_domain::shared::secret::random_base62(8).to_lowercase()
 }
 
 fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 use sluice_connectors::Registry;
-use sluice_domain::connector::*;
+use sluice_domain::connect::connector::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -119,7 +119,7 @@ async fn start_tls_postgres() -> Option<TlsPostgres> {
             return None;
         }
     }
-    let dir = std::env::temp_dir().join(format!("sluice-tls-{}", sluice_domain::secret::random_base62(8)));
+    let dir = std::env::temp_dir().join(format!("sluice-tls-{}", sluice_domain::shared::secret::random_base62(8)));
     std::fs::create_dir_all(&dir).unwrap();
     certificates(&dir, "test-ca");
     certificates(&dir, "other-ca");

@@ -12,7 +12,7 @@
 //! Of several candidates the one that fits the contract best wins. The
 //! work is linear in the input and bounded (see `docs/gateway.md`).
 
-use crate::connector::{FieldType, parse_date, parse_timestamp};
+use crate::connect::connector::{FieldType, parse_date, parse_timestamp};
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
 
@@ -836,7 +836,7 @@ fn walk(obj: &Map<String, Value>, fields: &[ContractField], prefix: &str, w: &mu
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                out.insert(f.name.clone(), Value::String(crate::transform::mask(&text)));
+                out.insert(f.name.clone(), Value::String(crate::sync::transform::mask(&text)));
                 w.governance.push(format!("{}_MASK", path()));
             }
             Some(c) => {

@@ -5,18 +5,18 @@
 //! adapter writes the change and the entry in one transaction.
 
 use crate::Result;
-use crate::apikey::ApiKey;
-use crate::audit::{AuditEntry, AuditFilter};
 use crate::catalog::{AssetVersion, Change, DataAsset};
-use crate::connector::{ConnectorResult, EntitySchema};
-use crate::idempotency::{IdempotencyRecord, StoredResponse};
+use crate::connect::connector::{ConnectorResult, EntitySchema};
+use crate::connect::integration::{Connection, ConnectionStatus, Integration};
 use crate::identity::Role;
-use crate::ids::{ApiKeyId, AssetId, ConnectionId, IntegrationId, InvitationId, OrgId, UserId};
-use crate::integration::{Connection, ConnectionStatus, Integration};
-use crate::invitation::Invitation;
-use crate::org::{Member, Organization};
-use crate::page::{Page, PageRequest};
-use crate::user::{User, VerifiedClaims};
+use crate::identity::apikey::ApiKey;
+use crate::identity::invitation::Invitation;
+use crate::identity::org::{Member, Organization};
+use crate::identity::user::{User, VerifiedClaims};
+use crate::shared::audit::{AuditEntry, AuditFilter};
+use crate::shared::idempotency::{IdempotencyRecord, StoredResponse};
+use crate::shared::ids::{ApiKeyId, AssetId, ConnectionId, IntegrationId, InvitationId, OrgId, UserId};
+use crate::shared::page::{Page, PageRequest};
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
@@ -53,7 +53,7 @@ pub trait OrgRepository: Send + Sync {
     async fn list_members(&self, org: OrgId, page: PageRequest) -> Result<Page<Member>>;
     async fn get_member(&self, org: OrgId, user: UserId) -> Result<Option<Member>>;
     /// Changes a member's role, applying
-    /// [`check_admin_retained`](crate::org::check_admin_retained) inside the
+    /// [`check_admin_retained`](crate::identity::org::check_admin_retained) inside the
     /// transaction.
     ///
     /// # Errors

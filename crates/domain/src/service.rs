@@ -2,22 +2,22 @@
 //! identity and organization slice; each method checks access first, through
 //! [`Sluice::access`], the one place role requirements are enforced.
 
-use crate::apikey::{self, ApiKey};
-use crate::audit::{AuditEntry, AuditFilter};
-use crate::cache::Ttl;
-use crate::clock::Clock;
-use crate::connector::ConnectorRegistry;
+use crate::connect::connector::ConnectorRegistry;
+use crate::identity::apikey::{self, ApiKey};
+use crate::identity::invitation::{self, INVITATION_TTL, Invitation, InvitationStatus};
+use crate::identity::org::{self, Member, Organization, Plan};
+use crate::identity::user::{self, ProfileUpdate, User, VerifiedClaims};
 use crate::identity::{Permission, Principal, Role, authorize, effective_role};
-use crate::ids::{ApiKeyId, InvitationId, OrgId, UserId};
-use crate::invitation::{self, INVITATION_TTL, Invitation, InvitationStatus};
-use crate::org::{self, Member, Organization, Plan};
-use crate::page::{Page, PageRequest};
 use crate::ports::{
     ApiKeyRepository, AuditRepository, CatalogRepository, ConnectionRepository, HealthCheck, IdempotencyStore,
     IntegrationRepository, InvitationRepository, OrgRepository, SecretResolver, TokenVerifier, UserRepository,
 };
-use crate::secret::Secret;
-use crate::user::{self, ProfileUpdate, User, VerifiedClaims};
+use crate::shared::audit::{AuditEntry, AuditFilter};
+use crate::shared::cache::Ttl;
+use crate::shared::clock::Clock;
+use crate::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
+use crate::shared::page::{Page, PageRequest};
+use crate::shared::secret::Secret;
 use crate::{Error, Result};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -41,14 +41,14 @@ pub struct Ports {
     pub connectors: Arc<dyn ConnectorRegistry>,
     pub secrets: Arc<dyn SecretResolver>,
     /// OAuth providers; `None` when none is configured.
-    pub oauth: Option<Arc<dyn crate::oauth::OAuthClient>>,
-    pub oauth_states: Option<Arc<dyn crate::oauth::OAuthStateStore>>,
+    pub oauth: Option<Arc<dyn crate::connect::oauth::OAuthClient>>,
+    pub oauth_states: Option<Arc<dyn crate::connect::oauth::OAuthStateStore>>,
     /// Signs OAuth `state` parameters.
     pub oauth_state_key: Vec<u8>,
-    pub flows: Arc<dyn crate::flow::FlowRepository>,
-    pub runs: Arc<dyn crate::flow::RunRepository>,
-    pub cursors: Arc<dyn crate::flow::CursorRepository>,
-    pub queue: Arc<dyn crate::orchestrate::QueueRepository>,
+    pub flows: Arc<dyn crate::sync::flow::FlowRepository>,
+    pub runs: Arc<dyn crate::sync::flow::RunRepository>,
+    pub cursors: Arc<dyn crate::sync::flow::CursorRepository>,
+    pub queue: Arc<dyn crate::sync::schedule::QueueRepository>,
     pub iac: Arc<dyn crate::iac::IacRepository>,
 }
 
@@ -65,12 +65,12 @@ pub struct Sluice {
     pub(crate) offload: Arc<dyn crate::ports::Offload>,
 }
 
-/// Reads the API-key path repeats on every request (see [`crate::cache`]).
+/// Reads the API-key path repeats on every request (see [`crate::shared::cache`]).
 #[derive(Default)]
 pub(crate) struct Caches {
     /// Active keys by the hash of their value.
     pub keys: Ttl<String, ApiKey>,
-    pub assets: Ttl<(OrgId, crate::ids::AssetId), Arc<crate::catalog::DataAsset>>,
+    pub assets: Ttl<(OrgId, crate::shared::ids::AssetId), Arc<crate::catalog::DataAsset>>,
     pub plans: Ttl<OrgId, Plan>,
 }
 
@@ -102,7 +102,12 @@ pub struct CreatedApiKey {
 
 impl Sluice {
     pub fn new(ports: Ports) -> Self {
-        Self { ports, cache: Arc::default(), lease: crate::orchestrate::LEASE, offload: Arc::new(crate::ports::Inline) }
+        Self {
+            ports,
+            cache: Arc::default(),
+            lease: crate::sync::schedule::LEASE,
+            offload: Arc::new(crate::ports::Inline),
+        }
     }
 
     /// Runs the gateway's extraction of large payloads on `offload` (by
@@ -113,9 +118,9 @@ impl Sluice {
     }
 
     /// Sets how long a run's lease lasts without a heartbeat (default
-    /// [`crate::orchestrate::LEASE`]).
+    /// [`crate::sync::schedule::LEASE`]).
     pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
-        self.lease = time::Duration::try_from(lease).unwrap_or(crate::orchestrate::LEASE);
+        self.lease = time::Duration::try_from(lease).unwrap_or(crate::sync::schedule::LEASE);
         self
     }
 
@@ -264,7 +269,7 @@ impl Sluice {
         let attempts: Vec<String> = match explicit_slug {
             Some(s) => vec![s],
             None => std::iter::once(derived.clone())
-                .chain((0..3).map(|_| format!("{derived}-{}", crate::secret::random_base62(6).to_lowercase())))
+                .chain((0..3).map(|_| format!("{derived}-{}", crate::shared::secret::random_base62(6).to_lowercase())))
                 .collect(),
         };
         let mut last_err = None;
@@ -539,8 +544,8 @@ fn api_key_json(k: &ApiKey) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Clock;
     use crate::ports::*;
+    use crate::shared::clock::Clock;
     use time::OffsetDateTime;
     use time::macros::datetime;
 
@@ -568,15 +573,15 @@ mod tests {
             integrations: Arc::new(MockIntegrationRepository::new()),
             connections: Arc::new(MockConnectionRepository::new()),
             catalog: Arc::new(MockCatalogRepository::new()),
-            connectors: Arc::new(crate::connector::MockConnectorRegistry::new()),
+            connectors: Arc::new(crate::connect::connector::MockConnectorRegistry::new()),
             secrets: Arc::new(MockSecretResolver::new()),
             oauth: None,
             oauth_states: None,
             oauth_state_key: vec![0; 32],
-            flows: Arc::new(crate::flow::MockFlowRepository::new()),
-            runs: Arc::new(crate::flow::MockRunRepository::new()),
-            cursors: Arc::new(crate::flow::MockCursorRepository::new()),
-            queue: Arc::new(crate::orchestrate::MockQueueRepository::new()),
+            flows: Arc::new(crate::sync::flow::MockFlowRepository::new()),
+            runs: Arc::new(crate::sync::flow::MockRunRepository::new()),
+            cursors: Arc::new(crate::sync::flow::MockCursorRepository::new()),
+            queue: Arc::new(crate::sync::schedule::MockQueueRepository::new()),
             iac: Arc::new(crate::iac::MockIacRepository::new()),
         }
     }
@@ -608,7 +613,7 @@ mod tests {
             );
             if calls == 1 { Err(crate::iac::stale_plan()) } else { Ok(()) }
         });
-        let mut connectors = crate::connector::MockConnectorRegistry::new();
+        let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
         connectors.expect_specs().returning(Vec::new);
         let mut p = ports(MockApiKeyRepository::new(), MockOrgRepository::new());
         p.iac = Arc::new(iac);
@@ -624,9 +629,9 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Validation);
-        let mut connectors = crate::connector::MockConnectorRegistry::new();
+        let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
         connectors.expect_specs().returning(Vec::new);
-        let mut oauth = crate::oauth::MockOAuthClient::new();
+        let mut oauth = crate::connect::oauth::MockOAuthClient::new();
         oauth.expect_providers().returning(|| vec!["github".to_string()]);
         let mut p = sluice.ports().clone();
         p.connectors = Arc::new(connectors);

@@ -2,13 +2,13 @@
 //! wire directly.
 
 use serde::{Deserialize, Serialize};
-use sluice_domain::apikey::ApiKey;
-use sluice_domain::audit::AuditEntry;
+use sluice_domain::identity::apikey::ApiKey;
+use sluice_domain::identity::invitation::Invitation;
+use sluice_domain::identity::org::{Member, Organization};
+use sluice_domain::identity::user::User;
 use sluice_domain::identity::{Actor, Role};
-use sluice_domain::invitation::Invitation;
-use sluice_domain::org::{Member, Organization};
-use sluice_domain::page::Page;
-use sluice_domain::user::User;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::page::Page;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;

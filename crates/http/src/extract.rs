@@ -10,9 +10,9 @@ use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use serde::Deserialize;
 use sluice_domain::FieldError;
 use sluice_domain::identity::Principal;
-use sluice_domain::page::PageRequest;
-use sluice_domain::secret::constant_time_eq;
-use sluice_domain::user::VerifiedClaims;
+use sluice_domain::identity::user::VerifiedClaims;
+use sluice_domain::shared::page::PageRequest;
+use sluice_domain::shared::secret::constant_time_eq;
 use std::future::{Ready, ready};
 use utoipa::IntoParams;
 
@@ -106,7 +106,7 @@ impl<T: serde::de::DeserializeOwned + 'static> FromRequest for Body<T> {
         let json = web::Json::<serde_json::Value>::from_request(req, payload);
         Box::pin(async move {
             let value = json.await?.into_inner();
-            if let Some(field) = sluice_domain::error::nul_in(&value, "body") {
+            if let Some(field) = sluice_domain::shared::error::nul_in(&value, "body") {
                 return Err(
                     ApiError::validation(vec![FieldError::new(field, "must not contain a NUL character")]).into()
                 );

@@ -13,8 +13,8 @@ use actix_web::middleware::Next;
 use actix_web::web::{Bytes, BytesMut, Data};
 use actix_web::{HttpMessage, HttpResponse, ResponseError};
 use futures_util::StreamExt;
-use sluice_domain::idempotency::{self, Begin, StoredResponse};
 use sluice_domain::service::Sluice;
+use sluice_domain::shared::idempotency::{self, Begin, StoredResponse};
 use std::time::Instant;
 use tracing::Instrument;
 

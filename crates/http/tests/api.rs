@@ -6,11 +6,11 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::{Method, StatusCode, header::HeaderMap};
 use actix_web::test::{self, TestRequest};
 use serde_json::{Value, json};
-use sluice_domain::clock::Clock;
-use sluice_domain::idempotency::IdempotencyRecord;
 use sluice_domain::ports::IdempotencyStore;
-use sluice_domain::secret::Secret;
 use sluice_domain::service::Sluice;
+use sluice_domain::shared::clock::Clock;
+use sluice_domain::shared::idempotency::IdempotencyRecord;
+use sluice_domain::shared::secret::Secret;
 use sluice_http::{AppState, app};
 use sluice_testkit::{FakeTokens, InMemoryStore, ManualClock, in_memory_ports};
 use std::sync::Arc;
@@ -648,7 +648,11 @@ async fn an_idempotent_retry_replays_and_creates_nothing_new() {
         .try_insert(&IdempotencyRecord {
             scope: format!("user:{me}"),
             key: "k-3".into(),
-            fingerprint: sluice_domain::idempotency::fingerprint("POST", "/v1/organizations", b"{\"name\":\"Acme\"}"),
+            fingerprint: sluice_domain::shared::idempotency::fingerprint(
+                "POST",
+                "/v1/organizations",
+                b"{\"name\":\"Acme\"}",
+            ),
             response: None,
             created_at: time::OffsetDateTime::now_utc(),
         })

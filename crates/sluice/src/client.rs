@@ -3,8 +3,8 @@
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use sluice_domain::iacs::CONCURRENT_APPLY;
-use sluice_domain::idempotency::IN_PROGRESS;
+use sluice_domain::iac::service::CONCURRENT_APPLY;
+use sluice_domain::shared::idempotency::IN_PROGRESS;
 use std::fmt::Write as _;
 use std::time::Duration;
 

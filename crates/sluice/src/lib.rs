@@ -11,8 +11,8 @@ use actix_web::HttpServer;
 use anyhow::Context;
 use settings::Settings;
 use sluice_auth::{JwksSource, JwtVerifier, VerifierConfig};
-use sluice_domain::clock::SystemClock;
 use sluice_domain::service::{Ports, Sluice};
+use sluice_domain::shared::clock::SystemClock;
 use sluice_http::AppState;
 use sluice_store::Store;
 use std::net::TcpListener;
@@ -129,13 +129,15 @@ impl Application {
             secrets: Arc::new(sluice_clients::Secrets::new(settings.aws.clone())),
             oauth: (!settings.oauth.is_empty()).then(|| {
                 Arc::new(sluice_clients::oauth::OAuthProviders::new(settings.oauth.clone(), &settings.public_url))
-                    as Arc<dyn sluice_domain::oauth::OAuthClient>
+                    as Arc<dyn sluice_domain::connect::oauth::OAuthClient>
             }),
             oauth_states: Some(Arc::new(store.clone())),
             // Derived from the master key, so states survive restarts and
             // are valid across processes sharing the key.
-            oauth_state_key: sluice_domain::secret::sha256_hex(&[&master_key[..], b"sluice oauth state"].concat())
-                .into_bytes(),
+            oauth_state_key: sluice_domain::shared::secret::sha256_hex(
+                &[&master_key[..], b"sluice oauth state"].concat(),
+            )
+            .into_bytes(),
             flows: Arc::new(store.clone()),
             runs: Arc::new(store.clone()),
             cursors: Arc::new(store.clone()),
@@ -229,7 +231,7 @@ pub async fn rotate_master_key(mut settings: Settings, new_key: Option<&str>) ->
         None if from_env => {
             anyhow::bail!("the master key comes from SLUICE_MASTER_KEY: pass the new one with --new-key")
         }
-        None => sluice_domain::secret::random_bytes::<32>(),
+        None => sluice_domain::shared::secret::random_bytes::<32>(),
     };
     if next == current {
         anyhow::bail!("the new master key is the current one");

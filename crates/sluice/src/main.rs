@@ -78,7 +78,8 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Worker => Application::worker_only(settings).await?,
         Command::Token { email, name, ttl } => {
-            let email = sluice_domain::user::validate_email("--email", &email).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let email = sluice_domain::identity::user::validate_email("--email", &email)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
             let ttl = parse_ttl(&ttl)?;
             settings.ensure_secrets()?;
             let secret = settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();

@@ -4,7 +4,7 @@
 use anyhow::{Context, bail};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use sluice_domain::secret::{Secret, random_bytes};
+use sluice_domain::shared::secret::{Secret, random_bytes};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -366,6 +366,6 @@ mod tests {
     }
 
     fn uuid_like() -> String {
-        sluice_domain::secret::random_base62(12)
+        sluice_domain::shared::secret::random_base62(12)
     }
 }

@@ -13,7 +13,7 @@ pub const HEARTBEATS_PER_LEASE: u32 = 6;
 /// A name that tells processes apart in run records (`host:pid:random`).
 pub fn worker_id() -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
-    format!("{host}:{}:{}", std::process::id(), sluice_domain::secret::random_base62(6))
+    format!("{host}:{}:{}", std::process::id(), sluice_domain::shared::secret::random_base62(6))
 }
 
 /// Runs forever: claim, execute, repeat.

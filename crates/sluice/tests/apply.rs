@@ -89,7 +89,7 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 
 #[tokio::test]
 async fn sluice_apply_plans_applies_and_exports_against_a_running_server() {
-    let dir = std::env::temp_dir().join(format!("sluice-apply-{}", sluice_domain::secret::random_base62(8)));
+    let dir = std::env::temp_dir().join(format!("sluice-apply-{}", sluice_domain::shared::secret::random_base62(8)));
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
     let db = format!("sqlite://{}?mode=rwc", dir.join("meta.db").display());

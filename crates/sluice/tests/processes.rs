@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use sluice_domain::secret::random_base62;
+use sluice_domain::shared::secret::random_base62;
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 

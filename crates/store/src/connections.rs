@@ -10,14 +10,14 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 use serde_json::{Value, json};
-use sluice_domain::audit::AuditEntry;
 use sluice_domain::catalog::{AssetKind, AssetVersion, Change, DataAsset, fields_to_json, parse_fields};
-use sluice_domain::connector::{Capability, EntitySchema};
+use sluice_domain::connect::connector::{Capability, EntitySchema};
+use sluice_domain::connect::integration::{Connection, ConnectionStatus, Credentials, Integration};
 use sluice_domain::gateway::ContractField;
-use sluice_domain::ids::{AssetId, ConnectionId, IntegrationId, OrgId};
-use sluice_domain::integration::{Connection, ConnectionStatus, Credentials, Integration};
-use sluice_domain::page::{Page, PageRequest};
 use sluice_domain::ports::{CatalogRepository, ConnectionRepository, IntegrationRepository};
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::{AssetId, ConnectionId, IntegrationId, OrgId};
+use sluice_domain::shared::page::{Page, PageRequest};
 use sluice_domain::{Error, Result};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
@@ -640,8 +640,8 @@ fn asset_from(m: data_assets::Model) -> Result<DataAsset> {
 }
 
 #[async_trait]
-impl sluice_domain::oauth::OAuthStateStore for Store {
-    async fn put(&self, s: &sluice_domain::oauth::OAuthState) -> Result<()> {
+impl sluice_domain::connect::oauth::OAuthStateStore for Store {
+    async fn put(&self, s: &sluice_domain::connect::oauth::OAuthState) -> Result<()> {
         let tx = self.write().await?;
         let r = async {
             // Flows older than their expiry are forgotten as new ones start.
@@ -668,7 +668,7 @@ impl sluice_domain::oauth::OAuthStateStore for Store {
         tx.finish(r).await
     }
 
-    async fn take(&self, id: &str) -> Result<Option<sluice_domain::oauth::OAuthState>> {
+    async fn take(&self, id: &str) -> Result<Option<sluice_domain::connect::oauth::OAuthState>> {
         let tx = self.write().await?;
         let r = async {
             let Some(m) = oauth_states::Entity::find_by_id(id.to_string()).one(tx.c()).await.map_err(db_err)? else {
@@ -682,7 +682,7 @@ impl sluice_domain::oauth::OAuthStateStore for Store {
             }
             let verifier = String::from_utf8(self.cipher.decrypt(&m.verifier, &format!("oauth_state:{}", m.id))?)
                 .map_err(|e| Error::Internal(e.into()))?;
-            Ok(Some(sluice_domain::oauth::OAuthState {
+            Ok(Some(sluice_domain::connect::oauth::OAuthState {
                 id: m.id,
                 org_id: m.org_id.into(),
                 provider: m.provider,

@@ -1,13 +1,13 @@
 //! Conversions between sea-orm models and domain entities.
 
 use crate::entities::*;
-use sluice_domain::apikey::ApiKey;
-use sluice_domain::audit::AuditEntry;
-use sluice_domain::idempotency::{IdempotencyRecord, StoredResponse};
+use sluice_domain::identity::apikey::ApiKey;
+use sluice_domain::identity::invitation::{Invitation, InvitationStatus};
+use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::identity::user::User;
 use sluice_domain::identity::{Actor, ActorKind, Role};
-use sluice_domain::invitation::{Invitation, InvitationStatus};
-use sluice_domain::org::{Organization, Plan};
-use sluice_domain::user::User;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::idempotency::{IdempotencyRecord, StoredResponse};
 use sluice_domain::{Error, Result};
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> Error {

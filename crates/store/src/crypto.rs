@@ -10,7 +10,7 @@ use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use sluice_domain::Error;
-use sluice_domain::secret::{random_bytes, sha256_hex};
+use sluice_domain::shared::secret::{random_bytes, sha256_hex};
 
 #[derive(Clone)]
 pub struct Cipher {

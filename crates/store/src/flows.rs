@@ -11,10 +11,10 @@ use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
 use sea_orm::{ActiveValue::Set, ColumnTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-use sluice_domain::audit::AuditEntry;
-use sluice_domain::flow::*;
-use sluice_domain::ids::{FlowId, OrgId, RunId};
-use sluice_domain::page::{Page, PageRequest};
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::{FlowId, OrgId, RunId};
+use sluice_domain::shared::page::{Page, PageRequest};
+use sluice_domain::sync::flow::*;
 use sluice_domain::{Error, Result};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -510,7 +510,7 @@ impl CursorRepository for Store {
 }
 
 #[async_trait]
-impl sluice_domain::orchestrate::QueueRepository for Store {
+impl sluice_domain::sync::schedule::QueueRepository for Store {
     async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
         flows::Entity::find()
             .filter(flows::Column::Status.eq(FlowStatus::Active.as_str()))
@@ -632,7 +632,7 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
         Ok(runs)
     }
 
-    async fn record_event(&self, e: &sluice_domain::orchestrate::ActivityEvent) -> Result<()> {
+    async fn record_event(&self, e: &sluice_domain::sync::schedule::ActivityEvent) -> Result<()> {
         let tx = self.write().await?;
         let r = activity_events::Entity::insert(activity_events::ActiveModel {
             id: Set(e.id),
@@ -655,7 +655,7 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
         org: OrgId,
         since: Option<OffsetDateTime>,
         limit: u64,
-    ) -> Result<Vec<sluice_domain::orchestrate::ActivityEvent>> {
+    ) -> Result<Vec<sluice_domain::sync::schedule::ActivityEvent>> {
         let mut q = activity_events::Entity::find().filter(activity_events::Column::OrgId.eq(org.as_uuid()));
         if let Some(s) = since {
             q = q.filter(activity_events::Column::CreatedAt.gte(s.to_offset(time::UtcOffset::UTC)));
@@ -666,7 +666,7 @@ impl sluice_domain::orchestrate::QueueRepository for Store {
             .await
             .map_err(db_err)?
             .into_iter()
-            .map(|m| sluice_domain::orchestrate::ActivityEvent {
+            .map(|m| sluice_domain::sync::schedule::ActivityEvent {
                 id: m.id,
                 org_id: m.org_id.into(),
                 event_type: m.event_type,

@@ -9,9 +9,9 @@ use crate::flows::{flow_from, flow_model};
 use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::{ActiveValue, ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
-use sluice_domain::audit::AuditEntry;
 use sluice_domain::iac::{IacRepository, Snapshot, Write, Writes, stale_plan};
-use sluice_domain::ids::OrgId;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::OrgId;
 use sluice_domain::{Error, Result};
 
 /// A unique violation on insert means another apply created the name

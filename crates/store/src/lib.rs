@@ -127,7 +127,7 @@ impl Store {
                 .execute_unprepared(&format!(
                     "DO $$ BEGIN EXECUTE format('COMMENT ON DATABASE %I IS %L', current_database(), \
                      '{mark}{id}'); END $$",
-                    mark = sluice_domain::connector::INSTANCE_MARK
+                    mark = sluice_domain::connect::connector::INSTANCE_MARK
                 ))
                 .await;
             if let Err(e) = marked {
@@ -193,7 +193,7 @@ impl Tx {
 /// its record commit or roll back together.
 pub(crate) async fn insert_audit(
     c: &impl sea_orm::ConnectionTrait,
-    e: &sluice_domain::audit::AuditEntry,
+    e: &sluice_domain::shared::audit::AuditEntry,
 ) -> sluice_domain::Result<()> {
     use sea_orm::EntityTrait;
     entities::audit_logs::Entity::insert(convert::audit_model(e)).exec_without_returning(c).await.map_err(db_err)?;

@@ -27,7 +27,7 @@ use crate::entities::validation_counts as vc;
 use crate::{Store, db_err};
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, OnConflict};
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
-use sluice_domain::ids::OrgId;
+use sluice_domain::shared::ids::OrgId;
 use sluice_domain::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -8,16 +8,16 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
     QuerySelect,
 };
-use sluice_domain::apikey::ApiKey;
-use sluice_domain::audit::{AuditEntry, AuditFilter};
-use sluice_domain::idempotency::{IdempotencyRecord, StoredResponse};
 use sluice_domain::identity::Role;
-use sluice_domain::ids::{ApiKeyId, InvitationId, OrgId, UserId};
-use sluice_domain::invitation::{Invitation, InvitationStatus};
-use sluice_domain::org::{Member, Organization, check_admin_retained};
-use sluice_domain::page::{Page, PageRequest};
+use sluice_domain::identity::apikey::ApiKey;
+use sluice_domain::identity::invitation::{Invitation, InvitationStatus};
+use sluice_domain::identity::org::{Member, Organization, check_admin_retained};
+use sluice_domain::identity::user::{User, VerifiedClaims};
 use sluice_domain::ports::*;
-use sluice_domain::user::{User, VerifiedClaims};
+use sluice_domain::shared::audit::{AuditEntry, AuditFilter};
+use sluice_domain::shared::idempotency::{IdempotencyRecord, StoredResponse};
+use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
+use sluice_domain::shared::page::{Page, PageRequest};
 use sluice_domain::{Error, Result};
 use std::collections::HashMap;
 use time::OffsetDateTime;
@@ -564,7 +564,7 @@ impl IdempotencyStore for Store {
                 Ok(Some(existing.map(convert::idempotency).ok_or_else(|| {
                     // Released between our insert and our read: report it as
                     // in flight; the client's retry will find the key free.
-                    sluice_domain::idempotency::in_progress()
+                    sluice_domain::shared::idempotency::in_progress()
                 })?))
             }
             Err(e) => Err(e),

@@ -5,14 +5,14 @@
 mod common;
 
 use serde_json::json;
-use sluice_domain::audit::AuditEntry;
 use sluice_domain::catalog::{AssetKind, Change, DataAsset, parse_fields};
 use sluice_domain::identity::Actor;
-use sluice_domain::ids::{AssetId, OrgId};
-use sluice_domain::org::{Organization, Plan};
-use sluice_domain::page::PageRequest;
+use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::ports::{CatalogRepository, OrgRepository, UserRepository};
-use sluice_domain::user::VerifiedClaims;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::{AssetId, OrgId};
+use sluice_domain::shared::page::PageRequest;
 use sluice_domain::{Error, ErrorKind};
 use sluice_store::Store;
 use time::OffsetDateTime;
@@ -143,7 +143,8 @@ async fn scenario(store: &Store) {
 
 #[tokio::test]
 async fn assets_and_versions_on_sqlite() {
-    let file = std::env::temp_dir().join(format!("sluice-catalog-{}.db", sluice_domain::secret::random_base62(8)));
+    let file =
+        std::env::temp_dir().join(format!("sluice-catalog-{}.db", sluice_domain::shared::secret::random_base62(8)));
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
     scenario(&store).await;
@@ -218,7 +219,8 @@ async fn counts_survive_the_migration(url: &str) {
 
 #[tokio::test]
 async fn validation_counts_survive_the_migration_on_sqlite() {
-    let file = std::env::temp_dir().join(format!("sluice-migrate-{}.db", sluice_domain::secret::random_base62(8)));
+    let file =
+        std::env::temp_dir().join(format!("sluice-migrate-{}.db", sluice_domain::shared::secret::random_base62(8)));
     counts_survive_the_migration(&format!("sqlite://{}?mode=rwc", file.display())).await;
     let _ = std::fs::remove_file(&file);
 }

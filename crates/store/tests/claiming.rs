@@ -3,16 +3,16 @@
 //! working at once. A fresh database per test, dropped afterwards; skipped
 //! loudly when PostgreSQL is unreachable outside CI.
 
-use sluice_domain::audit::AuditEntry;
-use sluice_domain::connector::Capability;
-use sluice_domain::flow::*;
+use sluice_domain::connect::connector::Capability;
+use sluice_domain::connect::integration::{Connection, ConnectionStatus, Credentials};
 use sluice_domain::identity::Actor;
-use sluice_domain::ids::{ConnectionId, FlowId, OrgId};
-use sluice_domain::integration::{Connection, ConnectionStatus, Credentials};
-use sluice_domain::orchestrate::{QueueRepository, new_run};
-use sluice_domain::org::{Organization, Plan};
+use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::ports::{ConnectionRepository, OrgRepository, UserRepository};
-use sluice_domain::user::VerifiedClaims;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId};
+use sluice_domain::sync::flow::*;
+use sluice_domain::sync::schedule::{QueueRepository, new_run};
 use sluice_store::Store;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -133,7 +133,7 @@ async fn one_flow_never_has_two_running_runs_and_markers_win_once() {
 /// the run: the heartbeat, progress, log lines, cursor advances, the final
 /// record and a retry.
 async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
-    use sluice_domain::orchestrate::QueueRepository;
+    use sluice_domain::sync::schedule::QueueRepository;
     let (org, flows) = seed(store, 1).await;
     let now = time::OffsetDateTime::now_utc();
     let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now);
@@ -191,7 +191,8 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
 
 #[tokio::test]
 async fn a_taken_over_attempt_writes_nothing_on_sqlite() {
-    let file = std::env::temp_dir().join(format!("sluice-fence-{}.db", sluice_domain::secret::random_base62(8)));
+    let file =
+        std::env::temp_dir().join(format!("sluice-fence-{}.db", sluice_domain::shared::secret::random_base62(8)));
     let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
     writes_of_a_taken_over_attempt_are_refused(&store).await;
     for suffix in ["", "-wal", "-shm"] {

@@ -1,18 +1,19 @@
 //! Credentials at rest in a real SQLite metadata store: sealed, readable
 //! with the key, and re-encrypted by a key rotation.
 
-use sluice_domain::audit::AuditEntry;
+use sluice_domain::connect::integration::{Credentials, Integration};
 use sluice_domain::identity::Actor;
-use sluice_domain::ids::{IntegrationId, OrgId, UserId};
-use sluice_domain::integration::{Credentials, Integration};
-use sluice_domain::org::{Organization, Plan};
+use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::ports::{IntegrationRepository, OrgRepository, UserRepository};
-use sluice_domain::user::VerifiedClaims;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::{IntegrationId, OrgId, UserId};
 use sluice_store::Store;
 
 #[tokio::test]
 async fn credentials_are_sealed_and_survive_a_key_rotation() {
-    let file = std::env::temp_dir().join(format!("sluice-store-{}.db", sluice_domain::secret::random_base62(8)));
+    let file =
+        std::env::temp_dir().join(format!("sluice-store-{}.db", sluice_domain::shared::secret::random_base62(8)));
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let (old, new) = ([1u8; 32], [2u8; 32]);
     let store = Store::connect(&url, &old).await.unwrap();

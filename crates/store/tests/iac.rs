@@ -7,14 +7,14 @@
 
 mod common;
 
-use sluice_domain::audit::AuditEntry;
-use sluice_domain::connector::{Capability, ConfigField, ConfigFieldType, ConnectorSpec};
+use sluice_domain::connect::connector::{Capability, ConfigField, ConfigFieldType, ConnectorSpec};
 use sluice_domain::iac::{Action, Catalogue, IacRepository, Plan, Snapshot, Write, parse, plan};
 use sluice_domain::identity::Actor;
-use sluice_domain::ids::OrgId;
-use sluice_domain::org::{Organization, Plan as Tier};
+use sluice_domain::identity::org::{Organization, Plan as Tier};
+use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::ports::{OrgRepository, UserRepository};
-use sluice_domain::user::VerifiedClaims;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::OrgId;
 use sluice_domain::{Error, Result};
 use sluice_store::Store;
 use std::sync::Arc;
@@ -99,7 +99,7 @@ async fn new_org(store: &Store) -> OrgId {
         .upsert_from_claims(
             &VerifiedClaims {
                 issuer: "i".into(),
-                subject: sluice_domain::secret::random_base62(6),
+                subject: sluice_domain::shared::secret::random_base62(6),
                 email: None,
                 name: None,
             },
@@ -110,7 +110,7 @@ async fn new_org(store: &Store) -> OrgId {
     let org = Organization {
         id: OrgId::new(),
         name: "Acme".into(),
-        slug: format!("acme-{}", sluice_domain::secret::random_base62(6).to_lowercase()),
+        slug: format!("acme-{}", sluice_domain::shared::secret::random_base62(6).to_lowercase()),
         plan: Tier::Free,
         created_at: now(),
     };
@@ -173,7 +173,7 @@ async fn concurrently(a: Arc<Store>, b: Arc<Store>) {
 
 #[tokio::test]
 async fn applies_on_sqlite() {
-    let file = std::env::temp_dir().join(format!("sluice-iac-{}.db", sluice_domain::secret::random_base62(8)));
+    let file = std::env::temp_dir().join(format!("sluice-iac-{}.db", sluice_domain::shared::secret::random_base62(8)));
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let store = Arc::new(Store::connect(&url, &[4u8; 32]).await.unwrap());
     scenario(&store).await;

@@ -4,18 +4,18 @@
 //! adapters enforce inside transactions hold here too.
 
 use async_trait::async_trait;
-use sluice_domain::apikey::ApiKey;
-use sluice_domain::audit::{AuditEntry, AuditFilter};
-use sluice_domain::clock::Clock;
-use sluice_domain::idempotency::{IdempotencyRecord, StoredResponse};
 use sluice_domain::identity::Role;
-use sluice_domain::ids::{ApiKeyId, InvitationId, OrgId, UserId};
-use sluice_domain::invitation::{Invitation, InvitationStatus};
-use sluice_domain::org::{Member, Organization, check_admin_retained};
-use sluice_domain::page::{Page, PageRequest};
+use sluice_domain::identity::apikey::ApiKey;
+use sluice_domain::identity::invitation::{Invitation, InvitationStatus};
+use sluice_domain::identity::org::{Member, Organization, check_admin_retained};
+use sluice_domain::identity::user::{User, VerifiedClaims};
 use sluice_domain::ports::*;
 use sluice_domain::service::Ports;
-use sluice_domain::user::{User, VerifiedClaims};
+use sluice_domain::shared::audit::{AuditEntry, AuditFilter};
+use sluice_domain::shared::clock::Clock;
+use sluice_domain::shared::idempotency::{IdempotencyRecord, StoredResponse};
+use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
+use sluice_domain::shared::page::{Page, PageRequest};
 use sluice_domain::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -447,9 +447,9 @@ pub fn in_memory_ports_with(
 // ---- integrations, connections, catalog --------------------------------
 
 use sluice_domain::catalog::{AssetVersion, Change, DataAsset};
-use sluice_domain::connector::*;
-use sluice_domain::ids::{AssetId, ConnectionId, IntegrationId};
-use sluice_domain::integration::{Connection, ConnectionStatus, Integration};
+use sluice_domain::connect::connector::*;
+use sluice_domain::connect::integration::{Connection, ConnectionStatus, Integration};
+use sluice_domain::shared::ids::{AssetId, ConnectionId, IntegrationId};
 
 #[derive(Default)]
 struct CatalogState {
@@ -1042,8 +1042,8 @@ impl EntityWriter for MemoryWriter {
 
 // ---- flows, runs, cursors ----------------------------------------------
 
-use sluice_domain::flow::*;
-use sluice_domain::ids::{FlowId, RunId};
+use sluice_domain::shared::ids::{FlowId, RunId};
+use sluice_domain::sync::flow::*;
 
 #[derive(Default)]
 struct FlowState {
@@ -1052,7 +1052,7 @@ struct FlowState {
     logs: HashMap<RunId, Vec<RunLog>>,
     cursors: HashMap<(FlowId, String), Cursor>,
     markers: std::collections::HashSet<String>,
-    events: Vec<sluice_domain::orchestrate::ActivityEvent>,
+    events: Vec<sluice_domain::sync::schedule::ActivityEvent>,
 }
 
 /// Flows, runs and cursors in memory.
@@ -1279,7 +1279,7 @@ impl CursorRepository for InMemoryFlows {
 }
 
 #[async_trait]
-impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
+impl sluice_domain::sync::schedule::QueueRepository for InMemoryFlows {
     async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
         Ok(self
             .s()
@@ -1342,7 +1342,7 @@ impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
         Ok(runs)
     }
 
-    async fn record_event(&self, e: &sluice_domain::orchestrate::ActivityEvent) -> Result<()> {
+    async fn record_event(&self, e: &sluice_domain::sync::schedule::ActivityEvent) -> Result<()> {
         self.s().events.push(e.clone());
         Ok(())
     }
@@ -1352,7 +1352,7 @@ impl sluice_domain::orchestrate::QueueRepository for InMemoryFlows {
         org: OrgId,
         since: Option<OffsetDateTime>,
         limit: u64,
-    ) -> Result<Vec<sluice_domain::orchestrate::ActivityEvent>> {
+    ) -> Result<Vec<sluice_domain::sync::schedule::ActivityEvent>> {
         let mut v: Vec<_> = self
             .s()
             .events

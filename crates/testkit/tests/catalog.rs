@@ -4,9 +4,9 @@
 
 use serde_json::json;
 use sluice_domain::catalog::{AssetUpdate, Change, NewAsset};
-use sluice_domain::clock::Clock;
-use sluice_domain::page::PageRequest;
 use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::shared::clock::Clock;
+use sluice_domain::shared::page::PageRequest;
 use sluice_domain::{Error, ErrorKind};
 use sluice_testkit::*;
 use std::sync::Arc;

@@ -2,14 +2,14 @@
 //! reset, boundaries), de-duplication, cancellation and schema drift.
 
 use serde_json::json;
-use sluice_domain::clock::Clock;
-use sluice_domain::connections::NewConnection;
-use sluice_domain::connector::{Capability, EntitySchema, Field, FieldType, Value, parse_timestamp};
-use sluice_domain::flow::*;
-use sluice_domain::flows::NewFlow;
+use sluice_domain::connect::connector::{Capability, EntitySchema, Field, FieldType, Value, parse_timestamp};
+use sluice_domain::connect::service::NewConnection;
 use sluice_domain::identity::Principal;
-use sluice_domain::ids::{ConnectionId, OrgId};
 use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::shared::clock::Clock;
+use sluice_domain::shared::ids::{ConnectionId, OrgId};
+use sluice_domain::sync::flow::*;
+use sluice_domain::sync::service::NewFlow;
 use sluice_testkit::*;
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ fn person(id: i64, name: &str, updated: &str) -> Vec<Value> {
 
 async fn world() -> World {
     let store = InMemoryStore::new();
-    let clock: Arc<dyn Clock> = Arc::new(sluice_domain::clock::SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(sluice_domain::shared::clock::SystemClock);
     let mem = MemoryConnectors::new();
     mem.put(
         "crm",
@@ -317,7 +317,7 @@ async fn runs_queue_cancel_and_validate() {
             &w.p,
             w.org,
             a.id,
-            sluice_domain::flows::FlowUpdate { config: Some(config), ..Default::default() },
+            sluice_domain::sync::service::FlowUpdate { config: Some(config), ..Default::default() },
         )
     };
     let e = depend("b".into(), DependsOn::Completion).await.unwrap_err();

@@ -2,15 +2,15 @@
 //! and the activity feed, over the in-memory adapters with a manual clock.
 
 use serde_json::json;
-use sluice_domain::clock::Clock;
-use sluice_domain::connections::NewConnection;
-use sluice_domain::connector::{Capability, EntitySchema, Field, FieldType, Value};
-use sluice_domain::flow::*;
-use sluice_domain::flows::NewFlow;
+use sluice_domain::connect::connector::{Capability, EntitySchema, Field, FieldType, Value};
+use sluice_domain::connect::service::NewConnection;
 use sluice_domain::identity::Principal;
-use sluice_domain::ids::{ConnectionId, OrgId};
-use sluice_domain::orchestrate::{LEASE, MAX_ATTEMPTS};
 use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::shared::clock::Clock;
+use sluice_domain::shared::ids::{ConnectionId, OrgId};
+use sluice_domain::sync::flow::*;
+use sluice_domain::sync::schedule::{LEASE, MAX_ATTEMPTS};
+use sluice_domain::sync::service::NewFlow;
 use sluice_testkit::*;
 use std::sync::Arc;
 
@@ -154,7 +154,7 @@ async fn scheduled_flows_are_queued_once_per_scheduled_time() {
             &w.p,
             w.org,
             f.id,
-            sluice_domain::flows::FlowUpdate { status: Some(FlowStatus::Paused), ..Default::default() },
+            sluice_domain::sync::service::FlowUpdate { status: Some(FlowStatus::Paused), ..Default::default() },
         )
         .await
         .unwrap();
@@ -215,7 +215,7 @@ async fn an_attempt_whose_run_was_taken_over_writes_nothing() {
 
 #[tokio::test]
 async fn transient_failures_retry_with_backoff_and_permanent_ones_fail_at_once() {
-    use sluice_domain::connector::ConnectorError;
+    use sluice_domain::connect::connector::ConnectorError;
     let w = world().await;
     let f = w.flow("f", None, vec![]).await;
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_domain::FieldError;
 use sluice_domain::catalog::{AssetUpdate, AssetVersion, DataAsset, NewAsset, fields_to_json};
-use sluice_domain::ids::{AssetId, OrgId};
+use sluice_domain::shared::ids::{AssetId, OrgId};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;

@@ -10,11 +10,13 @@ use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sluice_domain::connections::{ConnectionUpdate, IntegrationUpdate, NewConnection, NewIntegration, TestOutcome};
-use sluice_domain::connector::{Capability, EntitySchema, Field};
-use sluice_domain::ids::{ConnectionId, IntegrationId, OrgId};
-use sluice_domain::integration::{Connection, Integration};
-use sluice_domain::transform;
+use sluice_domain::connect::connector::{Capability, EntitySchema, Field};
+use sluice_domain::connect::integration::{Connection, Integration};
+use sluice_domain::connect::service::{
+    ConnectionUpdate, IntegrationUpdate, NewConnection, NewIntegration, TestOutcome,
+};
+use sluice_domain::shared::ids::{ConnectionId, IntegrationId, OrgId};
+use sluice_domain::sync::transform;
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
@@ -563,7 +565,7 @@ pub async fn discover(
     Ok(Json(DiscoverResponse { entities: entities.iter().map(Into::into).collect() }))
 }
 
-fn preview_response(p: sluice_domain::connections::Preview) -> PreviewResponse {
+fn preview_response(p: sluice_domain::connect::service::Preview) -> PreviewResponse {
     PreviewResponse {
         entity: p.entity,
         fields: p.batch.fields.iter().map(Into::into).collect(),

@@ -11,10 +11,10 @@ use actix_web::{HttpResponse, delete, get, patch, post, put};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_domain::FieldError;
-use sluice_domain::flow::{Cursor, EntityStats, Flow, FlowConfig, FlowStatus, Run, RunLog, RunStatus, Trigger};
-use sluice_domain::flows::{FlowUpdate, NewFlow};
-use sluice_domain::ids::{ConnectionId, FlowId, OrgId, RunId};
-use sluice_domain::page::PageRequest;
+use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
+use sluice_domain::shared::page::PageRequest;
+use sluice_domain::sync::flow::{Cursor, EntityStats, Flow, FlowConfig, FlowStatus, Run, RunLog, RunStatus, Trigger};
+use sluice_domain::sync::service::{FlowUpdate, NewFlow};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -470,7 +470,7 @@ pub async fn details(
     let cursors = state.sluice.flow_state(&caller.principal, org, id).await?;
     let all = state.sluice.ports().flows.all(org).await?;
     let name_of = |fid: &str| all.iter().find(|x| x.id.to_string() == fid).map(|x| x.name.clone()).unwrap_or_default();
-    let on = |o: sluice_domain::flow::DependsOn| {
+    let on = |o: sluice_domain::sync::flow::DependsOn| {
         serde_json::to_value(o).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
     };
     let upstream = f

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use sluice_domain::FieldError;
 use sluice_domain::catalog::GatewayResult;
 use sluice_domain::gateway::{Finding, Outcome, TypeMismatch};
-use sluice_domain::ids::AssetId;
+use sluice_domain::shared::ids::AssetId;
 use utoipa::ToSchema;
 use uuid::Uuid;
 

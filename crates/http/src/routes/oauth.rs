@@ -7,7 +7,7 @@ use crate::extract::Caller;
 use actix_web::web::{Data, Path, Query};
 use actix_web::{HttpResponse, get};
 use serde::Deserialize;
-use sluice_domain::ids::OrgId;
+use sluice_domain::shared::ids::OrgId;
 use utoipa::IntoParams;
 use uuid::Uuid;
 

@@ -10,9 +10,9 @@ use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, post, put};
 use serde::Deserialize;
 use sluice_domain::FieldError;
-use sluice_domain::audit::AuditFilter;
-use sluice_domain::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use sluice_domain::service::{NewOrganization, OrganizationUpdate};
+use sluice_domain::shared::audit::AuditFilter;
+use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use utoipa::IntoParams;
@@ -283,7 +283,7 @@ pub async fn audit_logs(
         since: since.ok().flatten(),
         until: until.ok().flatten(),
     };
-    let page = sluice_domain::page::PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let page = sluice_domain::shared::page::PageRequest::parse(q.limit, q.cursor.as_deref())?;
     let page = state.sluice.list_audit_logs(&caller.principal, OrgId::from(*path), &filter, page).await?;
     Ok(Json(ListResponse::from_page(page, Into::into)))
 }

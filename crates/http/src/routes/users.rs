@@ -8,7 +8,7 @@ use crate::extract::Body;
 use crate::extract::Caller;
 use actix_web::web::{Data, Json};
 use actix_web::{get, patch, post};
-use sluice_domain::user::ProfileUpdate;
+use sluice_domain::identity::user::ProfileUpdate;
 
 /// The calling user (session tokens only).
 #[utoipa::path(tag = "users", security(("bearer" = [])), responses(

@@ -37,7 +37,7 @@ pub async fn fresh(prefix: &str) -> Option<(Db, String)> {
             return None;
         }
     };
-    let name = format!("{prefix}_{}", sluice_domain::secret::random_base62(8).to_lowercase());
+    let name = format!("{prefix}_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
     admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
     Some((Db(name.clone()), format!("postgres://postgres@127.0.0.1:5432/{name}")))
 }

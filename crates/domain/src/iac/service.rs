@@ -2,13 +2,13 @@
 //! and validate-drift. The rules live in [`crate::iac`]; this module reads
 //! the organization, plans, and hands the plan to the store.
 
-use crate::audit::AuditEntry;
-use crate::connections::{connection_json, integration_json};
-use crate::flows::flow_json;
+use crate::connect::service::{connection_json, integration_json};
 use crate::iac::{self, Action, Catalogue, CurrentField, Document, DriftReport, MappingFacts, Plan, ProposedField};
 use crate::identity::{Permission, Principal};
-use crate::ids::OrgId;
 use crate::service::Sluice;
+use crate::shared::audit::AuditEntry;
+use crate::shared::ids::OrgId;
+use crate::sync::service::flow_json;
 use crate::{Error, Result};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -119,7 +119,7 @@ impl Sluice {
             let c = w.item();
             let Some(spec) = self.ports.connectors.spec(&c.connector_type) else { continue };
             let Some(i) = doc.connections.iter().position(|d| d.name.trim() == c.name) else { continue };
-            let cfg = crate::integration::unresolved(org, &spec, &c.config, &c.secrets);
+            let cfg = crate::connect::integration::unresolved(org, &spec, &c.config, &c.secrets);
             for mut e in self.ports.connectors.check_config(&cfg).await {
                 e.field = format!("connections[{i}].{}", e.field);
                 errors.push(e);
@@ -201,7 +201,7 @@ impl Sluice {
             entity: &m.source_entity,
             key_fields: m.key_fields(),
             cursor_field: m.cursor_field.as_deref(),
-            blocks_new_columns: m.schema_policy == crate::flow::SchemaPolicy::BlockOnNewColumn,
+            blocks_new_columns: m.schema_policy == crate::sync::flow::SchemaPolicy::BlockOnNewColumn,
         };
         Ok(iac::compare_schemas(&current, proposed, &facts))
     }

@@ -2,16 +2,16 @@
 //! the source's schema, manual runs, run history and logs, and cursors
 //! (read, set, reset, audit-logged).
 
-use crate::audit::AuditEntry;
-use crate::connector::EntitySchema;
-use crate::flow::*;
+use crate::connect::connector::EntitySchema;
+use crate::connect::integration::Connection;
+use crate::identity::user::validate_name;
 use crate::identity::{Permission, Principal};
-use crate::ids::{ConnectionId, FlowId, OrgId, RunId};
-use crate::integration::Connection;
-use crate::page::{Page, PageRequest};
 use crate::service::Sluice;
+use crate::shared::audit::AuditEntry;
+use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
+use crate::shared::page::{Page, PageRequest};
+use crate::sync::flow::*;
 use crate::sync::{check_mapping, parse_cursor};
-use crate::user::validate_name;
 use crate::{Error, FieldError, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -146,7 +146,9 @@ impl Sluice {
                             m.primary_key.as_deref(),
                             Some(s),
                         ));
-                        if let Err(f) = crate::transform::plan(&format!("{path}.transform"), &m.transform, &s.fields) {
+                        if let Err(f) =
+                            crate::sync::transform::plan(&format!("{path}.transform"), &m.transform, &s.fields)
+                        {
                             errors.extend(f);
                         }
                     }
@@ -276,7 +278,7 @@ impl Sluice {
 
     /// Queues a run in trace `trace_id`.
     pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
-        let run = crate::orchestrate::new_run(f, trigger, trace_id, self.now());
+        let run = crate::sync::schedule::new_run(f, trigger, trace_id, self.now());
         self.ports.runs.enqueue(&run).await?;
         Ok(run)
     }

@@ -7,13 +7,13 @@
 //! the code (with the verifier) at the provider's token URL, and stores the
 //! tokens, encrypted, as the credentials of the named integration.
 
-use crate::audit::AuditEntry;
+use crate::connect::integration::{Credentials, Integration};
+use crate::identity::user::validate_name;
 use crate::identity::{Actor, Permission, Principal};
-use crate::ids::{IntegrationId, OrgId};
-use crate::integration::{Credentials, Integration};
-use crate::secret::{Secret, constant_time_eq, random_base62};
 use crate::service::Sluice;
-use crate::user::validate_name;
+use crate::shared::audit::AuditEntry;
+use crate::shared::ids::{IntegrationId, OrgId};
+use crate::shared::secret::{Secret, constant_time_eq, random_base62};
 use crate::{Error, Result};
 use async_trait::async_trait;
 use hmac::{Hmac, KeyInit, Mac};
@@ -156,7 +156,7 @@ impl Sluice {
             creds.0.insert("scope".into(), s.clone());
         }
         if let Some(e) = tokens.expires_at {
-            creds.0.insert("expires_at".into(), crate::connector::format_timestamp(e));
+            creds.0.insert("expires_at".into(), crate::connect::connector::format_timestamp(e));
         }
         let org = state.org_id;
         let masked = |i: &Integration| json!({"name": i.name, "type": i.integration_type, "credentials": i.credentials.masked()});

@@ -68,7 +68,7 @@ pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
     buf.extend_from_slice(path_and_query.as_bytes());
     buf.push(b'\n');
     buf.extend_from_slice(body);
-    crate::secret::sha256_hex(&buf)
+    crate::shared::secret::sha256_hex(&buf)
 }
 
 /// A key is 1–255 printable ASCII characters.

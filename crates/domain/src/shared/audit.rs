@@ -2,7 +2,7 @@
 //! before/after snapshots.
 
 use crate::identity::Actor;
-use crate::ids::{AuditId, OrgId};
+use crate::shared::ids::{AuditId, OrgId};
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 

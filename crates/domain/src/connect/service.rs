@@ -2,19 +2,19 @@
 //! rules, and test, discover, preview and preview-with-transform through
 //! the connector registry.
 
-use crate::audit::AuditEntry;
-use crate::connector::{
+use crate::connect::connector::{
     Capability, ConnectorError, ConnectorSpec, EntitySchema, ReadRequest, RecordBatch, ResolvedConfig,
 };
-use crate::identity::{Permission, Principal};
-use crate::ids::{ConnectionId, IntegrationId, OrgId};
-use crate::integration::{
+use crate::connect::integration::{
     self, Connection, ConnectionStatus, Credentials, Integration, check_capability, merge_settings, split_config,
 };
-use crate::page::{Page, PageRequest};
+use crate::identity::user::validate_name;
+use crate::identity::{Permission, Principal};
 use crate::service::Sluice;
-use crate::transform::{self, Step};
-use crate::user::validate_name;
+use crate::shared::audit::AuditEntry;
+use crate::shared::ids::{ConnectionId, IntegrationId, OrgId};
+use crate::shared::page::{Page, PageRequest};
+use crate::sync::transform::{self, Step};
 use crate::{Error, FieldError, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -423,7 +423,7 @@ impl Sluice {
         Ok(outcome)
     }
 
-    async fn source_of(&self, c: &Connection) -> Result<std::sync::Arc<dyn crate::connector::Source>> {
+    async fn source_of(&self, c: &Connection) -> Result<std::sync::Arc<dyn crate::connect::connector::Source>> {
         if !c.capability.reads() {
             return Err(Error::Unprocessable {
                 code: "not_a_source",

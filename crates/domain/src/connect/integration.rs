@@ -2,8 +2,8 @@
 //! destinations built on them), with the rules for credentials: secret
 //! references, the `***` placeholder, and the order in which settings merge.
 
-use crate::connector::{Capability, ConnectorSpec, ResolvedConfig};
-use crate::ids::{ConnectionId, IntegrationId, OrgId};
+use crate::connect::connector::{Capability, ConnectorSpec, ResolvedConfig};
+use crate::shared::ids::{ConnectionId, IntegrationId, OrgId};
 use crate::{Error, FieldError, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -247,7 +247,7 @@ pub fn merge_settings(
 /// The settings of a connection as written, for checks that need no
 /// secret (a file path, say): credentials stay unresolved.
 pub fn unresolved(
-    org: crate::ids::OrgId,
+    org: crate::shared::ids::OrgId,
     spec: &ConnectorSpec,
     config: &BTreeMap<String, Value>,
     secrets: &Credentials,
@@ -258,12 +258,12 @@ pub fn unresolved(
 
 /// Resolves secret references in `values` (only under credential keys).
 pub async fn resolve(
-    org: crate::ids::OrgId,
+    org: crate::shared::ids::OrgId,
     connector_type: &str,
     mut values: BTreeMap<String, Value>,
     credential_keys: Vec<String>,
     resolver: &dyn crate::ports::SecretResolver,
-) -> std::result::Result<ResolvedConfig, crate::connector::ConnectorError> {
+) -> std::result::Result<ResolvedConfig, crate::connect::connector::ConnectorError> {
     for k in &credential_keys {
         if let Some(Value::String(s)) = values.get(k) {
             let parsed = SecretValue::parse(s);
@@ -279,7 +279,7 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connector::{ConfigField, ConfigFieldType};
+    use crate::connect::connector::{ConfigField, ConfigFieldType};
     use serde_json::json;
 
     fn spec() -> ConnectorSpec {

@@ -7,7 +7,7 @@
 //! becomes null.
 
 use crate::FieldError;
-use crate::connector::{Field, FieldType, RecordBatch, Value, parse_date, parse_timestamp};
+use crate::connect::connector::{Field, FieldType, RecordBatch, Value, parse_date, parse_timestamp};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::sync::Arc;

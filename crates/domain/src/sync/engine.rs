@@ -9,11 +9,13 @@
 //! overlap is absorbed by the upsert. Overwrite commits once, at the end,
 //! swapping the new table in.
 
-use crate::connector::{CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteStats};
-use crate::flow::*;
+use crate::connect::connector::{
+    CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteStats,
+};
 use crate::service::Sluice;
+use crate::sync::flow::*;
+use crate::sync::transform;
 use crate::sync::{SyncMode, advance, capped, cursor_text, dedupe, parse_cursor, read_from};
-use crate::transform;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +27,7 @@ pub const BATCH_ROWS: usize = 10_000;
 /// A run's source: its connection (which names the entities' catalog
 /// assets) and the connector opened on it.
 struct RunSource {
-    conn: crate::integration::Connection,
+    conn: crate::connect::integration::Connection,
     io: Arc<dyn Source>,
 }
 
@@ -52,9 +54,9 @@ impl Failure {
     }
 }
 
-impl From<crate::connector::ConnectorError> for Failure {
-    fn from(e: crate::connector::ConnectorError) -> Self {
-        use crate::connector::ConnectorError as C;
+impl From<crate::connect::connector::ConnectorError> for Failure {
+    fn from(e: crate::connect::connector::ConnectorError) -> Self {
+        use crate::connect::connector::ConnectorError as C;
         let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
         Failure { message: e.to_string(), transient, lost: false }
     }
@@ -124,16 +126,16 @@ impl Sluice {
             }
             Ok(_) => false,
         };
-        if all_transient && run.attempt < crate::orchestrate::MAX_ATTEMPTS && !self.canceled(&run).await {
+        if all_transient && run.attempt < crate::sync::schedule::MAX_ATTEMPTS && !self.canceled(&run).await {
             let reason = match &result {
                 Err(f) => f.message.clone(),
                 Ok(_) => transient.join("; "),
             };
-            let at = self.now() + crate::orchestrate::backoff(run.attempt);
+            let at = self.now() + crate::sync::schedule::backoff(run.attempt);
             let message = format!(
                 "attempt {} failed ({reason}); retrying after {}",
                 run.attempt,
-                crate::connector::format_timestamp(at)
+                crate::connect::connector::format_timestamp(at)
             );
             self.log(&run, "warn", None, message.clone()).await;
             match self.ports.queue.retry_later(run.fence(), at, &message).await {
@@ -288,11 +290,11 @@ impl Sluice {
     /// validate-drift compares with the last run). Never fails the run.
     async fn record_source_schema(
         &self,
-        source: &crate::integration::Connection,
+        source: &crate::connect::integration::Connection,
         entity: &str,
-        fields: &[crate::connector::Field],
+        fields: &[crate::connect::connector::Field],
     ) {
-        let schema = crate::connector::EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
+        let schema = crate::connect::connector::EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
         let name = format!("{}.{entity}", source.name);
         if let Err(e) = self.ports.catalog.upsert_discovered(source.org_id, &name, source.id, &schema, self.now()).await
         {
@@ -347,7 +349,7 @@ impl Sluice {
         // append what it reads again.
         let horizon = match cursor_idx.map(|i| &source_fields[i]) {
             Some(f)
-                if f.field_type == crate::connector::FieldType::Timestamp
+                if f.field_type == crate::connect::connector::FieldType::Timestamp
                     && m.sync_mode == SyncMode::IncrementalDeduped =>
             {
                 source.io.write_horizon(f).await.unwrap_or_else(|e| {
@@ -377,7 +379,7 @@ impl Sluice {
         let mut out_fields = transform::plan("transform", &m.transform, &source_fields)
             .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
         let keys = m.key_fields();
-        if m.sync_mode.write_mode() == crate::connector::WriteMode::Append {
+        if m.sync_mode.write_mode() == crate::connect::connector::WriteMode::Append {
             // Appending adds copies of the same records: the destination
             // must not hold a unique key (the source's or the mapping's).
             for f in &mut out_fields {

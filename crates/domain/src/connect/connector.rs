@@ -626,7 +626,7 @@ pub struct ResolvedConfig {
     /// The organization whose connection this is: file-based connectors
     /// resolve paths inside its own directory. `None` only in tools and
     /// tests that drive connectors directly.
-    pub org: Option<crate::ids::OrgId>,
+    pub org: Option<crate::shared::ids::OrgId>,
 }
 
 impl ResolvedConfig {

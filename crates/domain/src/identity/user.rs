@@ -1,7 +1,7 @@
 //! Users: identified by the token issuer and subject, created on their first
 //! authenticated request.
 
-use crate::ids::UserId;
+use crate::shared::ids::UserId;
 use crate::{Error, Result};
 use time::OffsetDateTime;
 

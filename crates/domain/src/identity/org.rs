@@ -2,7 +2,7 @@
 //! keeps at least one Admin.
 
 use crate::identity::Role;
-use crate::ids::{OrgId, UserId};
+use crate::shared::ids::{OrgId, UserId};
 use crate::{Error, Result};
 use time::OffsetDateTime;
 

@@ -6,9 +6,9 @@
 //! transaction as the run it queues: with any number of processes, the
 //! insert that wins queues the run, the others find the key taken.
 
-use crate::flow::*;
-use crate::ids::{FlowId, OrgId, RunId};
 use crate::service::Sluice;
+use crate::shared::ids::{FlowId, OrgId, RunId};
+use crate::sync::flow::*;
 use crate::{Error, Result};
 use async_trait::async_trait;
 use serde_json::json;
@@ -50,7 +50,7 @@ pub trait QueueRepository: Send + Sync {
     async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>>;
     /// Puts a lost run back in the queue (attempt + 1) if it is still
     /// running in `fence`'s attempt, held by `worker`; whether it did.
-    async fn requeue(&self, fence: crate::flow::Fence, worker: Option<String>) -> Result<bool>;
+    async fn requeue(&self, fence: crate::sync::flow::Fence, worker: Option<String>) -> Result<bool>;
     /// Runs of a trace in start order.
     async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>>;
     async fn record_event(&self, event: &ActivityEvent) -> Result<()>;
@@ -61,7 +61,8 @@ pub trait QueueRepository: Send + Sync {
     /// claimed before `not_before`, keeping `error` as the reason and the
     /// progress stored so far (the next attempt counts its rows); only
     /// while `fence` holds the run.
-    async fn retry_later(&self, fence: crate::flow::Fence, not_before: OffsetDateTime, error: &str) -> Result<()>;
+    async fn retry_later(&self, fence: crate::sync::flow::Fence, not_before: OffsetDateTime, error: &str)
+    -> Result<()>;
 }
 
 fn matches(on: DependsOn, status: RunStatus) -> bool {

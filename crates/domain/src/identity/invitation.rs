@@ -2,7 +2,7 @@
 //! invited e-mail address join an organization with a role.
 
 use crate::identity::Role;
-use crate::ids::{InvitationId, OrgId, UserId};
+use crate::shared::ids::{InvitationId, OrgId, UserId};
 use crate::{Error, Result};
 use time::{Duration, OffsetDateTime};
 
@@ -89,13 +89,13 @@ impl Invitation {
 /// A fresh invitation token (shown to the inviter once) and the hash stored
 /// in its place.
 pub fn new_token() -> (String, String) {
-    let token = format!("{TOKEN_PREFIX}{}", crate::secret::random_base62(40));
+    let token = format!("{TOKEN_PREFIX}{}", crate::shared::secret::random_base62(40));
     let hash = hash_token(&token);
     (token, hash)
 }
 
 pub fn hash_token(token: &str) -> String {
-    crate::secret::sha256_hex(token.as_bytes())
+    crate::shared::secret::sha256_hex(token.as_bytes())
 }
 
 #[cfg(test)]

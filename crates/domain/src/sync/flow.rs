@@ -1,11 +1,11 @@
 //! Flows, runs and cursors: the models, their validation rules (cron
 //! schedules, mappings, dependency cycles), and the ports that store them.
 
-use crate::audit::AuditEntry;
-use crate::ids::{ConnectionId, FlowId, OrgId, RunId};
-use crate::page::{Page, PageRequest};
+use crate::shared::audit::AuditEntry;
+use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
+use crate::shared::page::{Page, PageRequest};
 use crate::sync::SyncMode;
-use crate::transform::Step;
+use crate::sync::transform::Step;
 use crate::{Error, FieldError, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -2,8 +2,8 @@
 //! as a SHA-256 hash.
 
 use crate::identity::Role;
-use crate::ids::{ApiKeyId, OrgId};
-use crate::secret::{Secret, random_base62, sha256_hex};
+use crate::shared::ids::{ApiKeyId, OrgId};
+use crate::shared::secret::{Secret, random_base62, sha256_hex};
 use crate::{Error, Result};
 use time::OffsetDateTime;
 

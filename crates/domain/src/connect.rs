@@ -1,0 +1,8 @@
+//! Connecting to data: the connector vocabulary and ports, integrations
+//! with their credentials, connections, OAuth, and the use cases that
+//! test, discover and preview them.
+
+pub mod connector;
+pub mod integration;
+pub mod oauth;
+pub mod service;
