@@ -129,10 +129,6 @@ impl Sluice {
         std::time::Duration::try_from(self.lease).unwrap_or(std::time::Duration::from_secs(60))
     }
 
-    pub fn ports(&self) -> &Ports {
-        &self.ports
-    }
-
     pub fn now(&self) -> time::OffsetDateTime {
         self.ports.clock.now()
     }
@@ -190,6 +186,42 @@ impl Sluice {
             Principal::User(u) => format!("user:{}", u.id),
             Principal::ApiKey { org_id, .. } => format!("org:{org_id}"),
         }
+    }
+
+    /// Starts an idempotent request: proceed, replay the stored answer, or
+    /// refuse (in flight, or the key reused for another request).
+    ///
+    /// # Errors
+    /// `Conflict` (`idempotency_in_progress`), `Unprocessable`
+    /// (`idempotency_key_reused`), or a store failure.
+    pub async fn begin_idempotent(
+        &self,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+    ) -> Result<crate::shared::idempotency::Begin> {
+        crate::shared::idempotency::begin(self.ports.idempotency.as_ref(), scope, key, fingerprint, self.now()).await
+    }
+
+    /// Stores the answer of an idempotent request, for replays.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn complete_idempotent(
+        &self,
+        scope: &str,
+        key: &str,
+        response: &crate::shared::idempotency::StoredResponse,
+    ) -> Result<()> {
+        self.ports.idempotency.complete(scope, key, response).await
+    }
+
+    /// Forgets an idempotent request that failed (a 5xx is not stored).
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn release_idempotent(&self, scope: &str, key: &str) -> Result<()> {
+        self.ports.idempotency.release(scope, key).await
     }
 
     // ---- users ----------------------------------------------------------
@@ -633,7 +665,7 @@ mod tests {
         connectors.expect_specs().returning(Vec::new);
         let mut oauth = crate::connect::oauth::MockOAuthClient::new();
         oauth.expect_providers().returning(|| vec!["github".to_string()]);
-        let mut p = sluice.ports().clone();
+        let mut p = sluice.ports.clone();
         p.connectors = Arc::new(connectors);
         p.oauth = Some(Arc::new(oauth));
         let sluice = Sluice::new(p);

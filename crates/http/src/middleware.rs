@@ -212,8 +212,7 @@ async fn idempotent(
     };
     let path = http_req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_string();
     let fp = idempotency::fingerprint(http_req.method().as_str(), &path, &body);
-    let store = sluice.ports().idempotency.clone();
-    match idempotency::begin(store.as_ref(), &scope, &key, &fp, sluice.now()).await {
+    match sluice.begin_idempotent(&scope, &key, &fp).await {
         Err(e) => Ok(ServiceResponse::new(http_req, ApiError::from(e).error_response())),
         Ok(Begin::Replay(stored)) => Ok(ServiceResponse::new(http_req, replay(&stored))),
         Ok(Begin::Proceed) => {
@@ -221,7 +220,7 @@ async fn idempotent(
             let res = match call(next, req).await {
                 Ok(res) if !res.status().is_server_error() => res,
                 other => {
-                    if let Err(e) = store.release(&scope, &key).await {
+                    if let Err(e) = sluice.release_idempotent(&scope, &key).await {
                         tracing::warn!(error = %e, "releasing an idempotency key failed");
                     }
                     return other;
@@ -232,7 +231,7 @@ async fn idempotent(
             let bytes = match to_bytes_limited(body, MAX_STORED_RESPONSE).await {
                 Ok(Ok(b)) => b,
                 _ => {
-                    let _ = store.release(&scope, &key).await;
+                    let _ = sluice.release_idempotent(&scope, &key).await;
                     return Ok(ServiceResponse::new(http_req, ApiError::internal().error_response()));
                 }
             };
@@ -244,7 +243,7 @@ async fn idempotent(
                 content_type: header_str(header::CONTENT_TYPE),
                 location: header_str(header::LOCATION),
             };
-            if let Err(e) = store.complete(&scope, &key, &stored).await {
+            if let Err(e) = sluice.complete_idempotent(&scope, &key, &stored).await {
                 tracing::warn!(error = %e, "storing an idempotent response failed");
             }
             Ok(ServiceResponse::new(http_req, head.set_body(BoxBody::new(bytes))))

@@ -35,7 +35,7 @@ pub async fn run(sluice: Sluice, id: String) {
                     tokio::spawn(async move {
                         loop {
                             tokio::time::sleep(heartbeat).await;
-                            match sluice.ports().runs.heartbeat(fence, &id, sluice.now()).await {
+                            match sluice.renew_lease(fence, &id).await {
                                 Ok(true) => {}
                                 Ok(false) => {
                                     let _ = lost_tx.send(());

@@ -195,9 +195,8 @@ async fn an_attempt_whose_run_was_taken_over_writes_nothing() {
     assert_eq!(w.sluice.recover_lost_runs().await.unwrap(), 1);
     let taken = w.sluice.claim_run("second").await.unwrap().unwrap();
     assert_eq!(taken.attempt, 2);
-    let runs = &w.sluice.ports().runs;
-    assert!(!runs.heartbeat(stale.fence(), "frozen", w.sluice.now()).await.unwrap(), "the old lease is gone");
-    assert!(runs.heartbeat(taken.fence(), "second", w.sluice.now()).await.unwrap());
+    assert!(!w.sluice.renew_lease(stale.fence(), "frozen").await.unwrap(), "the old lease is gone");
+    assert!(w.sluice.renew_lease(taken.fence(), "second").await.unwrap());
     let done = w.sluice.execute_run(taken).await;
     assert_eq!(done.status, RunStatus::Succeeded);
     let logs_before = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap().len();
@@ -210,7 +209,7 @@ async fn an_attempt_whose_run_was_taken_over_writes_nothing() {
     assert_eq!((after.status, after.attempt), (RunStatus::Succeeded, 2));
     assert_eq!(w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap().len(), logs_before);
     assert_eq!(w.mem.rows("d", "out_f"), written);
-    assert!(!runs.holds(Fence { run: r.id, attempt: 1 }).await.unwrap());
+    assert!(!w.sluice.renew_lease(Fence { run: r.id, attempt: 1 }, "frozen").await.unwrap());
 }
 
 #[tokio::test]

@@ -91,6 +91,16 @@ impl Sluice {
         Ok(queued)
     }
 
+    /// Renews `worker`'s lease on the run it executes; `false` when the run
+    /// is no longer that attempt's (taken over, canceled or ended): the
+    /// worker must then stop at once.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn renew_lease(&self, fence: crate::sync::flow::Fence, worker: &str) -> Result<bool> {
+        self.ports.runs.heartbeat(fence, worker, self.now()).await
+    }
+
     /// Finds running runs whose worker stopped renewing its lease: queued
     /// again while attempts remain, failed otherwise. Answers how many.
     pub async fn recover_lost_runs(&self) -> Result<usize> {

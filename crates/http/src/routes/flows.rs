@@ -468,7 +468,7 @@ pub async fn details(
     let recent =
         state.sluice.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
     let cursors = state.sluice.flow_state(&caller.principal, org, id).await?;
-    let all = state.sluice.ports().flows.all(org).await?;
+    let all = state.sluice.all_flows(&caller.principal, org).await?;
     let name_of = |fid: &str| all.iter().find(|x| x.id.to_string() == fid).map(|x| x.name.clone()).unwrap_or_default();
     let on = |o: sluice_domain::sync::flow::DependsOn| {
         serde_json::to_value(o).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
