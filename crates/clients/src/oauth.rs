@@ -69,7 +69,7 @@ impl OAuthProviders {
 }
 
 fn failed(message: String) -> Error {
-    Error::Unprocessable { code: "oauth_exchange_failed", message }
+    Error::Unprocessable { code: sluice_domain::shared::error::code::OAUTH_EXCHANGE_FAILED, message }
 }
 
 #[async_trait]

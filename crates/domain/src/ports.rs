@@ -57,12 +57,12 @@ pub trait OrgRepository: Send + Sync {
     /// transaction.
     ///
     /// # Errors
-    /// `NotFound` for a non-member; `Conflict { code: "last_admin" }`.
+    /// `NotFound` for a non-member; `Conflict { code: crate::shared::error::code::LAST_ADMIN }`.
     async fn set_member_role(&self, org: OrgId, user: UserId, role: Role, audit: &AuditEntry) -> Result<Member>;
     /// Removes a member under the same rule.
     ///
     /// # Errors
-    /// `NotFound` for a non-member; `Conflict { code: "last_admin" }`.
+    /// `NotFound` for a non-member; `Conflict { code: crate::shared::error::code::LAST_ADMIN }`.
     async fn remove_member(&self, org: OrgId, user: UserId, audit: &AuditEntry) -> Result<()>;
 }
 
@@ -76,8 +76,8 @@ pub trait InvitationRepository: Send + Sync {
     /// invitation's role, atomically.
     ///
     /// # Errors
-    /// `Conflict { code: "invitation_not_pending" }` when it was used or
-    /// revoked meanwhile; `Conflict { code: "already_member" }`.
+    /// `Conflict { code: crate::shared::error::code::INVITATION_NOT_PENDING }` when it was used or
+    /// revoked meanwhile; `Conflict { code: crate::shared::error::code::ALREADY_MEMBER }`.
     async fn accept(
         &self,
         invitation: &Invitation,
@@ -86,7 +86,7 @@ pub trait InvitationRepository: Send + Sync {
         audit: &AuditEntry,
     ) -> Result<()>;
     /// # Errors
-    /// `NotFound`; `Conflict { code: "invitation_not_pending" }`.
+    /// `NotFound`; `Conflict { code: crate::shared::error::code::INVITATION_NOT_PENDING }`.
     async fn revoke(&self, org: OrgId, id: InvitationId, audit: &AuditEntry) -> Result<Invitation>;
 }
 
@@ -155,7 +155,7 @@ pub trait IntegrationRepository: Send + Sync {
     /// `Conflict` when the new name is taken.
     async fn update(&self, integration: &Integration, audit: &AuditEntry) -> Result<()>;
     /// # Errors
-    /// `NotFound`; `Conflict { code: "in_use" }` while connections use it.
+    /// `NotFound`; `Conflict { code: crate::shared::error::code::IN_USE }` while connections use it.
     async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()>;
 }
 
@@ -170,7 +170,7 @@ pub trait ConnectionRepository: Send + Sync {
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>>;
     async fn update(&self, connection: &Connection, audit: &AuditEntry) -> Result<()>;
     /// # Errors
-    /// `NotFound`; `Conflict { code: "in_use" }` while flows use it.
+    /// `NotFound`; `Conflict { code: crate::shared::error::code::IN_USE }` while flows use it.
     async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()>;
     /// Records the outcome of a test.
     async fn record_test(

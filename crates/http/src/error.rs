@@ -115,27 +115,23 @@ impl std::fmt::Display for ApiError {
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         let kind = e.kind();
+        // The status comes from the kind alone (the table below); the code
+        // is the error's own, else the kind's.
+        let (status, kind_code) = status_of(kind);
+        let code = e.code().unwrap_or(kind_code);
         match e {
             Error::Validation(errors) => ApiError::validation(errors),
-            Error::Unprocessable { code, message } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message),
-            Error::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
-            Error::Exhausted { code, message, retry_after } => {
-                let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message);
+            Error::Exhausted { message, retry_after, .. } => {
+                let mut e = ApiError::new(status, code, message);
                 e.retry_after = Some(u32::try_from(retry_after.max(1)).unwrap_or(u32::MAX));
                 e
             }
-            Error::BadRequest { code, message, details } => {
-                ApiError::new(StatusCode::BAD_REQUEST, code, message).with_details(details)
-            }
-            Error::NotFound { resource } => ApiError::not_found(format!("{resource} not found")),
+            Error::BadRequest { message, details, .. } => ApiError::new(status, code, message).with_details(details),
             Error::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
                 ApiError::internal()
             }
-            other => {
-                let (status, code) = status_of(kind);
-                ApiError::new(status, code, other.to_string())
-            }
+            other => ApiError::new(status, code, other.to_string()),
         }
     }
 }

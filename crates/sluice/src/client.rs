@@ -3,8 +3,7 @@
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use sluice_domain::iac::service::CONCURRENT_APPLY;
-use sluice_domain::shared::idempotency::IN_PROGRESS;
+use sluice_domain::shared::error::code::{CONCURRENT_APPLY, IDEMPOTENCY_IN_PROGRESS as IN_PROGRESS};
 use std::fmt::Write as _;
 use std::time::Duration;
 

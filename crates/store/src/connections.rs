@@ -213,7 +213,7 @@ impl IntegrationRepository for Store {
                 .map_err(db_err)?;
             if users > 0 {
                 return Err(Error::Conflict {
-                    code: "in_use",
+                    code: sluice_domain::shared::error::code::IN_USE,
                     message: format!("{users} connection(s) use this integration; delete or move them first"),
                 });
             }
@@ -308,7 +308,7 @@ impl ConnectionRepository for Store {
                 .map_err(db_err)?;
             if users > 0 {
                 return Err(Error::Conflict {
-                    code: "in_use",
+                    code: sluice_domain::shared::error::code::IN_USE,
                     message: format!("{users} flow(s) use this connection; delete or change them first"),
                 });
             }

@@ -77,7 +77,9 @@ fn run_from(m: runs::Model) -> Result<Run> {
 
 fn conflict_name(e: Error, name: &str) -> Error {
     match e {
-        Error::Conflict { code: "conflict", .. } => Error::conflict(format!("a flow named '{name}' already exists")),
+        Error::Conflict { code: sluice_domain::shared::error::code::CONFLICT, .. } => {
+            Error::conflict(format!("a flow named '{name}' already exists"))
+        }
         other => other,
     }
 }
@@ -234,7 +236,12 @@ impl RunRepository for Store {
                 match res {
                     Ok(r) if r.rows_affected == 1 => {}
                     // Another worker won it, or its flow started a run meanwhile.
-                    Ok(_) | Err(_) => return Err(Error::Conflict { code: "claim_lost", message: String::new() }),
+                    Ok(_) | Err(_) => {
+                        return Err(Error::Conflict {
+                            code: sluice_domain::shared::error::code::CLAIM_LOST,
+                            message: String::new(),
+                        });
+                    }
                 }
                 let mut run = run_from(candidate)?;
                 run.status = RunStatus::Running;
@@ -245,7 +252,7 @@ impl RunRepository for Store {
             }
             .await;
             match tx.finish(r).await {
-                Err(Error::Conflict { code: "claim_lost", .. }) => continue,
+                Err(Error::Conflict { code: sluice_domain::shared::error::code::CLAIM_LOST, .. }) => continue,
                 // The one-running-run-per-flow index refused the claim.
                 Err(Error::Conflict { .. }) => continue,
                 other => return other,

@@ -18,7 +18,7 @@ use sluice_domain::{Error, Result};
 /// first; a missed conditional update means the row changed meanwhile.
 fn stale(e: DbErr) -> Error {
     match db_err(e) {
-        Error::Conflict { code: "conflict", .. } => stale_plan(),
+        Error::Conflict { code: sluice_domain::shared::error::code::CONFLICT, .. } => stale_plan(),
         e => e,
     }
 }

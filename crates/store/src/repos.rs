@@ -353,13 +353,13 @@ impl InvitationRepository for Store {
                 .map_err(db_err)?;
             if res.rows_affected == 0 {
                 return Err(Error::Conflict {
-                    code: "invitation_not_pending",
+                    code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
                     message: "this invitation is no longer pending".into(),
                 });
             }
             if self.membership(tx.c(), inv.org_id, user).await?.is_some() {
                 return Err(Error::Conflict {
-                    code: "already_member",
+                    code: sluice_domain::shared::error::code::ALREADY_MEMBER,
                     message: "you are already a member of this organization".into(),
                 });
             }
@@ -390,7 +390,7 @@ impl InvitationRepository for Store {
                 .ok_or(Error::not_found("invitation"))?;
             if m.status != InvitationStatus::Pending.as_str() {
                 return Err(Error::Conflict {
-                    code: "invitation_not_pending",
+                    code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
                     message: format!("this invitation is {}", m.status),
                 });
             }

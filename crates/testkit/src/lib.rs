@@ -218,13 +218,13 @@ impl InvitationRepository for InMemoryStore {
         let pending = s.invitations.iter().any(|(i, _)| i.id == inv.id && i.status == InvitationStatus::Pending);
         if !pending {
             return Err(Error::Conflict {
-                code: "invitation_not_pending",
+                code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
                 message: "this invitation is no longer pending".into(),
             });
         }
         if s.members.contains_key(&(inv.org_id, user)) {
             return Err(Error::Conflict {
-                code: "already_member",
+                code: sluice_domain::shared::error::code::ALREADY_MEMBER,
                 message: "you are already a member of this organization".into(),
             });
         }
@@ -245,7 +245,7 @@ impl InvitationRepository for InMemoryStore {
             .ok_or(Error::not_found("invitation"))?;
         if i.status != InvitationStatus::Pending {
             return Err(Error::Conflict {
-                code: "invitation_not_pending",
+                code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
                 message: format!("this invitation is {}", i.status.as_str()),
             });
         }
@@ -534,7 +534,7 @@ impl IntegrationRepository for InMemoryCatalog {
         let users = s.connections.iter().filter(|c| c.integration_id == Some(id)).count();
         if users > 0 {
             return Err(Error::Conflict {
-                code: "in_use",
+                code: sluice_domain::shared::error::code::IN_USE,
                 message: format!("{users} connection(s) use this integration"),
             });
         }

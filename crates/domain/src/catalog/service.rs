@@ -379,7 +379,7 @@ impl Sluice {
             if !deps.is_empty() {
                 let names: Vec<&str> = deps.iter().map(|d| d.flow_name.as_str()).collect();
                 return Err(Error::Conflict {
-                    code: "in_use",
+                    code: crate::shared::error::code::IN_USE,
                     message: format!(
                         "flows depend on this data asset ({}); pass ?force=true to delete it anyway",
                         names.join(", ")
@@ -479,7 +479,7 @@ impl Sluice {
         let limit = plan.monthly_validations();
         if !self.ports.catalog.consume_validation(org, &usage_month(now), limit).await? {
             return Err(Error::Exhausted {
-                code: "quota_exceeded",
+                code: crate::shared::error::code::QUOTA_EXCEEDED,
                 message: format!(
                     "the monthly quota of {} validations of the {} plan is used up",
                     limit.unwrap_or_default(),

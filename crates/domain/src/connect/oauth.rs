@@ -62,7 +62,7 @@ pub trait OAuthClient: Send + Sync {
     /// Exchanges `code` for tokens.
     ///
     /// # Errors
-    /// `Unprocessable { code: "oauth_exchange_failed" }` with the provider's reason.
+    /// `Unprocessable { code: crate::shared::error::code::OAUTH_EXCHANGE_FAILED }` with the provider's reason.
     async fn exchange(&self, provider: &str, code: &str, verifier: &str) -> Result<OAuthTokens>;
 }
 
@@ -99,7 +99,7 @@ pub fn verify_state(key: &[u8], param: &str) -> Option<String> {
 }
 
 fn bad_state(message: &str) -> Error {
-    Error::Unprocessable { code: "invalid_oauth_state", message: message.into() }
+    Error::Unprocessable { code: crate::shared::error::code::INVALID_OAUTH_STATE, message: message.into() }
 }
 
 impl Sluice {

@@ -426,7 +426,7 @@ impl Sluice {
     async fn source_of(&self, c: &Connection) -> Result<std::sync::Arc<dyn crate::connect::connector::Source>> {
         if !c.capability.reads() {
             return Err(Error::Unprocessable {
-                code: "not_a_source",
+                code: crate::shared::error::code::NOT_A_SOURCE,
                 message: format!("connection '{}' is a {}; it cannot be read", c.name, c.capability.as_str()),
             });
         }
@@ -500,7 +500,9 @@ impl Sluice {
 /// A unique violation on a named resource, said with its name.
 pub(crate) fn named_conflict(e: Error, kind: &str, name: &str) -> Error {
     match e {
-        Error::Conflict { code: "conflict", .. } => Error::conflict(format!("a {kind} named '{name}' already exists")),
+        Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
+            Error::conflict(format!("a {kind} named '{name}' already exists"))
+        }
         other => other,
     }
 }

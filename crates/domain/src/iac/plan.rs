@@ -126,7 +126,7 @@ impl From<ParseError> for Error {
     fn from(e: ParseError) -> Self {
         match e {
             ParseError::Malformed { message, line, column } => Error::BadRequest {
-                code: "malformed_yaml",
+                code: crate::shared::error::code::MALFORMED_YAML,
                 message: match (line, column) {
                     (Some(l), Some(c)) => format!("malformed YAML at line {l}, column {c}: {message}"),
                     _ => format!("malformed YAML: {message}"),
@@ -912,7 +912,7 @@ pub trait IacRepository: Send + Sync {
     /// `audit` in one transaction, serialized with other applies of `org`.
     ///
     /// # Errors
-    /// `Conflict { code: "stale_plan" }`, with nothing written, when a
+    /// `Conflict { code: crate::shared::error::code::STALE_PLAN }`, with nothing written, when a
     /// resource was changed after the plan was made (an update's
     /// `planned_against` no longer matches) or a created name was taken
     /// meanwhile; the caller plans again.
@@ -922,7 +922,10 @@ pub trait IacRepository: Send + Sync {
 
 /// The conflict a stale plan gets from [`IacRepository::apply`].
 pub fn stale_plan() -> Error {
-    Error::Conflict { code: "stale_plan", message: "the organization changed while the apply was planned".into() }
+    Error::Conflict {
+        code: crate::shared::error::code::STALE_PLAN,
+        message: "the organization changed while the apply was planned".into(),
+    }
 }
 
 // ---- drift validation -------------------------------------------------------

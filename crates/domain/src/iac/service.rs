@@ -17,10 +17,6 @@ use uuid::Uuid;
 /// organization between its plan and its write.
 const ATTEMPTS: usize = 5;
 
-/// The conflict code of an apply that lost to other applies [`ATTEMPTS`]
-/// times; sending it again may succeed.
-pub const CONCURRENT_APPLY: &str = "concurrent_apply";
-
 /// The result of an apply or a dry run.
 #[derive(Debug, Clone)]
 pub struct ApplyOutcome {
@@ -75,9 +71,9 @@ impl Sluice {
     /// `dry_run`, answers the plan and writes nothing.
     ///
     /// # Errors
-    /// `BadRequest { code: "malformed_yaml" }` for text that is not YAML;
+    /// `BadRequest { code: crate::shared::error::code::MALFORMED_YAML }` for text that is not YAML;
     /// `Validation` listing every problem with its YAML path;
-    /// `Conflict { code: "concurrent_apply" }` when other applies kept
+    /// `Conflict { code: crate::shared::error::code::CONCURRENT_APPLY }` when other applies kept
     /// changing the organization.
     pub async fn apply_iac(&self, p: &Principal, org: OrgId, text: &str, dry_run: bool) -> Result<ApplyOutcome> {
         self.access(p, org, Permission::Write).await?;
@@ -101,12 +97,13 @@ impl Sluice {
             let audit = audit_entries(org, p, &plan, apply_id, now);
             match self.ports.iac.apply(org, &plan.writes, &audit).await {
                 Ok(()) => return Ok(ApplyOutcome { dry_run, apply_id: Some(apply_id), plan }),
-                Err(Error::Conflict { code: "stale_plan", .. }) => continue,
+                Err(Error::Conflict { code: crate::shared::error::code::STALE_PLAN, .. }) => continue,
                 Err(e) => return Err(e),
             }
         }
         Err(Error::Conflict {
-            code: CONCURRENT_APPLY,
+            // Lost to other applies ATTEMPTS times; sending it again may succeed.
+            code: crate::shared::error::code::CONCURRENT_APPLY,
             message: "other applies kept changing this organization; try again".into(),
         })
     }
@@ -180,14 +177,14 @@ impl Sluice {
             Some(fields) => fields,
             None => {
                 let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
-                    code: "schema_unknown",
+                    code: crate::shared::error::code::SCHEMA_UNKNOWN,
                     message: format!(
                         "no schema of '{}' is recorded and '{}' cannot be reached; run the flow or discover the connection first",
                         m.source_entity, source.name
                     ),
                 })?;
                 let s = schemas.get(&m.source_entity).ok_or_else(|| Error::Unprocessable {
-                    code: "schema_unknown",
+                    code: crate::shared::error::code::SCHEMA_UNKNOWN,
                     message: format!("'{}' does not exist in '{}'", m.source_entity, source.name),
                 })?;
                 s.fields

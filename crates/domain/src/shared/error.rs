@@ -57,10 +57,9 @@ pub enum Error {
     /// other than field validation, e.g. a reused idempotency key.
     #[error("{message}")]
     Unprocessable { code: &'static str, message: String },
-    /// A quota or rate limit is used up, e.g. the monthly validations.
+    /// A quota or limit is used up, e.g. the monthly validations;
+    /// `retry_after` seconds until it renews.
     #[error("{message}")]
-    /// A quota or limit is used up; `retry_after` seconds until it
-    /// renews.
     Exhausted { code: &'static str, message: String, retry_after: u64 },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -80,12 +79,27 @@ impl Error {
         }
     }
 
+    /// The error's own code, where it carries one (the kind's otherwise).
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            Error::BadRequest { code, .. }
+            | Error::Conflict { code, .. }
+            | Error::Unprocessable { code, .. }
+            | Error::Exhausted { code, .. } => Some(code),
+            Error::Unauthenticated(_)
+            | Error::Forbidden(_)
+            | Error::NotFound { .. }
+            | Error::Validation(_)
+            | Error::Internal(_) => None,
+        }
+    }
+
     pub fn not_found(resource: &'static str) -> Self {
         Error::NotFound { resource }
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Error::Conflict { code: "conflict", message: message.into() }
+        Error::Conflict { code: code::CONFLICT, message: message.into() }
     }
 
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
@@ -95,6 +109,34 @@ impl Error {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Error::Forbidden(message.into())
     }
+}
+
+/// Every code an [`Error`] carries, in one list: logic matches on these
+/// constants, never on string literals, and clients read them in the
+/// contract's error body.
+pub mod code {
+    pub const ALREADY_MEMBER: &str = "already_member";
+    pub const CLAIM_LOST: &str = "claim_lost";
+    pub const CONCURRENT_APPLY: &str = "concurrent_apply";
+    pub const CONFLICT: &str = "conflict";
+    pub const CURSOR_FIELD_MISSING: &str = "cursor_field_missing";
+    pub const IDEMPOTENCY_IN_PROGRESS: &str = "idempotency_in_progress";
+    pub const IDEMPOTENCY_KEY_REUSED: &str = "idempotency_key_reused";
+    pub const IN_USE: &str = "in_use";
+    pub const INVALID_OAUTH_STATE: &str = "invalid_oauth_state";
+    pub const INVITATION_EXPIRED: &str = "invitation_expired";
+    pub const INVITATION_NOT_PENDING: &str = "invitation_not_pending";
+    pub const LAST_ADMIN: &str = "last_admin";
+    pub const MALFORMED_YAML: &str = "malformed_yaml";
+    pub const NO_CURSOR: &str = "no_cursor";
+    pub const NOT_A_SOURCE: &str = "not_a_source";
+    pub const OAUTH_EXCHANGE_FAILED: &str = "oauth_exchange_failed";
+    pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
+    pub const RUN_FINISHED: &str = "run_finished";
+    pub const RUN_IN_PROGRESS: &str = "run_in_progress";
+    pub const SCHEMA_UNKNOWN: &str = "schema_unknown";
+    pub const SOURCE_UNREACHABLE: &str = "source_unreachable";
+    pub const STALE_PLAN: &str = "stale_plan";
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

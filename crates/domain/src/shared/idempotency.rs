@@ -90,8 +90,8 @@ pub enum Begin {
 /// Claims `key` in `scope` for a request with `fingerprint`.
 ///
 /// # Errors
-/// `Unprocessable { code: "idempotency_key_reused" }` when the key was used
-/// for another request; `Conflict { code: "idempotency_in_progress" }` while
+/// `Unprocessable { code: crate::shared::error::code::IDEMPOTENCY_KEY_REUSED }` when the key was used
+/// for another request; `Conflict { code: crate::shared::error::code::IDEMPOTENCY_IN_PROGRESS }` while
 /// the first request runs.
 pub async fn begin(
     store: &dyn IdempotencyStore,
@@ -118,7 +118,7 @@ pub async fn begin(
             Decision::Replay(r) => return Ok(Begin::Replay(r)),
             Decision::Mismatch => {
                 return Err(Error::Unprocessable {
-                    code: "idempotency_key_reused",
+                    code: crate::shared::error::code::IDEMPOTENCY_KEY_REUSED,
                     message: "this idempotency key was used for a different request".into(),
                 });
             }
@@ -133,13 +133,12 @@ pub async fn begin(
     Err(in_progress())
 }
 
-/// The code of the conflict a request meets while another request with its
-/// idempotency key is in flight; a client may retry it with the same key.
-pub const IN_PROGRESS: &str = "idempotency_in_progress";
-
 /// The conflict a request meets while another with its key is in flight.
 pub fn in_progress() -> Error {
-    Error::Conflict { code: IN_PROGRESS, message: "a request with this idempotency key is still in progress".into() }
+    Error::Conflict {
+        code: crate::shared::error::code::IDEMPOTENCY_IN_PROGRESS,
+        message: "a request with this idempotency key is still in progress".into(),
+    }
 }
 
 #[cfg(test)]

@@ -204,7 +204,7 @@ impl Sluice {
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.created", "flow", f.id, now)
             .with_change(Value::Null, flow_json(&f));
         self.ports.flows.create(&f, &audit).await.map_err(|e| match e {
-            Error::Conflict { code: "conflict", .. } => {
+            Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
                 Error::conflict(format!("a flow named '{}' already exists", f.name))
             }
             other => other,
@@ -249,7 +249,7 @@ impl Sluice {
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.updated", "flow", id, after.updated_at)
             .with_change(flow_json(&before), flow_json(&after));
         self.ports.flows.update(&after, &audit).await.map_err(|e| match e {
-            Error::Conflict { code: "conflict", .. } => {
+            Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
                 Error::conflict(format!("a flow named '{}' already exists", after.name))
             }
             other => other,
@@ -262,7 +262,7 @@ impl Sluice {
         let before = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         if self.ports.runs.running_for_flow(id).await? {
             return Err(Error::Conflict {
-                code: "run_in_progress",
+                code: crate::shared::error::code::RUN_IN_PROGRESS,
                 message: "a run of this flow is executing; cancel it first".into(),
             });
         }
@@ -320,7 +320,7 @@ impl Sluice {
         let mut run = self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
         if run.status.finished() {
             return Err(Error::Conflict {
-                code: "run_finished",
+                code: crate::shared::error::code::RUN_FINISHED,
                 message: format!("the run already ended as {}", run.status.as_str()),
             });
         }
@@ -364,7 +364,7 @@ impl Sluice {
             f.config.mappings.iter().find(|m| m.source_entity == entity).cloned().ok_or(Error::not_found("entity"))?;
         if self.ports.runs.running_for_flow(id).await? {
             return Err(Error::Conflict {
-                code: "run_in_progress",
+                code: crate::shared::error::code::RUN_IN_PROGRESS,
                 message: "a run of this flow is executing; try again when it ends".into(),
             });
         }
@@ -376,18 +376,18 @@ impl Sluice {
         self.access(p, org, Permission::Write).await?;
         let (f, m) = self.mapping_for(org, id, entity).await?;
         let field = m.cursor_field.clone().ok_or_else(|| Error::Unprocessable {
-            code: "no_cursor",
+            code: crate::shared::error::code::NO_CURSOR,
             message: format!("'{entity}' syncs in {} mode, which keeps no cursor", m.sync_mode.as_str()),
         })?;
         let source =
             self.ports.connections.get(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
         let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
-            code: "source_unreachable",
+            code: crate::shared::error::code::SOURCE_UNREACHABLE,
             message: "the source cannot be reached to check the cursor's type".into(),
         })?;
         let t = schemas.get(entity).and_then(|s| s.field(&field)).map(|x| x.field_type).ok_or_else(|| {
             Error::Unprocessable {
-                code: "cursor_field_missing",
+                code: crate::shared::error::code::CURSOR_FIELD_MISSING,
                 message: format!("the source has no field '{field}' in '{entity}'"),
             }
         })?;
