@@ -8,7 +8,7 @@
 mod common;
 
 use sluice_domain::connect::connector::{Capability, ConfigField, ConfigFieldType, ConnectorSpec};
-use sluice_domain::iac::{Action, Catalogue, IacRepository, Plan, Snapshot, Write, parse, plan};
+use sluice_domain::iac::{Action, Catalogue, IacPlan, IacRepository, Snapshot, Write, parse, plan};
 use sluice_domain::identity::Actor;
 use sluice_domain::identity::org::{Organization, Plan as Tier};
 use sluice_domain::identity::user::VerifiedClaims;
@@ -70,7 +70,7 @@ fn now() -> OffsetDateTime {
     n.replace_nanosecond(n.nanosecond() / 1000 * 1000).unwrap()
 }
 
-fn plan_of(text: &str, s: &Snapshot, org: OrgId) -> Result<Plan> {
+fn plan_of(text: &str, s: &Snapshot, org: OrgId) -> Result<IacPlan> {
     plan(&parse(text).unwrap(), s, &registry(), org, now())
 }
 
@@ -79,7 +79,7 @@ fn audit(org: OrgId) -> Vec<AuditEntry> {
 }
 
 /// Plans and applies like the service does: again on a stale plan.
-async fn apply(store: &Store, org: OrgId, text: &str) -> Result<Plan> {
+async fn apply(store: &Store, org: OrgId, text: &str) -> Result<IacPlan> {
     for _ in 0..10 {
         let p = plan_of(text, &store.snapshot(org).await?, org)?;
         if p.writes.is_empty() {

@@ -3,7 +3,7 @@
 //! unchanged) that an apply writes in one transaction.
 //!
 //! Everything here is pure: the service reads the organization's current
-//! state into a [`Snapshot`], calls [`plan`], and hands [`Plan::writes`] to
+//! state into a [`Snapshot`], calls [`plan`], and hands [`IacPlan::writes`] to
 //! the store. Resources are matched by name; resources that exist in the
 //! organization but not in the document are left alone.
 
@@ -328,7 +328,7 @@ pub enum Action {
 
 /// One resource of the document and what the apply does to it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Change {
+pub struct IacChange {
     pub kind: Kind,
     pub name: String,
     pub action: Action,
@@ -375,12 +375,12 @@ impl Writes {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
-    pub changes: Vec<Change>,
+pub struct IacPlan {
+    pub changes: Vec<IacChange>,
     pub writes: Writes,
 }
 
-impl Plan {
+impl IacPlan {
     pub fn count(&self, action: Action) -> usize {
         self.changes.iter().filter(|c| c.action == action).count()
     }
@@ -540,7 +540,7 @@ pub fn plan(
     registry: &Catalogue,
     org: OrgId,
     now: OffsetDateTime,
-) -> Result<Plan, Error> {
+) -> Result<IacPlan, Error> {
     let mut errors: Vec<FieldError> = Vec::new();
     errors.extend(duplicates("integrations", doc.integrations.iter().map(|i| i.name.as_str())));
     errors.extend(duplicates("connections", doc.connections.iter().map(|c| c.name.as_str())));
@@ -571,7 +571,7 @@ pub fn plan(
         names.flow_names.entry(*id).or_insert(d.name.trim().to_string());
     }
 
-    let mut out = Plan::default();
+    let mut out = IacPlan::default();
 
     // Integrations.
     for (i, (d, id)) in doc.integrations.iter().zip(&integration_ids).enumerate() {
@@ -605,7 +605,7 @@ pub fn plan(
                     created_at: now,
                     updated_at: now,
                 };
-                out.changes.push(Change {
+                out.changes.push(IacChange {
                     kind: Kind::Integration,
                     name,
                     action: Action::Created,
@@ -623,7 +623,13 @@ pub fn plan(
                     item.updated_at = now;
                     out.writes.integrations.push(Write::Update { item, planned_against: e.updated_at });
                 }
-                out.changes.push(Change { kind: Kind::Integration, name, action, id: Some(id.to_string()), diff: d });
+                out.changes.push(IacChange {
+                    kind: Kind::Integration,
+                    name,
+                    action,
+                    id: Some(id.to_string()),
+                    diff: d,
+                });
             }
         }
     }
@@ -693,7 +699,7 @@ pub fn plan(
         };
         match existing {
             None => {
-                out.changes.push(Change {
+                out.changes.push(IacChange {
                     kind: Kind::Connection,
                     name,
                     action: Action::Created,
@@ -719,7 +725,13 @@ pub fn plan(
                     item.created_at = e.created_at;
                     out.writes.connections.push(Write::Update { item, planned_against: e.updated_at });
                 }
-                out.changes.push(Change { kind: Kind::Connection, name, action, id: Some(id.to_string()), diff: dd });
+                out.changes.push(IacChange {
+                    kind: Kind::Connection,
+                    name,
+                    action,
+                    id: Some(id.to_string()),
+                    diff: dd,
+                });
             }
         }
     }
@@ -826,7 +838,7 @@ pub fn plan(
         let mut flow = flow.clone();
         match existing {
             None => {
-                out.changes.push(Change {
+                out.changes.push(IacChange {
                     kind: Kind::Flow,
                     name: flow.name.clone(),
                     action: Action::Created,
@@ -844,7 +856,7 @@ pub fn plan(
                     }
                     out.writes.flows.push(Write::Update { item: flow.clone(), planned_against: e.updated_at });
                 }
-                out.changes.push(Change {
+                out.changes.push(IacChange {
                     kind: Kind::Flow,
                     name: flow.name,
                     action,
@@ -1195,7 +1207,7 @@ flows:
         s
     }
 
-    fn plan_of(text: &str, s: &Snapshot) -> Result<Plan, Error> {
+    fn plan_of(text: &str, s: &Snapshot) -> Result<IacPlan, Error> {
         plan(&parse(text).unwrap(), s, &registry(), OrgId::new(), NOW)
     }
 
@@ -1301,7 +1313,7 @@ flows:
         let s = applied(Snapshot::default(), &plan_of(DOC, &Snapshot::default()).unwrap().writes);
         let edited = DOC.replace("*/15 * * * *", "0 * * * *").replace("user: loader", "user: writer");
         let p = plan_of(&edited, &s).unwrap();
-        let updated: Vec<&Change> = p.changes.iter().filter(|c| c.action == Action::Updated).collect();
+        let updated: Vec<&IacChange> = p.changes.iter().filter(|c| c.action == Action::Updated).collect();
         assert_eq!(updated.len(), 2);
         assert_eq!(updated[0].name, "warehouse");
         assert_eq!(

@@ -3,7 +3,7 @@
 //! the organization, plans, and hands the plan to the store.
 
 use crate::connect::service::{connection_json, integration_json};
-use crate::iac::{self, Action, Catalogue, CurrentField, Document, DriftReport, MappingFacts, Plan, ProposedField};
+use crate::iac::{self, Action, Catalogue, CurrentField, Document, DriftReport, IacPlan, MappingFacts, ProposedField};
 use crate::identity::{Permission, Principal};
 use crate::service::Sluice;
 use crate::shared::audit::AuditEntry;
@@ -23,10 +23,16 @@ pub struct ApplyOutcome {
     pub dry_run: bool,
     /// Names the audit entries of a real apply.
     pub apply_id: Option<Uuid>,
-    pub plan: Plan,
+    pub plan: IacPlan,
 }
 
-fn audit_entries(org: OrgId, p: &Principal, plan: &Plan, apply_id: Uuid, at: time::OffsetDateTime) -> Vec<AuditEntry> {
+fn audit_entries(
+    org: OrgId,
+    p: &Principal,
+    plan: &IacPlan,
+    apply_id: Uuid,
+    at: time::OffsetDateTime,
+) -> Vec<AuditEntry> {
     let w = &plan.writes;
     let integrations = w
         .integrations
@@ -110,7 +116,7 @@ impl Sluice {
 
     /// The registry's checks of each connection the plan writes (file
     /// paths inside the organization's directory), by YAML path.
-    async fn check_connection_settings(&self, org: OrgId, doc: &Document, plan: &Plan) -> Result<()> {
+    async fn check_connection_settings(&self, org: OrgId, doc: &Document, plan: &IacPlan) -> Result<()> {
         let mut errors = Vec::new();
         for w in &plan.writes.connections {
             let c = w.item();

@@ -31,7 +31,8 @@ struct RunSource {
     io: Arc<dyn Source>,
 }
 
-enum Outcome {
+/// How one entity's sync (or the run's entities) ended.
+enum EntityOutcome {
     Done,
     Drift,
     Canceled,
@@ -120,7 +121,7 @@ impl Sluice {
         }
         let all_transient = match &result {
             Err(f) => f.transient,
-            Ok(Outcome::Done) => {
+            Ok(EntityOutcome::Done) => {
                 let failed = run.entities.iter().filter(|e| e.status == "failed").count();
                 failed > 0 && transient.len() == failed
             }
@@ -156,9 +157,9 @@ impl Sluice {
                 run.error = Some(f.message);
                 RunStatus::Failed
             }
-            Ok(Outcome::Canceled) => RunStatus::Canceled,
-            Ok(Outcome::Drift) => RunStatus::DriftDetected,
-            Ok(Outcome::Done) => {
+            Ok(EntityOutcome::Canceled) => RunStatus::Canceled,
+            Ok(EntityOutcome::Drift) => RunStatus::DriftDetected,
+            Ok(EntityOutcome::Done) => {
                 let failed: Vec<&str> =
                     run.entities.iter().filter(|e| e.status == "failed").map(|e| e.entity.as_str()).collect();
                 if failed.is_empty() {
@@ -206,7 +207,7 @@ impl Sluice {
         run
     }
 
-    async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<Outcome, Failure> {
+    async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<EntityOutcome, Failure> {
         let flow = self.ports.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
         let conn = |id| async move {
             let c = self
@@ -238,7 +239,7 @@ impl Sluice {
         let earlier = std::mem::take(&mut run.entities);
         for m in &flow.config.mappings {
             if self.canceled(run).await {
-                return Ok(Outcome::Canceled);
+                return Ok(EntityOutcome::Canceled);
             }
             let started = Instant::now();
             let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
@@ -251,7 +252,7 @@ impl Sluice {
             let outcome = self.sync_entity(run, &flow, m, &source, &dest, &mut stats).await;
             stats.duration_ms = started.elapsed().as_millis() as u64;
             match outcome {
-                Ok(Outcome::Done) => {
+                Ok(EntityOutcome::Done) => {
                     stats.status = "succeeded".into();
                     self.log(
                         run,
@@ -261,14 +262,14 @@ impl Sluice {
                     )
                     .await;
                 }
-                Ok(Outcome::Drift) => {
+                Ok(EntityOutcome::Drift) => {
                     stats.status = "drift_detected".into();
                     drift = true;
                 }
-                Ok(Outcome::Canceled) => {
+                Ok(EntityOutcome::Canceled) => {
                     stats.status = "canceled".into();
                     run.entities.push(stats);
-                    return Ok(Outcome::Canceled);
+                    return Ok(EntityOutcome::Canceled);
                 }
                 Err(f) if f.lost => return Err(f),
                 Err(f) => {
@@ -282,7 +283,7 @@ impl Sluice {
             }
             run.entities.push(stats);
         }
-        Ok(if drift { Outcome::Drift } else { Outcome::Done })
+        Ok(if drift { EntityOutcome::Drift } else { EntityOutcome::Done })
     }
 
     /// Catalogues the source's schema of `entity` as its discovered asset,
@@ -311,7 +312,7 @@ impl Sluice {
         source: &RunSource,
         dest: &Arc<dyn Destination>,
         stats: &mut EntityStats,
-    ) -> Result<Outcome, Failure> {
+    ) -> Result<EntityOutcome, Failure> {
         let entity = m.source_entity.as_str();
         // What earlier attempts committed; this attempt's writer counts its own.
         let prior = stats.rows_written;
@@ -407,7 +408,7 @@ impl Sluice {
                     format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", ")),
                 )
                 .await;
-                return Ok(Outcome::Drift);
+                return Ok(EntityOutcome::Drift);
             }
         }
         let key_idx: Vec<usize> =
@@ -434,7 +435,7 @@ impl Sluice {
             stats.rows_read = loaded;
             stats.rows_written = prior + w.rows_written;
             stats.bytes = w.bytes;
-            return Ok(Outcome::Done);
+            return Ok(EntityOutcome::Done);
         }
         // The same for an upsert by cursor: the records past the cursor,
         // ordered by it, staged in bulk and merged at each checkpoint (the
@@ -473,7 +474,7 @@ impl Sluice {
             let stored = cap(&cursor);
             self.store_cursor(run, flow, m, &stored).await?;
             stats.cursor_after = stored.as_ref().and_then(cursor_text);
-            return Ok(Outcome::Done);
+            return Ok(EntityOutcome::Done);
         }
         let mut reader = source
             .io
@@ -523,7 +524,7 @@ impl Sluice {
             self.store_cursor(run, flow, m, &cap(&cursor)).await?;
         }
         stats.cursor_after = if incremental { cap(&cursor).as_ref().and_then(cursor_text) } else { None };
-        Ok(Outcome::Done)
+        Ok(EntityOutcome::Done)
     }
 
     /// Commits what the writer holds, then (only then) stores `cursor`:
@@ -557,10 +558,10 @@ impl Sluice {
     }
 
     /// A run canceled at a checkpoint: the uncommitted rest is rolled back.
-    async fn cancel_after_checkpoint(&self, run: &Run, entity: &str, writer: Box<dyn EntityWriter>) -> Outcome {
+    async fn cancel_after_checkpoint(&self, run: &Run, entity: &str, writer: Box<dyn EntityWriter>) -> EntityOutcome {
         writer.abort().await;
         self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into()).await;
-        Outcome::Canceled
+        EntityOutcome::Canceled
     }
 
     async fn store_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {

@@ -12,7 +12,7 @@ use actix_web::http::header::CONTENT_TYPE;
 use actix_web::web::{Data, Json, Path, Payload, Query};
 use actix_web::{HttpRequest, HttpResponse, get, post};
 use serde::{Deserialize, Serialize};
-use sluice_domain::iac::{Action, Change, DriftReport, ProposedField, to_yaml};
+use sluice_domain::iac::{Action, DriftReport, IacChange, ProposedField, to_yaml};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -43,7 +43,7 @@ pub struct ApplyResponse {
     /// `{kind, name, action: created|updated|unchanged, id, diff: [{path,
     /// before, after}]}` per resource, in the order they are written.
     #[schema(value_type = Vec<Object>)]
-    pub changes: Vec<Change>,
+    pub changes: Vec<IacChange>,
 }
 
 /// Applies an IaC document idempotently (Editor): resources are matched by
