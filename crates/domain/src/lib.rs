@@ -9,6 +9,7 @@ pub mod connect;
 pub mod gateway;
 pub mod iac;
 pub mod identity;
+pub mod monitoring;
 pub mod ports;
 pub mod service;
 pub mod shared;

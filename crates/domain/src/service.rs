@@ -49,6 +49,7 @@ pub struct Ports {
     pub runs: Arc<dyn crate::sync::flow::RunRepository>,
     pub cursors: Arc<dyn crate::sync::flow::CursorRepository>,
     pub queue: Arc<dyn crate::sync::schedule::QueueRepository>,
+    pub activity: Arc<dyn crate::monitoring::ports::ActivityRepository>,
     pub iac: Arc<dyn crate::iac::IacRepository>,
 }
 
@@ -614,6 +615,7 @@ mod tests {
             runs: Arc::new(crate::sync::flow::MockRunRepository::new()),
             cursors: Arc::new(crate::sync::flow::MockCursorRepository::new()),
             queue: Arc::new(crate::sync::schedule::MockQueueRepository::new()),
+            activity: Arc::new(crate::monitoring::ports::MockActivityRepository::new()),
             iac: Arc::new(crate::iac::MockIacRepository::new()),
         }
     }

@@ -142,6 +142,7 @@ impl Application {
             runs: Arc::new(store.clone()),
             cursors: Arc::new(store.clone()),
             queue: Arc::new(store.clone()),
+            activity: Arc::new(store.clone()),
             iac: Arc::new(store.clone()),
         };
         let sluice = Sluice::new(ports).with_lease(settings.run_lease).with_offload(Arc::new(BlockingPool::new()));

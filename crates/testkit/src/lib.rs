@@ -431,6 +431,7 @@ pub fn in_memory_ports_with(
         runs: Arc::new(flows.clone()),
         cursors: Arc::new(flows.clone()),
         queue: Arc::new(flows.clone()),
+        activity: Arc::new(flows.clone()),
         iac: Arc::new(InMemoryIac { catalog: (*catalog_for_iac).clone(), flows, audit: store.clone() }),
         users: s.clone(),
         orgs: s.clone(),
@@ -1052,7 +1053,7 @@ struct FlowState {
     logs: HashMap<RunId, Vec<RunLog>>,
     cursors: HashMap<(FlowId, String), Cursor>,
     markers: std::collections::HashSet<String>,
-    events: Vec<sluice_domain::sync::schedule::ActivityEvent>,
+    events: Vec<sluice_domain::monitoring::activity::ActivityEvent>,
 }
 
 /// Flows, runs and cursors in memory.
@@ -1342,29 +1343,6 @@ impl sluice_domain::sync::schedule::QueueRepository for InMemoryFlows {
         Ok(runs)
     }
 
-    async fn record_event(&self, e: &sluice_domain::sync::schedule::ActivityEvent) -> Result<()> {
-        self.s().events.push(e.clone());
-        Ok(())
-    }
-
-    async fn events(
-        &self,
-        org: OrgId,
-        since: Option<OffsetDateTime>,
-        limit: u64,
-    ) -> Result<Vec<sluice_domain::sync::schedule::ActivityEvent>> {
-        let mut v: Vec<_> = self
-            .s()
-            .events
-            .iter()
-            .filter(|e| e.org_id == org && since.is_none_or(|t| e.created_at >= t))
-            .cloned()
-            .collect();
-        v.reverse();
-        v.truncate(limit as usize);
-        Ok(v)
-    }
-
     async fn find_run(&self, id: RunId) -> Result<Option<Run>> {
         Ok(self.s().runs.iter().find(|r| r.id == id).cloned())
     }
@@ -1379,6 +1357,32 @@ impl sluice_domain::sync::schedule::QueueRepository for InMemoryFlows {
             r.attempt += 1;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl sluice_domain::monitoring::ports::ActivityRepository for InMemoryFlows {
+    async fn record_event(&self, e: &sluice_domain::monitoring::activity::ActivityEvent) -> Result<()> {
+        self.s().events.push(e.clone());
+        Ok(())
+    }
+
+    async fn events(
+        &self,
+        org: OrgId,
+        since: Option<OffsetDateTime>,
+        limit: u64,
+    ) -> Result<Vec<sluice_domain::monitoring::activity::ActivityEvent>> {
+        let mut v: Vec<_> = self
+            .s()
+            .events
+            .iter()
+            .filter(|e| e.org_id == org && since.is_none_or(|t| e.created_at >= t))
+            .cloned()
+            .collect();
+        v.reverse();
+        v.truncate(limit as usize);
+        Ok(v)
     }
 }
 

@@ -11,13 +11,13 @@ use crate::connect::service::named_conflict;
 use crate::gateway::{ContractField, Outcome, check};
 use crate::identity::user::validate_name;
 use crate::identity::{Permission, Principal};
+use crate::monitoring::activity::ActivityEvent;
 use crate::service::{Sluice, merge_validation};
 use crate::shared::audit::AuditEntry;
 use crate::shared::error::FieldError;
 use crate::shared::ids::{AssetId, ConnectionId, FlowId, OrgId};
 use crate::shared::page::{Page, PageRequest};
 use crate::sync::flow::Flow;
-use crate::sync::schedule::ActivityEvent;
 use crate::{Error, Result};
 
 /// Where an asset comes from: declared by a user, or catalogued by discovery.
@@ -511,7 +511,7 @@ impl Sluice {
         if let GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) = &result {
             let n = missing_fields.len() + type_mismatches.len();
             self.ports
-                .queue
+                .activity
                 .record_event(&ActivityEvent {
                     id: uuid::Uuid::now_v7(),
                     org_id: org,

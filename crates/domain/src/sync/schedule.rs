@@ -6,6 +6,7 @@
 //! transaction as the run it queues: with any number of processes, the
 //! insert that wins queues the run, the others find the key taken.
 
+use crate::monitoring::activity::ActivityEvent;
 use crate::service::Sluice;
 use crate::shared::ids::{FlowId, OrgId, RunId};
 use crate::sync::flow::*;
@@ -20,18 +21,6 @@ use uuid::Uuid;
 pub const LEASE: Duration = Duration::seconds(60);
 /// A lost run is queued again until it has been attempted this many times.
 pub const MAX_ATTEMPTS: u32 = 3;
-
-/// A system event for the activity feed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActivityEvent {
-    pub id: Uuid,
-    pub org_id: OrgId,
-    pub event_type: String,
-    pub severity: String,
-    pub message: String,
-    pub data: serde_json::Value,
-    pub created_at: OffsetDateTime,
-}
 
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
@@ -53,8 +42,6 @@ pub trait QueueRepository: Send + Sync {
     async fn requeue(&self, fence: crate::sync::flow::Fence, worker: Option<String>) -> Result<bool>;
     /// Runs of a trace in start order.
     async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>>;
-    async fn record_event(&self, event: &ActivityEvent) -> Result<()>;
-    async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
     /// A run of any organization (internal calls).
     async fn find_run(&self, id: RunId) -> Result<Option<Run>>;
     /// Queues a transiently failed run again (attempt + 1), not to be
@@ -167,7 +154,7 @@ impl Sluice {
             _ => "error",
         };
         self.ports
-            .queue
+            .activity
             .record_event(&ActivityEvent {
                 id: Uuid::now_v7(),
                 org_id: run.org_id,
@@ -243,7 +230,7 @@ impl Sluice {
         limit: u64,
     ) -> Result<Vec<ActivityEvent>> {
         self.access(p, org, crate::identity::Permission::Read).await?;
-        self.ports.queue.events(org, since, limit).await
+        self.ports.activity.events(org, since, limit).await
     }
 }
 
