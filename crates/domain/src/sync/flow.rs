@@ -81,6 +81,37 @@ pub enum DependsOn {
     Completion,
 }
 
+impl DependsOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DependsOn::Success => "success",
+            DependsOn::Failure => "failure",
+            DependsOn::Completion => "completion",
+        }
+    }
+}
+
+/// One edge of the flow graph: `to` runs after a run of `from` ends as
+/// `on` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    pub from: FlowId,
+    pub to: FlowId,
+    pub on: DependsOn,
+}
+
+/// The edges of the graph of `flows` (their `depends_on`, stored as ids).
+pub fn edges(flows: &[Flow]) -> Vec<Edge> {
+    flows
+        .iter()
+        .flat_map(|f| {
+            f.config.depends_on.iter().filter_map(move |d| {
+                d.flow.parse::<uuid::Uuid>().ok().map(|u| Edge { from: FlowId::from(u), to: f.id, on: d.on })
+            })
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dependency {
@@ -505,6 +536,42 @@ pub fn check_schedule(schedule: Option<&str>) -> std::result::Result<(), Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_graph_has_one_edge_per_dependency_stored_as_an_id() {
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let flow = |name: &str, deps: Vec<(String, DependsOn)>| Flow {
+            id: FlowId::new(),
+            org_id: OrgId::new(),
+            name: name.into(),
+            source_connection_id: ConnectionId::new(),
+            destination_connection_id: ConnectionId::new(),
+            schedule: None,
+            config: FlowConfig {
+                mappings: vec![],
+                depends_on: deps.into_iter().map(|(flow, on)| Dependency { flow, on }).collect(),
+            },
+            status: FlowStatus::Active,
+            next_run_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let a = flow("a", vec![]);
+        let b = flow("b", vec![(a.id.to_string(), DependsOn::Success)]);
+        let c = flow("c", vec![(a.id.to_string(), DependsOn::Failure), (b.id.to_string(), DependsOn::Completion)]);
+        // A name never normalized to an id makes no edge.
+        let d = flow("d", vec![("not-an-id".into(), DependsOn::Success)]);
+        let got = edges(&[a.clone(), b.clone(), c.clone(), d]);
+        assert_eq!(
+            got,
+            [
+                Edge { from: a.id, to: b.id, on: DependsOn::Success },
+                Edge { from: a.id, to: c.id, on: DependsOn::Failure },
+                Edge { from: b.id, to: c.id, on: DependsOn::Completion },
+            ]
+        );
+        assert_eq!(DependsOn::Completion.as_str(), "completion");
+    }
 
     #[test]
     fn schedules_that_never_fire_or_run_long_are_refused() {

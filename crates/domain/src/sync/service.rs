@@ -67,12 +67,6 @@ impl Sluice {
         self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))
     }
 
-    /// Every flow of the organization (dependency graphs).
-    pub async fn all_flows(&self, p: &Principal, org: OrgId) -> Result<Vec<Flow>> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.flows.all(org).await
-    }
-
     /// A flow by id or name.
     pub async fn find_flow(&self, org: OrgId, id_or_name: &str) -> Result<Option<Flow>> {
         if let Ok(id) = id_or_name.parse::<FlowId>()

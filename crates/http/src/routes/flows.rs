@@ -13,7 +13,9 @@ use serde_json::Value;
 use sluice_domain::FieldError;
 use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
 use sluice_domain::shared::page::PageRequest;
-use sluice_domain::sync::flow::{Cursor, EntityStats, Flow, FlowConfig, FlowStatus, Run, RunLog, RunStatus, Trigger};
+use sluice_domain::sync::flow::{
+    Cursor, EntityStats, Flow, FlowConfig, FlowStatus, Run, RunLog, RunStatus, Trigger, edges,
+};
 use sluice_domain::sync::service::{FlowUpdate, NewFlow};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
@@ -468,26 +470,18 @@ pub async fn details(
     let recent =
         state.sluice.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
     let cursors = state.sluice.flow_state(&caller.principal, org, id).await?;
-    let all = state.sluice.all_flows(&caller.principal, org).await?;
-    let name_of = |fid: &str| all.iter().find(|x| x.id.to_string() == fid).map(|x| x.name.clone()).unwrap_or_default();
-    let on = |o: sluice_domain::sync::flow::DependsOn| {
-        serde_json::to_value(o).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-    };
-    let upstream = f
-        .config
-        .depends_on
+    let all = state.sluice.topology(&caller.principal, org).await?;
+    let name_of = |fid: FlowId| all.iter().find(|x| x.id == fid).map(|x| x.name.clone()).unwrap_or_default();
+    let graph = edges(&all);
+    let upstream = graph
         .iter()
-        .filter_map(|d| Uuid::parse_str(&d.flow).ok().map(|u| FlowRef { id: u, name: name_of(&d.flow), on: on(d.on) }))
+        .filter(|e| e.to == id)
+        .map(|e| FlowRef { id: e.from.as_uuid(), name: name_of(e.from), on: e.on.as_str().into() })
         .collect();
-    let downstream = all
+    let downstream = graph
         .iter()
-        .flat_map(|x| {
-            x.config.depends_on.iter().filter(|d| d.flow == id.to_string()).map(move |d| FlowRef {
-                id: x.id.as_uuid(),
-                name: x.name.clone(),
-                on: on(d.on),
-            })
-        })
+        .filter(|e| e.from == id)
+        .map(|e| FlowRef { id: e.to.as_uuid(), name: name_of(e.to), on: e.on.as_str().into() })
         .collect();
     let last = recent.items.first().cloned();
     Ok(Json(DetailsResponse {
@@ -532,20 +526,9 @@ pub async fn topology(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -
         .iter()
         .map(|f| TopologyNode { id: f.id.as_uuid(), name: f.name.clone(), status: f.status.as_str().into() })
         .collect();
-    let edges = flows
-        .iter()
-        .flat_map(|f| {
-            f.config.depends_on.iter().filter_map(move |d| {
-                Uuid::parse_str(&d.flow).ok().map(|from| TopologyEdge {
-                    from,
-                    to: f.id.as_uuid(),
-                    on: serde_json::to_value(d.on)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
-                })
-            })
-        })
+    let edges = edges(&flows)
+        .into_iter()
+        .map(|e| TopologyEdge { from: e.from.as_uuid(), to: e.to.as_uuid(), on: e.on.as_str().into() })
         .collect();
     Ok(Json(TopologyResponse { nodes, edges }))
 }

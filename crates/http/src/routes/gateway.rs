@@ -83,8 +83,16 @@ pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload)
         .await
         .map_err(|_| ApiError::payload_too_large(MAX_ANY_BODY))?
         .map_err(|e| ApiError::malformed_json(format!("unreadable body: {e}"), 0, 0))?;
-    let b: ValidateBody = serde_json::from_slice(&bytes)
-        .map_err(|e| json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
+    // A body of megabytes takes milliseconds to parse: off the request
+    // threads too (actix's blocking pool), like the extraction.
+    let parsed = if bytes.len() <= sluice_domain::catalog::INLINE_PAYLOAD {
+        serde_json::from_slice::<ValidateBody>(&bytes)
+    } else {
+        web::block(move || serde_json::from_slice::<ValidateBody>(&bytes))
+            .await
+            .map_err(|e| ApiError::from(sluice_domain::Error::Internal(anyhow::anyhow!("parsing the body: {e}"))))?
+    };
+    let b = parsed.map_err(|e| json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
     let asset = Uuid::parse_str(b.asset_id.trim())
         .map_err(|_| ApiError::validation(vec![FieldError::new("asset_id", "must be a UUID")]))?;
     let result = state.sluice.gateway_validate(&caller.principal, AssetId::from(asset), &b.payload_raw).await?;
