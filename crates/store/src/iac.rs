@@ -5,7 +5,7 @@
 //! change is refused as stale instead of overwriting it.
 
 use crate::entities::*;
-use crate::flows::{flow_from, flow_model};
+use crate::sync::{flow_from, flow_model};
 use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::{ActiveValue, ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};

@@ -6,14 +6,17 @@
 //! entry. SQLite allows one writer at a time, so on SQLite write transactions
 //! also take a process-wide lock instead of failing with `SQLITE_BUSY`.
 
-mod connections;
+// One module per context of the domain (see docs/architecture.md).
+mod catalog;
+mod connect;
 mod convert;
 pub mod crypto;
 mod entities;
-mod flows;
 mod iac;
+mod identity;
 mod meter;
-mod repos;
+mod monitoring;
+mod sync;
 
 use anyhow::Context;
 use sea_orm::{

@@ -1,4 +1,5 @@
-//! The repository ports implemented on sea-orm.
+//! The identity context's store: users, organizations and members, invitations,
+//! API keys, the audit log, idempotency records and the health check.
 
 use crate::entities::*;
 use crate::{Store, convert, db_err, insert_audit};

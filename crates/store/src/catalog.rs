@@ -1,0 +1,308 @@
+//! The catalog context's store: data assets, their versions and
+//! dependencies, and the discovered schemas.
+
+use crate::entities::*;
+use crate::{Store, db_err, insert_audit};
+use async_trait::async_trait;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use serde_json::{Value, json};
+use sluice_domain::catalog::{AssetKind, AssetVersion, Change, DataAsset, fields_to_json, parse_fields};
+use sluice_domain::connect::connector::EntitySchema;
+use sluice_domain::gateway::ContractField;
+use sluice_domain::ports::CatalogRepository;
+use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::ids::{AssetId, ConnectionId, OrgId};
+use sluice_domain::shared::page::{Page, PageRequest};
+use sluice_domain::{Error, Result};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The catalog's field list of a discovered entity.
+fn asset_fields(schema: &EntitySchema) -> Value {
+    Value::Array(
+        schema
+            .fields
+            .iter()
+            .map(|f| {
+                json!({
+                    "name": f.name,
+                    "type": f.field_type.as_str(),
+                    "required": !f.nullable,
+                    "tags": [],
+                    "primary_key": f.primary_key,
+                })
+            })
+            .collect(),
+    )
+}
+
+#[async_trait]
+impl CatalogRepository for Store {
+    async fn upsert_discovered(
+        &self,
+        org: OrgId,
+        name: &str,
+        connection: ConnectionId,
+        schema: &EntitySchema,
+        now: OffsetDateTime,
+    ) -> Result<()> {
+        let fields = asset_fields(schema);
+        let tx = self.write().await?;
+        let r = async {
+            let existing = data_assets::Entity::find()
+                .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+                .filter(data_assets::Column::Name.eq(name))
+                .one(tx.c())
+                .await
+                .map_err(db_err)?;
+            let (asset_id, version) = match existing {
+                Some(a) if a.fields == fields => return Ok(()),
+                Some(a) => {
+                    let version = a.version + 1;
+                    data_assets::Entity::update_many()
+                        .col_expr(data_assets::Column::Fields, Expr::value(fields.clone()))
+                        .col_expr(data_assets::Column::Version, Expr::value(version))
+                        .col_expr(data_assets::Column::UpdatedAt, Expr::value(now))
+                        .filter(data_assets::Column::Id.eq(a.id))
+                        .exec(tx.c())
+                        .await
+                        .map_err(db_err)?;
+                    (a.id, version)
+                }
+                None => {
+                    let id = Uuid::now_v7();
+                    data_assets::Entity::insert(data_assets::ActiveModel {
+                        id: Set(id),
+                        org_id: Set(org.as_uuid()),
+                        name: Set(name.to_string()),
+                        kind: Set("discovered".into()),
+                        version: Set(1),
+                        fields: Set(fields.clone()),
+                        description: Set(None),
+                        connection_id: Set(Some(connection.as_uuid())),
+                        entity: Set(Some(schema.name.clone())),
+                        created_at: Set(now),
+                        updated_at: Set(now),
+                    })
+                    .exec_without_returning(tx.c())
+                    .await
+                    .map_err(db_err)?;
+                    (id, 1)
+                }
+            };
+            data_asset_versions::Entity::insert(data_asset_versions::ActiveModel {
+                id: Set(Uuid::now_v7()),
+                asset_id: Set(asset_id),
+                version: Set(version),
+                fields: Set(fields.clone()),
+                change: Set(if version == 1 { "compatible".into() } else { "discovered".into() }),
+                created_at: Set(now),
+                created_by: Set(Some("discovery".into())),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            Ok(())
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn create_asset(&self, a: &DataAsset, created_by: Option<String>, audit: &AuditEntry) -> Result<()> {
+        let fields = fields_to_json(&a.fields);
+        let tx = self.write().await?;
+        let r = async {
+            data_assets::Entity::insert(data_assets::ActiveModel {
+                id: Set(a.id.as_uuid()),
+                org_id: Set(a.org_id.as_uuid()),
+                name: Set(a.name.clone()),
+                kind: Set(a.kind.as_str().into()),
+                version: Set(a.version),
+                fields: Set(fields.clone()),
+                description: Set(a.description.clone()),
+                connection_id: Set(a.connection_id.map(|c| c.as_uuid())),
+                entity: Set(a.entity.clone()),
+                created_at: Set(a.created_at),
+                updated_at: Set(a.updated_at),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map_err(db_err)?;
+            insert_version(tx.c(), a.id.as_uuid(), a.version, fields, Change::Compatible, created_by, a.created_at)
+                .await?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn find_discovered(&self, org: OrgId, connection: ConnectionId, entity: &str) -> Result<Option<DataAsset>> {
+        data_assets::Entity::find()
+            .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+            .filter(data_assets::Column::ConnectionId.eq(connection.as_uuid()))
+            .filter(data_assets::Column::Entity.eq(entity))
+            .filter(data_assets::Column::Kind.eq(AssetKind::Discovered.as_str()))
+            .order_by_desc(data_assets::Column::UpdatedAt)
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(asset_from)
+            .transpose()
+    }
+
+    async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>> {
+        data_assets::Entity::find_by_id(id.as_uuid())
+            .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(asset_from)
+            .transpose()
+    }
+
+    async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>> {
+        let mut q = data_assets::Entity::find().filter(data_assets::Column::OrgId.eq(org.as_uuid()));
+        if let Some(after) = page.after {
+            q = q.filter(data_assets::Column::Id.lt(after));
+        }
+        let rows =
+            q.order_by_desc(data_assets::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let items = rows.into_iter().map(asset_from).collect::<Result<Vec<_>>>()?;
+        Ok(Page::from_overfetch(items, page.limit, |a| a.id.as_uuid()))
+    }
+
+    async fn update_asset(
+        &self,
+        a: &DataAsset,
+        new_version: Option<(Change, Option<String>)>,
+        audit: &AuditEntry,
+    ) -> Result<()> {
+        let fields = fields_to_json(&a.fields);
+        let tx = self.write().await?;
+        let r = async {
+            let res = data_assets::Entity::update_many()
+                .col_expr(data_assets::Column::Name, Expr::value(a.name.clone()))
+                .col_expr(data_assets::Column::Description, Expr::value(a.description.clone()))
+                .col_expr(data_assets::Column::Fields, Expr::value(fields.clone()))
+                .col_expr(data_assets::Column::Version, Expr::value(a.version))
+                .col_expr(data_assets::Column::UpdatedAt, Expr::value(a.updated_at))
+                .filter(data_assets::Column::Id.eq(a.id.as_uuid()))
+                .filter(data_assets::Column::OrgId.eq(a.org_id.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            if res.rows_affected == 0 {
+                return Err(Error::NotFound { resource: "data asset" });
+            }
+            if let Some((change, by)) = new_version {
+                insert_version(tx.c(), a.id.as_uuid(), a.version, fields, change, by, a.updated_at).await?;
+            }
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn delete_asset(&self, org: OrgId, id: AssetId, audit: &AuditEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let r = async {
+            let res = data_assets::Entity::delete_many()
+                .filter(data_assets::Column::Id.eq(id.as_uuid()))
+                .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            if res.rows_affected == 0 {
+                return Err(Error::NotFound { resource: "data asset" });
+            }
+            // Explicit, so SQLite needs no foreign-key pragma for the cascade.
+            data_asset_versions::Entity::delete_many()
+                .filter(data_asset_versions::Column::AssetId.eq(id.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map_err(db_err)?;
+            insert_audit(tx.c(), audit).await
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
+        // Group commit: see meter.rs.
+        self.meter.consume(self, org, month, limit).await
+    }
+
+    async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {
+        crate::meter::used(&self.db, org, month).await
+    }
+
+    async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {
+        if self.get_asset(org, id).await?.is_none() {
+            return Err(Error::NotFound { resource: "data asset" });
+        }
+        data_asset_versions::Entity::find()
+            .filter(data_asset_versions::Column::AssetId.eq(id.as_uuid()))
+            .order_by_asc(data_asset_versions::Column::Version)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(|m| {
+                Ok(AssetVersion {
+                    version: m.version,
+                    fields: stored_fields(&m.fields)?,
+                    // Discovery's own entries say "discovered"; they are read
+                    // by the drift rules like any other change.
+                    change: Change::parse(&m.change).unwrap_or(Change::Compatible),
+                    created_at: m.created_at,
+                    created_by: m.created_by,
+                })
+            })
+            .collect()
+    }
+}
+
+async fn insert_version(
+    c: &impl ConnectionTrait,
+    asset: Uuid,
+    version: i32,
+    fields: Value,
+    change: Change,
+    created_by: Option<String>,
+    at: OffsetDateTime,
+) -> Result<()> {
+    data_asset_versions::Entity::insert(data_asset_versions::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        asset_id: Set(asset),
+        version: Set(version),
+        fields: Set(fields),
+        change: Set(change.as_str().into()),
+        created_at: Set(at),
+        created_by: Set(created_by),
+    })
+    .exec_without_returning(c)
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}
+
+fn stored_fields(v: &Value) -> Result<Vec<ContractField>> {
+    parse_fields(v).map_err(|e| Error::Internal(anyhow::anyhow!("stored asset fields are invalid: {e:?}")))
+}
+
+fn asset_from(m: data_assets::Model) -> Result<DataAsset> {
+    Ok(DataAsset {
+        id: AssetId::from_uuid(m.id),
+        org_id: OrgId::from_uuid(m.org_id),
+        name: m.name,
+        kind: AssetKind::parse(&m.kind).unwrap_or(AssetKind::Virtual),
+        version: m.version,
+        fields: stored_fields(&m.fields)?,
+        description: m.description,
+        connection_id: m.connection_id.map(ConnectionId::from_uuid),
+        entity: m.entity,
+        created_at: m.created_at,
+        updated_at: m.updated_at,
+    })
+}
