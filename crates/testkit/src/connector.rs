@@ -1,0 +1,270 @@
+//! An in-memory connector (type `memory`): datasets of tables in memory.
+
+use super::*;
+use sluice_domain::connect::connector::*;
+
+type Tables = HashMap<String, (EntitySchema, Vec<Vec<Value>>)>;
+
+/// A connector type `memory` whose datasets live in this process: each
+/// connection names a `dataset`; a `password` credential, when the dataset
+/// requires one, must match. Used by HTTP and sync tests.
+#[derive(Default, Clone)]
+pub struct MemoryConnectors {
+    pub(crate) datasets: Arc<Mutex<HashMap<String, Tables>>>,
+    pub(crate) passwords: Arc<Mutex<HashMap<String, String>>>,
+    /// dataset → (error, how many more opens fail with it)
+    pub(crate) faults: Arc<Mutex<HashMap<String, (ConnectorError, u32)>>>,
+}
+
+impl MemoryConnectors {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts `rows` in `dataset.entity`.
+    pub fn put(&self, dataset: &str, schema: EntitySchema, rows: Vec<Vec<Value>>) {
+        let mut d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
+        d.entry(dataset.to_string()).or_default().insert(schema.name.clone(), (schema, rows));
+    }
+
+    pub fn rows(&self, dataset: &str, entity: &str) -> Option<Vec<Vec<Value>>> {
+        let d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
+        d.get(dataset).and_then(|t| t.get(entity)).map(|(_, r)| r.clone())
+    }
+
+    /// Makes `dataset` require `password`.
+    pub fn require_password(&self, dataset: &str, password: &str) {
+        self.passwords.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), password.into());
+    }
+
+    /// Makes the next `times` opens of `dataset` fail with `error`.
+    pub fn fail_next(&self, dataset: &str, error: ConnectorError, times: u32) {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (error, times));
+    }
+
+    fn open(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<MemoryDataset>> {
+        let name = c.str("dataset").ok_or_else(|| ConnectorError::InvalidConfig("'dataset' is required".into()))?;
+        if let Some((e, n)) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).get_mut(name)
+            && *n > 0
+        {
+            *n -= 1;
+            return Err(e.clone());
+        }
+        if let Some(p) = self.passwords.lock().unwrap_or_else(|p| p.into_inner()).get(name)
+            && c.str("password") != Some(p.as_str())
+        {
+            return Err(ConnectorError::AuthFailed(format!("wrong password for dataset {name}")));
+        }
+        Ok(Arc::new(MemoryDataset { name: name.to_string(), all: self.datasets.clone() }))
+    }
+}
+
+pub fn memory_spec() -> ConnectorSpec {
+    ConnectorSpec {
+        connector_type: "memory",
+        title: "In-memory (tests)",
+        capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
+        config_fields: vec![
+            ConfigField {
+                name: "dataset",
+                field_type: ConfigFieldType::String,
+                required: true,
+                credential: false,
+                default: None,
+                description: "dataset name",
+            },
+            ConfigField {
+                name: "password",
+                field_type: ConfigFieldType::String,
+                required: false,
+                credential: true,
+                default: None,
+                description: "password",
+            },
+        ],
+        sync_modes: vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"],
+        features: vec!["discover", "preview", "incremental"],
+    }
+}
+
+#[async_trait]
+impl ConnectorRegistry for MemoryConnectors {
+    fn specs(&self) -> Vec<ConnectorSpec> {
+        vec![memory_spec()]
+    }
+
+    async fn source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
+        Ok(self.open(c)?)
+    }
+
+    async fn destination(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>> {
+        Ok(self.open(c)?)
+    }
+
+    async fn check_config(&self, _: &ResolvedConfig) -> Vec<sluice_domain::FieldError> {
+        Vec::new()
+    }
+}
+
+struct MemoryDataset {
+    pub(crate) name: String,
+    pub(crate) all: Arc<Mutex<HashMap<String, Tables>>>,
+}
+
+impl MemoryDataset {
+    fn tables(&self) -> MutexGuard<'_, HashMap<String, Tables>> {
+        self.all.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct VecReader {
+    pub(crate) fields: Arc<Vec<Field>>,
+    pub(crate) batches: std::vec::IntoIter<Vec<Vec<Value>>>,
+}
+
+#[async_trait]
+impl RecordReader for VecReader {
+    fn fields(&self) -> Arc<Vec<Field>> {
+        self.fields.clone()
+    }
+
+    async fn next_batch(&mut self) -> ConnectorResult<Option<RecordBatch>> {
+        Ok(self.batches.next().map(|rows| RecordBatch { fields: self.fields.clone(), rows }))
+    }
+}
+
+#[async_trait]
+impl Source for MemoryDataset {
+    async fn check(&self) -> ConnectorResult<()> {
+        Ok(())
+    }
+
+    async fn discover(&self) -> ConnectorResult<Vec<EntitySchema>> {
+        let mut v: Vec<EntitySchema> =
+            self.tables().get(&self.name).map(|t| t.values().map(|(s, _)| s.clone()).collect()).unwrap_or_default();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+
+    async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
+        let (schema, mut rows) = self
+            .tables()
+            .get(&self.name)
+            .and_then(|t| t.get(&req.entity))
+            .cloned()
+            .ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
+        if let Some(c) = &req.cursor {
+            let i = schema
+                .index_of(&c.field)
+                .ok_or_else(|| ConnectorError::InvalidConfig(format!("no field {}", c.field)))?;
+            if let Some(from) = &c.from {
+                rows.retain(|r| compare_values(&r[i], from).is_some_and(|o| o != std::cmp::Ordering::Less));
+            }
+            rows.sort_by(|a, b| compare_values(&a[i], &b[i]).unwrap_or(std::cmp::Ordering::Equal));
+        }
+        if let Some(l) = req.limit {
+            rows.truncate(l as usize);
+        }
+        let size = req.batch_size.max(1);
+        let batches: Vec<Vec<Vec<Value>>> = rows.chunks(size).map(|c| c.to_vec()).collect();
+        Ok(Box::new(VecReader { fields: Arc::new(schema.fields), batches: batches.into_iter() }))
+    }
+}
+
+#[async_trait]
+impl Destination for MemoryDataset {
+    async fn check(&self) -> ConnectorResult<()> {
+        Ok(())
+    }
+
+    async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        Ok(self.tables().get(&self.name).and_then(|t| t.get(entity)).map(|(s, _)| s.clone()))
+    }
+
+    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+        let existing = self.describe(&schema.name).await?;
+        let mut fields = match (&existing, mode) {
+            (Some(e), WriteMode::Append | WriteMode::Upsert) => e.fields.clone(),
+            _ => Vec::new(),
+        };
+        for f in &schema.fields {
+            if !fields.iter().any(|x| x.name == f.name) {
+                fields.push(f.clone());
+            }
+        }
+        Ok(Box::new(MemoryWriter {
+            dataset: self.name.clone(),
+            all: self.all.clone(),
+            schema: EntitySchema { name: schema.name.clone(), fields },
+            mode,
+            pending: Vec::new(),
+            stats: WriteStats::default(),
+        }))
+    }
+}
+
+struct MemoryWriter {
+    pub(crate) dataset: String,
+    pub(crate) all: Arc<Mutex<HashMap<String, Tables>>>,
+    pub(crate) schema: EntitySchema,
+    pub(crate) mode: WriteMode,
+    pub(crate) pending: Vec<Vec<Value>>,
+    pub(crate) stats: WriteStats,
+}
+
+impl MemoryWriter {
+    fn commit(&mut self, replace: bool) {
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        let tables = all.entry(self.dataset.clone()).or_default();
+        let entry = tables.entry(self.schema.name.clone()).or_insert_with(|| (self.schema.clone(), Vec::new()));
+        // Widen existing rows to new columns.
+        let width = self.schema.fields.len();
+        for r in &mut entry.1 {
+            r.resize(width, Value::Null);
+        }
+        entry.0 = self.schema.clone();
+        if replace {
+            entry.1.clear();
+        }
+        let key: Vec<usize> =
+            self.schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
+        for row in self.pending.drain(..) {
+            if self.mode == WriteMode::Upsert
+                && let Some(pos) = entry.1.iter().position(|r| key.iter().all(|k| r[*k] == row[*k]))
+            {
+                entry.1[pos] = row;
+                continue;
+            }
+            entry.1.push(row);
+        }
+    }
+}
+
+#[async_trait]
+impl EntityWriter for MemoryWriter {
+    async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
+        let order: Vec<Option<usize>> =
+            self.schema.fields.iter().map(|f| batch.fields.iter().position(|b| b.name == f.name)).collect();
+        for r in &batch.rows {
+            self.pending.push(order.iter().map(|i| i.map(|i| r[i].clone()).unwrap_or(Value::Null)).collect());
+        }
+        self.stats.rows_written += batch.len() as u64;
+        self.stats.bytes += batch.approx_bytes();
+        Ok(())
+    }
+
+    async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
+        if self.mode != WriteMode::Overwrite {
+            self.commit(false);
+        }
+        Ok(self.stats)
+    }
+
+    async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
+        let replace = self.mode == WriteMode::Overwrite;
+        self.commit(replace);
+        Ok(self.stats)
+    }
+
+    async fn abort(self: Box<Self>) {}
+}
