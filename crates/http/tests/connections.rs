@@ -442,28 +442,16 @@ async fn data_assets_crud_with_versions() {
 #[actix_web::test]
 async fn gateway_validates_llm_output_against_an_asset() {
     let (app, _store, org) = setup!();
-    let a = expect!(
-        app,
-        req(Method::POST, &format!("/v1/organizations/{org}/data-assets"), "ann").set_json(json!({
-            "name": "customer",
-            "fields": [
-                {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
-                {"name": "age", "type": "integer", "required": true},
-                {"name": "active", "type": "boolean"}
-            ]
-        })),
-        StatusCode::CREATED
-    );
-    let asset = a["id"].as_str().unwrap().to_string();
-    let key = expect!(
-        app,
-        req(Method::POST, &format!("/v1/organizations/{org}/api-keys"), "ann")
-            .set_json(json!({"name": "gw", "roles": ["Viewer"]})),
-        StatusCode::CREATED
-    )["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (asset, key) = common::asset_and_key(
+        &app,
+        &org,
+        json!([
+            {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},
+            {"name": "age", "type": "integer", "required": true},
+            {"name": "active", "type": "boolean"}
+        ]),
+    )
+    .await;
     let gw = |body: Value| {
         TestRequest::default()
             .method(Method::POST)
@@ -595,24 +583,8 @@ async fn gateway_gives_the_spec_success_body_and_keeps_tenants_apart() {
 #[actix_web::test]
 async fn gateway_takes_bodies_up_to_4_mib_and_hostile_ones_get_an_answer() {
     let (app, _store, org) = setup!();
-    let a = expect!(
-        app,
-        req(Method::POST, &format!("/v1/organizations/{org}/data-assets"), "ann").set_json(json!({
-            "name": "customer",
-            "fields": [{"name": "age", "type": "integer", "required": true}]
-        })),
-        StatusCode::CREATED
-    );
-    let asset = a["id"].as_str().unwrap().to_string();
-    let key = expect!(
-        app,
-        req(Method::POST, &format!("/v1/organizations/{org}/api-keys"), "ann")
-            .set_json(json!({"name": "gw", "roles": ["Viewer"]})),
-        StatusCode::CREATED
-    )["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (asset, key) =
+        common::asset_and_key(&app, &org, json!([{"name": "age", "type": "integer", "required": true}])).await;
     let gw = |raw: String| {
         TestRequest::default()
             .method(Method::POST)

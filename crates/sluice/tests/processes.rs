@@ -57,6 +57,17 @@ async fn pg_schema() -> Option<PgSchema> {
     }
 }
 
+/// A fresh data directory and SQLite metadata store for one process test:
+/// (data dir, database URL, port, API client).
+fn sqlite_service(prefix: &str) -> (std::path::PathBuf, String, u16, Api) {
+    let data = std::env::temp_dir().join(format!("sluice-{prefix}-{}", random_base62(8).to_lowercase()));
+    std::fs::create_dir_all(&data).unwrap();
+    let db = format!("sqlite://{}?mode=rwc", data.join("meta.db").display());
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    (data, db, port, api)
+}
+
 /// A PostgreSQL connection body to a schema of database `test`.
 fn pg_conn(name: &str, schema: &str) -> serde_json::Value {
     json!({"name": name, "type": "postgres", "capability": "both",
@@ -94,11 +105,7 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
     .await
     .unwrap();
 
-    let data = std::env::temp_dir().join(format!("sluice-crash-{}", random_base62(8).to_lowercase()));
-    std::fs::create_dir_all(&data).unwrap();
-    let db = format!("sqlite://{}?mode=rwc", data.join("meta.db").display());
-    let port = free_port();
-    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let (data, db, port, api) = sqlite_service("crash");
     let first = spawn(&["serve"], &env(&data, &db, port));
     wait_healthy(&api.client, &api.base).await;
 
@@ -305,11 +312,7 @@ async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_
     .execute(&mut pg)
     .await
     .unwrap();
-    let data = std::env::temp_dir().join(format!("sluice-append-{}", random_base62(8).to_lowercase()));
-    std::fs::create_dir_all(&data).unwrap();
-    let db = format!("sqlite://{}?mode=rwc", data.join("meta.db").display());
-    let port = free_port();
-    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let (data, db, port, api) = sqlite_service("append");
     let first = spawn(&["serve"], &env(&data, &db, port));
     wait_healthy(&api.client, &api.base).await;
     let (org, flow) = org_with_pg_flow(

@@ -41,3 +41,27 @@ macro_rules! expect {
         b
     }};
 }
+
+/// A data asset with `fields` and a Viewer API key in `org`, as Ann (an
+/// Admin): (asset id, key).
+pub async fn asset_and_key<S, B>(app: &S, org: &str, fields: Value) -> (String, String)
+where
+    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    let (s, a) = send(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/data-assets"), "ann")
+            .set_json(serde_json::json!({"name": "customer", "fields": fields})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{a}");
+    let (s, k) = send(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/api-keys"), "ann")
+            .set_json(serde_json::json!({"name": "gw", "roles": ["Viewer"]})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{k}");
+    (a["id"].as_str().unwrap().to_string(), k["key"].as_str().unwrap().to_string())
+}
