@@ -31,6 +31,61 @@ struct RunSource {
     io: Arc<dyn Source>,
 }
 
+/// What one entity's sync works on, whatever path it takes.
+struct Step<'a> {
+    run: &'a Run,
+    flow: &'a Flow,
+    m: &'a Mapping,
+    /// Rows earlier attempts committed; this attempt's writer counts its own.
+    prior: u64,
+}
+
+/// Where an entity's read starts and how far its cursor may be stored.
+struct Read {
+    /// The cursor field's place among the source's fields (incremental).
+    cursor_idx: Option<usize>,
+    /// The greatest cursor read so far (the stored one to begin with).
+    cursor: Option<Value>,
+    /// The stored cursor the run began from: never stored behind it.
+    floor: Option<Value>,
+    bound: Option<CursorBound>,
+    /// The start of the oldest transaction writing to the source when the
+    /// read began: never stored past it.
+    horizon: Option<time::OffsetDateTime>,
+}
+
+impl Read {
+    /// The cursor to store now.
+    fn capped(&self) -> Option<Value> {
+        capped(self.cursor.clone(), self.horizon, &self.floor)
+    }
+}
+
+/// The destination's schema: the transformed fields, keyed as the mapping
+/// says; appending adds copies of the same records, so an append holds no
+/// unique key (the source's or the mapping's).
+fn destination_schema(
+    m: &Mapping,
+    source_fields: &[crate::connect::connector::Field],
+) -> Result<EntitySchema, Failure> {
+    let mut out_fields = transform::plan("transform", &m.transform, source_fields)
+        .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
+    let keys = m.key_fields();
+    if m.sync_mode.write_mode() == crate::connect::connector::WriteMode::Append {
+        for f in &mut out_fields {
+            f.primary_key = false;
+        }
+    } else if !keys.is_empty() {
+        for f in &mut out_fields {
+            f.primary_key = keys.contains(&f.name.as_str());
+            if f.primary_key {
+                f.nullable = false;
+            }
+        }
+    }
+    Ok(EntitySchema { name: m.destination().to_string(), fields: out_fields })
+}
+
 /// How one entity's sync (or the run's entities) ended.
 enum EntityOutcome {
     Done,
@@ -319,8 +374,63 @@ impl Sluice {
         // The source's fields first: the stored cursor is typed by them.
         let source_fields = source.io.entity_fields(entity).await?;
         self.record_source_schema(&source.conn, entity, &source_fields).await;
-        let incremental = m.sync_mode.incremental();
-        let cursor_idx = if incremental {
+        let read = self.plan_read(run, flow, m, source, &source_fields, stats).await?;
+        let schema = destination_schema(m, &source_fields)?;
+        if self.blocked_by_policy(run, m, dest, &schema).await? {
+            return Ok(EntityOutcome::Drift);
+        }
+        let writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
+        let step = Step { run, flow, m, prior };
+        // Same engine on both sides and nothing to transform: the source's
+        // bulk stream goes straight in, undecoded (a fresh table, or a
+        // stage merged at each checkpoint).
+        if m.transform.is_empty()
+            && let Some(format) = writer.bulk_format()
+        {
+            let cursor = match m.sync_mode {
+                SyncMode::FullRefreshOverwrite => Some(None),
+                SyncMode::IncrementalDeduped => Some(read.bound.as_ref()),
+                _ => None,
+            };
+            if let Some(cursor) = cursor
+                && let Some(stream) = source.io.bulk_out(entity, format, &source_fields, cursor).await?
+            {
+                self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
+                return if m.sync_mode == SyncMode::FullRefreshOverwrite {
+                    self.bulk_overwrite(&step, writer, stream, stats).await
+                } else {
+                    self.bulk_upsert(&step, writer, stream, read, stats).await
+                };
+            }
+        }
+        let reader = source
+            .io
+            .read(ReadRequest {
+                entity: entity.into(),
+                cursor: read.bound.clone(),
+                limit: None,
+                batch_size: BATCH_ROWS,
+            })
+            .await?;
+        self.copy_rows(&step, &schema, writer, reader, read, stats).await
+    }
+
+    /// Where the read starts and how far the cursor may go: the stored
+    /// cursor (typed by the source's field), read a lookback behind it
+    /// (rows committed late with older values); the cursor itself only
+    /// moves forward, and never past the oldest transaction still writing
+    /// to the source when the read began. Logs where it reads from.
+    async fn plan_read(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        m: &Mapping,
+        source: &RunSource,
+        source_fields: &[crate::connect::connector::Field],
+        stats: &mut EntityStats,
+    ) -> Result<Read, Failure> {
+        let entity = m.source_entity.as_str();
+        let cursor_idx = if m.sync_mode.incremental() {
             let c = m.cursor_field.as_deref().ok_or("the mapping names no cursor_field")?;
             Some(
                 source_fields
@@ -333,16 +443,12 @@ impl Sluice {
         };
         let stored = self.ports.cursors.get(flow.id, entity).await?;
         stats.cursor_before = stored.as_ref().and_then(|c| c.cursor_value.clone());
-        let mut cursor: Option<Value> = match (cursor_idx, &stats.cursor_before) {
+        let cursor: Option<Value> = match (cursor_idx, &stats.cursor_before) {
             (Some(i), Some(text)) => {
                 Some(parse_cursor(text, source_fields[i].field_type).map_err(|e| format!("stored cursor: {e:?}"))?)
             }
             _ => None,
         };
-        // The read starts a lookback behind the stored cursor (rows
-        // committed late with older values); the cursor itself only moves
-        // forward, and never past the oldest transaction still writing to
-        // the source when the read began.
         let lookback = m.lookback();
         let bound = cursor_idx
             .map(|i| CursorBound { field: source_fields[i].name.clone(), from: read_from(&cursor, lookback) });
@@ -374,118 +480,123 @@ impl Sluice {
             };
             self.log(run, "info", Some(entity), from).await;
         }
-        let cursor_floor = cursor.clone();
-        let cap = |c: &Option<Value>| capped(c.clone(), horizon, &cursor_floor);
-        // The destination's schema: the transformed fields, keyed as the mapping says.
-        let mut out_fields = transform::plan("transform", &m.transform, &source_fields)
-            .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
-        let keys = m.key_fields();
-        if m.sync_mode.write_mode() == crate::connect::connector::WriteMode::Append {
-            // Appending adds copies of the same records: the destination
-            // must not hold a unique key (the source's or the mapping's).
-            for f in &mut out_fields {
-                f.primary_key = false;
-            }
-        } else if !keys.is_empty() {
-            for f in &mut out_fields {
-                f.primary_key = keys.contains(&f.name.as_str());
-                if f.primary_key {
-                    f.nullable = false;
-                }
-            }
+        Ok(Read { cursor_idx, floor: cursor.clone(), cursor, bound, horizon })
+    }
+
+    /// Whether `schema_policy: block_on_new_column` stops the entity: the
+    /// destination exists and the source brings columns it lacks.
+    async fn blocked_by_policy(
+        &self,
+        run: &Run,
+        m: &Mapping,
+        dest: &Arc<dyn Destination>,
+        schema: &EntitySchema,
+    ) -> Result<bool, Failure> {
+        if m.schema_policy != SchemaPolicy::BlockOnNewColumn {
+            return Ok(false);
         }
-        let schema = EntitySchema { name: m.destination().to_string(), fields: out_fields };
-        if m.schema_policy == SchemaPolicy::BlockOnNewColumn
-            && let Some(existing) = dest.describe(&schema.name).await?
-        {
-            let new: Vec<&str> =
-                schema.fields.iter().filter(|f| existing.field(&f.name).is_none()).map(|f| f.name.as_str()).collect();
-            if !new.is_empty() {
-                self.log(
-                    run,
-                    "warn",
-                    Some(entity),
-                    format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", ")),
-                )
-                .await;
-                return Ok(EntityOutcome::Drift);
-            }
+        let Some(existing) = dest.describe(&schema.name).await? else { return Ok(false) };
+        let new: Vec<&str> =
+            schema.fields.iter().filter(|f| existing.field(&f.name).is_none()).map(|f| f.name.as_str()).collect();
+        if new.is_empty() {
+            return Ok(false);
         }
-        let key_idx: Vec<usize> =
-            schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
-        let out_cursor_idx = m.cursor_field.as_deref().and_then(|c| schema.index_of(c));
-        let mut writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
-        // Same engine on both sides, nothing to transform, a fresh table:
-        // the source's bulk stream goes straight in, undecoded.
-        if m.sync_mode == SyncMode::FullRefreshOverwrite
-            && m.transform.is_empty()
-            && let Some(format) = writer.bulk_format()
-            && let Some(mut stream) = source.io.bulk_out(entity, format, &source_fields, None).await?
-        {
-            self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
-            let loaded = match writer.write_bulk(&mut *stream, None).await {
+        self.log(
+            run,
+            "warn",
+            Some(&m.source_entity),
+            format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", ")),
+        )
+        .await;
+        Ok(true)
+    }
+
+    /// A fresh table loaded from the source's bulk stream, swapped in once.
+    async fn bulk_overwrite(
+        &self,
+        step: &Step<'_>,
+        mut writer: Box<dyn EntityWriter>,
+        mut stream: Box<dyn crate::connect::connector::BulkStream>,
+        stats: &mut EntityStats,
+    ) -> Result<EntityOutcome, Failure> {
+        let loaded = match writer.write_bulk(&mut *stream, None).await {
+            Ok(n) => n,
+            Err(e) => {
+                writer.abort().await;
+                return Err(e.into());
+            }
+        };
+        self.hold(step.run).await?;
+        let w = writer.finish().await?;
+        stats.rows_read = loaded;
+        stats.rows_written = step.prior + w.rows_written;
+        stats.bytes = w.bytes;
+        Ok(EntityOutcome::Done)
+    }
+
+    /// An upsert by cursor from the source's bulk stream: the records past
+    /// the cursor, ordered by it, staged in bulk and merged at each
+    /// checkpoint (the last staged version of a key wins, so the greatest
+    /// cursor).
+    async fn bulk_upsert(
+        &self,
+        step: &Step<'_>,
+        mut writer: Box<dyn EntityWriter>,
+        mut stream: Box<dyn crate::connect::connector::BulkStream>,
+        mut read: Read,
+        stats: &mut EntityStats,
+    ) -> Result<EntityOutcome, Failure> {
+        loop {
+            let loaded = match writer.write_bulk(&mut *stream, Some(CHECKPOINT_ROWS)).await {
                 Ok(n) => n,
                 Err(e) => {
                     writer.abort().await;
                     return Err(e.into());
                 }
             };
-            self.hold(run).await?;
-            let w = writer.finish().await?;
-            stats.rows_read = loaded;
-            stats.rows_written = prior + w.rows_written;
-            stats.bytes = w.bytes;
-            return Ok(EntityOutcome::Done);
-        }
-        // The same for an upsert by cursor: the records past the cursor,
-        // ordered by it, staged in bulk and merged at each checkpoint (the
-        // last staged version of a key wins, so the greatest cursor).
-        if m.sync_mode == SyncMode::IncrementalDeduped
-            && m.transform.is_empty()
-            && let Some(format) = writer.bulk_format()
-            && let Some(mut stream) = source.io.bulk_out(entity, format, &source_fields, bound.as_ref()).await?
-        {
-            self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
-            loop {
-                let loaded = match writer.write_bulk(&mut *stream, Some(CHECKPOINT_ROWS)).await {
-                    Ok(n) => n,
-                    Err(e) => {
-                        writer.abort().await;
-                        return Err(e.into());
-                    }
-                };
-                if loaded == 0 {
-                    break;
-                }
-                stats.rows_read += loaded;
-                if let Some(c) = stream.last_cursor() {
-                    cursor = Some(c);
-                }
-                let (w, canceled) = self.checkpoint(run, flow, m, &mut writer, &cap(&cursor), prior, stats).await?;
-                stats.bytes = w.bytes;
-                if canceled {
-                    return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
-                }
+            if loaded == 0 {
+                break;
             }
-            self.hold(run).await?;
-            let w = writer.finish().await?;
-            stats.rows_written = prior + w.rows_written;
+            stats.rows_read += loaded;
+            if let Some(c) = stream.last_cursor() {
+                read.cursor = Some(c);
+            }
+            let (w, canceled) = self.checkpoint(step, &mut writer, &read.capped(), stats).await?;
             stats.bytes = w.bytes;
-            let stored = cap(&cursor);
-            self.store_cursor(run, flow, m, &stored).await?;
-            stats.cursor_after = stored.as_ref().and_then(cursor_text);
-            return Ok(EntityOutcome::Done);
+            if canceled {
+                return Ok(self.cancel_after_checkpoint(step.run, &step.m.source_entity, writer).await);
+            }
         }
-        let mut reader = source
-            .io
-            .read(ReadRequest { entity: entity.into(), cursor: bound, limit: None, batch_size: BATCH_ROWS })
-            .await?;
+        self.hold(step.run).await?;
+        let w = writer.finish().await?;
+        stats.rows_written = step.prior + w.rows_written;
+        stats.bytes = w.bytes;
+        let stored = read.capped();
+        self.store_cursor(step.run, step.flow, step.m, &stored).await?;
+        stats.cursor_after = stored.as_ref().and_then(cursor_text);
+        Ok(EntityOutcome::Done)
+    }
+
+    /// Record by record: batches read, transformed, de-duplicated for an
+    /// upsert, written. Only incremental modes commit along the way (each
+    /// commit then advances the cursor, so a resumed run reads on from
+    /// there); a full refresh commits once, at the end: an interrupted
+    /// append leaves nothing behind, and its retry appends the copy once.
+    async fn copy_rows(
+        &self,
+        step: &Step<'_>,
+        schema: &EntitySchema,
+        mut writer: Box<dyn EntityWriter>,
+        mut reader: Box<dyn crate::connect::connector::RecordReader>,
+        mut read: Read,
+        stats: &mut EntityStats,
+    ) -> Result<EntityOutcome, Failure> {
+        let m = step.m;
+        let incremental = m.sync_mode.incremental();
+        let key_idx: Vec<usize> =
+            schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
+        let out_cursor_idx = m.cursor_field.as_deref().and_then(|c| schema.index_of(c));
         let mut since_checkpoint = 0u64;
-        // Only incremental modes commit along the way (each commit then
-        // advances the cursor, so a resumed run reads on from there). A full
-        // refresh commits once, at the end: an interrupted append leaves
-        // nothing behind, and its retry appends the copy once.
-        let checkpoints = incremental;
         loop {
             let batch = match reader.next_batch().await {
                 Ok(Some(b)) => b,
@@ -497,8 +608,8 @@ impl Sluice {
             };
             stats.rows_read += batch.len() as u64;
             stats.bytes += batch.approx_bytes();
-            if let Some(ci) = cursor_idx {
-                cursor = advance(cursor, &batch, ci);
+            if let Some(ci) = read.cursor_idx {
+                read.cursor = advance(read.cursor.take(), &batch, ci);
             }
             let mut out = transform::apply(&m.transform, batch);
             if m.sync_mode == SyncMode::IncrementalDeduped {
@@ -509,21 +620,21 @@ impl Sluice {
                 writer.abort().await;
                 return Err(e.into());
             }
-            if checkpoints && since_checkpoint >= CHECKPOINT_ROWS {
-                let (_, canceled) = self.checkpoint(run, flow, m, &mut writer, &cap(&cursor), prior, stats).await?;
+            if incremental && since_checkpoint >= CHECKPOINT_ROWS {
+                let (_, canceled) = self.checkpoint(step, &mut writer, &read.capped(), stats).await?;
                 since_checkpoint = 0;
                 if canceled {
-                    return Ok(self.cancel_after_checkpoint(run, entity, writer).await);
+                    return Ok(self.cancel_after_checkpoint(step.run, &m.source_entity, writer).await);
                 }
             }
         }
-        self.hold(run).await?;
+        self.hold(step.run).await?;
         let w = writer.finish().await?;
-        stats.rows_written = prior + w.rows_written;
+        stats.rows_written = step.prior + w.rows_written;
         if incremental {
-            self.store_cursor(run, flow, m, &cap(&cursor)).await?;
+            self.store_cursor(step.run, step.flow, m, &read.capped()).await?;
         }
-        stats.cursor_after = if incremental { cap(&cursor).as_ref().and_then(cursor_text) } else { None };
+        stats.cursor_after = if incremental { read.capped().as_ref().and_then(cursor_text) } else { None };
         Ok(EntityOutcome::Done)
     }
 
@@ -531,21 +642,18 @@ impl Sluice {
     /// the destination holds everything read so far. Answers the writer's
     /// totals and whether the run was canceled meanwhile. Nothing is
     /// committed once this attempt no longer holds the run.
-    #[allow(clippy::too_many_arguments)]
     async fn checkpoint(
         &self,
-        run: &Run,
-        flow: &Flow,
-        m: &Mapping,
+        step: &Step<'_>,
         writer: &mut Box<dyn EntityWriter>,
         cursor: &Option<Value>,
-        prior: u64,
         stats: &mut EntityStats,
     ) -> Result<(WriteStats, bool), Failure> {
+        let run = step.run;
         self.hold(run).await?;
         let w = writer.checkpoint().await?;
-        stats.rows_written = prior + w.rows_written;
-        self.store_cursor(run, flow, m, cursor).await?;
+        stats.rows_written = step.prior + w.rows_written;
+        self.store_cursor(run, step.flow, step.m, cursor).await?;
         stats.cursor_after = cursor.as_ref().and_then(cursor_text);
         // Progress, so that a later attempt counts these rows and readers
         // see the run advance.
