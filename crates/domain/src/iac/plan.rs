@@ -545,328 +545,373 @@ pub fn plan(
     errors.extend(duplicates("integrations", doc.integrations.iter().map(|i| i.name.as_str())));
     errors.extend(duplicates("connections", doc.connections.iter().map(|c| c.name.as_str())));
     errors.extend(duplicates("flows", doc.flows.iter().map(|f| f.name.as_str())));
-
-    let find_i = |n: &str| current.integrations.iter().find(|i| i.name == n.trim());
-    let find_c = |n: &str| current.connections.iter().find(|c| c.name == n.trim());
-    let find_f = |n: &str| current.flows.iter().find(|f| f.name == n.trim());
-
     // Every name the document may refer to: the organization's resources,
     // then the document's (a document entry shadows nothing: names are unique).
-    let mut names = Names::of(current);
+    let mut p =
+        Planner { doc, current, registry, org, now, names: Names::of(current), errors, out: IacPlan::default() };
     let integration_ids: Vec<IntegrationId> =
-        doc.integrations.iter().map(|d| find_i(&d.name).map_or_else(IntegrationId::new, |i| i.id)).collect();
+        doc.integrations.iter().map(|d| p.find_i(&d.name).map_or_else(IntegrationId::new, |i| i.id)).collect();
     for (d, id) in doc.integrations.iter().zip(&integration_ids) {
-        names.integrations.entry(d.name.trim().to_string()).or_insert((*id, d.kind.clone()));
-        names.integration_names.entry(*id).or_insert(d.name.trim().to_string());
+        p.names.integrations.entry(d.name.trim().to_string()).or_insert((*id, d.kind.clone()));
+        p.names.integration_names.entry(*id).or_insert(d.name.trim().to_string());
     }
     let connection_ids: Vec<ConnectionId> =
-        doc.connections.iter().map(|d| find_c(&d.name).map_or_else(ConnectionId::new, |c| c.id)).collect();
+        doc.connections.iter().map(|d| p.find_c(&d.name).map_or_else(ConnectionId::new, |c| c.id)).collect();
     for (d, id) in doc.connections.iter().zip(&connection_ids) {
-        names.connections.entry(d.name.trim().to_string()).or_insert((*id, d.kind.clone(), d.capability));
-        names.connection_names.entry(*id).or_insert(d.name.trim().to_string());
+        p.names.connections.entry(d.name.trim().to_string()).or_insert((*id, d.kind.clone(), d.capability));
+        p.names.connection_names.entry(*id).or_insert(d.name.trim().to_string());
     }
-    let flow_ids: Vec<FlowId> = doc.flows.iter().map(|d| find_f(&d.name).map_or_else(FlowId::new, |f| f.id)).collect();
+    let flow_ids: Vec<FlowId> =
+        doc.flows.iter().map(|d| p.find_f(&d.name).map_or_else(FlowId::new, |f| f.id)).collect();
     for (d, id) in doc.flows.iter().zip(&flow_ids) {
-        names.flows.entry(d.name.trim().to_string()).or_insert(*id);
-        names.flow_names.entry(*id).or_insert(d.name.trim().to_string());
+        p.names.flows.entry(d.name.trim().to_string()).or_insert(*id);
+        p.names.flow_names.entry(*id).or_insert(d.name.trim().to_string());
     }
-
-    let mut out = IacPlan::default();
-
-    // Integrations.
-    for (i, (d, id)) in doc.integrations.iter().zip(&integration_ids).enumerate() {
-        let path = format!("integrations[{i}]");
-        errors.extend(name_errors(&path, &d.name));
-        let existing = find_i(&d.name);
-        if registry.spec(&d.kind).is_none() && !registry.oauth_types.contains(&d.kind) {
-            errors.push(registry.unknown_type(&path, &d.kind));
-        }
-        if let Some(e) = existing.filter(|e| e.integration_type != d.kind) {
-            errors.push(FieldError::new(
-                format!("{path}.type"),
-                format!("'{}' exists with type '{}'; a type cannot change", e.name, e.integration_type),
-            ));
-            continue;
-        }
-        let mut credentials = existing.map(|e| e.credentials.clone()).unwrap_or_default();
-        if let Err(f) = credentials.merge(&format!("{path}.credentials"), &d.credentials) {
-            errors.extend(f);
-            continue;
-        }
-        let name = d.name.trim().to_string();
-        match existing {
-            None => {
-                let item = Integration {
-                    id: *id,
-                    org_id: org,
-                    name: name.clone(),
-                    integration_type: d.kind.clone(),
-                    credentials,
-                    created_at: now,
-                    updated_at: now,
-                };
-                out.changes.push(IacChange {
-                    kind: Kind::Integration,
-                    name,
-                    action: Action::Created,
-                    id: Some(id.to_string()),
-                    diff: vec![],
-                });
-                out.writes.integrations.push(Write::Create(item));
-            }
-            Some(e) => {
-                let d = secret_diff(&e.credentials, &credentials, "credentials");
-                let action = if d.is_empty() { Action::Unchanged } else { Action::Updated };
-                if action == Action::Updated {
-                    let mut item = e.clone();
-                    item.credentials = credentials;
-                    item.updated_at = now;
-                    out.writes.integrations.push(Write::Update { item, planned_against: e.updated_at });
-                }
-                out.changes.push(IacChange {
-                    kind: Kind::Integration,
-                    name,
-                    action,
-                    id: Some(id.to_string()),
-                    diff: d,
-                });
-            }
-        }
-    }
-
-    // Connections.
-    for (i, (d, id)) in doc.connections.iter().zip(&connection_ids).enumerate() {
-        let path = format!("connections[{i}]");
-        errors.extend(name_errors(&path, &d.name));
-        let existing = find_c(&d.name);
-        let Some(spec) = registry.spec(&d.kind) else {
-            errors.push(registry.unknown_type(&path, &d.kind));
-            continue;
-        };
-        if let Some(e) = existing.filter(|e| e.connector_type != d.kind) {
-            errors.push(FieldError::new(
-                format!("{path}.type"),
-                format!("'{}' exists with type '{}'; a type cannot change", e.name, e.connector_type),
-            ));
-            continue;
-        }
-        if let Err(e) = check_capability(spec, d.capability) {
-            errors.extend(under(&path, [e]));
-        }
-        let integration_id = match &d.integration {
-            None => None,
-            Some(r) => match names.integration(r) {
-                None => {
-                    errors.push(FieldError::new(
-                        format!("{path}.integration"),
-                        format!("no integration '{r}' in the document or the organization"),
-                    ));
-                    None
-                }
-                Some((iid, kind)) if kind != d.kind => {
-                    errors.push(FieldError::new(
-                        format!("{path}.integration"),
-                        format!("the integration '{r}' is for '{kind}', not '{}'", d.kind),
-                    ));
-                    Some(iid)
-                }
-                Some((iid, _)) => Some(iid),
-            },
-        };
-        let stored = existing.map(|e| e.secrets.clone()).unwrap_or_default();
-        let (config, secrets) = match split_config(spec, &d.config, &BTreeMap::new(), &stored) {
-            Ok(p) => p,
-            Err(f) => {
-                errors.extend(under(&path, f));
-                continue;
-            }
-        };
-        let name = d.name.trim().to_string();
-        let mut item = Connection {
-            id: *id,
-            org_id: org,
-            name: name.clone(),
-            integration_id,
-            connector_type: d.kind.clone(),
-            capability: d.capability,
-            config,
-            secrets,
-            status: ConnectionStatus::Untested,
-            last_tested_at: None,
-            last_error: None,
-            created_at: now,
-            updated_at: now,
-        };
-        match existing {
-            None => {
-                out.changes.push(IacChange {
-                    kind: Kind::Connection,
-                    name,
-                    action: Action::Created,
-                    id: Some(id.to_string()),
-                    diff: vec![],
-                });
-                out.writes.connections.push(Write::Create(item));
-            }
-            Some(e) => {
-                let mut dd = diff(&connection_view(e, &names), &connection_view(&item, &names));
-                dd.extend(secret_diff(&e.secrets, &item.secrets, "config"));
-                dd.sort_by(|a, b| a.path.cmp(&b.path));
-                let action = if dd.is_empty() { Action::Unchanged } else { Action::Updated };
-                if action == Action::Updated {
-                    let settings_changed =
-                        e.config != item.config || e.secrets != item.secrets || e.integration_id != item.integration_id;
-                    if !settings_changed {
-                        // Only the capability changed: the last test still holds.
-                        item.status = e.status;
-                        item.last_tested_at = e.last_tested_at;
-                        item.last_error = e.last_error.clone();
-                    }
-                    item.created_at = e.created_at;
-                    out.writes.connections.push(Write::Update { item, planned_against: e.updated_at });
-                }
-                out.changes.push(IacChange {
-                    kind: Kind::Connection,
-                    name,
-                    action,
-                    id: Some(id.to_string()),
-                    diff: dd,
-                });
-            }
-        }
-    }
-
-    // Flows: resolve references, then check the dependency graph as a whole.
-    let mut planned: Vec<(usize, Flow, Option<&Flow>)> = Vec::new();
-    for (i, (d, id)) in doc.flows.iter().zip(&flow_ids).enumerate() {
-        let path = format!("flows[{i}]");
-        errors.extend(name_errors(&path, &d.name));
-        if let Err(Error::Validation(f)) = check_schedule(d.schedule.as_deref()) {
-            errors.extend(under(&path, f));
-        }
-        errors.extend(under(&path, check_config(&d.config)));
-        let mut conn = |field: &str, r: &str, reads: bool| {
-            let wanted = if reads { "a source" } else { "a destination" };
-            match names.connection(r) {
-                None => {
-                    errors.push(FieldError::new(
-                        format!("{path}.{field}"),
-                        format!("no connection '{r}' in the document or the organization"),
-                    ));
-                    None
-                }
-                Some((cid, kind, cap)) => {
-                    let ok = if reads { cap.reads() } else { cap.writes() };
-                    if !ok {
-                        errors.push(FieldError::new(
-                            format!("{path}.{field}"),
-                            format!("'{r}' is a {}; it cannot be {wanted}", cap.as_str()),
-                        ));
-                    }
-                    Some((cid, kind))
-                }
-            }
-        };
-        let source = conn("source_connection", &d.source_connection, true);
-        let dest = conn("destination_connection", &d.destination_connection, false);
-        if let Some(spec) = dest.as_ref().and_then(|(_, kind)| registry.spec(kind)) {
-            for (j, m) in d.config.mappings.iter().enumerate() {
-                if !spec.sync_modes.is_empty() && !spec.sync_modes.contains(&m.sync_mode.as_str()) {
-                    errors.push(FieldError::new(
-                        format!("{path}.config.mappings[{j}].sync_mode"),
-                        format!("{} destinations do not support {}", spec.connector_type, m.sync_mode.as_str()),
-                    ));
-                }
-            }
-        }
-        let mut config = d.config.clone();
-        errors.extend(resolve_dependencies(
-            &format!("{path}."),
-            *id,
-            &mut config,
-            |r| names.flow(r),
-            "in the document or the organization",
-        ));
-        let (Some((src, _)), Some((dst, _))) = (source, dest) else { continue };
-        let existing = find_f(&d.name);
-        let status = d.status.or(existing.map(|e| e.status)).unwrap_or(FlowStatus::Active);
-        let schedule = d.schedule.as_ref().map(|s| s.trim().to_string());
-        let next_run_at = match (&schedule, status) {
-            (Some(s), FlowStatus::Active) => next_run(s, now),
-            _ => None,
-        };
-        let flow = Flow {
-            id: *id,
-            org_id: org,
-            name: d.name.trim().to_string(),
-            source_connection_id: src,
-            destination_connection_id: dst,
-            schedule,
-            config,
-            status,
-            next_run_at,
-            created_at: existing.map_or(now, |e| e.created_at),
-            updated_at: now,
-        };
-        planned.push((i, flow, existing));
-    }
+    p.integrations(&integration_ids);
+    p.connections(&connection_ids);
+    let planned = p.resolve_flows(&flow_ids);
     let mut edges: BTreeMap<FlowId, Vec<FlowId>> = current.flows.iter().map(|f| (f.id, upstream_ids(f))).collect();
     for (_, f, _) in &planned {
         edges.insert(f.id, upstream_ids(f));
     }
-    if let Some(cycle) = find_cycle(&edges, &names.flow_names) {
-        errors.push(FieldError::new("flows", format!("depends_on creates a cycle: {}", cycle.join(" → "))));
+    if let Some(cycle) = find_cycle(&edges, &p.names.flow_names) {
+        p.errors.push(FieldError::new("flows", format!("depends_on creates a cycle: {}", cycle.join(" → "))));
     }
-    if !errors.is_empty() {
-        return Err(Error::Validation(errors));
+    if !p.errors.is_empty() {
+        return Err(Error::Validation(p.errors));
     }
 
-    // Upstream flows of the document first, otherwise in document order.
-    let in_doc: BTreeSet<FlowId> = planned.iter().map(|(_, f, _)| f.id).collect();
-    let mut done: BTreeSet<FlowId> = BTreeSet::new();
-    let mut ordered = Vec::with_capacity(planned.len());
-    while ordered.len() < planned.len() {
-        let next = planned.iter().position(|(_, f, _)| {
-            !done.contains(&f.id) && edges[&f.id].iter().all(|u| !in_doc.contains(u) || done.contains(u))
-        });
-        let Some(k) = next else { break };
-        done.insert(planned[k].1.id);
-        ordered.push(k);
+    p.order_flows(planned, &edges);
+    Ok(p.out)
+}
+
+/// The state of one planning: what the document may refer to, the problems
+/// found, and the plan so far. One method per kind of resource.
+struct Planner<'a> {
+    doc: &'a Document,
+    current: &'a Snapshot,
+    registry: &'a Catalogue,
+    org: OrgId,
+    now: OffsetDateTime,
+    names: Names,
+    errors: Vec<FieldError>,
+    out: IacPlan,
+}
+
+impl<'a> Planner<'a> {
+    fn find_i(&self, n: &str) -> Option<&'a Integration> {
+        self.current.integrations.iter().find(|i| i.name == n.trim())
     }
-    for k in ordered {
-        let (_, flow, existing) = &planned[k];
-        let mut flow = flow.clone();
-        match existing {
-            None => {
-                out.changes.push(IacChange {
-                    kind: Kind::Flow,
-                    name: flow.name.clone(),
-                    action: Action::Created,
-                    id: Some(flow.id.to_string()),
-                    diff: vec![],
-                });
-                out.writes.flows.push(Write::Create(flow));
+
+    fn find_c(&self, n: &str) -> Option<&'a Connection> {
+        self.current.connections.iter().find(|c| c.name == n.trim())
+    }
+
+    fn find_f(&self, n: &str) -> Option<&'a Flow> {
+        self.current.flows.iter().find(|f| f.name == n.trim())
+    }
+
+    /// The document's integrations: created, updated (credentials) or
+    /// unchanged; a type never changes.
+    fn integrations(&mut self, integration_ids: &[IntegrationId]) {
+        // Integrations.
+        for (i, (d, id)) in self.doc.integrations.iter().zip(integration_ids).enumerate() {
+            let path = format!("integrations[{i}]");
+            self.errors.extend(name_errors(&path, &d.name));
+            let existing = self.find_i(&d.name);
+            if self.registry.spec(&d.kind).is_none() && !self.registry.oauth_types.contains(&d.kind) {
+                self.errors.push(self.registry.unknown_type(&path, &d.kind));
             }
-            Some(e) => {
-                let dd = diff(&flow_view(e, &names), &flow_view(&flow, &names));
-                let action = if dd.is_empty() { Action::Unchanged } else { Action::Updated };
-                if action == Action::Updated {
-                    if flow.schedule == e.schedule && flow.status == e.status {
-                        flow.next_run_at = e.next_run_at;
-                    }
-                    out.writes.flows.push(Write::Update { item: flow.clone(), planned_against: e.updated_at });
+            if let Some(e) = existing.filter(|e| e.integration_type != d.kind) {
+                self.errors.push(FieldError::new(
+                    format!("{path}.type"),
+                    format!("'{}' exists with type '{}'; a type cannot change", e.name, e.integration_type),
+                ));
+                continue;
+            }
+            let mut credentials = existing.map(|e| e.credentials.clone()).unwrap_or_default();
+            if let Err(f) = credentials.merge(&format!("{path}.credentials"), &d.credentials) {
+                self.errors.extend(f);
+                continue;
+            }
+            let name = d.name.trim().to_string();
+            match existing {
+                None => {
+                    let item = Integration {
+                        id: *id,
+                        org_id: self.org,
+                        name: name.clone(),
+                        integration_type: d.kind.clone(),
+                        credentials,
+                        created_at: self.now,
+                        updated_at: self.now,
+                    };
+                    self.out.changes.push(IacChange {
+                        kind: Kind::Integration,
+                        name,
+                        action: Action::Created,
+                        id: Some(id.to_string()),
+                        diff: vec![],
+                    });
+                    self.out.writes.integrations.push(Write::Create(item));
                 }
-                out.changes.push(IacChange {
-                    kind: Kind::Flow,
-                    name: flow.name,
-                    action,
-                    id: Some(flow.id.to_string()),
-                    diff: dd,
-                });
+                Some(e) => {
+                    let d = secret_diff(&e.credentials, &credentials, "credentials");
+                    let action = if d.is_empty() { Action::Unchanged } else { Action::Updated };
+                    if action == Action::Updated {
+                        let mut item = e.clone();
+                        item.credentials = credentials;
+                        item.updated_at = self.now;
+                        self.out.writes.integrations.push(Write::Update { item, planned_against: e.updated_at });
+                    }
+                    self.out.changes.push(IacChange {
+                        kind: Kind::Integration,
+                        name,
+                        action,
+                        id: Some(id.to_string()),
+                        diff: d,
+                    });
+                }
             }
         }
     }
-    Ok(out)
+
+    /// The document's connections: references to integrations resolved,
+    /// settings split from secrets.
+    fn connections(&mut self, connection_ids: &[ConnectionId]) {
+        // Connections.
+        for (i, (d, id)) in self.doc.connections.iter().zip(connection_ids).enumerate() {
+            let path = format!("connections[{i}]");
+            self.errors.extend(name_errors(&path, &d.name));
+            let existing = self.find_c(&d.name);
+            let Some(spec) = self.registry.spec(&d.kind) else {
+                self.errors.push(self.registry.unknown_type(&path, &d.kind));
+                continue;
+            };
+            if let Some(e) = existing.filter(|e| e.connector_type != d.kind) {
+                self.errors.push(FieldError::new(
+                    format!("{path}.type"),
+                    format!("'{}' exists with type '{}'; a type cannot change", e.name, e.connector_type),
+                ));
+                continue;
+            }
+            if let Err(e) = check_capability(spec, d.capability) {
+                self.errors.extend(under(&path, [e]));
+            }
+            let integration_id = match &d.integration {
+                None => None,
+                Some(r) => match self.names.integration(r) {
+                    None => {
+                        self.errors.push(FieldError::new(
+                            format!("{path}.integration"),
+                            format!("no integration '{r}' in the document or the organization"),
+                        ));
+                        None
+                    }
+                    Some((iid, kind)) if kind != d.kind => {
+                        self.errors.push(FieldError::new(
+                            format!("{path}.integration"),
+                            format!("the integration '{r}' is for '{kind}', not '{}'", d.kind),
+                        ));
+                        Some(iid)
+                    }
+                    Some((iid, _)) => Some(iid),
+                },
+            };
+            let stored = existing.map(|e| e.secrets.clone()).unwrap_or_default();
+            let (config, secrets) = match split_config(spec, &d.config, &BTreeMap::new(), &stored) {
+                Ok(p) => p,
+                Err(f) => {
+                    self.errors.extend(under(&path, f));
+                    continue;
+                }
+            };
+            let name = d.name.trim().to_string();
+            let mut item = Connection {
+                id: *id,
+                org_id: self.org,
+                name: name.clone(),
+                integration_id,
+                connector_type: d.kind.clone(),
+                capability: d.capability,
+                config,
+                secrets,
+                status: ConnectionStatus::Untested,
+                last_tested_at: None,
+                last_error: None,
+                created_at: self.now,
+                updated_at: self.now,
+            };
+            match existing {
+                None => {
+                    self.out.changes.push(IacChange {
+                        kind: Kind::Connection,
+                        name,
+                        action: Action::Created,
+                        id: Some(id.to_string()),
+                        diff: vec![],
+                    });
+                    self.out.writes.connections.push(Write::Create(item));
+                }
+                Some(e) => {
+                    let mut dd = diff(&connection_view(e, &self.names), &connection_view(&item, &self.names));
+                    dd.extend(secret_diff(&e.secrets, &item.secrets, "config"));
+                    dd.sort_by(|a, b| a.path.cmp(&b.path));
+                    let action = if dd.is_empty() { Action::Unchanged } else { Action::Updated };
+                    if action == Action::Updated {
+                        let settings_changed = e.config != item.config
+                            || e.secrets != item.secrets
+                            || e.integration_id != item.integration_id;
+                        if !settings_changed {
+                            // Only the capability changed: the last test still holds.
+                            item.status = e.status;
+                            item.last_tested_at = e.last_tested_at;
+                            item.last_error = e.last_error.clone();
+                        }
+                        item.created_at = e.created_at;
+                        self.out.writes.connections.push(Write::Update { item, planned_against: e.updated_at });
+                    }
+                    self.out.changes.push(IacChange {
+                        kind: Kind::Connection,
+                        name,
+                        action,
+                        id: Some(id.to_string()),
+                        diff: dd,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The document's flows with their references resolved (connections,
+    /// upstream flows), in document order, each with the flow it replaces.
+    fn resolve_flows(&mut self, flow_ids: &[FlowId]) -> Vec<(usize, Flow, Option<&'a Flow>)> {
+        // Flows: resolve references, then check the dependency graph as a whole.
+        let mut planned: Vec<(usize, Flow, Option<&Flow>)> = Vec::new();
+        for (i, (d, id)) in self.doc.flows.iter().zip(flow_ids).enumerate() {
+            let path = format!("flows[{i}]");
+            self.errors.extend(name_errors(&path, &d.name));
+            if let Err(Error::Validation(f)) = check_schedule(d.schedule.as_deref()) {
+                self.errors.extend(under(&path, f));
+            }
+            self.errors.extend(under(&path, check_config(&d.config)));
+            let mut conn = |field: &str, r: &str, reads: bool| {
+                let wanted = if reads { "a source" } else { "a destination" };
+                match self.names.connection(r) {
+                    None => {
+                        self.errors.push(FieldError::new(
+                            format!("{path}.{field}"),
+                            format!("no connection '{r}' in the document or the organization"),
+                        ));
+                        None
+                    }
+                    Some((cid, kind, cap)) => {
+                        let ok = if reads { cap.reads() } else { cap.writes() };
+                        if !ok {
+                            self.errors.push(FieldError::new(
+                                format!("{path}.{field}"),
+                                format!("'{r}' is a {}; it cannot be {wanted}", cap.as_str()),
+                            ));
+                        }
+                        Some((cid, kind))
+                    }
+                }
+            };
+            let source = conn("source_connection", &d.source_connection, true);
+            let dest = conn("destination_connection", &d.destination_connection, false);
+            if let Some(spec) = dest.as_ref().and_then(|(_, kind)| self.registry.spec(kind)) {
+                for (j, m) in d.config.mappings.iter().enumerate() {
+                    if !spec.sync_modes.is_empty() && !spec.sync_modes.contains(&m.sync_mode.as_str()) {
+                        self.errors.push(FieldError::new(
+                            format!("{path}.config.mappings[{j}].sync_mode"),
+                            format!("{} destinations do not support {}", spec.connector_type, m.sync_mode.as_str()),
+                        ));
+                    }
+                }
+            }
+            let mut config = d.config.clone();
+            self.errors.extend(resolve_dependencies(
+                &format!("{path}."),
+                *id,
+                &mut config,
+                |r| self.names.flow(r),
+                "in the document or the organization",
+            ));
+            let (Some((src, _)), Some((dst, _))) = (source, dest) else { continue };
+            let existing = self.find_f(&d.name);
+            let status = d.status.or(existing.map(|e| e.status)).unwrap_or(FlowStatus::Active);
+            let schedule = d.schedule.as_ref().map(|s| s.trim().to_string());
+            let next_run_at = match (&schedule, status) {
+                (Some(s), FlowStatus::Active) => next_run(s, self.now),
+                _ => None,
+            };
+            let flow = Flow {
+                id: *id,
+                org_id: self.org,
+                name: d.name.trim().to_string(),
+                source_connection_id: src,
+                destination_connection_id: dst,
+                schedule,
+                config,
+                status,
+                next_run_at,
+                created_at: existing.map_or(self.now, |e| e.created_at),
+                updated_at: self.now,
+            };
+            planned.push((i, flow, existing));
+        }
+        planned
+    }
+
+    /// The flows' changes, upstream flows of the document first, otherwise
+    /// in document order.
+    fn order_flows(&mut self, planned: Vec<(usize, Flow, Option<&'a Flow>)>, edges: &BTreeMap<FlowId, Vec<FlowId>>) {
+        // Upstream flows of the document first, otherwise in document order.
+        let in_doc: BTreeSet<FlowId> = planned.iter().map(|(_, f, _)| f.id).collect();
+        let mut done: BTreeSet<FlowId> = BTreeSet::new();
+        let mut ordered = Vec::with_capacity(planned.len());
+        while ordered.len() < planned.len() {
+            let next = planned.iter().position(|(_, f, _)| {
+                !done.contains(&f.id) && edges[&f.id].iter().all(|u| !in_doc.contains(u) || done.contains(u))
+            });
+            let Some(k) = next else { break };
+            done.insert(planned[k].1.id);
+            ordered.push(k);
+        }
+        for k in ordered {
+            let (_, flow, existing) = &planned[k];
+            let mut flow = flow.clone();
+            match existing {
+                None => {
+                    self.out.changes.push(IacChange {
+                        kind: Kind::Flow,
+                        name: flow.name.clone(),
+                        action: Action::Created,
+                        id: Some(flow.id.to_string()),
+                        diff: vec![],
+                    });
+                    self.out.writes.flows.push(Write::Create(flow));
+                }
+                Some(e) => {
+                    let dd = diff(&flow_view(e, &self.names), &flow_view(&flow, &self.names));
+                    let action = if dd.is_empty() { Action::Unchanged } else { Action::Updated };
+                    if action == Action::Updated {
+                        if flow.schedule == e.schedule && flow.status == e.status {
+                            flow.next_run_at = e.next_run_at;
+                        }
+                        self.out.writes.flows.push(Write::Update { item: flow.clone(), planned_against: e.updated_at });
+                    }
+                    self.out.changes.push(IacChange {
+                        kind: Kind::Flow,
+                        name: flow.name,
+                        action,
+                        id: Some(flow.id.to_string()),
+                        diff: dd,
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// The organization's configuration as a document that applies back as all
