@@ -848,85 +848,25 @@ impl Destination for PgConnector {
         // One connection for the writer's life: the staging table is local
         // to its session, and checkpoints commit on it.
         let mut tx = self.pool.acquire().await.map_err(|e| self.e(&e))?;
-        sqlx::query("BEGIN").execute(&mut *tx).await.map_err(|e| self.e(&e))?;
-        let exec = |sql: String| sqlx::query(AssertSqlSafe(sql));
-        let columns = |with_not_null: bool| -> Vec<String> {
-            schema
-                .fields
-                .iter()
-                .map(|f| {
-                    let nn = if with_not_null && !f.nullable && !f.primary_key { " NOT NULL" } else { "" };
-                    format!("{} {}{nn}", quote_dq(&f.name), native_for_field(f))
-                })
-                .collect()
-        };
+        self.run(&mut tx, "BEGIN".into()).await?;
         let pk_list = pk.iter().map(|p| quote_dq(p)).collect::<Vec<_>>().join(", ");
         let new_table = format!("{}__sluice_new", schema.name);
-        let mut stage = None;
-        match (mode, &existing) {
-            (WriteMode::Overwrite, _) => {
-                exec(format!("DROP TABLE IF EXISTS {}", self.qualified(&new_table)))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| self.e(&e))?;
-                exec(format!("CREATE TABLE {} ({})", self.qualified(&new_table), columns(true).join(", ")))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| self.e(&e))?;
-            }
-            (_, None) => {
-                let mut cols = columns(true);
-                if !pk.is_empty() {
-                    cols.push(format!("PRIMARY KEY ({pk_list})"));
-                }
-                exec(format!("CREATE TABLE {} ({})", self.qualified(&schema.name), cols.join(", ")))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| self.e(&e))?;
-            }
-            (_, Some(current)) => {
-                for f in &schema.fields {
-                    if current.field(&f.name).is_none() {
-                        exec(format!(
-                            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}",
-                            self.qualified(&schema.name),
-                            quote_dq(&f.name),
-                            native_for_field(f)
-                        ))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| self.e(&e))?;
-                    }
-                }
-            }
-        }
-        let created = match (mode, &existing) {
-            (WriteMode::Overwrite, _) => Some(new_table.as_str()),
-            (_, None) => Some(schema.name.as_str()),
-            _ => None,
-        };
-        for f in &schema.fields {
-            let added = existing.as_ref().is_some_and(|e| e.field(&f.name).is_none());
-            if f.field_type == FieldType::Array && native_for(f, ENGINE).is_none() && (created.is_some() || added) {
-                let table = created.unwrap_or(&schema.name);
-                exec(format!("COMMENT ON COLUMN {}.{} IS '{ARRAY_COMMENT}'", self.qualified(table), quote_dq(&f.name)))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| self.e(&e))?;
-            }
-        }
-        if mode == WriteMode::Upsert {
+        self.prepare_table(&mut tx, schema, mode, existing.as_ref(), &pk_list, &new_table).await?;
+        let stage = if mode == WriteMode::Upsert {
             let name = format!("sluice_stage_{}", uuid::Uuid::new_v4().simple());
-            exec(format!(
-                "CREATE TEMP TABLE {} ({}, \"__sluice_seq\" bigint) ON COMMIT DELETE ROWS",
-                quote_dq(&name),
-                columns(false).join(", ")
-            ))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.e(&e))?;
-            stage = Some(name);
-        }
+            self.run(
+                &mut tx,
+                format!(
+                    "CREATE TEMP TABLE {} ({}, \"__sluice_seq\" bigint) ON COMMIT DELETE ROWS",
+                    quote_dq(&name),
+                    column_defs(schema, false).join(", ")
+                ),
+            )
+            .await?;
+            Some(name)
+        } else {
+            None
+        };
         let col_list = schema.fields.iter().map(|f| quote_dq(&f.name)).collect::<Vec<_>>().join(", ");
         // The stage also takes the sequence the writer numbers rows with.
         let (copy_target, seq_column) = match (&stage, mode) {
@@ -975,6 +915,88 @@ impl Destination for PgConnector {
             staged: false,
             seq: 0,
         }))
+    }
+}
+
+/// The column definitions of `schema` (`NOT NULL` where the field is not
+/// nullable and not a key, when asked).
+fn column_defs(schema: &EntitySchema, with_not_null: bool) -> Vec<String> {
+    schema
+        .fields
+        .iter()
+        .map(|f| {
+            let nn = if with_not_null && !f.nullable && !f.primary_key { " NOT NULL" } else { "" };
+            format!("{} {}{nn}", quote_dq(&f.name), native_for_field(f))
+        })
+        .collect()
+}
+
+impl PgConnector {
+    /// Runs one statement on the writer's connection.
+    async fn run(&self, tx: &mut PoolConnection<Postgres>, sql: String) -> ConnectorResult<()> {
+        sqlx::query(AssertSqlSafe(sql)).execute(&mut **tx).await.map(|_| ()).map_err(|e| self.e(&e))
+    }
+
+    /// The table a writer loads: a fresh `<name>__sluice_new` for an
+    /// overwrite, the table created (with its key) when missing, or the new
+    /// columns added to the one there; array columns marked.
+    async fn prepare_table(
+        &self,
+        tx: &mut PoolConnection<Postgres>,
+        schema: &EntitySchema,
+        mode: WriteMode,
+        existing: Option<&EntitySchema>,
+        pk_list: &str,
+        new_table: &str,
+    ) -> ConnectorResult<()> {
+        match (mode, existing) {
+            (WriteMode::Overwrite, _) => {
+                self.run(tx, format!("DROP TABLE IF EXISTS {}", self.qualified(new_table))).await?;
+                self.run(
+                    tx,
+                    format!("CREATE TABLE {} ({})", self.qualified(new_table), column_defs(schema, true).join(", ")),
+                )
+                .await?;
+            }
+            (_, None) => {
+                let mut cols = column_defs(schema, true);
+                if !pk_list.is_empty() {
+                    cols.push(format!("PRIMARY KEY ({pk_list})"));
+                }
+                self.run(tx, format!("CREATE TABLE {} ({})", self.qualified(&schema.name), cols.join(", "))).await?;
+            }
+            (_, Some(current)) => {
+                for f in schema.fields.iter().filter(|f| current.field(&f.name).is_none()) {
+                    self.run(
+                        tx,
+                        format!(
+                            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}",
+                            self.qualified(&schema.name),
+                            quote_dq(&f.name),
+                            native_for_field(f)
+                        ),
+                    )
+                    .await?;
+                }
+            }
+        }
+        let created = match (mode, existing) {
+            (WriteMode::Overwrite, _) => Some(new_table),
+            (_, None) => Some(schema.name.as_str()),
+            _ => None,
+        };
+        for f in &schema.fields {
+            let added = existing.is_some_and(|e| e.field(&f.name).is_none());
+            if f.field_type == FieldType::Array && native_for(f, ENGINE).is_none() && (created.is_some() || added) {
+                let table = created.unwrap_or(&schema.name);
+                self.run(
+                    tx,
+                    format!("COMMENT ON COLUMN {}.{} IS '{ARRAY_COMMENT}'", self.qualified(table), quote_dq(&f.name)),
+                )
+                .await?;
+            }
+        }
+        Ok(())
     }
 }
 
