@@ -1,8 +1,10 @@
 //! `GET /v1/health`.
 
 use crate::AppState;
-use crate::dto::HealthResponse;
+
 use actix_web::{HttpResponse, get, web::Data};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 /// Liveness of the service and its metadata store.
 #[utoipa::path(tag = "system", responses(
@@ -22,4 +24,14 @@ pub async fn health(state: Data<AppState>) -> HttpResponse {
             })
         }
     }
+}
+
+// ---- wire types ----------------------------------------------------------
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthResponse {
+    /// `ok`, or `degraded` when the metadata store does not answer.
+    pub status: String,
+    pub database: String,
+    pub version: String,
 }

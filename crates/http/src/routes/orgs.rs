@@ -3,19 +3,26 @@
 
 use super::created;
 use crate::AppState;
+use crate::dto::RoleDto;
 use crate::dto::*;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, Caller, Pagination};
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, post, put};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sluice_domain::FieldError;
+use sluice_domain::identity::Actor;
+use sluice_domain::identity::apikey::ApiKey;
+use sluice_domain::identity::invitation::Invitation;
+use sluice_domain::identity::org::{Member, Organization};
 use sluice_domain::service::{NewOrganization, OrganizationUpdate};
+use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::audit::AuditFilter;
 use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use utoipa::IntoParams;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// The organizations the caller belongs to (an API key: its own).
@@ -286,4 +293,180 @@ pub async fn audit_logs(
     let page = sluice_domain::shared::page::PageRequest::parse(q.limit, q.cursor.as_deref())?;
     let page = state.sluice.list_audit_logs(&caller.principal, OrgId::from(*path), &filter, page).await?;
     Ok(Json(ListResponse::from_page(page, Into::into)))
+}
+
+// ---- wire types ----------------------------------------------------------
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrganizationResponse {
+    pub id: Uuid,
+    pub name: String,
+    pub slug: String,
+    /// `free`, `pro` or `enterprise`.
+    pub plan: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+impl From<Organization> for OrganizationResponse {
+    fn from(o: Organization) -> Self {
+        Self { id: o.id.as_uuid(), name: o.name, slug: o.slug, plan: o.plan.as_str().into(), created_at: o.created_at }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrganizationBody {
+    pub name: String,
+    /// Derived from the name when absent.
+    pub slug: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateOrganizationBody {
+    pub name: Option<String>,
+    pub slug: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberResponse {
+    pub user_id: Uuid,
+    pub email: Option<String>,
+    pub name: Option<String>,
+    pub role: RoleDto,
+    #[serde(with = "time::serde::rfc3339")]
+    pub joined_at: OffsetDateTime,
+}
+
+impl From<Member> for MemberResponse {
+    fn from(m: Member) -> Self {
+        Self { user_id: m.user_id.as_uuid(), email: m.email, name: m.name, role: m.role.into(), joined_at: m.joined_at }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMemberBody {
+    pub role: RoleDto,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateInvitationBody {
+    pub email: String,
+    pub role: RoleDto,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InvitationResponse {
+    pub id: Uuid,
+    pub organization_id: Uuid,
+    pub email: String,
+    pub role: RoleDto,
+    /// `pending`, `accepted`, `revoked` or `expired`.
+    pub status: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// The single-use token; present only in the create response.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl InvitationResponse {
+    pub fn new(i: Invitation, now: OffsetDateTime, token: Option<String>) -> Self {
+        Self {
+            id: i.id.as_uuid(),
+            organization_id: i.org_id.as_uuid(),
+            email: i.email.clone(),
+            role: i.role.into(),
+            status: i.status_at(now).as_str().into(),
+            expires_at: i.expires_at,
+            created_at: i.created_at,
+            token,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateApiKeyBody {
+    pub name: String,
+    pub roles: Vec<RoleDto>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyResponse {
+    pub id: Uuid,
+    pub name: String,
+    /// The first 8 characters of the key.
+    pub prefix: String,
+    pub roles: Vec<RoleDto>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_used_at: Option<OffsetDateTime>,
+    /// The plain key; present only in the create response.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl ApiKeyResponse {
+    pub fn new(k: ApiKey, plain: Option<String>) -> Self {
+        Self {
+            id: k.id.as_uuid(),
+            name: k.name,
+            prefix: k.prefix,
+            roles: k.roles.into_iter().map(Into::into).collect(),
+            created_at: k.created_at,
+            last_used_at: k.last_used_at,
+            key: plain,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActorDto {
+    /// `user`, `api_key` or `system`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl From<Actor> for ActorDto {
+    fn from(a: Actor) -> Self {
+        Self { kind: a.kind.as_str().into(), id: a.id, name: a.name }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditLogResponse {
+    pub id: Uuid,
+    pub actor: ActorDto,
+    /// `<resource>.<verb>`.
+    pub action: String,
+    pub resource_type: String,
+    pub resource_id: Option<String>,
+    /// `before` and `after` snapshots with secrets removed, or action-specific fields.
+    #[schema(value_type = Object)]
+    pub details: serde_json::Value,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+impl From<AuditEntry> for AuditLogResponse {
+    fn from(e: AuditEntry) -> Self {
+        Self {
+            id: e.id.as_uuid(),
+            actor: e.actor.into(),
+            action: e.action,
+            resource_type: e.resource_type,
+            resource_id: e.resource_id,
+            details: e.details,
+            created_at: e.created_at,
+        }
+    }
 }

@@ -2,13 +2,19 @@
 //! invitations.
 
 use crate::AppState;
-use crate::dto::*;
+use crate::dto::RoleDto;
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::Body;
 use crate::extract::Caller;
+use crate::routes::orgs::OrganizationResponse;
 use actix_web::web::{Data, Json};
 use actix_web::{get, patch, post};
+use serde::{Deserialize, Serialize};
 use sluice_domain::identity::user::ProfileUpdate;
+use sluice_domain::identity::user::User;
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+use uuid::Uuid;
 
 /// The calling user (session tokens only).
 #[utoipa::path(tag = "users", security(("bearer" = [])), responses(
@@ -60,4 +66,53 @@ pub async fn accept_invitation(
 ) -> ApiResult<Json<AcceptInvitationResponse>> {
     let (org, role) = state.sluice.accept_invitation(&caller.principal, body.token.trim()).await?;
     Ok(Json(AcceptInvitationResponse { organization: org.into(), role: role.into() }))
+}
+
+// ---- wire types ----------------------------------------------------------
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserResponse {
+    pub id: Uuid,
+    pub email: Option<String>,
+    pub name: Option<String>,
+    /// The identity provider (`iss`) and the subject (`sub`) that identify the user.
+    pub issuer: String,
+    pub subject: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+impl From<User> for UserResponse {
+    fn from(u: User) -> Self {
+        Self {
+            id: u.id.as_uuid(),
+            email: u.email,
+            name: u.name,
+            issuer: u.issuer,
+            subject: u.subject,
+            created_at: u.created_at,
+            updated_at: u.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMeBody {
+    pub name: Option<String>,
+    pub email: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptInvitationBody {
+    pub token: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AcceptInvitationResponse {
+    pub organization: OrganizationResponse,
+    pub role: RoleDto,
 }
