@@ -5,7 +5,7 @@ use crate::entities::*;
 use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{Value, json};
 use sluice_domain::catalog::{AssetKind, AssetVersion, Change, DataAsset, fields_to_json, parse_fields};
 use sluice_domain::connect::connector::EntitySchema;
@@ -162,12 +162,8 @@ impl CatalogRepository for Store {
     }
 
     async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>> {
-        let mut q = data_assets::Entity::find().filter(data_assets::Column::OrgId.eq(org.as_uuid()));
-        if let Some(after) = page.after {
-            q = q.filter(data_assets::Column::Id.lt(after));
-        }
-        let rows =
-            q.order_by_desc(data_assets::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let q = data_assets::Entity::find().filter(data_assets::Column::OrgId.eq(org.as_uuid()));
+        let rows = crate::keyset(&self.db, q, data_assets::Column::Id, page).await?;
         let items = rows.into_iter().map(asset_from).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |a| a.id.as_uuid()))
     }

@@ -6,7 +6,7 @@ use crate::entities::*;
 use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::Value;
 use sluice_domain::connect::connector::Capability;
 use sluice_domain::connect::integration::{Connection, ConnectionStatus, Credentials, Integration};
@@ -168,12 +168,8 @@ impl IntegrationRepository for Store {
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {
-        let mut q = integrations::Entity::find().filter(integrations::Column::OrgId.eq(org.as_uuid()));
-        if let Some(after) = page.after {
-            q = q.filter(integrations::Column::Id.lt(after));
-        }
-        let rows =
-            q.order_by_desc(integrations::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let q = integrations::Entity::find().filter(integrations::Column::OrgId.eq(org.as_uuid()));
+        let rows = crate::keyset(&self.db, q, integrations::Column::Id, page).await?;
         let items = rows.into_iter().map(|m| self.integration_from(m)).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |i| i.id.as_uuid()))
     }
@@ -266,12 +262,8 @@ impl ConnectionRepository for Store {
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>> {
-        let mut q = connections::Entity::find().filter(connections::Column::OrgId.eq(org.as_uuid()));
-        if let Some(after) = page.after {
-            q = q.filter(connections::Column::Id.lt(after));
-        }
-        let rows =
-            q.order_by_desc(connections::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let q = connections::Entity::find().filter(connections::Column::OrgId.eq(org.as_uuid()));
+        let rows = crate::keyset(&self.db, q, connections::Column::Id, page).await?;
         let items = rows.into_iter().map(|m| self.connection_from(m)).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |c| c.id.as_uuid()))
     }

@@ -6,8 +6,7 @@ use crate::{Store, convert, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect,
 };
 use sluice_domain::identity::Role;
 use sluice_domain::identity::apikey::ApiKey;
@@ -23,10 +22,6 @@ use sluice_domain::{Error, Result};
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-fn over(page: PageRequest) -> u64 {
-    page.limit + 1
-}
 
 #[async_trait]
 impl UserRepository for Store {
@@ -201,11 +196,8 @@ impl OrgRepository for Store {
             .all(&self.db)
             .await
             .map_err(db_err)?;
-        let mut q = organizations::Entity::find().filter(organizations::Column::Id.is_in(org_ids));
-        if let Some(after) = page.after {
-            q = q.filter(organizations::Column::Id.lt(after));
-        }
-        let rows = q.order_by_desc(organizations::Column::Id).limit(over(page)).all(&self.db).await.map_err(db_err)?;
+        let q = organizations::Entity::find().filter(organizations::Column::Id.is_in(org_ids));
+        let rows = crate::keyset(&self.db, q, organizations::Column::Id, page).await?;
         let items = rows.into_iter().map(convert::org).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |o| o.id.as_uuid()))
     }
@@ -245,12 +237,8 @@ impl OrgRepository for Store {
     }
 
     async fn list_members(&self, org: OrgId, page: PageRequest) -> Result<Page<Member>> {
-        let mut q = memberships::Entity::find().filter(memberships::Column::OrgId.eq(org.as_uuid()));
-        if let Some(after) = page.after {
-            q = q.filter(memberships::Column::UserId.lt(after));
-        }
-        let rows =
-            q.order_by_desc(memberships::Column::UserId).limit(over(page)).all(&self.db).await.map_err(db_err)?;
+        let q = memberships::Entity::find().filter(memberships::Column::OrgId.eq(org.as_uuid()));
+        let rows = crate::keyset(&self.db, q, memberships::Column::UserId, page).await?;
         let members = self.members_from(rows).await?;
         Ok(Page::from_overfetch(members, page.limit, |m| m.user_id.as_uuid()))
     }
@@ -331,11 +319,8 @@ impl InvitationRepository for Store {
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Invitation>> {
-        let mut q = invitations::Entity::find().filter(invitations::Column::OrgId.eq(org.as_uuid()));
-        if let Some(after) = page.after {
-            q = q.filter(invitations::Column::Id.lt(after));
-        }
-        let rows = q.order_by_desc(invitations::Column::Id).limit(over(page)).all(&self.db).await.map_err(db_err)?;
+        let q = invitations::Entity::find().filter(invitations::Column::OrgId.eq(org.as_uuid()));
+        let rows = crate::keyset(&self.db, q, invitations::Column::Id, page).await?;
         let items = rows.into_iter().map(convert::invitation).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |i| i.id.as_uuid()))
     }
@@ -437,13 +422,10 @@ impl ApiKeyRepository for Store {
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<ApiKey>> {
-        let mut q = api_keys::Entity::find()
+        let q = api_keys::Entity::find()
             .filter(api_keys::Column::OrgId.eq(org.as_uuid()))
             .filter(api_keys::Column::RevokedAt.is_null());
-        if let Some(after) = page.after {
-            q = q.filter(api_keys::Column::Id.lt(after));
-        }
-        let rows = q.order_by_desc(api_keys::Column::Id).limit(over(page)).all(&self.db).await.map_err(db_err)?;
+        let rows = crate::keyset(&self.db, q, api_keys::Column::Id, page).await?;
         let items = rows.into_iter().map(convert::api_key).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |k| k.id.as_uuid()))
     }
@@ -528,10 +510,7 @@ impl AuditRepository for Store {
         if let Some(v) = f.until {
             q = q.filter(C::CreatedAt.lt(v.to_offset(time::UtcOffset::UTC)));
         }
-        if let Some(after) = page.after {
-            q = q.filter(C::Id.lt(after));
-        }
-        let rows = q.order_by_desc(C::Id).limit(over(page)).all(&self.db).await.map_err(db_err)?;
+        let rows = crate::keyset(&self.db, q, C::Id, page).await?;
         let items = rows.into_iter().map(convert::audit).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |e| e.id.as_uuid()))
     }

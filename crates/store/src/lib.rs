@@ -28,6 +28,27 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+/// One page of `q`, newest first by `id` (a time-ordered UUID): the rows
+/// after the page's cursor, one more than the page holds, so that
+/// `Page::from_overfetch` tells whether another follows.
+pub(crate) async fn keyset<E, C>(
+    db: &DatabaseConnection,
+    q: sea_orm::Select<E>,
+    id: C,
+    page: sluice_domain::shared::page::PageRequest,
+) -> Result<Vec<E::Model>, Error>
+where
+    E: sea_orm::EntityTrait,
+    C: sea_orm::ColumnTrait,
+{
+    use sea_orm::{QueryFilter, QueryOrder, QuerySelect};
+    let q = match page.after {
+        Some(after) => q.filter(id.lt(after)),
+        None => q,
+    };
+    q.order_by_desc(id).limit(page.limit + 1).all(db).await.map_err(db_err)
+}
+
 /// The metadata store's database engine.
 pub use sea_orm::DbBackend as Backend;
 

@@ -125,10 +125,7 @@ impl FlowRepository for Store {
         if let Some(s) = status {
             q = q.filter(flows::Column::Status.eq(s.as_str()));
         }
-        if let Some(after) = page.after {
-            q = q.filter(flows::Column::Id.lt(after));
-        }
-        let rows = q.order_by_desc(flows::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let rows = crate::keyset(&self.db, q, flows::Column::Id, page).await?;
         let items = rows.into_iter().map(flow_from).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |f| f.id.as_uuid()))
     }
@@ -364,10 +361,7 @@ impl RunRepository for Store {
         if let Some(s) = status {
             q = q.filter(runs::Column::Status.eq(s.as_str()));
         }
-        if let Some(after) = page.after {
-            q = q.filter(runs::Column::Id.lt(after));
-        }
-        let rows = q.order_by_desc(runs::Column::Id).limit(page.limit + 1).all(&self.db).await.map_err(db_err)?;
+        let rows = crate::keyset(&self.db, q, runs::Column::Id, page).await?;
         let items = rows.into_iter().map(run_from).collect::<Result<Vec<_>>>()?;
         Ok(Page::from_overfetch(items, page.limit, |r| r.id.as_uuid()))
     }
