@@ -103,17 +103,15 @@ fn candidates_with(raw: &str, spent: &mut usize) -> Vec<Map<String, Value>> {
     for &(start, end) in scan.spans.iter().filter(|(start, _)| *start < cut) {
         try_span(start, end, &mut out, &mut budget);
     }
+    // The object cut off by the end comes in its place (it encloses the
+    // spans after it); those spans are candidates too, and the fit decides
+    // (the enclosing object first on a tie). A cut that leaves nothing
+    // whole (`{x` in prose before the answer) makes no candidate.
     if let Some(start) = scan.unclosed
         && raw.len() - start <= budget
     {
         budget -= raw.len() - start;
-        let found = lenient(&complete_truncated(&raw[start..]));
-        if !found.is_empty() {
-            out.extend(found);
-            out.truncate(MAX_CANDIDATES);
-            *spent += start_budget - budget;
-            return out;
-        }
+        out.extend(lenient(&complete_truncated(&raw[start..])).into_iter().filter(|o| !o.is_empty()));
     }
     for &(start, end) in scan.spans.iter().filter(|(start, _)| *start > cut) {
         try_span(start, end, &mut out, &mut budget);
@@ -327,7 +325,11 @@ fn skip_comment(b: &[u8], mut i: usize) -> Option<usize> {
 /// of surrogates make one character; an escape JSON does not know stands
 /// for the character itself (`\'` is `'`).
 fn unescape(text: &str, i: usize) -> (Option<char>, usize) {
-    let hex = |at: usize| text.get(at..at + 4).and_then(|h| u32::from_str_radix(h, 16).ok());
+    let hex = |at: usize| {
+        text.get(at..at + 4)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
     match at(text, i) {
         None => (None, i),
         Some('n') => (Some('\n'), i + 1),

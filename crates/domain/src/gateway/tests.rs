@@ -80,6 +80,13 @@ fn output_cut_off_keeps_only_whole_values() {
     for (raw, want) in cases {
         assert_eq!(extract(raw, &c), Some(obj(want)), "{raw}");
     }
+    // A brace left open in prose before the answer hides nothing.
+    let stray = extract(r#"Use {x to start. {"name": "Bo", "age": 3, "email": "b@c.co"}"#, &c).unwrap();
+    assert_eq!(stray["name"], "Bo");
+    assert_eq!(extract(r#"Use {x to start. {"name": "Bo"}"#, &[]).unwrap()["name"], "Bo", "without a contract too");
+    // A nested object of a cut-off output that fits better wins.
+    let nested = extract(r#"{"user": {"name": "Ann", "age": 31, "email": "a@b.co"}, "meta": {"x": "y"#, &c).unwrap();
+    assert_eq!(nested["name"], "Ann");
     // The required field cut off is then missing, not shortened.
     let Outcome::Invalid { missing_fields, .. } = validate(&extract(r#"{"name": "Ann", "age": 31"#, &c).unwrap(), &c)
     else {
@@ -120,6 +127,10 @@ fn the_contract_decides_candidates_keys_nulls_and_numbers() {
     let one = vec![field("user_id", FieldType::Integer, true)];
     let Outcome::Valid { data, .. } = validate(&extract(r#"{"User ID": 5}"#, &one).unwrap(), &one) else { panic!() };
     assert_eq!(data["user_id"], 5);
+    let Outcome::Valid { data, .. } = validate(&extract(r#"{"user id": 1, "User_ID": 2}"#, &one).unwrap(), &one) else {
+        panic!()
+    };
+    assert_eq!(data["user_id"], 2, "of several keys that fold alike, the last");
     let exact_first = ok(r#"{"name": "Exact", "Name": "Folded", "age": 1, "email": "a@b.co"}"#);
     assert_eq!(exact_first["name"], "Exact");
     // null: an optional field is dropped, a required one missing; the null
@@ -188,6 +199,7 @@ fn escapes_foreign_quotes_and_unicode_spaces_are_read() {
     let c = vec![field("name", FieldType::String, true), field("age", FieldType::Integer, false)];
     let name = |raw: &str| extract(raw, &c).unwrap_or_else(|| panic!("{raw}"))["name"].clone();
     assert_eq!(name(r"{'name': 'Jos\u00e9'}"), "José");
+    assert_eq!(name(r"{'name': 'A\u+041'}"), "Au+041", "four hex digits or no escape");
     assert_eq!(name(r"{'name': 'Ren\u00e9e \ud83d\ude00'}"), "Renée 😀", "a surrogate pair is one character");
     assert_eq!(name(r#"{'name': 'tab\there\nline \'q\' \"d\" back\\slash'}"#), "tab\there\nline 'q' \"d\" back\\slash");
     for raw in [
