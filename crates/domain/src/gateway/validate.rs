@@ -157,8 +157,9 @@ fn folded(key: &str) -> String {
 }
 
 /// The value `obj` holds for `field`: under its exact name, else under the
-/// one key that folds to it, when no other field of `fields` folds alike
-/// (several such keys: the last, as for a repeated key).
+/// key that folds to it when the match is one to one: no other field of
+/// `fields` folds alike, and no other key of `obj` does (either way the
+/// match would be a guess). Independent of the order of `obj`'s keys.
 fn lookup<'a>(
     obj: &'a Map<String, Value>,
     field: &ContractField,
@@ -171,10 +172,11 @@ fn lookup<'a>(
     if fields.iter().filter(|f| folded(&f.name) == want).count() != 1 {
         return None;
     }
-    obj.iter()
-        .rev()
-        .find(|(k, _)| !fields.iter().any(|f| f.name == **k) && folded(k) == want)
-        .map(|(k, v)| (k.as_str(), v))
+    let mut matches = obj.iter().filter(|(k, _)| !fields.iter().any(|f| f.name == **k) && folded(k) == want);
+    match (matches.next(), matches.next()) {
+        (Some((k, v)), None) => Some((k.as_str(), v)),
+        _ => None,
+    }
 }
 
 pub(super) struct Walk {
