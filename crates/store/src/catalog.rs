@@ -2,7 +2,7 @@
 //! dependencies, and the discovered schemas.
 
 use crate::entities::*;
-use crate::{Store, db_err, insert_audit};
+use crate::{Store, db_err};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
@@ -111,8 +111,7 @@ impl CatalogRepository for Store {
 
     async fn create_asset(&self, a: &DataAsset, created_by: Option<String>, audit: &AuditEntry) -> Result<()> {
         let fields = fields_to_json(&a.fields);
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             data_assets::Entity::insert(data_assets::ActiveModel {
                 id: Set(a.id.as_uuid()),
                 org_id: Set(a.org_id.as_uuid()),
@@ -131,10 +130,7 @@ impl CatalogRepository for Store {
             .map_err(db_err)?;
             insert_version(tx.c(), a.id.as_uuid(), a.version, fields, Change::Compatible, created_by, a.created_at)
                 .await?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn find_discovered(&self, org: OrgId, connection: ConnectionId, entity: &str) -> Result<Option<DataAsset>> {
@@ -175,8 +171,7 @@ impl CatalogRepository for Store {
         audit: &AuditEntry,
     ) -> Result<()> {
         let fields = fields_to_json(&a.fields);
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let res = data_assets::Entity::update_many()
                 .col_expr(data_assets::Column::Name, Expr::value(a.name.clone()))
                 .col_expr(data_assets::Column::Description, Expr::value(a.description.clone()))
@@ -194,15 +189,11 @@ impl CatalogRepository for Store {
             if let Some((change, by)) = new_version {
                 insert_version(tx.c(), a.id.as_uuid(), a.version, fields, change, by, a.updated_at).await?;
             }
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn delete_asset(&self, org: OrgId, id: AssetId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let res = data_assets::Entity::delete_many()
                 .filter(data_assets::Column::Id.eq(id.as_uuid()))
                 .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
@@ -218,10 +209,7 @@ impl CatalogRepository for Store {
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {

@@ -3,7 +3,7 @@
 //! on the way in and opened on the way out; the domain sees plaintext only.
 
 use crate::entities::*;
-use crate::{Store, db_err, insert_audit};
+use crate::{Store, db_err};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
@@ -134,16 +134,12 @@ impl Store {
 #[async_trait]
 impl IntegrationRepository for Store {
     async fn create(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             integrations::Entity::insert(self.integration_model(i)?)
                 .exec_without_returning(tx.c())
                 .await
                 .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn get(&self, org: OrgId, id: IntegrationId) -> Result<Option<Integration>> {
@@ -175,8 +171,7 @@ impl IntegrationRepository for Store {
     }
 
     async fn update(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             integrations::Entity::update_many()
                 .col_expr(integrations::Column::Name, Expr::value(i.name.clone()))
                 .col_expr(
@@ -189,15 +184,11 @@ impl IntegrationRepository for Store {
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let users = connections::Entity::find()
                 .filter(connections::Column::IntegrationId.eq(id.as_uuid()))
                 .count(tx.c())
@@ -218,26 +209,19 @@ impl IntegrationRepository for Store {
             if res.rows_affected == 0 {
                 return Err(Error::not_found("integration"));
             }
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
 #[async_trait]
 impl ConnectionRepository for Store {
     async fn create(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             connections::Entity::insert(self.connection_model(c)?)
                 .exec_without_returning(tx.c())
                 .await
                 .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn get(&self, org: OrgId, id: ConnectionId) -> Result<Option<Connection>> {
@@ -269,22 +253,17 @@ impl ConnectionRepository for Store {
     }
 
     async fn update(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let mut m = self.connection_model(c)?;
             m.id = sea_orm::ActiveValue::Unchanged(c.id.as_uuid());
             m.org_id = sea_orm::ActiveValue::NotSet;
             m.created_at = sea_orm::ActiveValue::NotSet;
             connections::Entity::update(m).exec(tx.c()).await.map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let users = flows::Entity::find()
                 .filter(
                     sea_orm::Condition::any()
@@ -309,10 +288,7 @@ impl ConnectionRepository for Store {
             if res.rows_affected == 0 {
                 return Err(Error::not_found("connection"));
             }
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn record_test(

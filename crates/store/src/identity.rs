@@ -63,8 +63,7 @@ impl UserRepository for Store {
     }
 
     async fn update(&self, user: &User, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             users::Entity::update_many()
                 .col_expr(users::Column::Email, Expr::value(user.email.clone()))
                 .col_expr(users::Column::Name, Expr::value(user.name.clone()))
@@ -73,10 +72,7 @@ impl UserRepository for Store {
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
@@ -150,8 +146,7 @@ fn slug_conflict(e: Error, slug: &str) -> Error {
 #[async_trait]
 impl OrgRepository for Store {
     async fn create(&self, org: &Organization, admin: UserId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             organizations::Entity::insert(organizations::ActiveModel {
                 id: Set(org.id.as_uuid()),
                 name: Set(org.name.clone()),
@@ -172,10 +167,7 @@ impl OrgRepository for Store {
             .exec_without_returning(tx.c())
             .await
             .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn get(&self, id: OrgId) -> Result<Option<Organization>> {
@@ -203,8 +195,7 @@ impl OrgRepository for Store {
     }
 
     async fn update(&self, org: &Organization, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             organizations::Entity::update_many()
                 .col_expr(organizations::Column::Name, Expr::value(org.name.clone()))
                 .col_expr(organizations::Column::Slug, Expr::value(org.slug.clone()))
@@ -213,23 +204,16 @@ impl OrgRepository for Store {
                 .exec(tx.c())
                 .await
                 .map_err(|e| slug_conflict(db_err(e), &org.slug))?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn delete(&self, id: OrgId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let res = organizations::Entity::delete_by_id(id.as_uuid()).exec(tx.c()).await.map_err(db_err)?;
             if res.rows_affected == 0 {
                 return Err(Error::not_found("organization"));
             }
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn role_of(&self, org: OrgId, user: UserId) -> Result<Option<Role>> {
@@ -268,24 +252,19 @@ impl OrgRepository for Store {
     }
 
     async fn remove_member(&self, org: OrgId, user: UserId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             self.lock_org(tx.c(), org).await?;
             let m = self.membership(tx.c(), org, user).await?.ok_or(Error::not_found("member"))?;
             check_admin_retained(self.admin_count(tx.c(), org).await?, convert::role(&m.role)?, None)?;
             memberships::Entity::delete_by_id(m.id).exec(tx.c()).await.map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
 #[async_trait]
 impl InvitationRepository for Store {
     async fn create(&self, inv: &Invitation, token_hash: &str, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             invitations::Entity::insert(invitations::ActiveModel {
                 id: Set(inv.id.as_uuid()),
                 org_id: Set(inv.org_id.as_uuid()),
@@ -302,10 +281,7 @@ impl InvitationRepository for Store {
             .exec_without_returning(tx.c())
             .await
             .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn find_by_token_hash(&self, token_hash: &str) -> Result<Option<Invitation>> {
@@ -326,8 +302,7 @@ impl InvitationRepository for Store {
     }
 
     async fn accept(&self, inv: &Invitation, user: UserId, now: OffsetDateTime, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let res = invitations::Entity::update_many()
                 .col_expr(invitations::Column::Status, Expr::value(InvitationStatus::Accepted.as_str()))
                 .col_expr(invitations::Column::AcceptedBy, Expr::value(user.as_uuid()))
@@ -359,10 +334,7 @@ impl InvitationRepository for Store {
             .exec_without_returning(tx.c())
             .await
             .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn revoke(&self, org: OrgId, id: InvitationId, audit: &AuditEntry) -> Result<Invitation> {
@@ -399,8 +371,7 @@ impl InvitationRepository for Store {
 #[async_trait]
 impl ApiKeyRepository for Store {
     async fn create(&self, key: &ApiKey, hash: &str, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             api_keys::Entity::insert(api_keys::ActiveModel {
                 id: Set(key.id.as_uuid()),
                 org_id: Set(key.org_id.as_uuid()),
@@ -415,10 +386,7 @@ impl ApiKeyRepository for Store {
             .exec_without_returning(tx.c())
             .await
             .map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<ApiKey>> {
@@ -431,8 +399,7 @@ impl ApiKeyRepository for Store {
     }
 
     async fn revoke(&self, org: OrgId, id: ApiKeyId, now: OffsetDateTime, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let res = api_keys::Entity::update_many()
                 .col_expr(api_keys::Column::RevokedAt, Expr::value(now))
                 .filter(api_keys::Column::Id.eq(id.as_uuid()))
@@ -444,10 +411,7 @@ impl ApiKeyRepository for Store {
             if res.rows_affected == 0 {
                 return Err(Error::not_found("api key"));
             }
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn find_active_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {

@@ -6,6 +6,21 @@
 //! entry. SQLite allows one writer at a time, so on SQLite write transactions
 //! also take a process-wide lock instead of failing with `SQLITE_BUSY`.
 
+/// Runs the body in one write transaction and records `audit` in it: the
+/// change and its audit entry commit together or not at all (`?` or
+/// `return Err(..)` in the body rolls both back).
+macro_rules! audited {
+    ($store:expr, $audit:expr, |$tx:ident| { $($body:tt)* }) => {{
+        let $tx = $store.write().await?;
+        let r = async {
+            $($body)*
+            $crate::insert_audit($tx.c(), $audit).await
+        }
+        .await;
+        $tx.finish(r).await
+    }};
+}
+
 // One module per context of the domain (see docs/architecture.md).
 mod catalog;
 mod connect;
@@ -211,8 +226,6 @@ impl Tx {
     }
 }
 
-/// A database error in domain terms: unique violations are conflicts,
-/// everything else is internal.
 /// Writes an audit entry inside the caller's transaction, so the change and
 /// its record commit or roll back together.
 pub(crate) async fn insert_audit(
@@ -224,6 +237,8 @@ pub(crate) async fn insert_audit(
     Ok(())
 }
 
+/// A database error in domain terms: unique violations are conflicts,
+/// everything else is internal.
 pub(crate) fn db_err(e: DbErr) -> Error {
     match e.sql_err() {
         Some(SqlErr::UniqueConstraintViolation(_)) => Error::conflict("a resource with these values already exists"),

@@ -87,16 +87,12 @@ fn conflict_name(e: Error, name: &str) -> Error {
 #[async_trait]
 impl FlowRepository for Store {
     async fn create(&self, f: &Flow, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             flows::Entity::insert(flow_model(f)?)
                 .exec_without_returning(tx.c())
                 .await
                 .map_err(|e| conflict_name(db_err(e), &f.name))?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn get(&self, org: OrgId, id: FlowId) -> Result<Option<Flow>> {
@@ -142,22 +138,17 @@ impl FlowRepository for Store {
     }
 
     async fn update(&self, f: &Flow, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let mut m = flow_model(f)?;
             m.id = sea_orm::ActiveValue::Unchanged(f.id.as_uuid());
             m.org_id = sea_orm::ActiveValue::NotSet;
             m.created_at = sea_orm::ActiveValue::NotSet;
             flows::Entity::update(m).exec(tx.c()).await.map_err(|e| conflict_name(db_err(e), &f.name))?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn delete(&self, org: OrgId, id: FlowId, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             let res = flows::Entity::delete_many()
                 .filter(flows::Column::Id.eq(id.as_uuid()))
                 .filter(flows::Column::OrgId.eq(org.as_uuid()))
@@ -167,10 +158,7 @@ impl FlowRepository for Store {
             if res.rows_affected == 0 {
                 return Err(Error::not_found("flow"));
             }
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
@@ -500,13 +488,9 @@ impl CursorRepository for Store {
     }
 
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        audited!(self, audit, |tx| {
             cursors::Entity::delete_by_id((flow.as_uuid(), entity.to_string())).exec(tx.c()).await.map_err(db_err)?;
-            insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
