@@ -159,9 +159,7 @@ impl CatalogRepository for Store {
 
     async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>> {
         let q = data_assets::Entity::find().filter(data_assets::Column::OrgId.eq(org.as_uuid()));
-        let rows = crate::keyset(&self.db, q, data_assets::Column::Id, page).await?;
-        let items = rows.into_iter().map(asset_from).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |a| a.id.as_uuid()))
+        crate::keyset_page(&self.db, q, data_assets::Column::Id, page, asset_from, |a| a.id.as_uuid()).await
     }
 
     async fn update_asset(

@@ -165,9 +165,15 @@ impl IntegrationRepository for Store {
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {
         let q = integrations::Entity::find().filter(integrations::Column::OrgId.eq(org.as_uuid()));
-        let rows = crate::keyset(&self.db, q, integrations::Column::Id, page).await?;
-        let items = rows.into_iter().map(|m| self.integration_from(m)).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |i| i.id.as_uuid()))
+        crate::keyset_page(
+            &self.db,
+            q,
+            integrations::Column::Id,
+            page,
+            |m| self.integration_from(m),
+            |i| i.id.as_uuid(),
+        )
+        .await
     }
 
     async fn update(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
@@ -247,9 +253,8 @@ impl ConnectionRepository for Store {
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>> {
         let q = connections::Entity::find().filter(connections::Column::OrgId.eq(org.as_uuid()));
-        let rows = crate::keyset(&self.db, q, connections::Column::Id, page).await?;
-        let items = rows.into_iter().map(|m| self.connection_from(m)).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |c| c.id.as_uuid()))
+        crate::keyset_page(&self.db, q, connections::Column::Id, page, |m| self.connection_from(m), |c| c.id.as_uuid())
+            .await
     }
 
     async fn update(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {

@@ -189,9 +189,7 @@ impl OrgRepository for Store {
             .await
             .map_err(db_err)?;
         let q = organizations::Entity::find().filter(organizations::Column::Id.is_in(org_ids));
-        let rows = crate::keyset(&self.db, q, organizations::Column::Id, page).await?;
-        let items = rows.into_iter().map(convert::org).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |o| o.id.as_uuid()))
+        crate::keyset_page(&self.db, q, organizations::Column::Id, page, convert::org, |o| o.id.as_uuid()).await
     }
 
     async fn update(&self, org: &Organization, audit: &AuditEntry) -> Result<()> {
@@ -296,9 +294,7 @@ impl InvitationRepository for Store {
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Invitation>> {
         let q = invitations::Entity::find().filter(invitations::Column::OrgId.eq(org.as_uuid()));
-        let rows = crate::keyset(&self.db, q, invitations::Column::Id, page).await?;
-        let items = rows.into_iter().map(convert::invitation).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |i| i.id.as_uuid()))
+        crate::keyset_page(&self.db, q, invitations::Column::Id, page, convert::invitation, |i| i.id.as_uuid()).await
     }
 
     async fn accept(&self, inv: &Invitation, user: UserId, now: OffsetDateTime, audit: &AuditEntry) -> Result<()> {
@@ -393,9 +389,7 @@ impl ApiKeyRepository for Store {
         let q = api_keys::Entity::find()
             .filter(api_keys::Column::OrgId.eq(org.as_uuid()))
             .filter(api_keys::Column::RevokedAt.is_null());
-        let rows = crate::keyset(&self.db, q, api_keys::Column::Id, page).await?;
-        let items = rows.into_iter().map(convert::api_key).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |k| k.id.as_uuid()))
+        crate::keyset_page(&self.db, q, api_keys::Column::Id, page, convert::api_key, |k| k.id.as_uuid()).await
     }
 
     async fn revoke(&self, org: OrgId, id: ApiKeyId, now: OffsetDateTime, audit: &AuditEntry) -> Result<()> {
@@ -474,9 +468,7 @@ impl AuditRepository for Store {
         if let Some(v) = f.until {
             q = q.filter(C::CreatedAt.lt(v.to_offset(time::UtcOffset::UTC)));
         }
-        let rows = crate::keyset(&self.db, q, C::Id, page).await?;
-        let items = rows.into_iter().map(convert::audit).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |e| e.id.as_uuid()))
+        crate::keyset_page(&self.db, q, C::Id, page, convert::audit, |e| e.id.as_uuid()).await
     }
 }
 

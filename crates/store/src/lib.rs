@@ -64,6 +64,24 @@ where
     q.order_by_desc(id).limit(page.limit + 1).all(db).await.map_err(db_err)
 }
 
+/// One page of `q` by [`keyset`], each row converted by `from`; the cursor
+/// is the last item's `id_of`, the same key as the `id` column.
+pub(crate) async fn keyset_page<E, C, T>(
+    db: &DatabaseConnection,
+    q: sea_orm::Select<E>,
+    id: C,
+    page: sluice_domain::shared::page::PageRequest,
+    from: impl FnMut(E::Model) -> Result<T, Error>,
+    id_of: impl Fn(&T) -> uuid::Uuid,
+) -> Result<sluice_domain::shared::page::Page<T>, Error>
+where
+    E: sea_orm::EntityTrait,
+    C: sea_orm::ColumnTrait,
+{
+    let items = keyset(db, q, id, page).await?.into_iter().map(from).collect::<Result<Vec<_>, _>>()?;
+    Ok(sluice_domain::shared::page::Page::from_overfetch(items, page.limit, id_of))
+}
+
 /// The metadata store's database engine.
 pub use sea_orm::DbBackend as Backend;
 

@@ -121,9 +121,7 @@ impl FlowRepository for Store {
         if let Some(s) = status {
             q = q.filter(flows::Column::Status.eq(s.as_str()));
         }
-        let rows = crate::keyset(&self.db, q, flows::Column::Id, page).await?;
-        let items = rows.into_iter().map(flow_from).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |f| f.id.as_uuid()))
+        crate::keyset_page(&self.db, q, flows::Column::Id, page, flow_from, |f| f.id.as_uuid()).await
     }
 
     async fn all(&self, org: OrgId) -> Result<Vec<Flow>> {
@@ -349,9 +347,7 @@ impl RunRepository for Store {
         if let Some(s) = status {
             q = q.filter(runs::Column::Status.eq(s.as_str()));
         }
-        let rows = crate::keyset(&self.db, q, runs::Column::Id, page).await?;
-        let items = rows.into_iter().map(run_from).collect::<Result<Vec<_>>>()?;
-        Ok(Page::from_overfetch(items, page.limit, |r| r.id.as_uuid()))
+        crate::keyset_page(&self.db, q, runs::Column::Id, page, run_from, |r| r.id.as_uuid()).await
     }
 
     async fn running_for_flow(&self, flow: FlowId) -> Result<bool> {
