@@ -244,7 +244,7 @@ pub trait SecretResolver: Send + Sync {
     async fn resolve(&self, reference: &str) -> ConnectorResult<String>;
 }
 
-/// Runs CPU-bound pure work (the gateway's extraction of a large payload)
+/// Runs CPU-bound pure work (the gateway's parse and extraction of a large payload)
 /// where it cannot hold up other requests: a bounded pool of threads in
 /// the service, the calling task in tests and embedders that need none.
 #[async_trait]

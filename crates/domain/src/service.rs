@@ -62,7 +62,7 @@ pub struct Sluice {
     pub(crate) cache: Arc<Caches>,
     /// How long a worker holds a run without renewing its heartbeat.
     pub(crate) lease: time::Duration,
-    /// Where large gateway payloads are extracted.
+    /// Where [`Sluice::off_thread`] runs CPU-bound work.
     pub(crate) offload: Arc<dyn crate::ports::Offload>,
 }
 
@@ -111,11 +111,33 @@ impl Sluice {
         }
     }
 
-    /// Runs the gateway's extraction of large payloads on `offload` (by
-    /// default on the calling task).
+    /// Runs [`Sluice::off_thread`]'s work (the gateway's extraction and
+    /// parse of large payloads) on `offload` (by default on the calling
+    /// task).
     pub fn with_offload(mut self, offload: Arc<dyn crate::ports::Offload>) -> Self {
         self.offload = offload;
         self
+    }
+
+    /// Runs CPU-bound `work` on the offload pool (bounded in the service)
+    /// and hands back its result: for the gateway's extraction of a large
+    /// payload, and for adapters with such work of their own (the HTTP
+    /// layer's parse of a large gateway body), so that all of it shares
+    /// one bound.
+    ///
+    /// # Errors
+    /// Internal, when the work did not finish (it panicked).
+    pub async fn off_thread<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let out = slot.clone();
+        self.offload
+            .run(Box::new(move || {
+                let r = work();
+                *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            }))
+            .await;
+        let done = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        done.ok_or_else(|| Error::Internal(anyhow::anyhow!("offloaded work did not finish")))
     }
 
     /// Sets how long a run's lease lasts without a heartbeat (default

@@ -185,7 +185,8 @@ async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutco
     })
 }
 
-async fn read_body(payload: &mut Payload, limit: usize) -> Result<Bytes, ApiError> {
+/// The whole body, up to `limit` bytes (413 past it).
+pub(crate) async fn read_body(payload: &mut Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut buf = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::malformed_json(format!("unreadable body: {e}"), 0, 0))?;

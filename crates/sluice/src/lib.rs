@@ -261,3 +261,24 @@ fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BlockingPool;
+    use sluice_domain::ports::Offload;
+
+    /// The service's pool runs a job to its end before `run` returns, off
+    /// the calling thread, and gives its permit back even when the job
+    /// panics.
+    #[tokio::test]
+    async fn the_blocking_pool_runs_jobs_to_their_end_and_survives_a_panic() {
+        let pool = BlockingPool::new();
+        let all = pool.permits.available_permits();
+        let here = std::thread::current().id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        pool.run(Box::new(move || tx.send(std::thread::current().id()).unwrap())).await;
+        assert_ne!(rx.try_recv().expect("the job ran before run returned"), here);
+        pool.run(Box::new(|| panic!("the job fails"))).await;
+        assert_eq!(pool.permits.available_permits(), all);
+    }
+}

@@ -176,3 +176,57 @@ async fn gateway_reads_are_fresh_here_and_within_a_second_elsewhere() {
     clock.advance(time::Duration::seconds(1));
     assert_eq!(valid(&there).await.unwrap_err().kind(), ErrorKind::Unauthenticated);
 }
+
+/// Runs each job on a thread of its own and counts the jobs.
+#[derive(Default)]
+struct Threads(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl sluice_domain::ports::Offload for Threads {
+    async fn run(&self, job: Box<dyn FnOnce() + Send>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // A panicking job ends its thread; `run` still returns.
+        let _ = std::thread::spawn(job).join();
+    }
+}
+
+/// A payload over `INLINE_PAYLOAD` is extracted on the offload pool, a
+/// smaller one on the calling task; work that panics there is an internal
+/// error, not a hang or a lost answer.
+#[tokio::test]
+async fn large_gateway_payloads_and_other_heavy_work_run_on_the_offload_pool() {
+    use sluice_domain::catalog::{GatewayResult, INLINE_PAYLOAD};
+    use sluice_domain::gateway::Outcome;
+    use sluice_domain::identity::Role;
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = InMemoryStore::new();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::macros::datetime!(2026-05-01 10:00 UTC)));
+    let pool = Arc::new(Threads::default());
+    let sluice = Sluice::new(in_memory_ports(&store, clock)).with_offload(pool.clone());
+    let (p, _) = sluice.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
+    let org = sluice.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
+    let fields = json!([{"name": "a", "type": "integer", "required": true}]);
+    let asset =
+        sluice.create_asset(&p, org, NewAsset { name: "c".into(), fields, description: None }).await.unwrap().id;
+    let key = sluice.create_api_key(&p, org, "gw", &[Role::Viewer]).await.unwrap().plain;
+    let caller = sluice.authenticate_api_key(key.expose()).await.unwrap();
+
+    let small = sluice.gateway_validate(&caller, asset, r#"Here: {"a": 1}"#).await.unwrap();
+    assert!(matches!(small, GatewayResult::Checked(Outcome::Valid { .. })), "{small:?}");
+    assert_eq!(pool.0.load(SeqCst), 0, "a small payload stays on the calling task");
+
+    let large = format!("{} {{\"a\": 2}}", "Thinking it over. ".repeat(INLINE_PAYLOAD / 18 + 1));
+    assert!(large.len() > INLINE_PAYLOAD);
+    let GatewayResult::Checked(Outcome::Valid { data, .. }) =
+        sluice.gateway_validate(&caller, asset, &large).await.unwrap()
+    else {
+        panic!("the large payload holds a valid object")
+    };
+    assert_eq!(data["a"], 2);
+    assert_eq!(pool.0.load(SeqCst), 1, "a large payload is extracted on the pool");
+
+    assert_eq!(sluice.off_thread(|| 6 * 7).await.unwrap(), 42);
+    let err = sluice.off_thread(|| -> u8 { panic!("the work fails") }).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal, "{err:?}");
+    assert_eq!(pool.0.load(SeqCst), 3);
+}

@@ -493,16 +493,8 @@ impl Sluice {
         let outcome = if raw.len() <= INLINE_PAYLOAD {
             check(raw, &asset.fields)
         } else {
-            let slot = Arc::new(std::sync::Mutex::new(None));
-            let (out, asset, raw) = (slot.clone(), asset.clone(), raw.to_string());
-            self.offload
-                .run(Box::new(move || {
-                    let r = check(&raw, &asset.fields);
-                    *out.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                }))
-                .await;
-            let done = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-            done.ok_or_else(|| Error::Internal(anyhow::anyhow!("the gateway's extraction did not finish")))?
+            let (asset, raw) = (asset.clone(), raw.to_string());
+            self.off_thread(move || check(&raw, &asset.fields)).await?
         };
         let result = match outcome {
             None => GatewayResult::NoJson,

@@ -5,7 +5,7 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::Caller;
 use crate::extract::json_api_error;
-use crate::middleware::MAX_ANY_BODY;
+use crate::middleware::{MAX_ANY_BODY, read_body};
 use actix_web::web::{self, Data};
 use actix_web::{HttpResponse, post};
 use serde::{Deserialize, Serialize};
@@ -78,19 +78,13 @@ pub struct ValidateFailure {
 pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload) -> ApiResult<HttpResponse> {
     // Model output with long prose around the object is common: up to
     // 4 MiB here (the other JSON endpoints take 1 MiB).
-    let bytes = body
-        .to_bytes_limited(MAX_ANY_BODY)
-        .await
-        .map_err(|_| ApiError::payload_too_large(MAX_ANY_BODY))?
-        .map_err(|e| ApiError::malformed_json(format!("unreadable body: {e}"), 0, 0))?;
+    let bytes = read_body(&mut body.into_inner(), MAX_ANY_BODY).await?;
     // A body of megabytes takes milliseconds to parse: off the request
-    // threads too (actix's blocking pool), like the extraction.
+    // threads too, on the extraction's bounded pool.
     let parsed = if bytes.len() <= sluice_domain::catalog::INLINE_PAYLOAD {
         serde_json::from_slice::<ValidateBody>(&bytes)
     } else {
-        web::block(move || serde_json::from_slice::<ValidateBody>(&bytes))
-            .await
-            .map_err(|e| ApiError::from(sluice_domain::Error::Internal(anyhow::anyhow!("parsing the body: {e}"))))?
+        state.sluice.off_thread(move || serde_json::from_slice::<ValidateBody>(&bytes)).await?
     };
     let b = parsed.map_err(|e| json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
     let asset = Uuid::parse_str(b.asset_id.trim())
