@@ -180,27 +180,14 @@ pub fn confine(dir: &Path, path: &str) -> ConnectorResult<Confined> {
         .map_err(|e| ConnectorError::Other(format!("cannot create the organization's directory: {}", e.kind())))?;
     let base = std::fs::canonicalize(dir)
         .map_err(|e| ConnectorError::Other(format!("cannot open the organization's directory: {}", e.kind())))?;
-    let joined = base.join(path);
-    // The longest part of the path that exists, with its links resolved,
-    // must stay inside; the rest does not exist yet, so holds no link.
-    let mut existing = joined.as_path();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(existing) {
-            if !real.starts_with(&base) {
-                return Err(outside(path));
-            }
-            break;
-        }
-        // A dangling link counts as existing: where it points is unknown.
-        if std::fs::symlink_metadata(existing).is_ok() {
-            return Err(outside(path));
-        }
-        match existing.parent() {
-            Some(parent) => existing = parent,
-            None => break,
-        }
+    let placed = Confined { path: base.join(path), base, label: path.to_string() };
+    // The longest part of the path that exists (a dangling link counts:
+    // where it points is unknown) must resolve inside; the rest does not
+    // exist yet, so holds no link.
+    if let Some(existing) = placed.path.ancestors().find(|p| std::fs::symlink_metadata(p).is_ok()) {
+        placed.check_inside(existing)?;
     }
-    Ok(Confined { base, path: joined, label: path.to_string() })
+    Ok(placed)
 }
 
 /// Drains a row stream into batches of `batch_size` sent through `tx`: the

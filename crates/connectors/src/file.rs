@@ -45,8 +45,8 @@ impl Format {
 }
 
 pub struct FileConnector {
-    dir: PathBuf,
-    /// Where `dir` sits, for the symbolic-link check and for messages.
+    /// The connection's directory (`place.path`), inside the organization's,
+    /// for the symbolic-link check and for messages.
     place: Confined,
     format: Format,
     /// Schemas inferred from whole files, by entity, with the file's size
@@ -76,7 +76,7 @@ fn check_entity(name: &str) -> ConnectorResult<()> {
 
 impl FileConnector {
     pub fn new(place: Confined, format: Format) -> Self {
-        Self { dir: place.path.clone(), place, format, whole: Default::default() }
+        Self { place, format, whole: Default::default() }
     }
 
     /// A file of this connection as messages show it: under the path the
@@ -97,16 +97,16 @@ impl FileConnector {
     }
 
     fn data_path(&self, entity: &str) -> PathBuf {
-        self.dir.join(format!("{entity}.{}", self.format.ext()))
+        self.place.path.join(format!("{entity}.{}", self.format.ext()))
     }
 
     fn schema_path(&self, entity: &str) -> PathBuf {
-        self.dir.join(format!("{entity}.schema.json"))
+        self.place.path.join(format!("{entity}.schema.json"))
     }
 
     fn entities(&self) -> ConnectorResult<Vec<String>> {
         let ext = format!(".{}", self.format.ext());
-        let mut names: Vec<String> = fs::read_dir(&self.dir)
+        let mut names: Vec<String> = fs::read_dir(&self.place.path)
             .map_err(|e| io(&format!("directory {}", self.place.label), e))?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(&ext)).map(str::to_string))
@@ -498,7 +498,7 @@ impl Source for FileConnector {
     }
 
     async fn check(&self) -> ConnectorResult<()> {
-        let dir = self.dir.clone();
+        let dir = self.place.path.clone();
         let meta = tokio::task::spawn_blocking(move || fs::metadata(&dir))
             .await
             .map_err(|e| ConnectorError::Other(e.to_string()))?;
@@ -577,12 +577,12 @@ impl Source for FileConnector {
 #[async_trait::async_trait]
 impl Destination for FileConnector {
     async fn check(&self) -> ConnectorResult<()> {
-        let dir = self.dir.clone();
+        let dir = self.place.path.clone();
         tokio::task::spawn_blocking(move || fs::create_dir_all(&dir))
             .await
             .map_err(|e| ConnectorError::Other(e.to_string()))?
             .map_err(|e| io(&format!("directory '{}'", self.place.label), e))?;
-        let probe = self.dir.join(format!(".sluice-probe-{}", uuid::Uuid::new_v4().simple()));
+        let probe = self.place.path.join(format!(".sluice-probe-{}", uuid::Uuid::new_v4().simple()));
         fs::write(&probe, b"").map_err(|e| {
             ConnectorError::InvalidConfig(format!("'{}' is not writable: {}", self.place.label, e.kind()))
         })?;
@@ -624,7 +624,7 @@ impl Destination for FileConnector {
             rows = records_of(&fields, raws);
         }
         let sidecar = EntitySchema { name: schema.name.clone(), fields: fields.clone() };
-        let tmp_schema = self.dir.join(format!(".{}.schema.json.tmp", schema.name));
+        let tmp_schema = self.place.path.join(format!(".{}.schema.json.tmp", schema.name));
         fs::write(&tmp_schema, serde_json::to_vec_pretty(&sidecar).unwrap_or_default())
             .map_err(|e| io("schema file", e))?;
         fs::rename(&tmp_schema, self.schema_path(&schema.name)).map_err(|e| io("schema file", e))?;
@@ -634,7 +634,7 @@ impl Destination for FileConnector {
             order: fields.iter().map(|f| f.name.clone()).collect(),
             format: self.format,
             data,
-            tmp: self.dir.join(format!(".{}.{}.tmp", schema.name, self.format.ext())),
+            tmp: self.place.path.join(format!(".{}.{}.tmp", schema.name, self.format.ext())),
             mode,
             key: fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect(),
             upserts: BTreeMap::new(),
@@ -794,8 +794,8 @@ impl EntityWriter for FileWriter {
         Ok(self.stats)
     }
 
-    async fn abort(mut self: Box<Self>) {
-        self.discard();
+    async fn abort(self: Box<Self>) {
+        // Dropping the writer rolls it back (see `Drop`).
     }
 }
 
