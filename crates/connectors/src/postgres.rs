@@ -96,18 +96,14 @@ async fn instance_marks(conn: &mut sqlx::PgConnection, mark: &str) -> Result<Vec
     Ok(marks)
 }
 
-/// What a pooled connection to the metadata store fails with (see
-/// [`PgSettings::guard`]).
+/// What the pool logs when a new connection leads to the metadata store
+/// (see [`PgSettings::guard`]). sqlx drops that connection and retries, so
+/// the caller sees a timeout; `Registry::guard_pg` refuses such a
+/// connection up front with a clear error, and this check stays for a
+/// server that changes under the pool.
 const METADATA_STORE: &str = "sluice: the connection leads to the metadata store";
 
 fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
-    if let sqlx::Error::Protocol(m) = e
-        && m == METADATA_STORE
-    {
-        return ConnectorError::MetadataStore(
-            "this connection leads to Sluice's own metadata store, which no connection may use".into(),
-        );
-    }
     match e {
         sqlx::Error::Database(d) => match d.code().as_deref() {
             Some("28P01") | Some("28000") => ConnectorError::AuthFailed(d.message().to_string()),
