@@ -246,12 +246,9 @@ impl RunRepository for Store {
 
     async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool> {
         let tx = self.write().await?;
-        let r = runs::Entity::update_many()
+        let r = fenced(runs::Entity::update_many(), fence)
             .col_expr(runs::Column::HeartbeatAt, Expr::value(now))
-            .filter(runs::Column::Id.eq(fence.run.as_uuid()))
-            .filter(runs::Column::Attempt.eq(fence.attempt as i32))
             .filter(runs::Column::ClaimedBy.eq(worker))
-            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
             .exec(tx.c())
             .await
             .map(|r| r.rows_affected == 1)
@@ -260,20 +257,16 @@ impl RunRepository for Store {
     }
 
     async fn holds(&self, fence: Fence) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = held(self, tx.c(), fence).await;
-        tx.finish(r).await
+        // A read on its own: a share lock would end with it, so none is taken.
+        held(self, &self.db, fence).await
     }
 
     async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool> {
         let tx = self.write().await?;
         let r = async {
             let json = serde_json::to_value(entities).map_err(|e| Error::Internal(e.into()))?;
-            let n = runs::Entity::update_many()
+            let n = fenced(runs::Entity::update_many(), fence)
                 .col_expr(runs::Column::Entities, Expr::value(json))
-                .filter(runs::Column::Id.eq(fence.run.as_uuid()))
-                .filter(runs::Column::Attempt.eq(fence.attempt as i32))
-                .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
@@ -399,13 +392,21 @@ impl RunRepository for Store {
 }
 
 /// The statuses a run's record may still change from.
-const UNENDED: [&str; 3] = ["queued", "running", "canceled"];
+const UNENDED: [&str; 3] = [RunStatus::Queued.as_str(), RunStatus::Running.as_str(), RunStatus::Canceled.as_str()];
 
-/// Whether `fence` still holds its run, inside `c`'s transaction. On
+/// `q` narrowed to the run `fence` names while that attempt holds it: the
+/// same attempt, still running. [`held`] asks the same of a row it reads.
+fn fenced<Q: QueryFilter>(q: Q, fence: Fence) -> Q {
+    q.filter(runs::Column::Id.eq(fence.run.as_uuid()))
+        .filter(runs::Column::Attempt.eq(fence.attempt as i32))
+        .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+}
+
+/// Whether `fence` still holds its run. Inside a transaction on
 /// PostgreSQL the run's row is locked for share until the transaction
 /// ends, so a concurrent take-over waits for what this attempt writes with
 /// it (on SQLite the store's write lock does the same).
-async fn held(store: &Store, c: &sea_orm::DatabaseTransaction, fence: Fence) -> Result<bool> {
+async fn held(store: &Store, c: &impl sea_orm::ConnectionTrait, fence: Fence) -> Result<bool> {
     let mut q = runs::Entity::find_by_id(fence.run.as_uuid());
     if store.backend() == DbBackend::Postgres {
         q = q.lock(LockType::Share);
@@ -581,14 +582,11 @@ impl sluice_domain::sync::schedule::QueueRepository for Store {
     async fn requeue(&self, fence: Fence, worker: Option<String>) -> Result<bool> {
         let tx = self.write().await?;
         let r = async {
-            let mut q = runs::Entity::update_many()
+            let mut q = fenced(runs::Entity::update_many(), fence)
                 .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
                 .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
                 .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
-                .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
-                .filter(runs::Column::Id.eq(fence.run.as_uuid()))
-                .filter(runs::Column::Attempt.eq(fence.attempt as i32))
-                .filter(runs::Column::Status.eq(RunStatus::Running.as_str()));
+                .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1));
             if let Some(w) = worker {
                 q = q.filter(runs::Column::ClaimedBy.eq(w));
             }
@@ -619,16 +617,13 @@ impl sluice_domain::sync::schedule::QueueRepository for Store {
 
     async fn retry_later(&self, fence: Fence, not_before: OffsetDateTime, error: &str) -> Result<()> {
         let tx = self.write().await?;
-        let r = runs::Entity::update_many()
+        let r = fenced(runs::Entity::update_many(), fence)
             .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
             .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
             .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
             .col_expr(runs::Column::NotBefore, Expr::value(Some(not_before)))
             .col_expr(runs::Column::Error, Expr::value(Some(error.to_string())))
             .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
-            .filter(runs::Column::Id.eq(fence.run.as_uuid()))
-            .filter(runs::Column::Attempt.eq(fence.attempt as i32))
-            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
             .exec(tx.c())
             .await
             .map(|_| ())

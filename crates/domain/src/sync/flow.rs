@@ -331,7 +331,7 @@ impl RunStatus {
         RunStatus::DriftDetected,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RunStatus::Queued => "queued",
             RunStatus::Running => "running",
