@@ -82,7 +82,11 @@ async fn serve(
     };
     // A NUL character in the path or the query reaches no store (see
     // `extract::Body` for bodies).
-    if req.uri().to_string().to_ascii_lowercase().contains("%00") {
+    let uri = req.uri();
+    if [uri.authority().map(|a| a.as_str()), uri.path_and_query().map(|pq| pq.as_str())]
+        .into_iter()
+        .any(|part| part.is_some_and(|p| p.contains("%00")))
+    {
         let at = if req.query_string().contains("%00") { "query" } else { "path" };
         let err = ApiError::validation(vec![sluice_domain::FieldError::new(at, "must not contain a NUL character")]);
         return Ok(req.into_response(err.error_response()));
@@ -131,12 +135,13 @@ fn rate_limit(
     req: &ServiceRequest,
     outcome: Option<&AuthOutcome>,
 ) -> Result<(), crate::ratelimit::RetryAfter> {
+    use crate::ratelimit::Client;
     use sluice_domain::identity::Principal;
     let ip = peer_ip(req);
     match outcome {
         Some(AuthOutcome::Ok(c)) => match &c.principal {
-            Principal::ApiKey { id, .. } => limits.client(&format!("k:{id}")),
-            Principal::User(u) => limits.client(&format!("u:{}", u.id)),
+            Principal::ApiKey { id, .. } => limits.client(Client::ApiKey(id.as_uuid())),
+            Principal::User(u) => limits.client(Client::User(u.id.as_uuid())),
         },
         Some(AuthOutcome::Failed { .. }) => limits.failed_auth(ip),
         None => limits.anonymous(ip),

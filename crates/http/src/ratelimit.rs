@@ -81,7 +81,7 @@ impl Default for RateLimitConfig {
 /// The limiters, keyed; entries idle long enough to be full again are
 /// dropped once a minute, so memory follows the number of active clients.
 pub struct RateLimits {
-    client: DefaultKeyedRateLimiter<String>,
+    client: DefaultKeyedRateLimiter<Client>,
     anonymous: DefaultKeyedRateLimiter<IpAddr>,
     failed_auth: DefaultKeyedRateLimiter<IpAddr>,
     /// Addresses whose failures ran over their budget, until when: their
@@ -101,6 +101,14 @@ impl std::fmt::Debug for RateLimits {
 /// Seconds to wait before trying again.
 pub type RetryAfter = u64;
 
+/// Whose budget an authenticated request spends: its API key's, or its
+/// user's (all of a user's sessions share one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Client {
+    ApiKey(uuid::Uuid),
+    User(uuid::Uuid),
+}
+
 impl RateLimits {
     pub fn new(config: RateLimitConfig) -> Self {
         Self {
@@ -113,15 +121,13 @@ impl RateLimits {
         }
     }
 
-    /// One request of an authenticated client (`key` names its API key or
-    /// user).
+    /// One request of an authenticated client.
     ///
     /// # Errors
     /// The seconds to wait, over the limit.
-    pub fn client(&self, key: &str) -> Result<(), RetryAfter> {
+    pub fn client(&self, client: Client) -> Result<(), RetryAfter> {
         self.cleanup();
-        // Allocates only for a key not seen recently enough.
-        check(self.client.check_key(&key.to_string()))
+        check(self.client.check_key(&client))
     }
 
     /// One request without credentials from `ip`.
@@ -219,12 +225,13 @@ mod tests {
             anonymous: Limit { per_second: 1, burst: 1 },
             failed_auth: Limit { per_second: 1, burst: 2 },
         });
+        let (key, other) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
         for _ in 0..3 {
-            limits.client("k:1").unwrap();
+            limits.client(Client::ApiKey(key)).unwrap();
         }
-        let wait = limits.client("k:1").unwrap_err();
+        let wait = limits.client(Client::ApiKey(key)).unwrap_err();
         assert!((1..=2).contains(&wait), "{wait}");
-        limits.client("k:2").unwrap();
+        limits.client(Client::ApiKey(other)).unwrap();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         limits.failed_auth(ip).unwrap();
         limits.failed_auth(ip).unwrap();
