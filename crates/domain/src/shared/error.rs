@@ -145,13 +145,53 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// holds a NUL character: input that no store takes (PostgreSQL's text
 /// cannot hold one), refused as a validation error wherever it enters.
 pub fn nul_in(v: &serde_json::Value, at: &str) -> Option<String> {
-    use serde_json::Value;
-    match v {
-        Value::String(s) => s.contains('\0').then(|| at.to_string()),
-        Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| nul_in(x, &format!("{at}[{i}]"))),
-        Value::Object(o) => o
-            .iter()
-            .find_map(|(k, x)| if k.contains('\0') { Some(at.to_string()) } else { nul_in(x, &format!("{at}.{k}")) }),
-        _ => None,
+    // The path is built as the walk goes, one buffer for the whole walk.
+    fn walk(v: &serde_json::Value, path: &mut String) -> bool {
+        use serde_json::Value;
+        use std::fmt::Write;
+        let here = path.len();
+        let found = match v {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(a) => a.iter().enumerate().any(|(i, x)| {
+                path.truncate(here);
+                let _ = write!(path, "[{i}]");
+                walk(x, path)
+            }),
+            Value::Object(o) => o.iter().any(|(k, x)| {
+                path.truncate(here);
+                if k.contains('\0') {
+                    return true;
+                }
+                path.push('.');
+                path.push_str(k);
+                walk(x, path)
+            }),
+            _ => false,
+        };
+        if !found {
+            path.truncate(here);
+        }
+        found
+    }
+    let mut path = at.to_string();
+    walk(v, &mut path).then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nul_in;
+    use serde_json::json;
+
+    #[test]
+    fn nul_in_names_the_first_string_with_a_nul_by_its_path() {
+        let v = json!({"a": [1, "ok", {"b": "x\u{0}y"}], "c": "fine"});
+        assert_eq!(nul_in(&v, "body").as_deref(), Some("body.a[2].b"));
+        // A key holding one: the path of its object.
+        assert_eq!(nul_in(&json!({"a": {"k\u{0}": 1}}), "$").as_deref(), Some("$.a"));
+        assert_eq!(nul_in(&json!("\u{0}"), "body").as_deref(), Some("body"));
+        // Earlier siblings without one leave nothing behind in the path.
+        let v = json!([{"long_key": ["x", "y"]}, ["z", "n\u{0}"]]);
+        assert_eq!(nul_in(&v, "body").as_deref(), Some("body[1][1]"));
+        assert_eq!(nul_in(&json!({"a": ["x", {"b": 1}], "c": null}), "body"), None);
     }
 }
