@@ -22,8 +22,13 @@ const WORK_PER_BYTE: usize = 4;
 /// Linear in the input: one pass finds every bracketed span and its end,
 /// and the spans tried are bounded in number and in total length.
 pub fn extract(raw: &str, contract: &[ContractField]) -> Option<Map<String, Value>> {
+    let mut found = candidates(raw);
+    if found.len() <= 1 {
+        // Nothing to choose between: no need to weigh it.
+        return found.pop();
+    }
     let mut best: Option<((usize, usize), Map<String, Value>)> = None;
-    for c in candidates(raw) {
+    for c in found {
         let fit = fit(&c, contract);
         if best.as_ref().is_none_or(|(b, _)| fit < *b) {
             best = Some((fit, c));
