@@ -156,27 +156,45 @@ fn folded(key: &str) -> String {
         .collect()
 }
 
-/// The value `obj` holds for `field`: under its exact name, else under the
-/// key that folds to it when the match is one to one: no other field of
+/// How the fields of one contract level and the keys of one object fold,
+/// made once per object on the first field not found by its exact name.
+struct Folds<'a> {
+    /// Each field's folded name, in the contract's order.
+    fields: Vec<String>,
+    /// The object's keys that no field names exactly, by folded form; a
+    /// form two keys share holds `None`.
+    keys: std::collections::HashMap<String, Option<&'a Value>>,
+}
+
+impl<'a> Folds<'a> {
+    fn new(obj: &'a Map<String, Value>, fields: &[ContractField]) -> Self {
+        let mut keys = std::collections::HashMap::new();
+        for (k, v) in obj.iter().filter(|(k, _)| !fields.iter().any(|f| f.name == **k)) {
+            keys.entry(folded(k)).and_modify(|seen| *seen = None).or_insert(Some(v));
+        }
+        Folds { fields: fields.iter().map(|f| folded(&f.name)).collect(), keys }
+    }
+}
+
+/// The value `obj` holds for `fields[i]`: under its exact name, else under
+/// the key that folds to it when the match is one to one: no other field of
 /// `fields` folds alike, and no other key of `obj` does (either way the
 /// match would be a guess). Independent of the order of `obj`'s keys.
 fn lookup<'a>(
     obj: &'a Map<String, Value>,
-    field: &ContractField,
     fields: &[ContractField],
-) -> Option<(&'a str, &'a Value)> {
-    if let Some((k, v)) = obj.get_key_value(&field.name) {
-        return Some((k.as_str(), v));
+    i: usize,
+    folds: &mut Option<Folds<'a>>,
+) -> Option<&'a Value> {
+    if let Some(v) = obj.get(&fields[i].name) {
+        return Some(v);
     }
-    let want = folded(&field.name);
-    if fields.iter().filter(|f| folded(&f.name) == want).count() != 1 {
+    let folds = folds.get_or_insert_with(|| Folds::new(obj, fields));
+    let want = &folds.fields[i];
+    if folds.fields.iter().filter(|f| *f == want).count() != 1 {
         return None;
     }
-    let mut matches = obj.iter().filter(|(k, _)| !fields.iter().any(|f| f.name == **k) && folded(k) == want);
-    match (matches.next(), matches.next()) {
-        (Some((k, v)), None) => Some((k.as_str(), v)),
-        _ => None,
-    }
+    folds.keys.get(want).copied().flatten()
 }
 
 pub(super) struct Walk {
@@ -197,12 +215,13 @@ pub(super) fn walk(
     w: &mut Walk,
 ) -> Map<String, Value> {
     let mut out = Map::new();
-    for f in fields {
+    let mut folds = None;
+    for (i, f) in fields.iter().enumerate() {
         // The dotted path is only made when something is reported.
         let path = || dotted(prefix, &f.name);
         // `null` (and, outside string fields, the null words) is no value:
         // an optional field is dropped, a required one missing.
-        let v = match lookup(obj, f, fields).map(|(_, v)| v) {
+        let v = match lookup(obj, fields, i, &mut folds) {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if f.field_type != FieldType::String && is_null_word(s) => None,
             Some(v) => Some(v),
