@@ -526,10 +526,8 @@ impl Sluice {
                 return Err(e.into());
             }
         };
-        self.hold(step.run).await?;
-        let w = writer.finish().await?;
+        let w = self.commit(step, writer, stats).await?;
         stats.rows_read = loaded;
-        stats.rows_written = step.prior + w.rows_written;
         stats.bytes = w.bytes;
         Ok(EntityOutcome::Done)
     }
@@ -567,13 +565,9 @@ impl Sluice {
                 return Ok(self.cancel_after_checkpoint(step.run, &step.m.source_entity, writer).await);
             }
         }
-        self.hold(step.run).await?;
-        let w = writer.finish().await?;
-        stats.rows_written = step.prior + w.rows_written;
+        let w = self.commit(step, writer, stats).await?;
         stats.bytes = w.bytes;
-        let stored = read.capped();
-        self.store_cursor(step.run, step.flow, step.m, &stored).await?;
-        stats.cursor_after = stored.as_ref().and_then(cursor_text);
+        self.end_cursor(step, read.capped(), stats).await?;
         Ok(EntityOutcome::Done)
     }
 
@@ -628,14 +622,31 @@ impl Sluice {
                 }
             }
         }
+        self.commit(step, writer, stats).await?;
+        self.end_cursor(step, if incremental { read.capped() } else { None }, stats).await?;
+        Ok(EntityOutcome::Done)
+    }
+
+    /// The end of an entity's load: the writer commits while this attempt
+    /// still holds the run; rows written count earlier attempts' too.
+    async fn commit(
+        &self,
+        step: &Step<'_>,
+        writer: Box<dyn EntityWriter>,
+        stats: &mut EntityStats,
+    ) -> Result<WriteStats, Failure> {
         self.hold(step.run).await?;
         let w = writer.finish().await?;
         stats.rows_written = step.prior + w.rows_written;
-        if incremental {
-            self.store_cursor(step.run, step.flow, m, &read.capped()).await?;
-        }
-        stats.cursor_after = if incremental { read.capped().as_ref().and_then(cursor_text) } else { None };
-        Ok(EntityOutcome::Done)
+        Ok(w)
+    }
+
+    /// After the commit, the cursor the load reached (if any) is stored and
+    /// reported.
+    async fn end_cursor(&self, step: &Step<'_>, cursor: Option<Value>, stats: &mut EntityStats) -> Result<(), Failure> {
+        self.store_cursor(step.run, step.flow, step.m, &cursor).await?;
+        stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+        Ok(())
     }
 
     /// Commits what the writer holds, then (only then) stores `cursor`:
