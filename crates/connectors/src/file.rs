@@ -116,12 +116,6 @@ impl FileConnector {
         Ok(names)
     }
 
-    /// The entity's schema: the sidecar if present, else inferred from a
-    /// sample (discovery, previews).
-    fn schema(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
-        self.schema_from(entity)
-    }
-
     /// The schema a sync reads with: the sidecar, else inferred from every
     /// record (off the async threads; once per file version).
     async fn whole_schema(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
@@ -138,10 +132,9 @@ impl FileConnector {
             return Ok(Some(s));
         }
         let (what, format) = (self.label(&data), self.format);
-        let fields = tokio::task::spawn_blocking(move || infer_all(&data, &what, format))
+        let fields = tokio::task::spawn_blocking(move || infer_file(&data, &what, format, None))
             .await
-            .map_err(|e| ConnectorError::Other(e.to_string()))??
-            .1;
+            .map_err(|e| ConnectorError::Other(e.to_string()))??;
         let schema = EntitySchema { name: entity.to_string(), fields };
         self.whole.lock().unwrap_or_else(|p| p.into_inner()).insert(entity.to_string(), (version, schema.clone()));
         Ok(Some(schema))
@@ -154,7 +147,9 @@ impl FileConnector {
         Ok(fs::read_to_string(sidecar).ok().and_then(|text| serde_json::from_str::<EntitySchema>(&text).ok()))
     }
 
-    fn schema_from(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+    /// The entity's schema: the sidecar if present, else inferred from a
+    /// sample (discovery, previews).
+    fn schema(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         check_entity(entity)?;
         let data = self.data_file(entity)?;
         if !data.exists() {
@@ -163,8 +158,8 @@ impl FileConnector {
         if let Some(s) = self.sidecar(entity)? {
             return Ok(Some(s));
         }
-        let (names, sample) = read_records(&data, &self.label(&data), self.format, Some(SAMPLE))?;
-        Ok(Some(EntitySchema { name: entity.to_string(), fields: infer(&names, &sample) }))
+        let fields = infer_file(&data, &self.label(&data), self.format, Some(SAMPLE))?;
+        Ok(Some(EntitySchema { name: entity.to_string(), fields }))
     }
 }
 
@@ -303,26 +298,22 @@ fn widen(a: FieldType, b: FieldType) -> FieldType {
     }
 }
 
-/// Infers each field's type from a sample.
-fn infer(names: &[String], sample: &[RawRecord]) -> Vec<Field> {
+/// Infers each field's type from the file's records, streaming: the first
+/// `limit` (a sample, for discovery and previews), or every one (what a
+/// sync reads, so that no value after a sample meets a column too narrow
+/// for it).
+fn infer_file(path: &Path, what: &str, format: Format, limit: Option<usize>) -> ConnectorResult<Vec<Field>> {
     let mut inf = Inference::default();
-    for rec in sample {
-        inf.observe(rec);
-    }
-    inf.fields(names)
-}
-
-/// Infers each field's type from every record of the file, streaming: what
-/// a sync reads, so that no value after a sample meets a column too narrow
-/// for it.
-fn infer_all(path: &Path, what: &str, format: Format) -> ConnectorResult<(Vec<String>, Vec<Field>)> {
-    let mut inf = Inference::default();
+    let mut seen = 0;
     let names = visit_records(path, what, format, |rec| {
+        if limit.is_some_and(|l| seen >= l) {
+            return false;
+        }
+        seen += 1;
         inf.observe(&rec);
         true
     })?;
-    let fields = inf.fields(&names);
-    Ok((names, fields))
+    Ok(inf.fields(&names))
 }
 
 fn infer_text(s: &str) -> FieldType {
