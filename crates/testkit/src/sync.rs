@@ -118,11 +118,7 @@ impl RunRepository for InMemoryFlows {
 
     async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool> {
         let mut s = self.s();
-        match s
-            .runs
-            .iter_mut()
-            .find(|r| r.fence() == fence && r.claimed_by.as_deref() == Some(worker) && r.status == RunStatus::Running)
-        {
+        match s.runs.iter_mut().find(|r| r.held_by(fence) && r.claimed_by.as_deref() == Some(worker)) {
             Some(r) => {
                 r.heartbeat_at = Some(now);
                 Ok(true)
@@ -132,12 +128,12 @@ impl RunRepository for InMemoryFlows {
     }
 
     async fn holds(&self, fence: Fence) -> Result<bool> {
-        Ok(self.s().runs.iter().any(|r| r.fence() == fence && r.status == RunStatus::Running))
+        Ok(self.s().runs.iter().any(|r| r.held_by(fence)))
     }
 
     async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool> {
         let mut s = self.s();
-        match s.runs.iter_mut().find(|r| r.fence() == fence && r.status == RunStatus::Running) {
+        match s.runs.iter_mut().find(|r| r.held_by(fence)) {
             Some(r) => {
                 r.entities = entities.to_vec();
                 Ok(true)
@@ -224,7 +220,7 @@ impl CursorRepository for InMemoryFlows {
 
     async fn advance(&self, flow: FlowId, cursor: &Cursor, fence: Fence) -> Result<bool> {
         let mut s = self.s();
-        if !s.runs.iter().any(|r| r.fence() == fence && r.status == RunStatus::Running) {
+        if !s.runs.iter().any(|r| r.held_by(fence)) {
             return Ok(false);
         }
         s.cursors.insert((flow, cursor.entity.clone()), cursor.clone());
@@ -281,9 +277,7 @@ impl sluice_domain::sync::schedule::QueueRepository for InMemoryFlows {
 
     async fn requeue(&self, fence: Fence, worker: Option<String>) -> Result<bool> {
         let mut s = self.s();
-        match s.runs.iter_mut().find(|r| {
-            r.fence() == fence && r.status == RunStatus::Running && (worker.is_none() || r.claimed_by == worker)
-        }) {
+        match s.runs.iter_mut().find(|r| r.held_by(fence) && (worker.is_none() || r.claimed_by == worker)) {
             Some(r) => {
                 r.status = RunStatus::Queued;
                 r.claimed_by = None;
@@ -307,7 +301,7 @@ impl sluice_domain::sync::schedule::QueueRepository for InMemoryFlows {
     }
 
     async fn retry_later(&self, fence: Fence, not_before: OffsetDateTime, error: &str) -> Result<()> {
-        if let Some(r) = self.s().runs.iter_mut().find(|r| r.fence() == fence && r.status == RunStatus::Running) {
+        if let Some(r) = self.s().runs.iter_mut().find(|r| r.held_by(fence)) {
             r.status = RunStatus::Queued;
             r.claimed_by = None;
             r.heartbeat_at = None;

@@ -400,6 +400,12 @@ impl Run {
     pub fn fence(&self) -> Fence {
         Fence { run: self.id, attempt: self.attempt }
     }
+
+    /// Whether `fence`'s attempt still holds this run: the same attempt,
+    /// still running (what every fenced write checks).
+    pub fn held_by(&self, fence: Fence) -> bool {
+        self.fence() == fence && self.status == RunStatus::Running
+    }
 }
 
 /// One log line of a run.
