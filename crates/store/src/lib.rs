@@ -82,6 +82,15 @@ where
     Ok(sluice_domain::shared::page::Page::from_overfetch(items, page.limit, id_of))
 }
 
+/// How long PostgreSQL lets a metadata-store session sit inside a
+/// transaction between statements before it ends the session. Our
+/// transactions run their statements back to back (milliseconds); one
+/// that idles is a process frozen or starved mid-transaction, and its row
+/// locks (a run's row, by a fenced update or `FOR SHARE`) would otherwise
+/// stop another process from taking its run over for as long as it stays
+/// frozen. Its late commit then fails, as a fenced write should.
+pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
+
 /// The metadata store's database engine.
 pub use sea_orm::DbBackend as Backend;
 
@@ -118,7 +127,9 @@ impl Store {
                     .foreign_keys(true)
             });
         } else {
-            opts.max_connections(16).min_connections(1);
+            opts.max_connections(16).min_connections(1).map_sqlx_postgres_opts(|o| {
+                o.options([("idle_in_transaction_session_timeout", format!("{}ms", IDLE_IN_TRANSACTION.as_millis()))])
+            });
         }
         let db = Database::connect(opts)
             .await

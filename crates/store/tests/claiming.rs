@@ -206,3 +206,37 @@ async fn a_taken_over_attempt_writes_nothing_on_postgres() {
     let store = Store::connect(&url, &[9u8; 32]).await.unwrap();
     writes_of_a_taken_over_attempt_are_refused(&store).await;
 }
+
+/// A process frozen inside a metadata transaction (here: a session that
+/// locked the run's row for share and then went quiet) does not stop
+/// another process from taking the run over: PostgreSQL ends the idle
+/// session after `IDLE_IN_TRANSACTION`, the take-over proceeds, and the
+/// frozen transaction cannot commit afterwards.
+#[tokio::test]
+async fn a_process_frozen_inside_a_transaction_does_not_block_the_take_over() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let Some((_db, url)) = fresh("sluice_frozen").await else { return };
+    let key = [9u8; 32];
+    let frozen = Store::connect(&url, &key).await.unwrap();
+    let other = Store::connect(&url, &key).await.unwrap();
+    let (_org, flows) = seed(&frozen, 1).await;
+    let now = time::OffsetDateTime::now_utc();
+    RunRepository::enqueue(&frozen, &new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now)).await.unwrap();
+    let run = frozen.claim("a", now).await.unwrap().unwrap();
+
+    let tx = frozen.connection().begin().await.unwrap();
+    tx.execute_unprepared(&format!("SELECT id FROM runs WHERE id = '{}' FOR SHARE", run.id.as_uuid())).await.unwrap();
+    // The tx stays open, unused: the process is frozen.
+    let started = std::time::Instant::now();
+    let taken =
+        tokio::time::timeout(sluice_store::IDLE_IN_TRANSACTION * 4, other.requeue(run.fence(), Some("a".into())))
+            .await
+            .expect("the take-over waited past the idle-in-transaction timeout")
+            .unwrap();
+    assert!(taken, "the run was queued again for another worker");
+    assert!(
+        started.elapsed() >= sluice_store::IDLE_IN_TRANSACTION / 2,
+        "the take-over did wait for the frozen session (the lock was real)"
+    );
+    assert!(tx.commit().await.is_err(), "the frozen transaction was ended");
+}
