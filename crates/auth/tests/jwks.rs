@@ -9,7 +9,7 @@ use biscuit::{ClaimsSet, Empty, JWT, RegisteredClaims, SingleOrMultiple};
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use sluice_auth::{JwksSource, JwtVerifier, ProfileClaims, VerifierConfig};
-use sluice_domain::ports::TokenVerifier;
+use sluice_domain::identity::ports::TokenVerifier;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

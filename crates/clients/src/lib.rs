@@ -8,7 +8,7 @@ pub mod oauth;
 use async_trait::async_trait;
 use sluice_domain::connect::connector::{ConnectorError, ConnectorResult};
 use sluice_domain::connect::integration::SecretValue;
-use sluice_domain::ports::SecretResolver;
+use sluice_domain::connect::ports::SecretResolver;
 
 /// Resolves `env:` references from the process environment, by design at
 /// the moment of use (agents set them at run time), and

@@ -3,9 +3,11 @@
 //! optional `_SCOPES`): authorize URLs and the code exchange.
 
 use async_trait::async_trait;
-use sluice_domain::connect::oauth::{OAuthClient, OAuthTokens};
+use sluice_domain::Error;
+use sluice_domain::Result;
+use sluice_domain::connect::oauth::OAuthTokens;
+use sluice_domain::connect::ports::OAuthClient;
 use sluice_domain::shared::secret::Secret;
-use sluice_domain::{Error, Result};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 use sluice_clients::Secrets;
 use sluice_clients::aws::{AwsConfig, SecretsManager};
 use sluice_domain::connect::connector::ConnectorError;
-use sluice_domain::ports::SecretResolver;
+use sluice_domain::connect::ports::SecretResolver;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

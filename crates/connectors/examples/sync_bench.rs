@@ -18,10 +18,11 @@
 
 use serde_json::json;
 use sluice_connectors::Registry;
+use sluice_domain::app::Sluice;
 use sluice_domain::connect::connector::Capability;
 use sluice_domain::connect::service::NewConnection;
 use sluice_domain::identity::Principal;
-use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::clock::SystemClock;
 use sluice_domain::shared::ids::{ConnectionId, OrgId};
 use sluice_domain::sync::flow::{FlowConfig, FlowStatus, Run, Trigger};
@@ -88,6 +89,7 @@ struct Bench {
 impl Bench {
     async fn conn(&self, name: &str, t: &str, config: serde_json::Value) -> ConnectionId {
         self.sluice
+            .connect
             .create_connection(
                 &self.p,
                 self.org,
@@ -114,6 +116,7 @@ impl Bench {
         let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
         let f = self
             .sluice
+            .sync
             .create_flow(
                 &self.p,
                 self.org,
@@ -133,10 +136,10 @@ impl Bench {
     }
 
     async fn run(&self, flow: sluice_domain::shared::ids::FlowId) -> (f64, Run) {
-        self.sluice.trigger_run(&self.p, self.org, flow, Trigger::Manual).await.unwrap();
-        let r = self.sluice.claim_run("bench").await.unwrap().unwrap();
+        self.sluice.sync.trigger_run(&self.p, self.org, flow, Trigger::Manual).await.unwrap();
+        let r = self.sluice.sync.claim_run("bench").await.unwrap().unwrap();
         let t = Instant::now();
-        let done = self.sluice.execute_run(r).await;
+        let done = self.sluice.sync.execute_run(r).await;
         assert_eq!(done.status, sluice_domain::sync::flow::RunStatus::Succeeded, "{:?}", done.error);
         (t.elapsed().as_secs_f64(), done)
     }
@@ -179,8 +182,9 @@ async fn main() {
     ports.connectors = Arc::new(Registry::new(root.clone()));
     ports.secrets = Arc::new(FakeSecrets::default());
     let sluice = Sluice::new(ports);
-    let (p, _) = sluice.authenticate_session(&FakeTokens::token("bench", "bench@example.com")).await.unwrap();
-    let org = sluice.create_organization(&p, NewOrganization { name: "Bench".into(), slug: None }).await.unwrap().id;
+    let (p, _) = sluice.identity.authenticate_session(&FakeTokens::token("bench", "bench@example.com")).await.unwrap();
+    let org =
+        sluice.identity.create_organization(&p, NewOrganization { name: "Bench".into(), slug: None }).await.unwrap().id;
     let b = Bench { sluice, p, org };
     let pg = |schema: &str| json!({"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"});
     let s = b.conn("src", "postgres", pg(&src)).await;

@@ -3,7 +3,7 @@
 //! about 1 KiB. Run: `cargo bench -p sluice-domain --bench gateway`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sluice_domain::catalog::parse_fields;
+use sluice_domain::catalog::contract::parse_fields;
 use sluice_domain::gateway::{Outcome, extract, validate};
 use std::hint::black_box;
 

@@ -1,6 +1,8 @@
 //! The data catalog: versioned schema contracts (data assets), their
-//! dependencies, and the gateway's use case over them.
+//! version history and the flows that depend on them.
 
+pub mod asset;
+pub mod contract;
+pub mod drift;
+pub mod ports;
 pub mod service;
-
-pub use service::*;

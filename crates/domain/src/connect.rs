@@ -2,7 +2,9 @@
 //! with their credentials, connections, OAuth, and the use cases that
 //! test, discover and preview them.
 
+pub mod connection;
 pub mod connector;
 pub mod integration;
 pub mod oauth;
+pub mod ports;
 pub mod service;

@@ -14,35 +14,16 @@
 
 pub mod extract;
 pub mod scan;
+pub mod service;
 pub mod validate;
 
 pub use extract::{MAX_CANDIDATES, extract, extraction_work, repair, work_bound};
 pub use scan::Finding;
 pub use validate::{Outcome, TypeMismatch, type_name, validate};
 
-use crate::connect::connector::FieldType;
+pub use crate::catalog::contract::{ContractField, SENSITIVE};
 #[cfg(test)]
 use serde_json::{Map, Value};
-
-/// The tag that marks a field as sensitive.
-pub const SENSITIVE: &str = "PII.Sensitive";
-
-/// One field of a contract.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContractField {
-    pub name: String,
-    pub field_type: FieldType,
-    pub required: bool,
-    pub tags: Vec<String>,
-    /// Fields of an `object` field.
-    pub fields: Vec<ContractField>,
-}
-
-impl ContractField {
-    pub fn sensitive(&self) -> bool {
-        self.tags.iter().any(|t| t == SENSITIVE)
-    }
-}
 
 /// The whole pipeline on one payload: the best-fitting object of `raw`
 /// coerced, masked and checked against `contract`; `None` when `raw` holds

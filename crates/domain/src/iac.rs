@@ -2,6 +2,7 @@
 //! its diffs, drift checks, and the use cases that apply and export.
 
 pub mod plan;
+pub mod ports;
 pub mod service;
 
 pub use plan::*;

@@ -8,3 +8,5 @@ pub mod org;
 pub mod user;
 
 pub use access::*;
+pub mod ports;
+pub mod service;

@@ -3,3 +3,4 @@
 
 pub mod activity;
 pub mod ports;
+pub mod service;

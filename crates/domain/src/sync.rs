@@ -5,6 +5,7 @@
 pub mod engine;
 pub mod flow;
 pub mod mode;
+pub mod ports;
 pub mod schedule;
 pub mod service;
 pub mod transform;

@@ -5,7 +5,7 @@
 //! how much of it a strict JSON parser alone would have read.
 
 use serde_json::{Map, Value};
-use sluice_domain::catalog::parse_fields;
+use sluice_domain::catalog::contract::parse_fields;
 use sluice_domain::gateway::{Outcome, check};
 
 const CORPUS: &str = include_str!("../benches/gateway_corpus.json");

@@ -6,7 +6,9 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sluice_domain::{Error, ErrorKind, FieldError};
+use sluice_domain::Error;
+use sluice_domain::ErrorKind;
+use sluice_domain::FieldError;
 use utoipa::ToSchema;
 
 tokio::task_local! {

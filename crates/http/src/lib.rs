@@ -15,7 +15,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::web::{self, Data};
 use actix_web::{App, HttpRequest, HttpResponse};
-use sluice_domain::service::Sluice;
+use sluice_domain::app::Sluice;
 use sluice_domain::shared::secret::Secret;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};

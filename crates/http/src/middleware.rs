@@ -13,8 +13,9 @@ use actix_web::middleware::Next;
 use actix_web::web::{Bytes, BytesMut, Data};
 use actix_web::{HttpMessage, HttpResponse, ResponseError};
 use futures_util::StreamExt;
-use sluice_domain::service::Sluice;
-use sluice_domain::shared::idempotency::{self, Begin, StoredResponse};
+use sluice_domain::app::Sluice;
+use sluice_domain::shared::idempotency;
+use sluice_domain::shared::idempotency::{Begin, StoredResponse};
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -168,6 +169,7 @@ async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutco
         (Some(v), None) => {
             match v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ").or_else(|| s.strip_prefix("bearer "))) {
                 Some(token) => sluice
+                    .identity
                     .authenticate_session(token.trim())
                     .await
                     .map(|(principal, claims)| Caller { principal, claims: Some(claims) })
@@ -177,6 +179,7 @@ async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutco
         }
         (None, Some(v)) => match v.to_str() {
             Ok(raw) => sluice
+                .identity
                 .authenticate_api_key(raw.trim())
                 .await
                 .map(|principal| Caller { principal, claims: None })
@@ -210,7 +213,7 @@ async fn idempotent(
     caller: &Caller,
     key: String,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let scope = Sluice::idempotency_scope(&caller.principal);
+    let scope = sluice_domain::identity::service::IdentityService::idempotency_scope(&caller.principal);
     let (http_req, mut payload) = req.into_parts();
     let body = match read_body(&mut payload, MAX_ANY_BODY).await {
         Ok(b) => b,
@@ -218,7 +221,7 @@ async fn idempotent(
     };
     let path = http_req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/").to_string();
     let fp = idempotency::fingerprint(http_req.method().as_str(), &path, &body);
-    match sluice.begin_idempotent(&scope, &key, &fp).await {
+    match sluice.identity.begin_idempotent(&scope, &key, &fp).await {
         Err(e) => Ok(ServiceResponse::new(http_req, ApiError::from(e).error_response())),
         Ok(Begin::Replay(stored)) => Ok(ServiceResponse::new(http_req, replay(&stored))),
         Ok(Begin::Proceed) => {
@@ -226,7 +229,7 @@ async fn idempotent(
             let res = match call(next, req).await {
                 Ok(res) if !res.status().is_server_error() => res,
                 other => {
-                    if let Err(e) = sluice.release_idempotent(&scope, &key).await {
+                    if let Err(e) = sluice.identity.release_idempotent(&scope, &key).await {
                         tracing::warn!(error = %e, "releasing an idempotency key failed");
                     }
                     return other;
@@ -237,7 +240,7 @@ async fn idempotent(
             let bytes = match to_bytes_limited(body, MAX_STORED_RESPONSE).await {
                 Ok(Ok(b)) => b,
                 _ => {
-                    let _ = sluice.release_idempotent(&scope, &key).await;
+                    let _ = sluice.identity.release_idempotent(&scope, &key).await;
                     return Ok(ServiceResponse::new(http_req, ApiError::internal().error_response()));
                 }
             };
@@ -249,7 +252,7 @@ async fn idempotent(
                 content_type: header_str(header::CONTENT_TYPE),
                 location: header_str(header::LOCATION),
             };
-            if let Err(e) = sluice.complete_idempotent(&scope, &key, &stored).await {
+            if let Err(e) = sluice.identity.complete_idempotent(&scope, &key, &stored).await {
                 tracing::warn!(error = %e, "storing an idempotent response failed");
             }
             Ok(ServiceResponse::new(http_req, head.set_body(BoxBody::new(bytes))))

@@ -11,7 +11,7 @@ use actix_web::HttpServer;
 use anyhow::Context;
 use settings::Settings;
 use sluice_auth::{JwksSource, JwtVerifier, VerifierConfig};
-use sluice_domain::service::{Ports, Sluice};
+use sluice_domain::app::{Ports, Sluice};
 use sluice_domain::shared::clock::SystemClock;
 use sluice_http::AppState;
 use sluice_store::Store;
@@ -39,7 +39,7 @@ impl Default for BlockingPool {
 }
 
 #[async_trait::async_trait]
-impl sluice_domain::ports::Offload for BlockingPool {
+impl sluice_domain::shared::offload::Offload for BlockingPool {
     async fn run(&self, job: Box<dyn FnOnce() + Send>) {
         let Ok(_permit) = self.permits.acquire().await else { return };
         if let Err(e) = tokio::task::spawn_blocking(job).await {
@@ -125,11 +125,13 @@ impl Application {
             integrations: Arc::new(store.clone()),
             connections: Arc::new(store.clone()),
             catalog: Arc::new(store.clone()),
+            schemas: Arc::new(store.clone()),
+            billing: Arc::new(store.clone()),
             connectors: Arc::new(sluice_connectors::Registry::new(absolute(&settings.file_root)?).guarding(metadata)),
             secrets: Arc::new(sluice_clients::Secrets::new(settings.aws.clone())),
             oauth: (!settings.oauth.is_empty()).then(|| {
                 Arc::new(sluice_clients::oauth::OAuthProviders::new(settings.oauth.clone(), &settings.public_url))
-                    as Arc<dyn sluice_domain::connect::oauth::OAuthClient>
+                    as Arc<dyn sluice_domain::connect::ports::OAuthClient>
             }),
             oauth_states: Some(Arc::new(store.clone())),
             // Derived from the master key, so states survive restarts and
@@ -163,7 +165,7 @@ impl Application {
         if store.backend() == sluice_store::Backend::Sqlite {
             // The embedded store has one process: a run left running is
             // an orphan of a crash, to resume now rather than after a lease.
-            let n = sluice.recover_orphans().await?;
+            let n = sluice.sync.recover_orphans().await?;
             if n > 0 {
                 tracing::warn!(runs = n, "runs interrupted by a crash queued again");
             }
@@ -265,7 +267,7 @@ pub fn install_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::BlockingPool;
-    use sluice_domain::ports::Offload;
+    use sluice_domain::shared::offload::Offload;
 
     /// The service's pool runs a job to its end before `run` returns, off
     /// the calling thread, and gives its permit back even when the job

@@ -1,7 +1,7 @@
 //! The worker: claims queued runs from the metadata store and executes
 //! them, renewing its lease with a heartbeat while a run lasts.
 
-use sluice_domain::service::Sluice;
+use sluice_domain::app::Sluice;
 use std::time::Duration;
 
 /// How often an idle worker looks for queued runs.
@@ -18,10 +18,10 @@ pub fn worker_id() -> String {
 
 /// Runs forever: claim, execute, repeat.
 pub async fn run(sluice: Sluice, id: String) {
-    let heartbeat = sluice.lease() / HEARTBEATS_PER_LEASE;
+    let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
     tracing::info!(worker = %id, "worker started");
     loop {
-        match sluice.claim_run(&id).await {
+        match sluice.sync.claim_run(&id).await {
             Ok(Some(run)) => {
                 let (run_id, fence) = (run.id, run.fence());
                 tracing::info!(worker = %id, run = %run_id, attempt = fence.attempt, flow = %run.flow_id, "run claimed");
@@ -35,7 +35,7 @@ pub async fn run(sluice: Sluice, id: String) {
                     tokio::spawn(async move {
                         loop {
                             tokio::time::sleep(heartbeat).await;
-                            match sluice.renew_lease(fence, &id).await {
+                            match sluice.sync.renew_lease(fence, &id).await {
                                 Ok(true) => {}
                                 Ok(false) => {
                                     let _ = lost_tx.send(());
@@ -47,7 +47,7 @@ pub async fn run(sluice: Sluice, id: String) {
                     })
                 };
                 tokio::select! {
-                    done = sluice.execute_run(run) => {
+                    done = sluice.sync.execute_run(run) => {
                         let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
                         tracing::info!(worker = %id, run = %run_id, status = done.status.as_str(), rows, "run finished");
                     }
@@ -74,12 +74,12 @@ pub const TICK: Duration = Duration::from_secs(5);
 /// number of processes), recover runs whose worker stopped answering.
 pub async fn schedule(sluice: Sluice) {
     loop {
-        match sluice.schedule_due().await {
+        match sluice.sync.schedule_due().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(queued = n, "scheduled runs queued"),
             Err(e) => tracing::error!(error = %e, "scheduling failed"),
         }
-        match sluice.recover_lost_runs().await {
+        match sluice.sync.recover_lost_runs().await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(recovered = n, "runs of lost workers recovered"),
             Err(e) => tracing::error!(error = %e, "recovering lost runs failed"),

@@ -7,14 +7,18 @@ use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{Value, json};
-use sluice_domain::catalog::{AssetKind, AssetVersion, Change, DataAsset, fields_to_json, parse_fields};
+use sluice_domain::Error;
+use sluice_domain::Result;
+use sluice_domain::catalog::asset::{AssetKind, AssetVersion, DataAsset};
+use sluice_domain::catalog::contract::{fields_to_json, parse_fields};
+use sluice_domain::catalog::drift::Change;
+use sluice_domain::catalog::ports::CatalogRepository;
 use sluice_domain::connect::connector::EntitySchema;
+use sluice_domain::connect::ports::DiscoveredSchemas;
 use sluice_domain::gateway::ContractField;
-use sluice_domain::ports::CatalogRepository;
 use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::{AssetId, ConnectionId, OrgId};
 use sluice_domain::shared::page::{Page, PageRequest};
-use sluice_domain::{Error, Result};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -38,7 +42,7 @@ fn asset_fields(schema: &EntitySchema) -> Value {
 }
 
 #[async_trait]
-impl CatalogRepository for Store {
+impl DiscoveredSchemas for Store {
     async fn upsert_discovered(
         &self,
         org: OrgId,
@@ -108,7 +112,10 @@ impl CatalogRepository for Store {
         .await;
         tx.finish(r).await
     }
+}
 
+#[async_trait]
+impl CatalogRepository for Store {
     async fn create_asset(&self, a: &DataAsset, created_by: Option<String>, audit: &AuditEntry) -> Result<()> {
         let fields = fields_to_json(&a.fields);
         audited!(self, audit, |tx| {
@@ -208,15 +215,6 @@ impl CatalogRepository for Store {
                 .await
                 .map_err(db_err)?;
         })
-    }
-
-    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
-        // Group commit: see meter.rs.
-        self.meter.consume(self, org, month, limit).await
-    }
-
-    async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {
-        crate::meter::used(&self.db, org, month).await
     }
 
     async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {

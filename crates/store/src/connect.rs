@@ -8,13 +8,15 @@ use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::Value;
+use sluice_domain::Error;
+use sluice_domain::Result;
+use sluice_domain::connect::connection::{Connection, ConnectionStatus};
 use sluice_domain::connect::connector::Capability;
-use sluice_domain::connect::integration::{Connection, ConnectionStatus, Credentials, Integration};
-use sluice_domain::ports::{ConnectionRepository, IntegrationRepository};
+use sluice_domain::connect::integration::{Credentials, Integration};
+use sluice_domain::connect::ports::{ConnectionRepository, IntegrationRepository};
 use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::{ConnectionId, IntegrationId, OrgId};
 use sluice_domain::shared::page::{Page, PageRequest};
-use sluice_domain::{Error, Result};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -320,7 +322,7 @@ impl ConnectionRepository for Store {
 }
 
 #[async_trait]
-impl sluice_domain::connect::oauth::OAuthStateStore for Store {
+impl sluice_domain::connect::ports::OAuthStateStore for Store {
     async fn put(&self, s: &sluice_domain::connect::oauth::OAuthState) -> Result<()> {
         let tx = self.write().await?;
         let r = async {

@@ -1,16 +1,17 @@
 //! Conversions between sea-orm models and domain entities.
 
 use crate::entities::*;
+use sluice_domain::Error;
+use sluice_domain::Result;
+use sluice_domain::identity::Role;
 use sluice_domain::identity::apikey::ApiKey;
 use sluice_domain::identity::invitation::{Invitation, InvitationStatus};
-use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::identity::org::Organization;
 use sluice_domain::identity::user::User;
-use sluice_domain::identity::{Actor, ActorKind, Role};
-use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::audit::{Actor, ActorKind, AuditEntry};
 use sluice_domain::shared::idempotency::{IdempotencyRecord, StoredResponse};
-use sluice_domain::{Error, Result};
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Internal(anyhow::anyhow!("stored {what} is invalid: {e}"))
 }
 
@@ -35,13 +36,7 @@ pub fn user(m: users::Model) -> User {
 }
 
 pub fn org(m: organizations::Model) -> Result<Organization> {
-    Ok(Organization {
-        id: m.id.into(),
-        name: m.name,
-        slug: m.slug,
-        plan: Plan::parse(&m.plan).map_err(|e| corrupt("plan", e))?,
-        created_at: m.created_at,
-    })
+    Ok(Organization { id: m.id.into(), name: m.name, slug: m.slug, created_at: m.created_at })
 }
 
 pub fn invitation(m: invitations::Model) -> Result<Invitation> {

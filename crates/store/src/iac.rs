@@ -9,10 +9,12 @@ use crate::sync::{flow_from, flow_model};
 use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::{ActiveValue, ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
-use sluice_domain::iac::{IacRepository, Snapshot, Write, Writes, stale_plan};
+use sluice_domain::Error;
+use sluice_domain::Result;
+use sluice_domain::iac::ports::IacRepository;
+use sluice_domain::iac::{Snapshot, Write, Writes, stale_plan};
 use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::OrgId;
-use sluice_domain::{Error, Result};
 
 /// A unique violation on insert means another apply created the name
 /// first; a missed conditional update means the row changed meanwhile.

@@ -8,17 +8,19 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect,
 };
+use sluice_domain::Error;
+use sluice_domain::Result;
 use sluice_domain::identity::Role;
 use sluice_domain::identity::apikey::ApiKey;
 use sluice_domain::identity::invitation::{Invitation, InvitationStatus};
 use sluice_domain::identity::org::{Member, Organization, check_admin_retained};
+use sluice_domain::identity::ports::*;
 use sluice_domain::identity::user::{User, VerifiedClaims};
-use sluice_domain::ports::*;
-use sluice_domain::shared::audit::{AuditEntry, AuditFilter};
-use sluice_domain::shared::idempotency::{IdempotencyRecord, StoredResponse};
+use sluice_domain::monitoring::ports::HealthCheck;
+use sluice_domain::shared::audit::{AuditEntry, AuditFilter, AuditRepository};
+use sluice_domain::shared::idempotency::{IdempotencyRecord, IdempotencyStore, StoredResponse};
 use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use sluice_domain::shared::page::{Page, PageRequest};
-use sluice_domain::{Error, Result};
 use std::collections::HashMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -151,7 +153,8 @@ impl OrgRepository for Store {
                 id: Set(org.id.as_uuid()),
                 name: Set(org.name.clone()),
                 slug: Set(org.slug.clone()),
-                plan: Set(org.plan.as_str().to_string()),
+                // A new organization starts on the free plan; billing changes it.
+                plan: Set(sluice_domain::billing::plan::Plan::Free.as_str().to_string()),
                 created_at: Set(org.created_at),
             })
             .exec_without_returning(tx.c())
@@ -197,7 +200,6 @@ impl OrgRepository for Store {
             organizations::Entity::update_many()
                 .col_expr(organizations::Column::Name, Expr::value(org.name.clone()))
                 .col_expr(organizations::Column::Slug, Expr::value(org.slug.clone()))
-                .col_expr(organizations::Column::Plan, Expr::value(org.plan.as_str()))
                 .filter(organizations::Column::Id.eq(org.id.as_uuid()))
                 .exec(tx.c())
                 .await

@@ -22,6 +22,7 @@ macro_rules! audited {
 }
 
 // One module per context of the domain (see docs/architecture.md).
+mod billing;
 mod catalog;
 mod connect;
 mod convert;

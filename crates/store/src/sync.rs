@@ -11,11 +11,13 @@ use crate::{Store, db_err, insert_audit};
 use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType};
 use sea_orm::{ActiveValue::Set, ColumnTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sluice_domain::Error;
+use sluice_domain::Result;
 use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::{FlowId, OrgId, RunId};
 use sluice_domain::shared::page::{Page, PageRequest};
 use sluice_domain::sync::flow::*;
-use sluice_domain::{Error, Result};
+use sluice_domain::sync::ports::*;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -492,7 +494,7 @@ impl CursorRepository for Store {
 }
 
 #[async_trait]
-impl sluice_domain::sync::schedule::QueueRepository for Store {
+impl sluice_domain::sync::ports::QueueRepository for Store {
     async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
         flows::Entity::find()
             .filter(flows::Column::Status.eq(FlowStatus::Active.as_str()))

@@ -5,15 +5,19 @@
 mod common;
 
 use serde_json::json;
-use sluice_domain::catalog::{AssetKind, Change, DataAsset, parse_fields};
-use sluice_domain::identity::Actor;
-use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::Error;
+use sluice_domain::ErrorKind;
+use sluice_domain::billing::ports::BillingRepository;
+use sluice_domain::catalog::asset::{AssetKind, DataAsset};
+use sluice_domain::catalog::contract::parse_fields;
+use sluice_domain::catalog::drift::Change;
+use sluice_domain::catalog::ports::CatalogRepository;
+use sluice_domain::identity::org::Organization;
+use sluice_domain::identity::ports::{OrgRepository, UserRepository};
 use sluice_domain::identity::user::VerifiedClaims;
-use sluice_domain::ports::{CatalogRepository, OrgRepository, UserRepository};
-use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{AssetId, OrgId};
 use sluice_domain::shared::page::PageRequest;
-use sluice_domain::{Error, ErrorKind};
 use sluice_store::Store;
 use time::OffsetDateTime;
 
@@ -25,8 +29,7 @@ async fn scenario(store: &Store) {
         .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
         .await
         .unwrap();
-    let org =
-        Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), plan: Plan::Free, created_at: now };
+    let org = Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), created_at: now };
     let audit = |action: &str| AuditEntry::new(Some(org.id), Actor::system(), action, "data_asset", "x", now);
     OrgRepository::create(store, &org, user.id, &audit("organization.created")).await.unwrap();
 

@@ -3,16 +3,18 @@
 //! working at once. A fresh database per test, dropped afterwards; skipped
 //! loudly when PostgreSQL is unreachable outside CI.
 
+use sluice_domain::connect::connection::{Connection, ConnectionStatus};
 use sluice_domain::connect::connector::Capability;
-use sluice_domain::connect::integration::{Connection, ConnectionStatus, Credentials};
-use sluice_domain::identity::Actor;
-use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::connect::integration::Credentials;
+use sluice_domain::connect::ports::ConnectionRepository;
+use sluice_domain::identity::org::Organization;
+use sluice_domain::identity::ports::{OrgRepository, UserRepository};
 use sluice_domain::identity::user::VerifiedClaims;
-use sluice_domain::ports::{ConnectionRepository, OrgRepository, UserRepository};
-use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId};
 use sluice_domain::sync::flow::*;
-use sluice_domain::sync::schedule::{QueueRepository, new_run};
+use sluice_domain::sync::ports::{QueueRepository, *};
+use sluice_domain::sync::schedule::new_run;
 use sluice_store::Store;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,8 +28,7 @@ async fn seed(store: &Store, flows: usize) -> (OrgId, Vec<Flow>) {
         .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
         .await
         .unwrap();
-    let org =
-        Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), plan: Plan::Free, created_at: now };
+    let org = Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), created_at: now };
     let audit = || AuditEntry::new(Some(org.id), Actor::system(), "x", "x", "x", now);
     OrgRepository::create(store, &org, user.id, &audit()).await.unwrap();
     let conn = Connection {
@@ -133,7 +134,7 @@ async fn one_flow_never_has_two_running_runs_and_markers_win_once() {
 /// the run: the heartbeat, progress, log lines, cursor advances, the final
 /// record and a retry.
 async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
-    use sluice_domain::sync::schedule::QueueRepository;
+    use sluice_domain::sync::ports::QueueRepository;
     let (org, flows) = seed(store, 1).await;
     let now = time::OffsetDateTime::now_utc();
     let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now);

@@ -2,11 +2,11 @@
 //! with the key, and re-encrypted by a key rotation.
 
 use sluice_domain::connect::integration::{Credentials, Integration};
-use sluice_domain::identity::Actor;
-use sluice_domain::identity::org::{Organization, Plan};
+use sluice_domain::connect::ports::IntegrationRepository;
+use sluice_domain::identity::org::Organization;
+use sluice_domain::identity::ports::{OrgRepository, UserRepository};
 use sluice_domain::identity::user::VerifiedClaims;
-use sluice_domain::ports::{IntegrationRepository, OrgRepository, UserRepository};
-use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{IntegrationId, OrgId, UserId};
 use sluice_store::Store;
 
@@ -22,13 +22,7 @@ async fn credentials_are_sealed_and_survive_a_key_rotation() {
         .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
         .await
         .unwrap();
-    let org = Organization {
-        id: OrgId::new(),
-        name: "Acme".into(),
-        slug: "acme-store-test".into(),
-        plan: Plan::Free,
-        created_at: now,
-    };
+    let org = Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme-store-test".into(), created_at: now };
     let audit = |a: &str| AuditEntry::new(Some(org.id), Actor::system(), a, "x", "x", now);
     OrgRepository::create(&store, &org, UserId::from(user.id.as_uuid()), &audit("organization.created")).await.unwrap();
     let integration = Integration {

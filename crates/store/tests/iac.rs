@@ -7,15 +7,16 @@
 
 mod common;
 
+use sluice_domain::Error;
+use sluice_domain::Result;
 use sluice_domain::connect::connector::{Capability, ConfigField, ConfigFieldType, ConnectorSpec};
-use sluice_domain::iac::{Action, Catalogue, IacPlan, IacRepository, Snapshot, Write, parse, plan};
-use sluice_domain::identity::Actor;
-use sluice_domain::identity::org::{Organization, Plan as Tier};
+use sluice_domain::iac::ports::IacRepository;
+use sluice_domain::iac::{Action, Catalogue, IacPlan, Snapshot, Write, parse, plan};
+use sluice_domain::identity::org::Organization;
+use sluice_domain::identity::ports::{OrgRepository, UserRepository};
 use sluice_domain::identity::user::VerifiedClaims;
-use sluice_domain::ports::{OrgRepository, UserRepository};
-use sluice_domain::shared::audit::AuditEntry;
+use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::OrgId;
-use sluice_domain::{Error, Result};
 use sluice_store::Store;
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -111,7 +112,6 @@ async fn new_org(store: &Store) -> OrgId {
         id: OrgId::new(),
         name: "Acme".into(),
         slug: format!("acme-{}", sluice_domain::shared::secret::random_base62(6).to_lowercase()),
-        plan: Tier::Free,
         created_at: now(),
     };
     OrgRepository::create(store, &org, user.id, &audit(org.id)[0]).await.unwrap();

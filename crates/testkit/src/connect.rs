@@ -2,9 +2,13 @@
 
 use super::*;
 
-use sluice_domain::catalog::{AssetVersion, Change, DataAsset};
+use sluice_domain::catalog::asset::{AssetVersion, DataAsset};
+use sluice_domain::catalog::drift::Change;
+use sluice_domain::catalog::ports::CatalogRepository;
+use sluice_domain::connect::connection::{Connection, ConnectionStatus};
 use sluice_domain::connect::connector::*;
-use sluice_domain::connect::integration::{Connection, ConnectionStatus, Integration};
+use sluice_domain::connect::integration::Integration;
+use sluice_domain::connect::ports::*;
 use sluice_domain::shared::ids::{AssetId, ConnectionId, IntegrationId};
 
 #[derive(Default)]
@@ -17,8 +21,6 @@ pub(crate) struct CatalogState {
     pub(crate) discovered_by_entity: HashMap<(OrgId, ConnectionId, String), String>,
     pub(crate) assets: Vec<DataAsset>,
     pub(crate) versions: Vec<(AssetId, AssetVersion)>,
-    /// (org, month) → gateway validations counted
-    pub(crate) usage: HashMap<(OrgId, String), i64>,
 }
 
 /// Integrations, connections and discovered assets, in memory.
@@ -170,7 +172,7 @@ impl ConnectionRepository for InMemoryCatalog {
 }
 
 #[async_trait]
-impl CatalogRepository for InMemoryCatalog {
+impl DiscoveredSchemas for InMemoryCatalog {
     async fn upsert_discovered(
         &self,
         org: OrgId,
@@ -188,7 +190,10 @@ impl CatalogRepository for InMemoryCatalog {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl CatalogRepository for InMemoryCatalog {
     async fn create_asset(&self, a: &DataAsset, created_by: Option<String>, audit: &AuditEntry) -> Result<()> {
         let mut s = self.s();
         if s.assets.iter().any(|x| x.org_id == a.org_id && x.name == a.name) {
@@ -217,7 +222,7 @@ impl CatalogRepository for InMemoryCatalog {
             id: AssetId::new(),
             org_id: org,
             name: name.clone(),
-            kind: sluice_domain::catalog::AssetKind::Discovered,
+            kind: sluice_domain::catalog::asset::AssetKind::Discovered,
             version: *version,
             fields: schema
                 .fields
@@ -287,20 +292,6 @@ impl CatalogRepository for InMemoryCatalog {
         drop(s);
         self.log(audit);
         Ok(())
-    }
-
-    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
-        let mut s = self.s();
-        let n = s.usage.entry((org, month.to_string())).or_insert(0);
-        if limit.is_some_and(|l| *n >= l) {
-            return Ok(false);
-        }
-        *n += 1;
-        Ok(true)
-    }
-
-    async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {
-        Ok(self.s().usage.get(&(org, month.to_string())).copied().unwrap_or(0))
     }
 
     async fn asset_versions(&self, org: OrgId, id: AssetId) -> Result<Vec<AssetVersion>> {

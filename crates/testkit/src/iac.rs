@@ -12,7 +12,7 @@ pub struct InMemoryIac {
 }
 
 #[async_trait]
-impl sluice_domain::iac::IacRepository for InMemoryIac {
+impl sluice_domain::iac::ports::IacRepository for InMemoryIac {
     async fn snapshot(&self, org: OrgId) -> Result<sluice_domain::iac::Snapshot> {
         let c = self.catalog.s();
         let f = self.flows.s();

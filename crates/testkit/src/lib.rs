@@ -4,19 +4,21 @@
 //! adapters enforce inside transactions hold here too.
 
 use async_trait::async_trait;
+use sluice_domain::Error;
+use sluice_domain::Result;
+use sluice_domain::app::Ports;
 use sluice_domain::identity::Role;
 use sluice_domain::identity::apikey::ApiKey;
 use sluice_domain::identity::invitation::{Invitation, InvitationStatus};
 use sluice_domain::identity::org::{Member, Organization, check_admin_retained};
+use sluice_domain::identity::ports::*;
 use sluice_domain::identity::user::{User, VerifiedClaims};
-use sluice_domain::ports::*;
-use sluice_domain::service::Ports;
-use sluice_domain::shared::audit::{AuditEntry, AuditFilter};
+use sluice_domain::monitoring::ports::HealthCheck;
+use sluice_domain::shared::audit::{AuditEntry, AuditFilter, AuditRepository};
 use sluice_domain::shared::clock::Clock;
-use sluice_domain::shared::idempotency::{IdempotencyRecord, StoredResponse};
+use sluice_domain::shared::idempotency::{IdempotencyRecord, IdempotencyStore, StoredResponse};
 use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use sluice_domain::shared::page::{Page, PageRequest};
-use sluice_domain::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use time::OffsetDateTime;
@@ -29,6 +31,7 @@ fn page_of<T: Clone>(mut items: Vec<T>, page: PageRequest, id: impl Fn(&T) -> Uu
     Page::from_overfetch(items, page.limit, id)
 }
 
+mod billing;
 mod connect;
 mod connector;
 mod iac;
@@ -36,6 +39,7 @@ mod identity;
 mod monitoring;
 mod sync;
 
+pub use billing::*;
 pub use connect::*;
 pub use connector::*;
 pub use iac::*;
@@ -61,7 +65,9 @@ pub fn in_memory_ports_with(
     Ports {
         integrations: catalog.clone(),
         connections: catalog.clone(),
+        schemas: catalog.clone(),
         catalog,
+        billing: Arc::new(InMemoryBilling::new(store)),
         connectors: Arc::new(connectors.clone()),
         secrets: Arc::new(secrets),
         oauth: None,

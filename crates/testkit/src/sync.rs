@@ -4,6 +4,7 @@ use super::*;
 
 use sluice_domain::shared::ids::{FlowId, RunId};
 use sluice_domain::sync::flow::*;
+use sluice_domain::sync::ports::*;
 
 #[derive(Default)]
 pub(crate) struct FlowState {
@@ -235,7 +236,7 @@ impl CursorRepository for InMemoryFlows {
 }
 
 #[async_trait]
-impl sluice_domain::sync::schedule::QueueRepository for InMemoryFlows {
+impl sluice_domain::sync::ports::QueueRepository for InMemoryFlows {
     async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
         Ok(self
             .s()

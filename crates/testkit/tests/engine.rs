@@ -2,10 +2,11 @@
 //! reset, boundaries), de-duplication, cancellation and schema drift.
 
 use serde_json::json;
+use sluice_domain::app::Sluice;
 use sluice_domain::connect::connector::{Capability, EntitySchema, Field, FieldType, Value, parse_timestamp};
 use sluice_domain::connect::service::NewConnection;
 use sluice_domain::identity::Principal;
-use sluice_domain::service::{NewOrganization, Sluice};
+use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::clock::Clock;
 use sluice_domain::shared::ids::{ConnectionId, OrgId};
 use sluice_domain::sync::flow::*;
@@ -55,8 +56,9 @@ async fn world() -> World {
         ],
     );
     let sluice = Sluice::new(in_memory_ports_with(&store, clock, &mem, FakeSecrets::default()));
-    let (p, _) = sluice.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
-    let org = sluice.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
+    let (p, _) = sluice.identity.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
+    let org =
+        sluice.identity.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
     let conn = |name: &str, dataset: &str, cap| NewConnection {
         name: name.into(),
         integration_id: None,
@@ -64,8 +66,8 @@ async fn world() -> World {
         capability: cap,
         config: [("dataset".to_string(), json!(dataset))].into(),
     };
-    let src = sluice.create_connection(&p, org, conn("crm", "crm", Capability::Source)).await.unwrap().id;
-    let dst = sluice.create_connection(&p, org, conn("wh", "wh", Capability::Destination)).await.unwrap().id;
+    let src = sluice.connect.create_connection(&p, org, conn("crm", "crm", Capability::Source)).await.unwrap().id;
+    let dst = sluice.connect.create_connection(&p, org, conn("wh", "wh", Capability::Destination)).await.unwrap().id;
     World { sluice, mem, p, org, src, dst }
 }
 
@@ -73,6 +75,7 @@ impl World {
     async fn flow(&self, name: &str, mapping: serde_json::Value) -> Flow {
         let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
         self.sluice
+            .sync
             .create_flow(
                 &self.p,
                 self.org,
@@ -91,9 +94,9 @@ impl World {
 
     /// Queues a run and executes it as a worker would.
     async fn run(&self, f: &Flow) -> Run {
-        self.sluice.trigger_run(&self.p, self.org, f.id, Trigger::Manual).await.unwrap();
-        let claimed = self.sluice.claim_run("w1").await.unwrap().expect("a queued run");
-        self.sluice.execute_run(claimed).await
+        self.sluice.sync.trigger_run(&self.p, self.org, f.id, Trigger::Manual).await.unwrap();
+        let claimed = self.sluice.sync.claim_run("w1").await.unwrap().expect("a queued run");
+        self.sluice.sync.execute_run(claimed).await
     }
 
     fn dest(&self, entity: &str) -> Vec<Vec<Value>> {
@@ -144,7 +147,7 @@ async fn incremental_deduped_syncs_changes_once_and_follows_the_cursor() {
     assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
 
     // Set back: re-reads from there; de-duplication absorbs it.
-    let c = w.sluice.set_cursor(&w.p, w.org, f.id, "people", "2026-01-02T00:00:00+00:00").await.unwrap();
+    let c = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "2026-01-02T00:00:00+00:00").await.unwrap();
     assert_eq!(c.cursor_value.as_deref(), Some("2026-01-02T00:00:00.000000Z"));
     let r = w.run(&f).await;
     assert_eq!(r.entities[0].cursor_before.as_deref(), Some("2026-01-02T00:00:00.000000Z"));
@@ -152,19 +155,19 @@ async fn incremental_deduped_syncs_changes_once_and_follows_the_cursor() {
     assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
 
     // Reset: everything is read again; the destination is not truncated.
-    w.sluice.reset_cursor(&w.p, w.org, f.id, "people").await.unwrap();
-    let state = w.sluice.flow_state(&w.p, w.org, f.id).await.unwrap();
+    w.sluice.sync.reset_cursor(&w.p, w.org, f.id, "people").await.unwrap();
+    let state = w.sluice.sync.flow_state(&w.p, w.org, f.id).await.unwrap();
     assert_eq!(state[0].cursor_value, None);
     let r = w.run(&f).await;
     assert_eq!(r.entities[0].rows_read, 5);
     assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
 
     // Cursor values are checked against the column's type; unknown entities are 404.
-    let e = w.sluice.set_cursor(&w.p, w.org, f.id, "people", "last tuesday").await.unwrap_err();
+    let e = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "last tuesday").await.unwrap_err();
     assert_eq!(e.kind(), sluice_domain::ErrorKind::Validation);
-    let e = w.sluice.set_cursor(&w.p, w.org, f.id, "nope", "2026-01-01T00:00:00Z").await.unwrap_err();
+    let e = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "nope", "2026-01-01T00:00:00Z").await.unwrap_err();
     assert_eq!(e.kind(), sluice_domain::ErrorKind::NotFound);
-    let logs = w.sluice.run_logs(&w.p, w.org, r.id).await.unwrap();
+    let logs = w.sluice.sync.run_logs(&w.p, w.org, r.id).await.unwrap();
     assert!(logs.iter().any(|l| l.message.contains("no cursor")), "{logs:?}");
 }
 
@@ -249,16 +252,17 @@ async fn transforms_apply_and_new_columns_reach_the_destination_unless_blocked()
 async fn runs_queue_cancel_and_validate() {
     let w = world().await;
     let f = w.flow("p", json!({"source_entity": "people", "sync_mode": "full_refresh_overwrite"})).await;
-    let queued = w.sluice.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    let queued = w.sluice.sync.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
     assert_eq!(queued.status, RunStatus::Queued);
-    let canceled = w.sluice.cancel_run(&w.p, w.org, queued.id).await.unwrap();
+    let canceled = w.sluice.sync.cancel_run(&w.p, w.org, queued.id).await.unwrap();
     assert_eq!(canceled.status, RunStatus::Canceled);
-    assert!(w.sluice.claim_run("w1").await.unwrap().is_none(), "a canceled run is not claimed");
-    assert!(w.sluice.cancel_run(&w.p, w.org, queued.id).await.is_err());
+    assert!(w.sluice.sync.claim_run("w1").await.unwrap().is_none(), "a canceled run is not claimed");
+    assert!(w.sluice.sync.cancel_run(&w.p, w.org, queued.id).await.is_err());
 
     let bad: FlowConfig = serde_json::from_value(json!({"mappings": [{"source_entity": "nope", "sync_mode": "incremental_deduped", "cursor_field": "x", "primary_key": "id"}]})).unwrap();
     let e = w
         .sluice
+        .sync
         .create_flow(
             &w.p,
             w.org,
@@ -293,6 +297,7 @@ async fn runs_queue_cancel_and_validate() {
     b_config.depends_on.push(Dependency { flow: "a".into(), on: DependsOn::Success });
     let b = w
         .sluice
+        .sync
         .create_flow(
             &w.p,
             w.org,
@@ -313,7 +318,7 @@ async fn runs_queue_cancel_and_validate() {
     let depend = |on: String, when: DependsOn| {
         let mut config = a.config.clone();
         config.depends_on.push(Dependency { flow: on, on: when });
-        w.sluice.update_flow(
+        w.sluice.sync.update_flow(
             &w.p,
             w.org,
             a.id,
@@ -346,12 +351,12 @@ async fn each_run_records_the_source_schema_that_drift_validation_compares_with(
 
     // The source gains a column; until a run sees it, the flow syncs three fields.
     w.mem.put("crm", people_schema(true), vec![]);
-    let r = w.sluice.validate_drift(&w.p, w.org, "people", "people", &three).await.unwrap();
+    let r = w.sluice.iac.validate_drift(&w.p, w.org, "people", "people", &three).await.unwrap();
     assert_eq!(r.drift_type, DriftType::None, "{r:?}");
 
     // After a run the recorded schema has four, and dropping one is breaking.
     assert_eq!(w.run(&f).await.status, RunStatus::Succeeded);
-    let r = w.sluice.validate_drift(&w.p, w.org, "people", "people", &three).await.unwrap();
+    let r = w.sluice.iac.validate_drift(&w.p, w.org, "people", "people", &three).await.unwrap();
     assert_eq!(r.drift_type, DriftType::Breaking);
     assert_eq!(r.impacts[0].affected_fields, ["email"]);
 }

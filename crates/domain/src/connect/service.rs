@@ -1,23 +1,30 @@
-//! Use cases of integrations and connections: CRUD with the credential
-//! rules, and test, discover, preview and preview-with-transform through
-//! the connector registry.
+//! Connect owns how Sluice reaches data: the connector registry and its
+//! specs, integrations with their credentials (and OAuth), connections,
+//! and the use cases that test, discover and preview them.
 
+use super::connector::ConnectorRegistry;
+use super::oauth::{OAuthState, STATE_TTL, challenge, sign_state, verify_state};
+use super::ports::{
+    ConnectionRepository, DiscoveredSchemas, IntegrationRepository, OAuthClient, OAuthStateStore, SecretResolver,
+};
+use crate::connect::connection::{Connection, ConnectionStatus, check_capability, merge_settings, split_config};
 use crate::connect::connector::{
     Capability, ConnectorError, ConnectorSpec, EntitySchema, ReadRequest, RecordBatch, ResolvedConfig,
 };
-use crate::connect::integration::{
-    self, Connection, ConnectionStatus, Credentials, Integration, check_capability, merge_settings, split_config,
-};
+use crate::connect::integration::{Credentials, Integration, SecretValue};
+use crate::identity::service::IdentityService;
 use crate::identity::user::validate_name;
 use crate::identity::{Permission, Principal};
-use crate::service::Sluice;
 use crate::shared::audit::AuditEntry;
+use crate::shared::cache::Changes;
+use crate::shared::clock::Clock;
 use crate::shared::ids::{ConnectionId, IntegrationId, OrgId};
 use crate::shared::page::{Page, PageRequest};
-use crate::sync::transform::{self, Step};
+use crate::shared::secret::random_base62;
 use crate::{Error, FieldError, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub const DEFAULT_PREVIEW_LIMIT: u64 = 20;
 pub const MAX_PREVIEW_LIMIT: u64 = 1000;
@@ -71,6 +78,25 @@ pub struct Preview {
     pub batch: RecordBatch,
 }
 
+/// The use cases of connect.
+#[derive(Clone)]
+pub struct ConnectService {
+    pub(crate) identity: IdentityService,
+    pub(crate) integrations: Arc<dyn IntegrationRepository>,
+    pub(crate) connections: Arc<dyn ConnectionRepository>,
+    pub(crate) connectors: Arc<dyn ConnectorRegistry>,
+    pub(crate) secrets: Arc<dyn SecretResolver>,
+    pub(crate) schemas: Arc<dyn DiscoveredSchemas>,
+    /// OAuth providers; `None` when none is configured.
+    pub(crate) oauth: Option<Arc<dyn OAuthClient>>,
+    pub(crate) oauth_states: Option<Arc<dyn OAuthStateStore>>,
+    /// Signs OAuth `state` parameters.
+    pub(crate) oauth_state_key: Vec<u8>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Tells the catalog's cache that discovery catalogued new schemas.
+    pub(crate) changes: Arc<Changes>,
+}
+
 pub(crate) fn integration_json(i: &Integration) -> Value {
     json!({"name": i.name, "type": i.integration_type, "credentials": i.credentials.masked()})
 }
@@ -85,45 +111,73 @@ pub(crate) fn connection_json(c: &Connection) -> Value {
     })
 }
 
+fn bad_state(message: &str) -> Error {
+    Error::Unprocessable { code: crate::shared::error::code::INVALID_OAUTH_STATE, message: message.into() }
+}
+
 fn connector_failure(e: ConnectorError) -> Error {
     Error::Unprocessable { code: e.code(), message: e.to_string() }
 }
 
-impl Sluice {
+impl ConnectService {
+    /// The connector registry, for the contexts that run connectors.
+    pub(crate) fn registry(&self) -> &dyn ConnectorRegistry {
+        self.connectors.as_ref()
+    }
+
+    /// The names of the configured OAuth providers.
+    pub(crate) fn oauth_providers(&self) -> Vec<String> {
+        self.oauth.as_ref().map(|o| o.providers()).unwrap_or_default()
+    }
+
+    /// A connection of `org`, without an access check (for the contexts
+    /// above, which made theirs).
+    pub(crate) async fn connection(&self, org: OrgId, id: ConnectionId) -> Result<Option<Connection>> {
+        self.connections.get(org, id).await
+    }
+
+    /// Catalogues the schema a run saw of an entity of `source` as its
+    /// discovered asset `name`.
+    pub(crate) async fn record_schema(&self, source: &Connection, name: &str, schema: &EntitySchema) -> Result<()> {
+        self.schemas.upsert_discovered(source.org_id, name, source.id, schema, self.clock.now()).await?;
+        self.changes.touch(source.org_id);
+        Ok(())
+    }
+
     fn spec(&self, connector_type: &str, field: &str) -> Result<ConnectorSpec> {
-        self.ports.connectors.spec(connector_type).ok_or_else(|| {
-            let known: Vec<&str> = self.ports.connectors.specs().iter().map(|s| s.connector_type).collect();
+        self.connectors.spec(connector_type).ok_or_else(|| {
+            let known: Vec<&str> = self.connectors.specs().iter().map(|s| s.connector_type).collect();
             Error::invalid(field, format!("unknown type '{connector_type}'; known types: {}", known.join(", ")))
         })
     }
 
     pub fn connector_specs(&self) -> Vec<ConnectorSpec> {
-        self.ports.connectors.specs()
+        self.connectors.specs()
     }
 
     // ---- integrations ---------------------------------------------------
 
     pub async fn list_integrations(&self, p: &Principal, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.integrations.list(org, page).await
+        self.identity.access(p, org, Permission::Read).await?;
+        self.integrations.list(org, page).await
     }
 
     pub async fn get_integration(&self, p: &Principal, org: OrgId, id: IntegrationId) -> Result<Integration> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))
+        self.identity.access(p, org, Permission::Read).await?;
+        self.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))
     }
 
     /// The integration with its credentials decrypted (Admin).
     pub async fn integration_details(&self, p: &Principal, org: OrgId, id: IntegrationId) -> Result<Integration> {
-        self.access(p, org, Permission::Administer).await?;
-        self.ports.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))
+        self.identity.access(p, org, Permission::Administer).await?;
+        self.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))
     }
 
     pub async fn create_integration(&self, p: &Principal, org: OrgId, new: NewIntegration) -> Result<Integration> {
-        self.access(p, org, Permission::Write).await?;
+        self.identity.access(p, org, Permission::Write).await?;
         let mut errors = Vec::new();
         let name = validate_name("name", &new.name).map_err(|e| errors.push(e)).ok();
-        let oauth_provider = self.ports.oauth.as_ref().is_some_and(|o| o.providers().contains(&new.integration_type));
+        let oauth_provider = self.oauth.as_ref().is_some_and(|o| o.providers().contains(&new.integration_type));
         if !oauth_provider && let Err(e) = self.spec(&new.integration_type, "type") {
             errors.push(e);
         }
@@ -132,9 +186,9 @@ impl Sluice {
             errors.push(Error::Validation(f));
         }
         let Some(name) = name.filter(|_| errors.is_empty()) else {
-            return Err(crate::service::merge_validation(errors));
+            return Err(crate::shared::error::merge_validation(errors));
         };
-        let now = self.now();
+        let now = self.clock.now();
         let i = Integration {
             id: IntegrationId::new(),
             org_id: org,
@@ -146,7 +200,7 @@ impl Sluice {
         };
         let audit = AuditEntry::new(Some(org), p.actor(), "integration.created", "integration", i.id, now)
             .with_change(Value::Null, integration_json(&i));
-        self.ports.integrations.create(&i, &audit).await.map_err(|e| named_conflict(e, "integration", &i.name))?;
+        self.integrations.create(&i, &audit).await.map_err(|e| named_conflict(e, "integration", &i.name))?;
         Ok(i)
     }
 
@@ -157,8 +211,8 @@ impl Sluice {
         id: IntegrationId,
         update: IntegrationUpdate,
     ) -> Result<Integration> {
-        self.access(p, org, Permission::Write).await?;
-        let before = self.ports.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let before = self.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))?;
         let mut after = before.clone();
         let mut errors = Vec::new();
         if let Some(n) = update.name {
@@ -173,42 +227,38 @@ impl Sluice {
             errors.push(Error::Validation(f));
         }
         if !errors.is_empty() {
-            return Err(crate::service::merge_validation(errors));
+            return Err(crate::shared::error::merge_validation(errors));
         }
         if after == before {
             return Ok(after);
         }
-        after.updated_at = self.now();
+        after.updated_at = self.clock.now();
         let mut details = json!({"before": integration_json(&before), "after": integration_json(&after)});
         details["credentials_changed"] = json!(before.credentials != after.credentials);
         let audit = AuditEntry::new(Some(org), p.actor(), "integration.updated", "integration", id, after.updated_at)
             .with_details(details);
-        self.ports
-            .integrations
-            .update(&after, &audit)
-            .await
-            .map_err(|e| named_conflict(e, "integration", &after.name))?;
+        self.integrations.update(&after, &audit).await.map_err(|e| named_conflict(e, "integration", &after.name))?;
         Ok(after)
     }
 
     pub async fn delete_integration(&self, p: &Principal, org: OrgId, id: IntegrationId) -> Result<()> {
-        self.access(p, org, Permission::Write).await?;
-        let before = self.ports.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))?;
-        let audit = AuditEntry::new(Some(org), p.actor(), "integration.deleted", "integration", id, self.now())
+        self.identity.access(p, org, Permission::Write).await?;
+        let before = self.integrations.get(org, id).await?.ok_or(Error::not_found("integration"))?;
+        let audit = AuditEntry::new(Some(org), p.actor(), "integration.deleted", "integration", id, self.clock.now())
             .with_change(integration_json(&before), Value::Null);
-        self.ports.integrations.delete(org, id, &audit).await
+        self.integrations.delete(org, id, &audit).await
     }
 
     // ---- connections ----------------------------------------------------
 
     pub async fn list_connections(&self, p: &Principal, org: OrgId, page: PageRequest) -> Result<Page<Connection>> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.connections.list(org, page).await
+        self.identity.access(p, org, Permission::Read).await?;
+        self.connections.list(org, page).await
     }
 
     pub async fn get_connection(&self, p: &Principal, org: OrgId, id: ConnectionId) -> Result<Connection> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.connections.get(org, id).await?.ok_or(Error::not_found("connection"))
+        self.identity.access(p, org, Permission::Read).await?;
+        self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))
     }
 
     /// Validates a new connection and builds it (not saved).
@@ -226,7 +276,7 @@ impl Sluice {
             Err(e) => return Err(e),
         };
         if let Some(iid) = new.integration_id {
-            match self.ports.integrations.get(org, iid).await? {
+            match self.integrations.get(org, iid).await? {
                 None => errors.push(FieldError::new("integration_id", "no such integration in this organization")),
                 Some(i) if i.integration_type != new.connector_type => errors.push(FieldError::new(
                     "integration_id",
@@ -243,9 +293,8 @@ impl Sluice {
             match split_config(spec, &new.config, &BTreeMap::new(), &Credentials::default()) {
                 Ok((config, secrets)) => {
                     errors.extend(
-                        self.ports
-                            .connectors
-                            .check_config(&integration::unresolved(org, spec, &config, &secrets))
+                        self.connectors
+                            .check_config(&crate::connect::connection::unresolved(org, spec, &config, &secrets))
                             .await,
                     );
                     parts = Some((config, secrets));
@@ -256,7 +305,7 @@ impl Sluice {
         let Some((config, secrets)) = parts.filter(|_| errors.is_empty()) else {
             return Err(Error::Validation(errors));
         };
-        let now = self.now();
+        let now = self.clock.now();
         Ok(Connection {
             id: ConnectionId::new(),
             org_id: org,
@@ -275,11 +324,11 @@ impl Sluice {
     }
 
     pub async fn create_connection(&self, p: &Principal, org: OrgId, new: NewConnection) -> Result<Connection> {
-        self.access(p, org, Permission::Write).await?;
+        self.identity.access(p, org, Permission::Write).await?;
         let c = self.build_connection(org, new).await?;
         let audit = AuditEntry::new(Some(org), p.actor(), "connection.created", "connection", c.id, c.created_at)
             .with_change(Value::Null, connection_json(&c));
-        self.ports.connections.create(&c, &audit).await.map_err(|e| named_conflict(e, "connection", &c.name))?;
+        self.connections.create(&c, &audit).await.map_err(|e| named_conflict(e, "connection", &c.name))?;
         Ok(c)
     }
 
@@ -290,8 +339,8 @@ impl Sluice {
         id: ConnectionId,
         update: ConnectionUpdate,
     ) -> Result<Connection> {
-        self.access(p, org, Permission::Write).await?;
-        let before = self.ports.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let before = self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
         let spec = self.spec(&before.connector_type, "type")?;
         let mut after = before.clone();
         let mut errors: Vec<FieldError> = Vec::new();
@@ -310,7 +359,7 @@ impl Sluice {
         }
         if let Some(iid) = update.integration_id {
             if let Some(iid) = iid {
-                match self.ports.integrations.get(org, iid).await? {
+                match self.integrations.get(org, iid).await? {
                     Some(i) if i.integration_type == after.connector_type => {}
                     Some(i) => errors.push(FieldError::new(
                         "integration_id",
@@ -325,9 +374,8 @@ impl Sluice {
             match split_config(&spec, &cfg, &before.config, &before.secrets) {
                 Ok((config, secrets)) => {
                     errors.extend(
-                        self.ports
-                            .connectors
-                            .check_config(&integration::unresolved(org, &spec, &config, &secrets))
+                        self.connectors
+                            .check_config(&crate::connect::connection::unresolved(org, &spec, &config, &secrets))
                             .await,
                     );
                     after.config = config;
@@ -350,40 +398,35 @@ impl Sluice {
             after.status = ConnectionStatus::Untested;
             after.last_error = None;
         }
-        after.updated_at = self.now();
+        after.updated_at = self.clock.now();
         let audit = AuditEntry::new(Some(org), p.actor(), "connection.updated", "connection", id, after.updated_at)
             .with_change(connection_json(&before), connection_json(&after));
-        self.ports
-            .connections
-            .update(&after, &audit)
-            .await
-            .map_err(|e| named_conflict(e, "connection", &after.name))?;
+        self.connections.update(&after, &audit).await.map_err(|e| named_conflict(e, "connection", &after.name))?;
         Ok(after)
     }
 
     pub async fn delete_connection(&self, p: &Principal, org: OrgId, id: ConnectionId) -> Result<()> {
-        self.access(p, org, Permission::Write).await?;
-        let before = self.ports.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
-        let audit = AuditEntry::new(Some(org), p.actor(), "connection.deleted", "connection", id, self.now())
+        self.identity.access(p, org, Permission::Write).await?;
+        let before = self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
+        let audit = AuditEntry::new(Some(org), p.actor(), "connection.deleted", "connection", id, self.clock.now())
             .with_change(connection_json(&before), Value::Null);
-        self.ports.connections.delete(org, id, &audit).await
+        self.connections.delete(org, id, &audit).await
     }
 
     /// The settings a connector runs with, secrets resolved.
     pub async fn resolve_connection(&self, c: &Connection) -> std::result::Result<ResolvedConfig, ConnectorError> {
         let spec = self
-            .ports
             .connectors
             .spec(&c.connector_type)
             .ok_or_else(|| ConnectorError::InvalidConfig(format!("unknown connector type {}", c.connector_type)))?;
         let integration = match c.integration_id {
             Some(iid) => {
-                self.ports.integrations.get(c.org_id, iid).await.map_err(|e| ConnectorError::Other(e.to_string()))?
+                self.integrations.get(c.org_id, iid).await.map_err(|e| ConnectorError::Other(e.to_string()))?
             }
             None => None,
         };
         let (values, keys) = merge_settings(&spec, integration.as_ref().map(|i| &i.credentials), &c.config, &c.secrets);
-        integration::resolve(c.org_id, &c.connector_type, values, keys, self.ports.secrets.as_ref()).await
+        self.resolve(c.org_id, &c.connector_type, values, keys).await
     }
 
     async fn run_test(&self, c: &Connection) -> TestOutcome {
@@ -391,10 +434,10 @@ impl Sluice {
         let result = async {
             let cfg = self.resolve_connection(c).await?;
             if c.capability.reads() {
-                self.ports.connectors.source(&cfg).await?.check().await?;
+                self.connectors.source(&cfg).await?.check().await?;
             }
             if c.capability.writes() {
-                self.ports.connectors.destination(&cfg).await?.check().await?;
+                self.connectors.destination(&cfg).await?.check().await?;
             }
             Ok::<(), ConnectorError>(())
         }
@@ -408,18 +451,18 @@ impl Sluice {
 
     /// Tests a connection that is not saved.
     pub async fn test_unsaved_connection(&self, p: &Principal, org: OrgId, new: NewConnection) -> Result<TestOutcome> {
-        self.access(p, org, Permission::Write).await?;
+        self.identity.access(p, org, Permission::Write).await?;
         let c = self.build_connection(org, new).await?;
         Ok(self.run_test(&c).await)
     }
 
     /// Tests a saved connection and records the outcome on it.
     pub async fn test_connection(&self, p: &Principal, org: OrgId, id: ConnectionId) -> Result<TestOutcome> {
-        self.access(p, org, Permission::Write).await?;
-        let c = self.ports.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let c = self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
         let outcome = self.run_test(&c).await;
         let status = if outcome.ok { ConnectionStatus::Healthy } else { ConnectionStatus::Failing };
-        self.ports.connections.record_test(org, id, status, self.now(), outcome.error.clone()).await?;
+        self.connections.record_test(org, id, status, self.clock.now(), outcome.error.clone()).await?;
         Ok(outcome)
     }
 
@@ -431,24 +474,24 @@ impl Sluice {
             });
         }
         let cfg = self.resolve_connection(c).await.map_err(connector_failure)?;
-        self.ports.connectors.source(&cfg).await.map_err(connector_failure)
+        self.connectors.source(&cfg).await.map_err(connector_failure)
     }
 
     /// Discovers the entities of a source and catalogues each as a
     /// `discovered` data asset named `<connection>.<entity>`.
     pub async fn discover(&self, p: &Principal, org: OrgId, id: ConnectionId) -> Result<Vec<EntitySchema>> {
-        self.access(p, org, Permission::Write).await?;
-        let c = self.ports.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let c = self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
         let entities = self.source_of(&c).await?.discover().await.map_err(connector_failure)?;
-        let now = self.now();
+        let now = self.clock.now();
         for e in &entities {
-            self.ports.catalog.upsert_discovered(org, &format!("{}.{}", c.name, e.name), c.id, e, now).await?;
+            self.schemas.upsert_discovered(org, &format!("{}.{}", c.name, e.name), c.id, e, now).await?;
         }
-        self.forget_assets(org);
+        self.changes.touch(org);
         Ok(entities)
     }
 
-    /// The first records of an entity, optionally transformed.
+    /// The first records of an entity.
     pub async fn preview(
         &self,
         p: &Principal,
@@ -456,9 +499,8 @@ impl Sluice {
         id: ConnectionId,
         entity: &str,
         limit: Option<i64>,
-        steps: Option<&[Step]>,
     ) -> Result<Preview> {
-        self.access(p, org, Permission::Read).await?;
+        self.identity.access(p, org, Permission::Read).await?;
         let limit = match limit {
             None => DEFAULT_PREVIEW_LIMIT,
             Some(l) if (1..=MAX_PREVIEW_LIMIT as i64).contains(&l) => l as u64,
@@ -467,7 +509,7 @@ impl Sluice {
         if entity.trim().is_empty() {
             return Err(Error::invalid("entity", "is required"));
         }
-        let c = self.ports.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
+        let c = self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
         let source = self.source_of(&c).await?;
         let mut reader = source
             .read(ReadRequest {
@@ -479,9 +521,6 @@ impl Sluice {
             .await
             .map_err(connector_failure)?;
         let fields = reader.fields();
-        if let Some(steps) = steps {
-            transform::plan("transform", steps, &fields).map_err(Error::Validation)?;
-        }
         let mut batch = RecordBatch { fields, rows: Vec::new() };
         while let Some(b) = reader.next_batch().await.map_err(connector_failure)? {
             batch.rows.extend(b.rows);
@@ -490,10 +529,135 @@ impl Sluice {
             }
         }
         batch.rows.truncate(limit as usize);
-        if let Some(steps) = steps {
-            batch = transform::apply(steps, batch);
-        }
         Ok(Preview { entity: entity.to_string(), batch })
+    }
+
+    /// Resolves secret references in `values` (only under credential keys).
+    async fn resolve(
+        &self,
+        org: crate::shared::ids::OrgId,
+        connector_type: &str,
+        mut values: BTreeMap<String, Value>,
+        credential_keys: Vec<String>,
+    ) -> std::result::Result<ResolvedConfig, crate::connect::connector::ConnectorError> {
+        for k in &credential_keys {
+            if let Some(Value::String(s)) = values.get(k) {
+                let parsed = SecretValue::parse(s);
+                if parsed.is_reference() {
+                    let resolved = self.secrets.resolve(s).await?;
+                    values.insert(k.clone(), Value::String(resolved));
+                }
+            }
+        }
+        Ok(ResolvedConfig { connector_type: connector_type.to_string(), values, credential_keys, org: Some(org) })
+    }
+
+    // ---- OAuth ----------------------------------------------------------
+
+    /// Starts a flow for `provider`, to create or update the integration
+    /// `name` (Editor); answers the URL to redirect the user to.
+    pub async fn start_oauth(&self, p: &Principal, org: OrgId, provider: &str, name: &str) -> Result<String> {
+        self.identity.access(p, org, Permission::Write).await?;
+        let (client, states, key) = self.oauth_ports()?;
+        if !client.providers().iter().any(|x| x == provider) {
+            return Err(Error::not_found("oauth provider"));
+        }
+        let name = validate_name("name", name)?;
+        let state = OAuthState {
+            id: random_base62(32),
+            org_id: org,
+            provider: provider.to_string(),
+            integration_name: name,
+            verifier: random_base62(64),
+            actor: p.actor(),
+            expires_at: self.clock.now() + STATE_TTL,
+        };
+        states.put(&state).await?;
+        client.authorize_url(provider, &sign_state(key, &state.id), &challenge(&state.verifier))
+    }
+
+    /// Completes a flow: answers the organization and the integration that
+    /// now holds the tokens.
+    pub async fn finish_oauth(&self, provider: &str, state_param: &str, code: &str) -> Result<(OrgId, Integration)> {
+        let (client, states, key) = self.oauth_ports()?;
+        let id = verify_state(key, state_param)
+            .ok_or_else(|| bad_state("the state parameter is not one this server signed"))?;
+        let state =
+            states.take(&id).await?.ok_or_else(|| bad_state("this authorization was already used or has expired"))?;
+        let now = self.clock.now();
+        if state.expires_at <= now {
+            return Err(bad_state("this authorization has expired; start again"));
+        }
+        if state.provider != provider {
+            return Err(bad_state("the state belongs to another provider"));
+        }
+        if code.is_empty() {
+            return Err(Error::invalid("code", "is required"));
+        }
+        let tokens = client.exchange(provider, code, &state.verifier).await?;
+        let mut creds = Credentials::default();
+        creds.0.insert("access_token".into(), tokens.access_token.expose().to_string());
+        if let Some(r) = &tokens.refresh_token {
+            creds.0.insert("refresh_token".into(), r.expose().to_string());
+        }
+        if let Some(t) = &tokens.token_type {
+            creds.0.insert("token_type".into(), t.clone());
+        }
+        if let Some(s) = &tokens.scope {
+            creds.0.insert("scope".into(), s.clone());
+        }
+        if let Some(e) = tokens.expires_at {
+            creds.0.insert("expires_at".into(), crate::connect::connector::format_timestamp(e));
+        }
+        let org = state.org_id;
+        let masked = |i: &Integration| json!({"name": i.name, "type": i.integration_type, "credentials": i.credentials.masked()});
+        match self.integrations.find_by_name(org, &state.integration_name).await? {
+            Some(existing) => {
+                let mut after = existing.clone();
+                after.credentials.0.extend(creds.0);
+                after.updated_at = now;
+                let audit = AuditEntry::new(
+                    Some(org),
+                    state.actor.clone(),
+                    "integration.oauth_connected",
+                    "integration",
+                    after.id,
+                    now,
+                )
+                .with_change(masked(&existing), masked(&after));
+                self.integrations.update(&after, &audit).await?;
+                Ok((org, after))
+            }
+            None => {
+                let i = Integration {
+                    id: IntegrationId::new(),
+                    org_id: org,
+                    name: state.integration_name.clone(),
+                    integration_type: provider.to_string(),
+                    credentials: creds,
+                    created_at: now,
+                    updated_at: now,
+                };
+                let audit = AuditEntry::new(
+                    Some(org),
+                    state.actor.clone(),
+                    "integration.oauth_connected",
+                    "integration",
+                    i.id,
+                    now,
+                )
+                .with_change(serde_json::Value::Null, masked(&i));
+                self.integrations.create(&i, &audit).await?;
+                Ok((org, i))
+            }
+        }
+    }
+
+    fn oauth_ports(&self) -> Result<(&dyn OAuthClient, &dyn OAuthStateStore, &[u8])> {
+        match (&self.oauth, &self.oauth_states) {
+            (Some(c), Some(s)) => Ok((c.as_ref(), s.as_ref(), self.oauth_state_key.as_slice())),
+            _ => Err(Error::not_found("oauth provider")),
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::shared::record::FieldType;
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -7,10 +7,9 @@
 //! the store. Resources are matched by name; resources that exist in the
 //! organization but not in the document are left alone.
 
+use crate::connect::connection::{Connection, ConnectionStatus, check_capability, split_config};
 use crate::connect::connector::{Capability, ConnectorSpec, FieldType};
-use crate::connect::integration::{
-    Connection, ConnectionStatus, Credentials, Integration, PLACEHOLDER, check_capability, split_config,
-};
+use crate::connect::integration::{Credentials, Integration, PLACEHOLDER};
 use crate::identity::user::validate_name;
 use crate::shared::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
 use crate::sync::flow::{
@@ -958,25 +957,6 @@ pub fn export(current: &Snapshot) -> Document {
 
 // ---- port -------------------------------------------------------------------
 
-/// Where applies read the organization and write their plans.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
-#[async_trait::async_trait]
-pub trait IacRepository: Send + Sync {
-    /// Every integration, connection and flow of `org`.
-    async fn snapshot(&self, org: OrgId) -> crate::Result<Snapshot>;
-
-    /// Writes every create and update of `writes` and every entry of
-    /// `audit` in one transaction, serialized with other applies of `org`.
-    ///
-    /// # Errors
-    /// `Conflict { code: crate::shared::error::code::STALE_PLAN }`, with nothing written, when a
-    /// resource was changed after the plan was made (an update's
-    /// `planned_against` no longer matches) or a created name was taken
-    /// meanwhile; the caller plans again.
-    async fn apply(&self, org: OrgId, writes: &Writes, audit: &[crate::shared::audit::AuditEntry])
-    -> crate::Result<()>;
-}
-
 /// The conflict a stale plan gets from [`IacRepository::apply`].
 pub fn stale_plan() -> Error {
     Error::Conflict {
@@ -1071,7 +1051,7 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
             }
             Some(p) => {
                 if p.field_type != c.field_type {
-                    let (kind, how) = if crate::catalog::widens(c.field_type, p.field_type) {
+                    let (kind, how) = if crate::catalog::contract::widens(c.field_type, p.field_type) {
                         ("type_widened", "widens")
                     } else {
                         ("type_narrowed", "changes incompatibly")

@@ -1,16 +1,24 @@
-//! Use cases of infrastructure as code: apply (and its dry run), export,
-//! and validate-drift. The rules live in [`crate::iac`]; this module reads
-//! the organization, plans, and hands the plan to the store.
+//! Infrastructure as code owns the YAML document of an organization's
+//! integrations, connections and flows: apply (and its dry run) planned
+//! as a diff and written in one transaction, export, and validate-drift.
+//! The rules live in [`crate::iac`]; this module reads the organization,
+//! plans, and hands the plan to the store.
 
+use super::ports::IacRepository;
+use crate::catalog::service::CatalogService;
+use crate::connect::service::ConnectService;
 use crate::connect::service::{connection_json, integration_json};
 use crate::iac::{self, Action, Catalogue, CurrentField, Document, DriftReport, IacPlan, MappingFacts, ProposedField};
+use crate::identity::service::IdentityService;
 use crate::identity::{Permission, Principal};
-use crate::service::Sluice;
 use crate::shared::audit::AuditEntry;
+use crate::shared::clock::Clock;
 use crate::shared::ids::OrgId;
+use crate::sync::service::SyncService;
 use crate::sync::service::flow_json;
 use crate::{Error, Result};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// How often an apply plans again when another apply changed the
@@ -24,6 +32,17 @@ pub struct ApplyOutcome {
     /// Names the audit entries of a real apply.
     pub apply_id: Option<Uuid>,
     pub plan: IacPlan,
+}
+
+/// The use cases of IaC.
+#[derive(Clone)]
+pub struct IacService {
+    pub(crate) identity: IdentityService,
+    pub(crate) connect: ConnectService,
+    pub(crate) sync: SyncService,
+    pub(crate) catalog: CatalogService,
+    pub(crate) iac: Arc<dyn IacRepository>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 fn audit_entries(
@@ -64,12 +83,9 @@ fn audit_entries(
     out
 }
 
-impl Sluice {
+impl IacService {
     fn iac_catalogue(&self) -> Catalogue {
-        Catalogue {
-            specs: self.ports.connectors.specs(),
-            oauth_types: self.ports.oauth.as_ref().map(|o| o.providers()).unwrap_or_default(),
-        }
+        Catalogue { specs: self.connect.registry().specs(), oauth_types: self.connect.oauth_providers() }
     }
 
     /// Applies an IaC document (YAML text): validates it, plans it against
@@ -82,12 +98,12 @@ impl Sluice {
     /// `Conflict { code: crate::shared::error::code::CONCURRENT_APPLY }` when other applies kept
     /// changing the organization.
     pub async fn apply_iac(&self, p: &Principal, org: OrgId, text: &str, dry_run: bool) -> Result<ApplyOutcome> {
-        self.access(p, org, Permission::Write).await?;
+        self.identity.access(p, org, Permission::Write).await?;
         let doc = iac::parse(text)?;
         let registry = self.iac_catalogue();
         for _ in 0..ATTEMPTS {
-            let current = self.ports.iac.snapshot(org).await?;
-            let now = self.now();
+            let current = self.iac.snapshot(org).await?;
+            let now = self.clock.now();
             let mut plan = iac::plan(&doc, &current, &registry, org, now)?;
             self.check_connection_settings(org, &doc, &plan).await?;
             if dry_run {
@@ -101,7 +117,7 @@ impl Sluice {
             }
             let apply_id = Uuid::now_v7();
             let audit = audit_entries(org, p, &plan, apply_id, now);
-            match self.ports.iac.apply(org, &plan.writes, &audit).await {
+            match self.iac.apply(org, &plan.writes, &audit).await {
                 Ok(()) => return Ok(ApplyOutcome { dry_run, apply_id: Some(apply_id), plan }),
                 Err(Error::Conflict { code: crate::shared::error::code::STALE_PLAN, .. }) => continue,
                 Err(e) => return Err(e),
@@ -120,10 +136,10 @@ impl Sluice {
         let mut errors = Vec::new();
         for w in &plan.writes.connections {
             let c = w.item();
-            let Some(spec) = self.ports.connectors.spec(&c.connector_type) else { continue };
+            let Some(spec) = self.connect.registry().spec(&c.connector_type) else { continue };
             let Some(i) = doc.connections.iter().position(|d| d.name.trim() == c.name) else { continue };
-            let cfg = crate::connect::integration::unresolved(org, &spec, &c.config, &c.secrets);
-            for mut e in self.ports.connectors.check_config(&cfg).await {
+            let cfg = crate::connect::connection::unresolved(org, &spec, &c.config, &c.secrets);
+            for mut e in self.connect.registry().check_config(&cfg).await {
                 e.field = format!("connections[{i}].{}", e.field);
                 errors.push(e);
             }
@@ -134,8 +150,8 @@ impl Sluice {
     /// The organization's configuration as an IaC document that applies
     /// back unchanged (secrets as `***`).
     pub async fn export_iac(&self, p: &Principal, org: OrgId) -> Result<Document> {
-        self.access(p, org, Permission::Read).await?;
-        Ok(iac::export(&self.ports.iac.snapshot(org).await?))
+        self.identity.access(p, org, Permission::Read).await?;
+        Ok(iac::export(&self.iac.snapshot(org).await?))
     }
 
     /// Compares a proposed schema of one entity with the one the flow syncs:
@@ -149,8 +165,8 @@ impl Sluice {
         entity: &str,
         proposed: &[ProposedField],
     ) -> Result<DriftReport> {
-        self.access(p, org, Permission::Read).await?;
-        let f = self.find_flow(org, flow).await?.ok_or(Error::not_found("flow"))?;
+        self.identity.access(p, org, Permission::Read).await?;
+        let f = self.sync.find_flow(org, flow).await?.ok_or(Error::not_found("flow"))?;
         let m = f
             .config
             .mappings
@@ -172,8 +188,8 @@ impl Sluice {
             return Err(Error::Validation(errors));
         }
         let source =
-            self.ports.connections.get(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
-        let recorded = self.ports.catalog.find_discovered(org, source.id, &m.source_entity).await?.map(|a| {
+            self.connect.connection(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
+        let recorded = self.catalog.find_discovered(org, source.id, &m.source_entity).await?.map(|a| {
             a.fields
                 .iter()
                 .map(|c| CurrentField { name: c.name.clone(), field_type: c.field_type, required: c.required })
@@ -182,7 +198,7 @@ impl Sluice {
         let current = match recorded {
             Some(fields) => fields,
             None => {
-                let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
+                let schemas = self.sync.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
                     code: crate::shared::error::code::SCHEMA_UNKNOWN,
                     message: format!(
                         "no schema of '{}' is recorded and '{}' cannot be reached; run the flow or discover the connection first",

@@ -2,6 +2,7 @@
 //! the one function that decides access.
 
 use crate::identity::user::User;
+use crate::shared::audit::{Actor, ActorKind};
 use crate::shared::ids::{ApiKeyId, OrgId, UserId};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -113,51 +114,6 @@ impl Principal {
         match self {
             Principal::User(u) => Some(u.id),
             Principal::ApiKey { .. } => None,
-        }
-    }
-}
-
-/// Who did something, as recorded in the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Actor {
-    #[serde(rename = "type")]
-    pub kind: ActorKind,
-    pub id: Option<String>,
-    pub name: Option<String>,
-}
-
-impl Actor {
-    pub fn system() -> Self {
-        Actor { kind: ActorKind::System, id: None, name: Some("sluice".into()) }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActorKind {
-    User,
-    ApiKey,
-    System,
-}
-
-impl ActorKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActorKind::User => "user",
-            ActorKind::ApiKey => "api_key",
-            ActorKind::System => "system",
-        }
-    }
-}
-
-impl FromStr for ActorKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "user" => Ok(ActorKind::User),
-            "api_key" => Ok(ActorKind::ApiKey),
-            "system" => Ok(ActorKind::System),
-            other => Err(Error::invalid("actor_type", format!("unknown actor type '{other}'"))),
         }
     }
 }

@@ -11,44 +11,7 @@ pub struct Organization {
     pub id: OrgId,
     pub name: String,
     pub slug: String,
-    pub plan: Plan,
     pub created_at: OffsetDateTime,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
-    Free,
-    Pro,
-    Enterprise,
-}
-
-impl Plan {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Plan::Free => "free",
-            Plan::Pro => "pro",
-            Plan::Enterprise => "enterprise",
-        }
-    }
-
-    /// Gateway validations a month: free 1,000; pro 100,000; enterprise
-    /// unlimited (`None`).
-    pub fn monthly_validations(self) -> Option<i64> {
-        match self {
-            Plan::Free => Some(1_000),
-            Plan::Pro => Some(100_000),
-            Plan::Enterprise => None,
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "free" => Ok(Plan::Free),
-            "pro" => Ok(Plan::Pro),
-            "enterprise" => Ok(Plan::Enterprise),
-            other => Err(Error::invalid("plan", format!("unknown plan '{other}'"))),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,3 +14,10 @@ pub trait ActivityRepository: Send + Sync {
     /// The organization's events, newest first, at or after `since`.
     async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
 }
+
+/// Liveness of the metadata store.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait HealthCheck: Send + Sync {
+    async fn ping(&self) -> Result<()>;
+}

@@ -1,10 +1,59 @@
 //! The audit log: one entry per mutation, with secrets removed from the
 //! before/after snapshots.
 
-use crate::identity::Actor;
 use crate::shared::ids::{AuditId, OrgId};
+use crate::shared::page::{Page, PageRequest};
+use crate::{Error, Result};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use std::str::FromStr;
 use time::OffsetDateTime;
+
+/// Who did something, as recorded in the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    #[serde(rename = "type")]
+    pub kind: ActorKind,
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl Actor {
+    pub fn system() -> Self {
+        Actor { kind: ActorKind::System, id: None, name: Some("sluice".into()) }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActorKind {
+    User,
+    ApiKey,
+    System,
+}
+
+impl ActorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorKind::User => "user",
+            ActorKind::ApiKey => "api_key",
+            ActorKind::System => "system",
+        }
+    }
+}
+
+impl FromStr for ActorKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "user" => Ok(ActorKind::User),
+            "api_key" => Ok(ActorKind::ApiKey),
+            "system" => Ok(ActorKind::System),
+            other => Err(Error::invalid("actor_type", format!("unknown actor type '{other}'"))),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {
@@ -128,6 +177,15 @@ pub fn redact(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(redact).collect()),
         other => other,
     }
+}
+
+/// Where audit entries are kept (written by the adapters in the
+/// transaction of the change they record).
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait AuditRepository: Send + Sync {
+    async fn append(&self, entry: &AuditEntry) -> Result<()>;
+    async fn list(&self, org: OrgId, filter: &AuditFilter, page: PageRequest) -> Result<Page<AuditEntry>>;
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! `sluice` process on the same store is seen within [`FRESH_FOR`]. Misses are
 //! not remembered, so a new key or asset works at once everywhere.
 
+use crate::shared::ids::OrgId;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::RwLock;
@@ -80,6 +81,29 @@ impl<K: Eq + Hash, V: Clone> Ttl<K, V> {
     }
 }
 
+/// Per organization, a count of changes made below a cache that the cache
+/// cannot see (discovery and runs catalogue the schemas the catalog's
+/// contract cache holds). A cached value remembers the count it was loaded
+/// at and is loaded again once the count moved.
+#[derive(Default)]
+pub(crate) struct Changes {
+    map: RwLock<HashMap<OrgId, u64>>,
+}
+
+impl Changes {
+    /// Records a change in `org`.
+    pub(crate) fn touch(&self, org: OrgId) {
+        let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *map.entry(org).or_default() += 1;
+    }
+
+    /// The changes recorded in `org` so far.
+    pub(crate) fn count(&self, org: OrgId) -> u64 {
+        let map = self.map.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(&org).copied().unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +122,15 @@ mod tests {
         assert_eq!(c.get(&1, t0), Some("A"));
         c.remove_where(|k, _| *k == 1);
         assert_eq!((c.get(&1, t0), c.get(&2, t0)), (None, Some("b")));
+    }
+
+    #[test]
+    fn changes_are_counted_per_organization() {
+        let (a, b) = (OrgId::new(), OrgId::new());
+        let changes = Changes::default();
+        changes.touch(a);
+        changes.touch(a);
+        assert_eq!((changes.count(a), changes.count(b)), (2, 0));
     }
 
     #[test]

@@ -177,6 +177,18 @@ pub fn nul_in(v: &serde_json::Value, at: &str) -> Option<String> {
     walk(v, &mut path).then_some(path)
 }
 
+/// Several field errors as one validation error.
+pub(crate) fn merge_validation(errors: Vec<Error>) -> Error {
+    let mut fields = Vec::new();
+    for e in errors {
+        match e {
+            Error::Validation(f) => fields.extend(f),
+            other => return other,
+        }
+    }
+    Error::Validation(fields)
+}
+
 #[cfg(test)]
 mod tests {
     use super::nul_in;

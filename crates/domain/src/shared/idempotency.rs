@@ -2,8 +2,8 @@
 //! request gets the stored response; the same key with another request is
 //! refused; a key whose first request is still running answers "in progress".
 
-use crate::ports::IdempotencyStore;
 use crate::{Error, Result};
+use async_trait::async_trait;
 use time::{Duration, OffsetDateTime};
 
 /// How long a stored response is replayed.
@@ -139,6 +139,21 @@ pub fn in_progress() -> Error {
         code: crate::shared::error::code::IDEMPOTENCY_IN_PROGRESS,
         message: "a request with this idempotency key is still in progress".into(),
     }
+}
+
+/// Where idempotency records are kept.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Inserts `record` unless one exists for its scope and key; returns the
+    /// existing record in that case.
+    async fn try_insert(&self, record: &IdempotencyRecord) -> Result<Option<IdempotencyRecord>>;
+    /// Replaces `old` with `new` if `old` is still what is stored (compare
+    /// and swap on `created_at`); whether it did.
+    async fn take_over(&self, old: &IdempotencyRecord, new: &IdempotencyRecord) -> Result<bool>;
+    async fn complete(&self, scope: &str, key: &str, response: &StoredResponse) -> Result<()>;
+    /// Forgets an in-flight record (its request failed with a 5xx).
+    async fn release(&self, scope: &str, key: &str) -> Result<()>;
 }
 
 #[cfg(test)]

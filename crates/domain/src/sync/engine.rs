@@ -9,10 +9,10 @@
 //! overlap is absorbed by the upsert. Overwrite commits once, at the end,
 //! swapping the new table in.
 
+use super::service::SyncService;
 use crate::connect::connector::{
     CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteStats,
 };
-use crate::service::Sluice;
 use crate::sync::flow::*;
 use crate::sync::transform;
 use crate::sync::{SyncMode, advance, capped, cursor_text, dedupe, parse_cursor, read_from};
@@ -27,7 +27,7 @@ pub const BATCH_ROWS: usize = 10_000;
 /// A run's source: its connection (which names the entities' catalog
 /// assets) and the connector opened on it.
 struct RunSource {
-    conn: crate::connect::integration::Connection,
+    conn: crate::connect::connection::Connection,
     io: Arc<dyn Source>,
 }
 
@@ -136,35 +136,35 @@ impl From<&str> for Failure {
     }
 }
 
-impl Sluice {
+impl SyncService {
     /// Claims the next queued run for `worker`.
     ///
     /// # Errors
     /// When the store fails.
     pub async fn claim_run(&self, worker: &str) -> crate::Result<Option<Run>> {
-        self.ports.runs.claim(worker, self.now()).await
+        self.runs.claim(worker, self.clock.now()).await
     }
 
     async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
-        let line = RunLog { ts: self.now(), level: level.into(), entity: entity.map(str::to_string), message };
-        if let Err(e) = self.ports.runs.log(run.id, Some(run.fence()), &line).await {
+        let line = RunLog { ts: self.clock.now(), level: level.into(), entity: entity.map(str::to_string), message };
+        if let Err(e) = self.runs.log(run.id, Some(run.fence()), &line).await {
             tracing::warn!(run = %run.id, error = %e, "recording a run log line failed");
         }
     }
 
     async fn canceled(&self, run: &Run) -> bool {
-        matches!(self.ports.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
+        matches!(self.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
     }
 
     /// Refuses to go on once this attempt no longer holds the run: checked
     /// before every commit to a destination.
     async fn hold(&self, run: &Run) -> Result<(), Failure> {
-        if self.ports.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
+        if self.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 
     /// Executes a claimed run to its end and stores the outcome.
     pub async fn execute_run(&self, mut run: Run) -> Run {
-        run.started_at.get_or_insert(self.now());
+        run.started_at.get_or_insert(self.clock.now());
         let mut transient = Vec::new();
         let result = self.execute_entities(&mut run, &mut transient).await;
         if let Err(f) = &result
@@ -187,14 +187,14 @@ impl Sluice {
                 Err(f) => f.message.clone(),
                 Ok(_) => transient.join("; "),
             };
-            let at = self.now() + crate::sync::schedule::backoff(run.attempt);
+            let at = self.clock.now() + crate::sync::schedule::backoff(run.attempt);
             let message = format!(
                 "attempt {} failed ({reason}); retrying after {}",
                 run.attempt,
                 crate::connect::connector::format_timestamp(at)
             );
             self.log(&run, "warn", None, message.clone()).await;
-            match self.ports.queue.retry_later(run.fence(), at, &message).await {
+            match self.queue.retry_later(run.fence(), at, &message).await {
                 Ok(()) => {
                     run.status = RunStatus::Queued;
                     run.attempt += 1;
@@ -205,7 +205,7 @@ impl Sluice {
                 Err(e) => tracing::error!(run = %run.id, error = %e, "queueing a retry failed"),
             }
         }
-        run.finished_at = Some(self.now());
+        run.finished_at = Some(self.clock.now());
         run.status = match result {
             Err(f) => {
                 self.log(&run, "error", None, f.message.clone()).await;
@@ -244,11 +244,11 @@ impl Sluice {
             _ => format!("run {} ({rows} rows written)", run.status.as_str()),
         };
         self.log(&run, if run.status == RunStatus::Succeeded { "info" } else { "warn" }, None, summary).await;
-        if let Err(e) = self.ports.runs.save(&run).await {
+        if let Err(e) = self.runs.save(&run).await {
             tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
         // The stored status wins (a cancellation recorded meanwhile).
-        if let Ok(Some(s)) = self.ports.runs.status(run.id).await {
+        if let Ok(Some(s)) = self.runs.status(run.id).await {
             run.status = s;
         }
         match self.after_run(&run).await {
@@ -263,15 +263,14 @@ impl Sluice {
     }
 
     async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<EntityOutcome, Failure> {
-        let flow = self.ports.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
+        let flow = self.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
         let conn = |id| async move {
             let c = self
-                .ports
-                .connections
-                .get(flow.org_id, id)
+                .connect
+                .connection(flow.org_id, id)
                 .await?
                 .ok_or(Failure::from("a connection of the flow was deleted"))?;
-            let cfg = self.resolve_connection(&c).await.map_err(|e| {
+            let cfg = self.connect.resolve_connection(&c).await.map_err(|e| {
                 let mut f = Failure::from(e);
                 f.message = format!("connection '{}': {}", c.name, f.message);
                 f
@@ -279,8 +278,8 @@ impl Sluice {
             Ok::<_, Failure>((c, cfg))
         };
         let (source_conn, source_cfg) = conn(flow.source_connection_id).await?;
-        let source = RunSource { io: self.ports.connectors.source(&source_cfg).await?, conn: source_conn };
-        let dest = self.ports.connectors.destination(&conn(flow.destination_connection_id).await?.1).await?;
+        let source = RunSource { io: self.connect.registry().source(&source_cfg).await?, conn: source_conn };
+        let dest = self.connect.registry().destination(&conn(flow.destination_connection_id).await?.1).await?;
         self.log(
             run,
             "info",
@@ -346,17 +345,15 @@ impl Sluice {
     /// validate-drift compares with the last run). Never fails the run.
     async fn record_source_schema(
         &self,
-        source: &crate::connect::integration::Connection,
+        source: &crate::connect::connection::Connection,
         entity: &str,
         fields: &[crate::connect::connector::Field],
     ) {
         let schema = crate::connect::connector::EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
         let name = format!("{}.{entity}", source.name);
-        if let Err(e) = self.ports.catalog.upsert_discovered(source.org_id, &name, source.id, &schema, self.now()).await
-        {
+        if let Err(e) = self.connect.record_schema(source, &name, &schema).await {
             tracing::warn!(connection = %source.id, entity, error = %e, "could not catalogue the source schema");
         }
-        self.forget_assets(source.org_id);
     }
 
     async fn sync_entity(
@@ -441,7 +438,7 @@ impl Sluice {
         } else {
             None
         };
-        let stored = self.ports.cursors.get(flow.id, entity).await?;
+        let stored = self.cursors.get(flow.id, entity).await?;
         stats.cursor_before = stored.as_ref().and_then(|c| c.cursor_value.clone());
         let cursor: Option<Value> = match (cursor_idx, &stats.cursor_before) {
             (Some(i), Some(text)) => {
@@ -670,7 +667,7 @@ impl Sluice {
         // see the run advance.
         let mut progress = run.entities.clone();
         progress.push(stats.clone());
-        if !self.ports.runs.progress(run.fence(), &progress).await? {
+        if !self.runs.progress(run.fence(), &progress).await? {
             return Err(Failure::lost());
         }
         Ok((w, self.canceled(run).await))
@@ -689,8 +686,8 @@ impl Sluice {
             entity: m.source_entity.clone(),
             cursor_field: m.cursor_field.clone(),
             cursor_value: cursor_text(v),
-            updated_at: self.now(),
+            updated_at: self.clock.now(),
         };
-        if self.ports.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
+        if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 }

@@ -1,13 +1,10 @@
 //! Flows, runs and cursors: the models, their validation rules (cron
 //! schedules, mappings, dependency cycles), and the ports that store them.
 
-use crate::shared::audit::AuditEntry;
 use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
-use crate::shared::page::{Page, PageRequest};
 use crate::sync::SyncMode;
 use crate::sync::transform::Step;
-use crate::{Error, FieldError, Result};
-use async_trait::async_trait;
+use crate::{Error, FieldError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use time::OffsetDateTime;
@@ -424,76 +421,6 @@ pub struct Cursor {
     pub cursor_field: Option<String>,
     pub cursor_value: Option<String>,
     pub updated_at: OffsetDateTime,
-}
-
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
-#[async_trait]
-pub trait FlowRepository: Send + Sync {
-    /// # Errors
-    /// `Conflict` when the name is taken.
-    async fn create(&self, flow: &Flow, audit: &AuditEntry) -> Result<()>;
-    async fn get(&self, org: OrgId, id: FlowId) -> Result<Option<Flow>>;
-    async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Flow>>;
-    async fn list(&self, org: OrgId, status: Option<FlowStatus>, page: PageRequest) -> Result<Page<Flow>>;
-    /// Every flow of the organization (dependency checks, topology).
-    async fn all(&self, org: OrgId) -> Result<Vec<Flow>>;
-    async fn update(&self, flow: &Flow, audit: &AuditEntry) -> Result<()>;
-    /// Deletes the flow with its runs, logs and cursors.
-    async fn delete(&self, org: OrgId, id: FlowId, audit: &AuditEntry) -> Result<()>;
-}
-
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
-#[async_trait]
-pub trait RunRepository: Send + Sync {
-    async fn enqueue(&self, run: &Run) -> Result<()>;
-    /// Claims the oldest queued run whose flow has no running run: it
-    /// becomes `running`, held by `worker` with a heartbeat at `now`.
-    /// Atomic: two workers never claim one run.
-    async fn claim(&self, worker: &str, now: OffsetDateTime) -> Result<Option<Run>>;
-    /// Renews the lease; `false` when the run is no longer held by
-    /// `worker` in this attempt (it was queued again, claimed by another
-    /// worker, canceled or ended): the worker must then stop at once.
-    async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool>;
-    /// Whether the run is still running in this attempt: checked before a
-    /// worker commits anything to a destination.
-    async fn holds(&self, fence: Fence) -> Result<bool>;
-    /// Stores the entity stats of a running attempt (after each
-    /// checkpoint); `false`, storing nothing, when the attempt no longer
-    /// holds the run.
-    async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool>;
-    /// Stores the run's status, stats, error and finish time, only while
-    /// the stored run is in `run.attempt` (a worker whose run was taken
-    /// over stores nothing). A cancellation recorded meanwhile is kept.
-    async fn save(&self, run: &Run) -> Result<()>;
-    async fn get(&self, org: OrgId, id: RunId) -> Result<Option<Run>>;
-    /// The current status of a run (cancellation checks).
-    async fn status(&self, id: RunId) -> Result<Option<RunStatus>>;
-    async fn list_for_flow(
-        &self,
-        org: OrgId,
-        flow: FlowId,
-        status: Option<RunStatus>,
-        page: PageRequest,
-    ) -> Result<Page<Run>>;
-    async fn running_for_flow(&self, flow: FlowId) -> Result<bool>;
-    /// Appends a log line; with a `fence`, only while that attempt still
-    /// holds the run (a worker's lines), else unconditionally (the
-    /// scheduler's).
-    async fn log(&self, run: RunId, fence: Option<Fence>, line: &RunLog) -> Result<()>;
-    async fn logs(&self, run: RunId) -> Result<Vec<RunLog>>;
-}
-
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
-#[async_trait]
-pub trait CursorRepository: Send + Sync {
-    async fn list(&self, flow: FlowId) -> Result<Vec<Cursor>>;
-    async fn get(&self, flow: FlowId, entity: &str) -> Result<Option<Cursor>>;
-    /// Stores a cursor; with `audit`, in the same transaction.
-    async fn set(&self, flow: FlowId, cursor: &Cursor, audit: Option<AuditEntry>) -> Result<()>;
-    /// Advances a cursor from a run: in one transaction with the check that
-    /// `fence` still holds the run. `false`, storing nothing, when not.
-    async fn advance(&self, flow: FlowId, cursor: &Cursor, fence: Fence) -> Result<bool>;
-    async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()>;
 }
 
 /// The ids of a flow's upstream flows (as normalized on save). A flow is

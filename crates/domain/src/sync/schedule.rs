@@ -6,12 +6,11 @@
 //! transaction as the run it queues: with any number of processes, the
 //! insert that wins queues the run, the others find the key taken.
 
+use super::service::SyncService;
 use crate::monitoring::activity::ActivityEvent;
-use crate::service::Sluice;
 use crate::shared::ids::{FlowId, OrgId, RunId};
 use crate::sync::flow::*;
 use crate::{Error, Result};
-use async_trait::async_trait;
 use serde_json::json;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -22,36 +21,6 @@ pub const LEASE: Duration = Duration::seconds(60);
 /// A lost run is queued again until it has been attempted this many times.
 pub const MAX_ATTEMPTS: u32 = 3;
 
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
-#[async_trait]
-pub trait QueueRepository: Send + Sync {
-    /// Active flows due at or before `now`.
-    async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>>;
-    /// Queues `run` unless `marker` exists, and stores `next_run_at` on the
-    /// flow, in one transaction; whether it queued.
-    async fn queue_once(
-        &self,
-        marker: &str,
-        run: &Run,
-        next_run_at: Option<(FlowId, Option<OffsetDateTime>)>,
-    ) -> Result<bool>;
-    /// Running runs whose heartbeat is older than `before`.
-    async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>>;
-    /// Puts a lost run back in the queue (attempt + 1) if it is still
-    /// running in `fence`'s attempt, held by `worker`; whether it did.
-    async fn requeue(&self, fence: crate::sync::flow::Fence, worker: Option<String>) -> Result<bool>;
-    /// Runs of a trace in start order.
-    async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>>;
-    /// A run of any organization (internal calls).
-    async fn find_run(&self, id: RunId) -> Result<Option<Run>>;
-    /// Queues a transiently failed run again (attempt + 1), not to be
-    /// claimed before `not_before`, keeping `error` as the reason and the
-    /// progress stored so far (the next attempt counts its rows); only
-    /// while `fence` holds the run.
-    async fn retry_later(&self, fence: crate::sync::flow::Fence, not_before: OffsetDateTime, error: &str)
-    -> Result<()>;
-}
-
 fn matches(on: DependsOn, status: RunStatus) -> bool {
     match on {
         DependsOn::Success => status == RunStatus::Succeeded,
@@ -60,18 +29,18 @@ fn matches(on: DependsOn, status: RunStatus) -> bool {
     }
 }
 
-impl Sluice {
+impl SyncService {
     /// Queues every due flow once per scheduled time; answers how many runs
     /// this process queued.
     pub async fn schedule_due(&self) -> Result<usize> {
-        let now = self.now();
+        let now = self.clock.now();
         let mut queued = 0;
-        for f in self.ports.queue.due_flows(now).await? {
+        for f in self.queue.due_flows(now).await? {
             let (Some(at), Some(expr)) = (f.next_run_at, f.schedule.clone()) else { continue };
             let run = new_run(&f, Trigger::Schedule, Uuid::now_v7(), now);
             let next = next_run(&expr, now);
             let marker = format!("schedule:{}:{}", f.id, at.unix_timestamp());
-            if self.ports.queue.queue_once(&marker, &run, Some((f.id, next))).await? {
+            if self.queue.queue_once(&marker, &run, Some((f.id, next))).await? {
                 queued += 1;
             }
         }
@@ -85,30 +54,29 @@ impl Sluice {
     /// # Errors
     /// A store failure.
     pub async fn renew_lease(&self, fence: crate::sync::flow::Fence, worker: &str) -> Result<bool> {
-        self.ports.runs.heartbeat(fence, worker, self.now()).await
+        self.runs.heartbeat(fence, worker, self.clock.now()).await
     }
 
     /// Finds running runs whose worker stopped renewing its lease: queued
     /// again while attempts remain, failed otherwise. Answers how many.
     pub async fn recover_lost_runs(&self) -> Result<usize> {
-        self.recover_runs_older_than(self.now() - self.lease).await
+        self.recover_runs_older_than(self.clock.now() - self.lease).await
     }
 
     /// Recovers every run marked running: for a store only this process
     /// uses (SQLite), at start-up, where any such run is an orphan of a
     /// crash.
     pub async fn recover_orphans(&self) -> Result<usize> {
-        self.recover_runs_older_than(self.now() + Duration::days(1)).await
+        self.recover_runs_older_than(self.clock.now() + Duration::days(1)).await
     }
 
     async fn recover_runs_older_than(&self, cutoff: OffsetDateTime) -> Result<usize> {
-        let now = self.now();
+        let now = self.clock.now();
         let mut n = 0;
-        for mut run in self.ports.queue.stale_runs(cutoff).await? {
+        for mut run in self.queue.stale_runs(cutoff).await? {
             if run.attempt < MAX_ATTEMPTS {
-                if self.ports.queue.requeue(run.fence(), run.claimed_by.clone()).await? {
+                if self.queue.requeue(run.fence(), run.claimed_by.clone()).await? {
                     let _ = self
-                        .ports
                         .runs
                         .log(
                             run.id,
@@ -132,10 +100,10 @@ impl Sluice {
                 run.finished_at = Some(now);
                 let why = format!("the worker was lost {} times; giving up", run.attempt);
                 run.error = Some(why.clone());
-                self.ports.runs.save(&run).await?;
+                self.runs.save(&run).await?;
                 let line =
                     RunLog { ts: now, level: "error".into(), entity: None, message: format!("run failed: {why}") };
-                let _ = self.ports.runs.log(run.id, None, &line).await;
+                let _ = self.runs.log(run.id, None, &line).await;
                 self.after_run(&run).await?;
                 n += 1;
             }
@@ -146,16 +114,14 @@ impl Sluice {
     /// What follows a finished run: its activity event, and the downstream
     /// flows whose condition it meets, queued in the same trace.
     pub async fn after_run(&self, run: &Run) -> Result<Vec<Run>> {
-        let now = self.now();
+        let now = self.clock.now();
         let rows: u64 = run.entities.iter().map(|e| e.rows_written).sum();
         let severity = match run.status {
             RunStatus::Succeeded => "info",
             RunStatus::Canceled | RunStatus::DriftDetected => "warning",
             _ => "error",
         };
-        self.ports
-            .activity
-            .record_event(&ActivityEvent {
+        self.monitoring.record(&ActivityEvent {
                 id: Uuid::now_v7(),
                 org_id: run.org_id,
                 event_type: format!("run.{}", run.status.as_str()),
@@ -175,8 +141,8 @@ impl Sluice {
         if !run.status.finished() {
             return Ok(Vec::new());
         }
-        let flows = self.ports.flows.all(run.org_id).await?;
-        let trace = self.ports.queue.trace(run.org_id, run.trace_id).await?;
+        let flows = self.flows.all(run.org_id).await?;
+        let trace = self.queue.trace(run.org_id, run.trace_id).await?;
         let upstream = run.flow_id.to_string();
         let mut queued = Vec::new();
         for d in flows.iter().filter(|f| f.config.depends_on.iter().any(|x| x.flow == upstream)) {
@@ -190,8 +156,8 @@ impl Sluice {
             if !ready {
                 continue;
             }
-            let next = new_run(d, Trigger::Upstream, run.trace_id, self.now());
-            if self.ports.queue.queue_once(&format!("trace:{}:{}", run.trace_id, d.id), &next, None).await? {
+            let next = new_run(d, Trigger::Upstream, run.trace_id, self.clock.now());
+            if self.queue.queue_once(&format!("trace:{}:{}", run.trace_id, d.id), &next, None).await? {
                 queued.push(next);
             }
         }
@@ -201,7 +167,7 @@ impl Sluice {
     /// `POST /v1/internal/orchestrate/trigger`: orchestration for a run as if
     /// it had just finished with `status`.
     pub async fn orchestrate_trigger(&self, flow: FlowId, run: RunId, status: RunStatus) -> Result<Vec<Run>> {
-        let r = self.ports.queue.find_run(run).await?.ok_or(Error::not_found("run"))?;
+        let r = self.queue.find_run(run).await?.ok_or(Error::not_found("run"))?;
         if r.flow_id != flow {
             return Err(Error::invalid("flow_id", "is not the run's flow"));
         }
@@ -209,8 +175,8 @@ impl Sluice {
     }
 
     pub async fn trace(&self, p: &crate::identity::Principal, org: OrgId, trace: Uuid) -> Result<Vec<Run>> {
-        self.access(p, org, crate::identity::Permission::Read).await?;
-        let runs = self.ports.queue.trace(org, trace).await?;
+        self.identity.access(p, org, crate::identity::Permission::Read).await?;
+        let runs = self.queue.trace(org, trace).await?;
         if runs.is_empty() {
             return Err(Error::not_found("trace"));
         }
@@ -218,19 +184,8 @@ impl Sluice {
     }
 
     pub async fn topology(&self, p: &crate::identity::Principal, org: OrgId) -> Result<Vec<Flow>> {
-        self.access(p, org, crate::identity::Permission::Read).await?;
-        self.ports.flows.all(org).await
-    }
-
-    pub async fn activity(
-        &self,
-        p: &crate::identity::Principal,
-        org: OrgId,
-        since: Option<OffsetDateTime>,
-        limit: u64,
-    ) -> Result<Vec<ActivityEvent>> {
-        self.access(p, org, crate::identity::Permission::Read).await?;
-        self.ports.activity.events(org, since, limit).await
+        self.identity.access(p, org, crate::identity::Permission::Read).await?;
+        self.flows.all(org).await
     }
 }
 

@@ -1,13 +1,20 @@
-//! Use cases of flows: CRUD with validation against the connections and
-//! the source's schema, manual runs, run history and logs, and cursors
-//! (read, set, reset, audit-logged).
+//! Sync owns moving data: flows and their mappings, runs with their logs
+//! and per-entity stats, cursors (read, set, reset, audit-logged), the
+//! engine that executes a run (`engine.rs`), and scheduling, recovery and
+//! orchestration of runs (`schedule.rs`). Its use cases are here.
 
-use crate::connect::connector::EntitySchema;
-use crate::connect::integration::Connection;
+use super::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository};
+use super::transform::{self, Step};
+use crate::connect::connection::Connection;
+use crate::connect::connector::{EntitySchema, RecordBatch};
+use crate::connect::service::{ConnectService, Preview};
+use crate::identity::service::IdentityService;
 use crate::identity::user::validate_name;
 use crate::identity::{Permission, Principal};
-use crate::service::Sluice;
+use crate::monitoring::service::MonitoringService;
 use crate::shared::audit::AuditEntry;
+use crate::shared::audit::AuditRepository;
+use crate::shared::clock::Clock;
 use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
 use crate::shared::page::{Page, PageRequest};
 use crate::sync::flow::*;
@@ -15,7 +22,24 @@ use crate::sync::{check_mapping, parse_cursor};
 use crate::{Error, FieldError, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use uuid::Uuid;
+
+/// The use cases of sync.
+#[derive(Clone)]
+pub struct SyncService {
+    pub(crate) identity: IdentityService,
+    pub(crate) monitoring: MonitoringService,
+    pub(crate) connect: ConnectService,
+    pub(crate) flows: Arc<dyn FlowRepository>,
+    pub(crate) runs: Arc<dyn RunRepository>,
+    pub(crate) cursors: Arc<dyn CursorRepository>,
+    pub(crate) queue: Arc<dyn QueueRepository>,
+    pub(crate) audit: Arc<dyn AuditRepository>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// How long a worker holds a run without renewing its heartbeat.
+    pub(crate) lease: time::Duration,
+}
 
 /// A flow to create; connections are named by id.
 #[derive(Debug, Clone)]
@@ -50,7 +74,30 @@ pub(crate) fn flow_json(f: &Flow) -> Value {
     })
 }
 
-impl Sluice {
+impl SyncService {
+    /// How long a run's lease lasts: workers renew it several times within.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::try_from(self.lease).unwrap_or(std::time::Duration::from_secs(60))
+    }
+
+    /// The first records of an entity after the transform `steps` (the
+    /// steps a flow mapping can carry), checked against the entity's fields.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn preview_transform(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        id: ConnectionId,
+        entity: &str,
+        limit: Option<i64>,
+        steps: &[Step],
+    ) -> Result<Preview> {
+        let preview = self.connect.preview(p, org, id, entity, limit).await?;
+        transform::plan("transform", steps, &preview.batch.fields).map_err(Error::Validation)?;
+        let batch: RecordBatch = transform::apply(steps, preview.batch);
+        Ok(Preview { entity: preview.entity, batch })
+    }
+
     pub async fn list_flows(
         &self,
         p: &Principal,
@@ -58,23 +105,28 @@ impl Sluice {
         status: Option<FlowStatus>,
         page: PageRequest,
     ) -> Result<Page<Flow>> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.flows.list(org, status, page).await
+        self.identity.access(p, org, Permission::Read).await?;
+        self.flows.list(org, status, page).await
     }
 
     pub async fn get_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Flow> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))
+        self.identity.access(p, org, Permission::Read).await?;
+        self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))
     }
 
-    /// A flow by id or name.
-    pub async fn find_flow(&self, org: OrgId, id_or_name: &str) -> Result<Option<Flow>> {
+    /// Every flow of `org` (for the contexts above, which checked access).
+    pub(crate) async fn flows_of(&self, org: OrgId) -> Result<Vec<Flow>> {
+        self.flows.all(org).await
+    }
+
+    /// A flow by id or name (for the contexts above, which checked access).
+    pub(crate) async fn find_flow(&self, org: OrgId, id_or_name: &str) -> Result<Option<Flow>> {
         if let Ok(id) = id_or_name.parse::<FlowId>()
-            && let Some(f) = self.ports.flows.get(org, id).await?
+            && let Some(f) = self.flows.get(org, id).await?
         {
             return Ok(Some(f));
         }
-        self.ports.flows.find_by_name(org, id_or_name).await
+        self.flows.find_by_name(org, id_or_name).await
     }
 
     /// The source's schema of each mapped entity, when the source answers
@@ -84,8 +136,8 @@ impl Sluice {
         source: &Connection,
         config: &FlowConfig,
     ) -> Option<BTreeMap<String, EntitySchema>> {
-        let cfg = self.resolve_connection(source).await.ok()?;
-        let src = self.ports.connectors.source(&cfg).await.ok()?;
+        let cfg = self.connect.resolve_connection(source).await.ok()?;
+        let src = self.connect.registry().source(&cfg).await.ok()?;
         src.check().await.ok()?;
         let mut out = BTreeMap::new();
         for m in &config.mappings {
@@ -110,8 +162,8 @@ impl Sluice {
             errors.extend(f);
         }
         errors.extend(check_config(&flow.config));
-        let source = self.ports.connections.get(flow.org_id, flow.source_connection_id).await?;
-        let dest = self.ports.connections.get(flow.org_id, flow.destination_connection_id).await?;
+        let source = self.connect.connection(flow.org_id, flow.source_connection_id).await?;
+        let dest = self.connect.connection(flow.org_id, flow.destination_connection_id).await?;
         match &source {
             None => errors.push(FieldError::new("source_connection_id", "no such connection in this organization")),
             Some(c) if !c.capability.reads() => {
@@ -156,7 +208,7 @@ impl Sluice {
             }
         }
         // Dependencies: resolve ids or names, and refuse cycles.
-        let all = self.ports.flows.all(flow.org_id).await?;
+        let all = self.flows.all(flow.org_id).await?;
         let mut names: BTreeMap<FlowId, String> = all.iter().map(|f| (f.id, f.name.clone())).collect();
         names.insert(flow.id, flow.name.clone());
         let mut edges: BTreeMap<FlowId, Vec<FlowId>> =
@@ -172,14 +224,14 @@ impl Sluice {
 
     fn schedule_next(&self, f: &mut Flow) {
         f.next_run_at = match (&f.schedule, f.status) {
-            (Some(s), FlowStatus::Active) => next_run(s, self.now()),
+            (Some(s), FlowStatus::Active) => next_run(s, self.clock.now()),
             _ => None,
         };
     }
 
     pub async fn create_flow(&self, p: &Principal, org: OrgId, new: NewFlow) -> Result<Flow> {
-        self.access(p, org, Permission::Write).await?;
-        let now = self.now();
+        self.identity.access(p, org, Permission::Write).await?;
+        let now = self.clock.now();
         let mut f = Flow {
             id: FlowId::new(),
             org_id: org,
@@ -197,7 +249,7 @@ impl Sluice {
         self.schedule_next(&mut f);
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.created", "flow", f.id, now)
             .with_change(Value::Null, flow_json(&f));
-        self.ports.flows.create(&f, &audit).await.map_err(|e| match e {
+        self.flows.create(&f, &audit).await.map_err(|e| match e {
             Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
                 Error::conflict(format!("a flow named '{}' already exists", f.name))
             }
@@ -207,8 +259,8 @@ impl Sluice {
     }
 
     pub async fn update_flow(&self, p: &Principal, org: OrgId, id: FlowId, u: FlowUpdate) -> Result<Flow> {
-        self.access(p, org, Permission::Write).await?;
-        let before = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let before = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let mut after = before.clone();
         if let Some(n) = u.name {
             after.name = n.trim().to_string();
@@ -239,10 +291,10 @@ impl Sluice {
         {
             return Ok(before);
         }
-        after.updated_at = self.now();
+        after.updated_at = self.clock.now();
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.updated", "flow", id, after.updated_at)
             .with_change(flow_json(&before), flow_json(&after));
-        self.ports.flows.update(&after, &audit).await.map_err(|e| match e {
+        self.flows.update(&after, &audit).await.map_err(|e| match e {
             Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
                 Error::conflict(format!("a flow named '{}' already exists", after.name))
             }
@@ -252,34 +304,34 @@ impl Sluice {
     }
 
     pub async fn delete_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<()> {
-        self.access(p, org, Permission::Write).await?;
-        let before = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
-        if self.ports.runs.running_for_flow(id).await? {
+        self.identity.access(p, org, Permission::Write).await?;
+        let before = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        if self.runs.running_for_flow(id).await? {
             return Err(Error::Conflict {
                 code: crate::shared::error::code::RUN_IN_PROGRESS,
                 message: "a run of this flow is executing; cancel it first".into(),
             });
         }
-        let audit = AuditEntry::new(Some(org), p.actor(), "flow.deleted", "flow", id, self.now())
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.deleted", "flow", id, self.clock.now())
             .with_change(flow_json(&before), Value::Null);
-        self.ports.flows.delete(org, id, &audit).await
+        self.flows.delete(org, id, &audit).await
     }
 
     /// Queues a run of the flow (202).
     pub async fn trigger_run(&self, p: &Principal, org: OrgId, id: FlowId, trigger: Trigger) -> Result<Run> {
-        self.access(p, org, Permission::Write).await?;
-        let f = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let run = self.queue_run(&f, trigger, Uuid::now_v7()).await?;
         let audit = AuditEntry::new(Some(org), p.actor(), "run.triggered", "run", run.id, run.queued_at)
             .with_details(json!({"flow_id": f.id, "trigger": trigger.as_str()}));
-        self.ports.audit.append(&audit).await?;
+        self.audit.append(&audit).await?;
         Ok(run)
     }
 
     /// Queues a run in trace `trace_id`.
     pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
-        let run = crate::sync::schedule::new_run(f, trigger, trace_id, self.now());
-        self.ports.runs.enqueue(&run).await?;
+        let run = crate::sync::schedule::new_run(f, trigger, trace_id, self.clock.now());
+        self.runs.enqueue(&run).await?;
         Ok(run)
     }
 
@@ -291,27 +343,27 @@ impl Sluice {
         status: Option<RunStatus>,
         page: PageRequest,
     ) -> Result<Page<Run>> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.flows.get(org, flow).await?.ok_or(Error::not_found("flow"))?;
-        self.ports.runs.list_for_flow(org, flow, status, page).await
+        self.identity.access(p, org, Permission::Read).await?;
+        self.flows.get(org, flow).await?.ok_or(Error::not_found("flow"))?;
+        self.runs.list_for_flow(org, flow, status, page).await
     }
 
     pub async fn get_run(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Run> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))
+        self.identity.access(p, org, Permission::Read).await?;
+        self.runs.get(org, id).await?.ok_or(Error::not_found("run"))
     }
 
     pub async fn run_logs(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Vec<RunLog>> {
-        self.access(p, org, Permission::Read).await?;
-        self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
-        self.ports.runs.logs(id).await
+        self.identity.access(p, org, Permission::Read).await?;
+        self.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
+        self.runs.logs(id).await
     }
 
     /// Cancels a queued run at once, or asks a running one to stop at its
     /// next batch.
     pub async fn cancel_run(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Run> {
-        self.access(p, org, Permission::Write).await?;
-        let mut run = self.ports.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
+        self.identity.access(p, org, Permission::Write).await?;
+        let mut run = self.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
         if run.status.finished() {
             return Err(Error::Conflict {
                 code: crate::shared::error::code::RUN_FINISHED,
@@ -320,24 +372,24 @@ impl Sluice {
         }
         let was_queued = run.status == RunStatus::Queued;
         run.status = RunStatus::Canceled;
-        run.finished_at = Some(self.now());
+        run.finished_at = Some(self.clock.now());
         run.error = Some("canceled".into());
-        self.ports.runs.save(&run).await?;
+        self.runs.save(&run).await?;
         if was_queued {
             // A running run reports its own end; a queued one ends here.
             self.after_run(&run).await?;
         }
-        let audit = AuditEntry::new(Some(org), p.actor(), "run.canceled", "run", id, self.now())
+        let audit = AuditEntry::new(Some(org), p.actor(), "run.canceled", "run", id, self.clock.now())
             .with_details(json!({"flow_id": run.flow_id}));
-        self.ports.audit.append(&audit).await?;
+        self.audit.append(&audit).await?;
         Ok(run)
     }
 
     /// The cursor of every mapped entity (null where none is stored).
     pub async fn flow_state(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
-        self.access(p, org, Permission::Read).await?;
-        let f = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
-        let stored = self.ports.cursors.list(id).await?;
+        self.identity.access(p, org, Permission::Read).await?;
+        let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let stored = self.cursors.list(id).await?;
         Ok(f.config
             .mappings
             .iter()
@@ -353,10 +405,10 @@ impl Sluice {
     }
 
     async fn mapping_for(&self, org: OrgId, id: FlowId, entity: &str) -> Result<(Flow, Mapping)> {
-        let f = self.ports.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let m =
             f.config.mappings.iter().find(|m| m.source_entity == entity).cloned().ok_or(Error::not_found("entity"))?;
-        if self.ports.runs.running_for_flow(id).await? {
+        if self.runs.running_for_flow(id).await? {
             return Err(Error::Conflict {
                 code: crate::shared::error::code::RUN_IN_PROGRESS,
                 message: "a run of this flow is executing; try again when it ends".into(),
@@ -367,14 +419,14 @@ impl Sluice {
 
     /// Sets an entity's cursor; the value must parse as the cursor column's type.
     pub async fn set_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str, value: &str) -> Result<Cursor> {
-        self.access(p, org, Permission::Write).await?;
+        self.identity.access(p, org, Permission::Write).await?;
         let (f, m) = self.mapping_for(org, id, entity).await?;
         let field = m.cursor_field.clone().ok_or_else(|| Error::Unprocessable {
             code: crate::shared::error::code::NO_CURSOR,
             message: format!("'{entity}' syncs in {} mode, which keeps no cursor", m.sync_mode.as_str()),
         })?;
         let source =
-            self.ports.connections.get(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
+            self.connect.connection(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
         let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
             code: crate::shared::error::code::SOURCE_UNREACHABLE,
             message: "the source cannot be reached to check the cursor's type".into(),
@@ -386,27 +438,27 @@ impl Sluice {
             }
         })?;
         let parsed = parse_cursor(value, t)?;
-        let old = self.ports.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
+        let old = self.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
         let cursor = Cursor {
             entity: entity.to_string(),
             cursor_field: Some(field),
             cursor_value: crate::sync::cursor_text(&parsed),
-            updated_at: self.now(),
+            updated_at: self.clock.now(),
         };
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.updated", "flow", id, cursor.updated_at)
             .with_details(json!({"entity": entity, "old_value": old, "new_value": cursor.cursor_value}));
-        self.ports.cursors.set(id, &cursor, Some(audit)).await?;
+        self.cursors.set(id, &cursor, Some(audit)).await?;
         Ok(cursor)
     }
 
     /// Clears an entity's cursor: the next run reads everything; the
     /// destination is not truncated.
     pub async fn reset_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str) -> Result<()> {
-        self.access(p, org, Permission::Write).await?;
+        self.identity.access(p, org, Permission::Write).await?;
         self.mapping_for(org, id, entity).await?;
-        let old = self.ports.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
-        let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.reset", "flow", id, self.now())
+        let old = self.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
+        let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.reset", "flow", id, self.clock.now())
             .with_details(json!({"entity": entity, "old_value": old, "new_value": null}));
-        self.ports.cursors.clear(id, entity, &audit).await
+        self.cursors.clear(id, entity, &audit).await
     }
 }

@@ -10,7 +10,8 @@ use actix_web::{HttpResponse, delete, get, patch, post};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sluice_domain::FieldError;
-use sluice_domain::catalog::{AssetUpdate, AssetVersion, DataAsset, NewAsset, fields_to_json};
+use sluice_domain::catalog::asset::{AssetUpdate, AssetVersion, DataAsset, NewAsset};
+use sluice_domain::catalog::contract::fields_to_json;
 use sluice_domain::shared::ids::{AssetId, OrgId};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
@@ -118,7 +119,7 @@ pub async fn list_assets(
     path: Path<Uuid>,
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<AssetResponse>>> {
-    let page = state.sluice.list_assets(&caller.principal, OrgId::from(*path), q.page()?).await?;
+    let page = state.sluice.catalog.list_assets(&caller.principal, OrgId::from(*path), q.page()?).await?;
     Ok(Json(ListResponse::from_page(page, AssetResponse::from)))
 }
 
@@ -137,6 +138,7 @@ pub async fn create_asset(
     let b = body.into_inner();
     let a = state
         .sluice
+        .catalog
         .create_asset(&caller.principal, org, NewAsset { name: b.name, fields: b.fields, description: b.description })
         .await?;
     let id = a.id;
@@ -153,7 +155,7 @@ pub async fn get_asset(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<AssetResponse>> {
     let (org, id) = path.into_inner();
-    let a = state.sluice.get_asset(&caller.principal, org.into(), AssetId::from(id)).await?;
+    let a = state.sluice.catalog.get_asset(&caller.principal, org.into(), AssetId::from(id)).await?;
     Ok(Json(a.into()))
 }
 
@@ -180,6 +182,7 @@ pub async fn update_asset(
     };
     let a = state
         .sluice
+        .catalog
         .update_asset(
             &caller.principal,
             org.into(),
@@ -209,7 +212,11 @@ pub async fn delete_asset(
     q: Query<DeleteParams>,
 ) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.delete_asset(&caller.principal, org.into(), AssetId::from(id), q.force.unwrap_or(false)).await?;
+    state
+        .sluice
+        .catalog
+        .delete_asset(&caller.principal, org.into(), AssetId::from(id), q.force.unwrap_or(false))
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -223,7 +230,7 @@ pub async fn asset_versions(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<AssetVersionsResponse>> {
     let (org, id) = path.into_inner();
-    let v = state.sluice.asset_versions(&caller.principal, org.into(), AssetId::from(id)).await?;
+    let v = state.sluice.catalog.asset_versions(&caller.principal, org.into(), AssetId::from(id)).await?;
     Ok(Json(AssetVersionsResponse { data: v.into_iter().map(Into::into).collect() }))
 }
 
@@ -251,7 +258,7 @@ pub async fn asset_dependencies(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<DependenciesResponse>> {
     let (org, id) = path.into_inner();
-    let deps = state.sluice.asset_dependencies(&caller.principal, org.into(), AssetId::from(id)).await?;
+    let deps = state.sluice.catalog.asset_dependencies(&caller.principal, org.into(), AssetId::from(id)).await?;
     Ok(Json(DependenciesResponse {
         data: deps
             .into_iter()

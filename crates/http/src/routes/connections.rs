@@ -10,8 +10,9 @@ use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sluice_domain::connect::connection::Connection;
 use sluice_domain::connect::connector::{Capability, EntitySchema, Field};
-use sluice_domain::connect::integration::{Connection, Integration};
+use sluice_domain::connect::integration::Integration;
 use sluice_domain::connect::service::{
     ConnectionUpdate, IntegrationUpdate, NewConnection, NewIntegration, TestOutcome,
 };
@@ -63,7 +64,7 @@ pub struct CapabilitiesResponse {
 #[get("/connectors/capabilities")]
 pub async fn capabilities(state: Data<AppState>) -> Json<CapabilitiesResponse> {
     let connectors =
-        state.sluice.connector_specs().iter().map(|s| serde_json::to_value(s).unwrap_or_default()).collect();
+        state.sluice.connect.connector_specs().iter().map(|s| serde_json::to_value(s).unwrap_or_default()).collect();
     Json(CapabilitiesResponse { connectors })
 }
 
@@ -132,7 +133,7 @@ pub async fn list_integrations(
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<IntegrationResponse>>> {
     let _ = ORG;
-    let page = state.sluice.list_integrations(&caller.principal, OrgId::from(*path), q.page()?).await?;
+    let page = state.sluice.connect.list_integrations(&caller.principal, OrgId::from(*path), q.page()?).await?;
     Ok(Json(ListResponse::from_page(page, |i| IntegrationResponse::new(i, false))))
 }
 
@@ -151,6 +152,7 @@ pub async fn create_integration(
     let b = body.into_inner();
     let i = state
         .sluice
+        .connect
         .create_integration(
             &caller.principal,
             org,
@@ -175,7 +177,7 @@ pub async fn get_integration(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<IntegrationResponse>> {
     let (org, id) = path.into_inner();
-    let i = state.sluice.get_integration(&caller.principal, org.into(), IntegrationId::from(id)).await?;
+    let i = state.sluice.connect.get_integration(&caller.principal, org.into(), IntegrationId::from(id)).await?;
     Ok(Json(IntegrationResponse::new(i, false)))
 }
 
@@ -189,7 +191,7 @@ pub async fn integration_details(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<IntegrationResponse>> {
     let (org, id) = path.into_inner();
-    let i = state.sluice.integration_details(&caller.principal, org.into(), IntegrationId::from(id)).await?;
+    let i = state.sluice.connect.integration_details(&caller.principal, org.into(), IntegrationId::from(id)).await?;
     Ok(Json(IntegrationResponse::new(i, true)))
 }
 
@@ -208,6 +210,7 @@ pub async fn update_integration(
     let b = body.into_inner();
     let i = state
         .sluice
+        .connect
         .update_integration(
             &caller.principal,
             org.into(),
@@ -228,7 +231,7 @@ pub async fn delete_integration(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.delete_integration(&caller.principal, org.into(), IntegrationId::from(id)).await?;
+    state.sluice.connect.delete_integration(&caller.principal, org.into(), IntegrationId::from(id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -418,7 +421,7 @@ pub async fn list_connections(
     path: Path<Uuid>,
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<ConnectionResponse>>> {
-    let page = state.sluice.list_connections(&caller.principal, OrgId::from(*path), q.page()?).await?;
+    let page = state.sluice.connect.list_connections(&caller.principal, OrgId::from(*path), q.page()?).await?;
     Ok(Json(ListResponse::from_page(page, Into::into)))
 }
 
@@ -437,6 +440,7 @@ pub async fn create_connection(
     let b = body.into_inner();
     let c = state
         .sluice
+        .connect
         .create_connection(
             &caller.principal,
             org,
@@ -465,7 +469,7 @@ pub async fn test_unsaved(
         b.capability,
         b.config,
     );
-    Ok(Json(state.sluice.test_unsaved_connection(&caller.principal, OrgId::from(*path), nc).await?.into()))
+    Ok(Json(state.sluice.connect.test_unsaved_connection(&caller.principal, OrgId::from(*path), nc).await?.into()))
 }
 
 /// One connection.
@@ -478,7 +482,7 @@ pub async fn get_connection(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<ConnectionResponse>> {
     let (org, id) = path.into_inner();
-    Ok(Json(state.sluice.get_connection(&caller.principal, org.into(), ConnectionId::from(id)).await?.into()))
+    Ok(Json(state.sluice.connect.get_connection(&caller.principal, org.into(), ConnectionId::from(id)).await?.into()))
 }
 
 /// Changes a connection (Editor); a changed setting resets its status to `untested`.
@@ -509,6 +513,7 @@ pub async fn update_connection(
     };
     let c = state
         .sluice
+        .connect
         .update_connection(
             &caller.principal,
             org.into(),
@@ -534,7 +539,7 @@ pub async fn delete_connection(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.delete_connection(&caller.principal, org.into(), ConnectionId::from(id)).await?;
+    state.sluice.connect.delete_connection(&caller.principal, org.into(), ConnectionId::from(id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -548,7 +553,7 @@ pub async fn test_saved(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<TestResponse>> {
     let (org, id) = path.into_inner();
-    Ok(Json(state.sluice.test_connection(&caller.principal, org.into(), ConnectionId::from(id)).await?.into()))
+    Ok(Json(state.sluice.connect.test_connection(&caller.principal, org.into(), ConnectionId::from(id)).await?.into()))
 }
 
 /// Discovers the entities of a source and catalogues each as a discovered data asset (Editor).
@@ -561,7 +566,7 @@ pub async fn discover(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<DiscoverResponse>> {
     let (org, id) = path.into_inner();
-    let entities = state.sluice.discover(&caller.principal, org.into(), ConnectionId::from(id)).await?;
+    let entities = state.sluice.connect.discover(&caller.principal, org.into(), ConnectionId::from(id)).await?;
     Ok(Json(DiscoverResponse { entities: entities.iter().map(Into::into).collect() }))
 }
 
@@ -586,7 +591,8 @@ pub async fn preview(
     let (org, id) = path.into_inner();
     let p = state
         .sluice
-        .preview(&caller.principal, org.into(), ConnectionId::from(id), &body.entity, body.limit, None)
+        .connect
+        .preview(&caller.principal, org.into(), ConnectionId::from(id), &body.entity, body.limit)
         .await?;
     Ok(Json(preview_response(p)))
 }
@@ -605,7 +611,8 @@ pub async fn preview_transform(
     let steps = transform::parse_steps("transform", &body.transform).map_err(ApiError::validation)?;
     let p = state
         .sluice
-        .preview(&caller.principal, org.into(), ConnectionId::from(id), &body.entity, body.limit, Some(&steps))
+        .sync
+        .preview_transform(&caller.principal, org.into(), ConnectionId::from(id), &body.entity, body.limit, &steps)
         .await?;
     Ok(Json(preview_response(p)))
 }

@@ -142,7 +142,7 @@ impl FlowResponse {
 
 async fn last_run(state: &AppState, caller: &Caller, org: OrgId, flow: FlowId) -> ApiResult<Option<Run>> {
     let page =
-        state.sluice.list_runs(&caller.principal, org, flow, None, PageRequest { limit: 1, after: None }).await?;
+        state.sluice.sync.list_runs(&caller.principal, org, flow, None, PageRequest { limit: 1, after: None }).await?;
     Ok(page.items.into_iter().next())
 }
 
@@ -167,7 +167,7 @@ pub async fn list(
 ) -> ApiResult<Json<ListResponse<FlowResponse>>> {
     let org = OrgId::from(*path);
     let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
-    let flows = state.sluice.list_flows(&caller.principal, org, status_of(q.status.as_deref())?, page).await?;
+    let flows = state.sluice.sync.list_flows(&caller.principal, org, status_of(q.status.as_deref())?, page).await?;
     let mut data = Vec::with_capacity(flows.items.len());
     for f in flows.items {
         let last = last_run(&state, &caller, org, f.id).await?;
@@ -190,6 +190,7 @@ pub async fn create(
     let b = body.into_inner();
     let f = state
         .sluice
+        .sync
         .create_flow(
             &caller.principal,
             org,
@@ -213,7 +214,7 @@ pub async fn create(
 #[get("/organizations/{orgId}/flows/{flowId}")]
 pub async fn get(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<FlowResponse>> {
     let (org, id) = path.into_inner();
-    let f = state.sluice.get_flow(&caller.principal, org.into(), FlowId::from(id)).await?;
+    let f = state.sluice.sync.get_flow(&caller.principal, org.into(), FlowId::from(id)).await?;
     let last = last_run(&state, &caller, org.into(), f.id).await?;
     Ok(Json(FlowResponse::new(f, last)))
 }
@@ -240,6 +241,7 @@ pub async fn update(
     };
     let f = state
         .sluice
+        .sync
         .update_flow(
             &caller.principal,
             org.into(),
@@ -264,7 +266,7 @@ pub async fn update(
 #[delete("/organizations/{orgId}/flows/{flowId}")]
 pub async fn remove(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.delete_flow(&caller.principal, org.into(), FlowId::from(id)).await?;
+    state.sluice.sync.delete_flow(&caller.principal, org.into(), FlowId::from(id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -275,7 +277,7 @@ pub async fn remove(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uui
 pub async fn run(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
     let trigger = if caller.claims.is_some() { Trigger::Manual } else { Trigger::Api };
-    let r = state.sluice.trigger_run(&caller.principal, org.into(), FlowId::from(id), trigger).await?;
+    let r = state.sluice.sync.trigger_run(&caller.principal, org.into(), FlowId::from(id), trigger).await?;
     let rid = r.id;
     Ok(HttpResponse::Accepted()
         .insert_header((actix_web::http::header::LOCATION, format!("/v1/organizations/{org}/runs/{rid}")))
@@ -309,7 +311,7 @@ pub async fn runs(
         ),
     };
     let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
-    let p = state.sluice.list_runs(&caller.principal, org.into(), FlowId::from(id), status, page).await?;
+    let p = state.sluice.sync.list_runs(&caller.principal, org.into(), FlowId::from(id), status, page).await?;
     Ok(Json(ListResponse::from_page(p, Into::into)))
 }
 
@@ -319,7 +321,7 @@ pub async fn runs(
 #[get("/organizations/{orgId}/runs/{runId}")]
 pub async fn get_run(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<RunResponse>> {
     let (org, id) = path.into_inner();
-    Ok(Json(state.sluice.get_run(&caller.principal, org.into(), RunId::from(id)).await?.into()))
+    Ok(Json(state.sluice.sync.get_run(&caller.principal, org.into(), RunId::from(id)).await?.into()))
 }
 
 /// Cancels a queued or running run (Editor); a running one stops at its next checkpoint.
@@ -328,7 +330,7 @@ pub async fn get_run(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uu
 #[post("/organizations/{orgId}/runs/{runId}/cancel")]
 pub async fn cancel(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<RunResponse>> {
     let (org, id) = path.into_inner();
-    Ok(Json(state.sluice.cancel_run(&caller.principal, org.into(), RunId::from(id)).await?.into()))
+    Ok(Json(state.sluice.sync.cancel_run(&caller.principal, org.into(), RunId::from(id)).await?.into()))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -359,7 +361,7 @@ pub struct LogsResponse {
 #[get("/organizations/{orgId}/logs/{runId}")]
 pub async fn logs(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<LogsResponse>> {
     let (org, id) = path.into_inner();
-    let lines = state.sluice.run_logs(&caller.principal, org.into(), RunId::from(id)).await?;
+    let lines = state.sluice.sync.run_logs(&caller.principal, org.into(), RunId::from(id)).await?;
     Ok(Json(LogsResponse { run_id: id, data: lines.into_iter().map(Into::into).collect() }))
 }
 
@@ -394,7 +396,7 @@ pub async fn get_state(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<StateResponse>> {
     let (org, id) = path.into_inner();
-    let cursors = state.sluice.flow_state(&caller.principal, org.into(), FlowId::from(id)).await?;
+    let cursors = state.sluice.sync.flow_state(&caller.principal, org.into(), FlowId::from(id)).await?;
     Ok(Json(StateResponse { flow_id: id, data: cursors.into_iter().map(Into::into).collect() }))
 }
 
@@ -417,8 +419,11 @@ pub async fn set_state(
     body: Body<SetCursorBody>,
 ) -> ApiResult<Json<CursorResponse>> {
     let (org, id, entity) = path.into_inner();
-    let c =
-        state.sluice.set_cursor(&caller.principal, org.into(), FlowId::from(id), &entity, &body.cursor_value).await?;
+    let c = state
+        .sluice
+        .sync
+        .set_cursor(&caller.principal, org.into(), FlowId::from(id), &entity, &body.cursor_value)
+        .await?;
     Ok(Json(c.into()))
 }
 
@@ -432,7 +437,7 @@ pub async fn reset_state(
     path: Path<(Uuid, Uuid, String)>,
 ) -> ApiResult<HttpResponse> {
     let (org, id, entity) = path.into_inner();
-    state.sluice.reset_cursor(&caller.principal, org.into(), FlowId::from(id), &entity).await?;
+    state.sluice.sync.reset_cursor(&caller.principal, org.into(), FlowId::from(id), &entity).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -466,11 +471,11 @@ pub async fn details(
 ) -> ApiResult<Json<DetailsResponse>> {
     let (org, id) = path.into_inner();
     let (org, id) = (OrgId::from(org), FlowId::from(id));
-    let f = state.sluice.get_flow(&caller.principal, org, id).await?;
+    let f = state.sluice.sync.get_flow(&caller.principal, org, id).await?;
     let recent =
-        state.sluice.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
-    let cursors = state.sluice.flow_state(&caller.principal, org, id).await?;
-    let all = state.sluice.topology(&caller.principal, org).await?;
+        state.sluice.sync.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
+    let cursors = state.sluice.sync.flow_state(&caller.principal, org, id).await?;
+    let all = state.sluice.sync.topology(&caller.principal, org).await?;
     let name_of = |fid: FlowId| all.iter().find(|x| x.id == fid).map(|x| x.name.clone()).unwrap_or_default();
     let graph = edges(&all);
     let upstream = graph
@@ -521,7 +526,7 @@ pub struct TopologyResponse {
     responses((status = 200, body = TopologyResponse), (status = 404, body = ErrorBody)))]
 #[get("/organizations/{orgId}/flows/topology")]
 pub async fn topology(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> ApiResult<Json<TopologyResponse>> {
-    let flows = state.sluice.topology(&caller.principal, OrgId::from(*path)).await?;
+    let flows = state.sluice.sync.topology(&caller.principal, OrgId::from(*path)).await?;
     let nodes = flows
         .iter()
         .map(|f| TopologyNode { id: f.id.as_uuid(), name: f.name.clone(), status: f.status.as_str().into() })
@@ -550,7 +555,7 @@ pub async fn get_trace(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<TraceResponse>> {
     let (org, trace_id) = path.into_inner();
-    let in_trace = state.sluice.trace(&caller.principal, org.into(), trace_id).await?;
+    let in_trace = state.sluice.sync.trace(&caller.principal, org.into(), trace_id).await?;
     Ok(Json(TraceResponse { trace_id, runs: in_trace.into_iter().map(Into::into).collect() }))
 }
 
@@ -596,7 +601,7 @@ pub async fn activity(
         ),
     };
     let limit = PageRequest::parse(q.limit, None)?.limit;
-    let events = state.sluice.activity(&caller.principal, OrgId::from(*path), since, limit).await?;
+    let events = state.sluice.monitoring.activity(&caller.principal, OrgId::from(*path), since, limit).await?;
     let data = events
         .into_iter()
         .map(|e| ActivityResponse {
@@ -640,6 +645,7 @@ pub async fn orchestrate(
     let status = RunStatus::parse(&body.status).filter(|s| s.finished()).ok_or_else(|| {
         ApiError::validation(vec![FieldError::new("status", "must be succeeded, failed, canceled or drift_detected")])
     })?;
-    let queued = state.sluice.orchestrate_trigger(FlowId::from(body.flow_id), RunId::from(body.run_id), status).await?;
+    let queued =
+        state.sluice.sync.orchestrate_trigger(FlowId::from(body.flow_id), RunId::from(body.run_id), status).await?;
     Ok(Json(OrchestrateResponse { queued: queued.into_iter().map(Into::into).collect() }))
 }

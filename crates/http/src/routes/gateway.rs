@@ -11,7 +11,7 @@ use actix_web::{HttpResponse, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sluice_domain::FieldError;
-use sluice_domain::catalog::GatewayResult;
+use sluice_domain::gateway::service::GatewayResult;
 use sluice_domain::gateway::{Finding, Outcome, TypeMismatch};
 use sluice_domain::shared::ids::AssetId;
 use utoipa::ToSchema;
@@ -81,15 +81,15 @@ pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload)
     let bytes = read_body(&mut body.into_inner(), MAX_ANY_BODY).await?;
     // A body of megabytes takes milliseconds to parse: off the request
     // threads too, on the extraction's bounded pool.
-    let parsed = if bytes.len() <= sluice_domain::catalog::INLINE_PAYLOAD {
+    let parsed = if bytes.len() <= sluice_domain::gateway::service::INLINE_PAYLOAD {
         serde_json::from_slice::<ValidateBody>(&bytes)
     } else {
-        state.sluice.off_thread(move || serde_json::from_slice::<ValidateBody>(&bytes)).await?
+        state.sluice.gateway.off_thread(move || serde_json::from_slice::<ValidateBody>(&bytes)).await?
     };
     let b = parsed.map_err(|e| json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
     let asset = Uuid::parse_str(b.asset_id.trim())
         .map_err(|_| ApiError::validation(vec![FieldError::new("asset_id", "must be a UUID")]))?;
-    let result = state.sluice.gateway_validate(&caller.principal, AssetId::from(asset), &b.payload_raw).await?;
+    let result = state.sluice.gateway.validate(&caller.principal, AssetId::from(asset), &b.payload_raw).await?;
     Ok(match result {
         GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings }) => HttpResponse::Ok()
             .json(ValidateResponse {

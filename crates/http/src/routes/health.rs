@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 #[get("/health")]
 pub async fn health(state: Data<AppState>) -> HttpResponse {
     let version = env!("CARGO_PKG_VERSION").to_string();
-    match state.sluice.health().await {
+    match state.sluice.monitoring.health().await {
         Ok(()) => HttpResponse::Ok().json(HealthResponse { status: "ok".into(), database: "ok".into(), version }),
         Err(e) => {
             tracing::error!(error = %e, "health check: metadata store unavailable");

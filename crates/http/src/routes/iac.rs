@@ -85,7 +85,7 @@ pub async fn apply(
         ApiError::new(StatusCode::BAD_REQUEST, "malformed_yaml", format!("the document is not UTF-8: {e}"))
     })?;
     let dry_run = query.dry_run.unwrap_or(false);
-    let out = state.sluice.apply_iac(&caller.principal, path.into_inner().into(), text, dry_run).await?;
+    let out = state.sluice.iac.apply_iac(&caller.principal, path.into_inner().into(), text, dry_run).await?;
     let plan = out.plan;
     Ok(HttpResponse::Ok().json(ApplyResponse {
         dry_run: out.dry_run,
@@ -105,7 +105,7 @@ pub async fn apply(
     responses((status = 200, content_type = "application/x-yaml", body = String), (status = 404, body = ErrorBody)))]
 #[get("/organizations/{orgId}/iac/export")]
 pub async fn export(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> ApiResult<HttpResponse> {
-    let doc = state.sluice.export_iac(&caller.principal, path.into_inner().into()).await?;
+    let doc = state.sluice.iac.export_iac(&caller.principal, path.into_inner().into()).await?;
     Ok(HttpResponse::Ok().content_type("application/x-yaml").body(to_yaml(&doc)?))
 }
 
@@ -139,6 +139,7 @@ pub async fn validate_drift(
     let b = body.into_inner();
     let report = state
         .sluice
+        .iac
         .validate_drift(&caller.principal, path.into_inner().into(), &b.flow_id, &b.entity_name, &b.proposed_schema)
         .await?;
     Ok(Json(report))

@@ -30,7 +30,7 @@ pub async fn start(
     q: Query<StartQuery>,
 ) -> ApiResult<HttpResponse> {
     let (org, provider) = path.into_inner();
-    let url = state.sluice.start_oauth(&caller.principal, OrgId::from(org), &provider, &q.name).await?;
+    let url = state.sluice.connect.start_oauth(&caller.principal, OrgId::from(org), &provider, &q.name).await?;
     Ok(HttpResponse::Found().insert_header(("Location", url)).insert_header(("Cache-Control", "no-store")).finish())
 }
 
@@ -66,8 +66,11 @@ pub async fn callback(state: Data<AppState>, path: Path<String>, q: Query<Callba
         let to = format!("{console}/v1/oauth/complete?status=error&provider={}&error={}", enc(&provider), enc(e));
         return Ok(HttpResponse::Found().insert_header(("Location", to)).finish());
     }
-    let (org, integration) =
-        state.sluice.finish_oauth(&provider, q.state.as_deref().unwrap_or(""), q.code.as_deref().unwrap_or("")).await?;
+    let (org, integration) = state
+        .sluice
+        .connect
+        .finish_oauth(&provider, q.state.as_deref().unwrap_or(""), q.code.as_deref().unwrap_or(""))
+        .await?;
     let to = format!(
         "{console}/v1/oauth/complete?status=connected&provider={}&organization_id={org}&integration_id={}",
         enc(&provider),

@@ -11,13 +11,12 @@ use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, post, put};
 use serde::{Deserialize, Serialize};
 use sluice_domain::FieldError;
-use sluice_domain::identity::Actor;
+use sluice_domain::identity::Principal;
 use sluice_domain::identity::apikey::ApiKey;
 use sluice_domain::identity::invitation::Invitation;
 use sluice_domain::identity::org::{Member, Organization};
-use sluice_domain::service::{NewOrganization, OrganizationUpdate};
-use sluice_domain::shared::audit::AuditEntry;
-use sluice_domain::shared::audit::AuditFilter;
+use sluice_domain::identity::service::{NewOrganization, OrganizationUpdate};
+use sluice_domain::shared::audit::{Actor, AuditEntry, AuditFilter};
 use sluice_domain::shared::ids::{ApiKeyId, InvitationId, OrgId, UserId};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -34,8 +33,12 @@ pub async fn list(
     caller: Caller,
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<OrganizationResponse>>> {
-    let page = state.sluice.list_organizations(&caller.principal, q.page()?).await?;
-    Ok(Json(ListResponse::from_page(page, Into::into)))
+    let page = state.sluice.identity.list_organizations(&caller.principal, q.page()?).await?;
+    let mut data = Vec::with_capacity(page.items.len());
+    for o in page.items {
+        data.push(OrganizationResponse::of(&state, &caller.principal, o).await?);
+    }
+    Ok(Json(ListResponse { data, next_cursor: page.next_cursor }))
 }
 
 /// Creates an organization with the caller as its Admin.
@@ -51,9 +54,11 @@ pub async fn create(
     let body = body.into_inner();
     let org = state
         .sluice
+        .identity
         .create_organization(&caller.principal, NewOrganization { name: body.name, slug: body.slug })
         .await?;
-    Ok(created(format!("/v1/organizations/{}", org.id), &OrganizationResponse::from(org)))
+    let location = format!("/v1/organizations/{}", org.id);
+    Ok(created(location, &OrganizationResponse::of(&state, &caller.principal, org).await?))
 }
 
 /// One organization.
@@ -61,7 +66,8 @@ pub async fn create(
     (status = 200, body = OrganizationResponse), (status = 404, body = ErrorBody)))]
 #[get("/organizations/{orgId}")]
 pub async fn get(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> ApiResult<Json<OrganizationResponse>> {
-    Ok(Json(state.sluice.get_organization(&caller.principal, OrgId::from(*path)).await?.into()))
+    let org = state.sluice.identity.get_organization(&caller.principal, OrgId::from(*path)).await?;
+    Ok(Json(OrganizationResponse::of(&state, &caller.principal, org).await?))
 }
 
 /// Renames an organization or changes its slug (Admin).
@@ -79,13 +85,14 @@ pub async fn update(
     let body = body.into_inner();
     let org = state
         .sluice
+        .identity
         .update_organization(
             &caller.principal,
             OrgId::from(*path),
             OrganizationUpdate { name: body.name, slug: body.slug },
         )
         .await?;
-    Ok(Json(org.into()))
+    Ok(Json(OrganizationResponse::of(&state, &caller.principal, org).await?))
 }
 
 /// Deletes an organization and everything in it (Admin). Its audit log is kept.
@@ -93,7 +100,7 @@ pub async fn update(
     (status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 #[delete("/organizations/{orgId}")]
 pub async fn remove(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> ApiResult<HttpResponse> {
-    state.sluice.delete_organization(&caller.principal, OrgId::from(*path)).await?;
+    state.sluice.identity.delete_organization(&caller.principal, OrgId::from(*path)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -107,7 +114,7 @@ pub async fn list_members(
     path: Path<Uuid>,
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<MemberResponse>>> {
-    let page = state.sluice.list_members(&caller.principal, OrgId::from(*path), q.page()?).await?;
+    let page = state.sluice.identity.list_members(&caller.principal, OrgId::from(*path), q.page()?).await?;
     Ok(Json(ListResponse::from_page(page, Into::into)))
 }
 
@@ -124,8 +131,11 @@ pub async fn update_member(
     body: Body<UpdateMemberBody>,
 ) -> ApiResult<Json<MemberResponse>> {
     let (org, user) = path.into_inner();
-    let m =
-        state.sluice.update_member_role(&caller.principal, org.into(), UserId::from(user), body.role.into()).await?;
+    let m = state
+        .sluice
+        .identity
+        .update_member_role(&caller.principal, org.into(), UserId::from(user), body.role.into())
+        .await?;
     Ok(Json(m.into()))
 }
 
@@ -135,7 +145,7 @@ pub async fn update_member(
 #[delete("/organizations/{orgId}/members/{userId}")]
 pub async fn remove_member(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
     let (org, user) = path.into_inner();
-    state.sluice.remove_member(&caller.principal, org.into(), UserId::from(user)).await?;
+    state.sluice.identity.remove_member(&caller.principal, org.into(), UserId::from(user)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -152,9 +162,9 @@ pub async fn create_invitation(
     body: Body<CreateInvitationBody>,
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
-    let c = state.sluice.create_invitation(&caller.principal, org, &body.email, body.role.into()).await?;
+    let c = state.sluice.identity.create_invitation(&caller.principal, org, &body.email, body.role.into()).await?;
     let id = c.invitation.id;
-    let res = InvitationResponse::new(c.invitation, state.sluice.now(), Some(c.token.expose().to_string()));
+    let res = InvitationResponse::new(c.invitation, state.sluice.identity.now(), Some(c.token.expose().to_string()));
     Ok(created(format!("/v1/organizations/{org}/invitations/{id}"), &res))
 }
 
@@ -168,8 +178,8 @@ pub async fn list_invitations(
     path: Path<Uuid>,
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<InvitationResponse>>> {
-    let page = state.sluice.list_invitations(&caller.principal, OrgId::from(*path), q.page()?).await?;
-    let now = state.sluice.now();
+    let page = state.sluice.identity.list_invitations(&caller.principal, OrgId::from(*path), q.page()?).await?;
+    let now = state.sluice.identity.now();
     Ok(Json(ListResponse::from_page(page, |i| InvitationResponse::new(i, now, None))))
 }
 
@@ -183,7 +193,7 @@ pub async fn revoke_invitation(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.revoke_invitation(&caller.principal, org.into(), InvitationId::from(id)).await?;
+    state.sluice.identity.revoke_invitation(&caller.principal, org.into(), InvitationId::from(id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -200,7 +210,7 @@ pub async fn create_api_key(
 ) -> ApiResult<HttpResponse> {
     let org = OrgId::from(*path);
     let roles: Vec<_> = body.roles.iter().map(|r| (*r).into()).collect();
-    let c = state.sluice.create_api_key(&caller.principal, org, &body.name, &roles).await?;
+    let c = state.sluice.identity.create_api_key(&caller.principal, org, &body.name, &roles).await?;
     let id = c.key.id;
     Ok(created(
         format!("/v1/organizations/{org}/api-keys/{id}"),
@@ -218,7 +228,7 @@ pub async fn list_api_keys(
     path: Path<Uuid>,
     q: Query<Pagination>,
 ) -> ApiResult<Json<ListResponse<ApiKeyResponse>>> {
-    let page = state.sluice.list_api_keys(&caller.principal, OrgId::from(*path), q.page()?).await?;
+    let page = state.sluice.identity.list_api_keys(&caller.principal, OrgId::from(*path), q.page()?).await?;
     Ok(Json(ListResponse::from_page(page, |k| ApiKeyResponse::new(k, None))))
 }
 
@@ -232,7 +242,7 @@ pub async fn revoke_api_key(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<HttpResponse> {
     let (org, id) = path.into_inner();
-    state.sluice.revoke_api_key(&caller.principal, org.into(), ApiKeyId::from(id)).await?;
+    state.sluice.identity.revoke_api_key(&caller.principal, org.into(), ApiKeyId::from(id)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -291,7 +301,7 @@ pub async fn audit_logs(
         until: until.ok().flatten(),
     };
     let page = sluice_domain::shared::page::PageRequest::parse(q.limit, q.cursor.as_deref())?;
-    let page = state.sluice.list_audit_logs(&caller.principal, OrgId::from(*path), &filter, page).await?;
+    let page = state.sluice.identity.list_audit_logs(&caller.principal, OrgId::from(*path), &filter, page).await?;
     Ok(Json(ListResponse::from_page(page, Into::into)))
 }
 
@@ -308,9 +318,17 @@ pub struct OrganizationResponse {
     pub created_at: OffsetDateTime,
 }
 
-impl From<Organization> for OrganizationResponse {
-    fn from(o: Organization) -> Self {
-        Self { id: o.id.as_uuid(), name: o.name, slug: o.slug, plan: o.plan.as_str().into(), created_at: o.created_at }
+impl OrganizationResponse {
+    /// The organization with its plan, which billing keeps.
+    pub async fn of(state: &AppState, p: &Principal, o: Organization) -> ApiResult<Self> {
+        let plan = state.sluice.billing.plan(p, o.id).await?;
+        Ok(Self {
+            id: o.id.as_uuid(),
+            name: o.name,
+            slug: o.slug,
+            plan: plan.as_str().into(),
+            created_at: o.created_at,
+        })
     }
 }
 

@@ -10,8 +10,7 @@ use crate::routes::orgs::OrganizationResponse;
 use actix_web::web::{Data, Json};
 use actix_web::{get, patch, post};
 use serde::{Deserialize, Serialize};
-use sluice_domain::identity::user::ProfileUpdate;
-use sluice_domain::identity::user::User;
+use sluice_domain::identity::user::{ProfileUpdate, User};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -21,7 +20,7 @@ use uuid::Uuid;
     (status = 200, body = UserResponse), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 #[get("/users/me")]
 pub async fn me(state: Data<AppState>, caller: Caller) -> ApiResult<Json<UserResponse>> {
-    Ok(Json(state.sluice.me(&caller.principal).await?.into()))
+    Ok(Json(state.sluice.identity.me(&caller.principal).await?.into()))
 }
 
 /// Changes the calling user's name or e-mail address.
@@ -34,7 +33,11 @@ pub async fn update_me(
     body: Body<UpdateMeBody>,
 ) -> ApiResult<Json<UserResponse>> {
     let body = body.into_inner();
-    let user = state.sluice.update_me(&caller.principal, ProfileUpdate { name: body.name, email: body.email }).await?;
+    let user = state
+        .sluice
+        .identity
+        .update_me(&caller.principal, ProfileUpdate { name: body.name, email: body.email })
+        .await?;
     Ok(Json(user.into()))
 }
 
@@ -48,7 +51,7 @@ pub async fn sync_profile(state: Data<AppState>, caller: Caller) -> ApiResult<Js
             "this endpoint needs a user session, not an API key",
         ))
     })?;
-    Ok(Json(state.sluice.sync_profile(&caller.principal, &claims).await?.into()))
+    Ok(Json(state.sluice.identity.sync_profile(&caller.principal, &claims).await?.into()))
 }
 
 /// Joins an organization with an invitation token; the session's e-mail
@@ -64,8 +67,9 @@ pub async fn accept_invitation(
     caller: Caller,
     body: Body<AcceptInvitationBody>,
 ) -> ApiResult<Json<AcceptInvitationResponse>> {
-    let (org, role) = state.sluice.accept_invitation(&caller.principal, body.token.trim()).await?;
-    Ok(Json(AcceptInvitationResponse { organization: org.into(), role: role.into() }))
+    let (org, role) = state.sluice.identity.accept_invitation(&caller.principal, body.token.trim()).await?;
+    let organization = OrganizationResponse::of(&state, &caller.principal, org).await?;
+    Ok(Json(AcceptInvitationResponse { organization, role: role.into() }))
 }
 
 // ---- wire types ----------------------------------------------------------

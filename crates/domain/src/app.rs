@@ -1,0 +1,384 @@
+//! `Sluice`: the facade an adapter holds. It owns one service per context,
+//! wired from the ports the adapters provide, and has no logic of its own:
+//! callers reach a use case as `sluice.<context>.<use case>(…)`.
+
+use crate::billing::ports::BillingRepository;
+use crate::billing::service::BillingService;
+use crate::catalog::ports::CatalogRepository;
+use crate::catalog::service::CatalogService;
+use crate::connect::connector::ConnectorRegistry;
+use crate::connect::ports::{
+    ConnectionRepository, DiscoveredSchemas, IntegrationRepository, OAuthClient, OAuthStateStore, SecretResolver,
+};
+use crate::connect::service::ConnectService;
+use crate::gateway::service::GatewayService;
+use crate::iac::ports::IacRepository;
+use crate::iac::service::IacService;
+use crate::identity::ports::{ApiKeyRepository, InvitationRepository, OrgRepository, TokenVerifier, UserRepository};
+use crate::identity::service::IdentityService;
+use crate::monitoring::ports::{ActivityRepository, HealthCheck};
+use crate::monitoring::service::MonitoringService;
+use crate::shared::audit::AuditRepository;
+use crate::shared::clock::Clock;
+use crate::shared::idempotency::IdempotencyStore;
+use crate::shared::offload::{Inline, Offload};
+use crate::sync::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository};
+use crate::sync::service::SyncService;
+use std::sync::Arc;
+
+/// The ports the services run on, by context.
+#[derive(Clone)]
+pub struct Ports {
+    // shared
+    pub audit: Arc<dyn AuditRepository>,
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    pub clock: Arc<dyn Clock>,
+    // identity
+    pub users: Arc<dyn UserRepository>,
+    pub orgs: Arc<dyn OrgRepository>,
+    pub invitations: Arc<dyn InvitationRepository>,
+    pub api_keys: Arc<dyn ApiKeyRepository>,
+    pub tokens: Arc<dyn TokenVerifier>,
+    // monitoring
+    pub activity: Arc<dyn ActivityRepository>,
+    pub health: Arc<dyn HealthCheck>,
+    // billing
+    pub billing: Arc<dyn BillingRepository>,
+    // connect
+    pub integrations: Arc<dyn IntegrationRepository>,
+    pub connections: Arc<dyn ConnectionRepository>,
+    pub connectors: Arc<dyn ConnectorRegistry>,
+    pub secrets: Arc<dyn SecretResolver>,
+    pub schemas: Arc<dyn DiscoveredSchemas>,
+    /// OAuth providers; `None` when none is configured.
+    pub oauth: Option<Arc<dyn OAuthClient>>,
+    pub oauth_states: Option<Arc<dyn OAuthStateStore>>,
+    /// Signs OAuth `state` parameters.
+    pub oauth_state_key: Vec<u8>,
+    // sync
+    pub flows: Arc<dyn FlowRepository>,
+    pub runs: Arc<dyn RunRepository>,
+    pub cursors: Arc<dyn CursorRepository>,
+    pub queue: Arc<dyn QueueRepository>,
+    // catalog
+    pub catalog: Arc<dyn CatalogRepository>,
+    // iac
+    pub iac: Arc<dyn IacRepository>,
+}
+
+/// Every context's use cases, wired (see `docs/architecture.md`).
+#[derive(Clone)]
+pub struct Sluice {
+    pub identity: IdentityService,
+    pub monitoring: MonitoringService,
+    pub billing: BillingService,
+    pub connect: ConnectService,
+    pub sync: SyncService,
+    pub catalog: CatalogService,
+    pub gateway: GatewayService,
+    pub iac: IacService,
+}
+
+impl Sluice {
+    /// Wires the services, each with its own ports and the services of the
+    /// contexts below it.
+    pub fn new(p: Ports) -> Self {
+        let clock = p.clock.clone();
+        let changes = Arc::default();
+        let identity = IdentityService {
+            users: p.users,
+            orgs: p.orgs,
+            invitations: p.invitations,
+            api_keys: p.api_keys,
+            audit: p.audit.clone(),
+            idempotency: p.idempotency,
+            tokens: p.tokens,
+            clock: clock.clone(),
+            keys: Arc::default(),
+        };
+        let monitoring = MonitoringService { identity: identity.clone(), activity: p.activity, health: p.health };
+        let billing = BillingService {
+            identity: identity.clone(),
+            billing: p.billing,
+            clock: clock.clone(),
+            plans: Arc::default(),
+        };
+        let connect = ConnectService {
+            identity: identity.clone(),
+            integrations: p.integrations,
+            connections: p.connections,
+            connectors: p.connectors,
+            secrets: p.secrets,
+            schemas: p.schemas,
+            oauth: p.oauth,
+            oauth_states: p.oauth_states,
+            oauth_state_key: p.oauth_state_key,
+            clock: clock.clone(),
+            changes: Arc::clone(&changes),
+        };
+        let sync = SyncService {
+            identity: identity.clone(),
+            monitoring: monitoring.clone(),
+            connect: connect.clone(),
+            flows: p.flows,
+            runs: p.runs,
+            cursors: p.cursors,
+            queue: p.queue,
+            audit: p.audit,
+            clock: clock.clone(),
+            lease: crate::sync::schedule::LEASE,
+        };
+        let catalog = CatalogService {
+            identity: identity.clone(),
+            sync: sync.clone(),
+            catalog: p.catalog,
+            clock: clock.clone(),
+            assets: Arc::default(),
+            changes,
+        };
+        let gateway = GatewayService {
+            identity: identity.clone(),
+            monitoring: monitoring.clone(),
+            billing: billing.clone(),
+            catalog: catalog.clone(),
+            clock: clock.clone(),
+            offload: Arc::new(Inline),
+        };
+        let iac = IacService {
+            identity: identity.clone(),
+            connect: connect.clone(),
+            sync: sync.clone(),
+            catalog: catalog.clone(),
+            iac: p.iac,
+            clock,
+        };
+        Sluice { identity, monitoring, billing, connect, sync, catalog, gateway, iac }
+    }
+
+    /// Runs the gateway's CPU-bound work (the extraction and parse of large
+    /// payloads) on `offload` (by default on the calling task).
+    pub fn with_offload(mut self, offload: Arc<dyn Offload>) -> Self {
+        self.gateway.offload = offload;
+        self
+    }
+
+    /// Sets how long a run's lease lasts without a heartbeat (default
+    /// [`crate::sync::schedule::LEASE`]).
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        let lease = time::Duration::try_from(lease).unwrap_or(crate::sync::schedule::LEASE);
+        self.sync.lease = lease;
+        // The services above hold their own copy of sync.
+        self.catalog.sync.lease = lease;
+        self.iac.sync.lease = lease;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::apikey::ApiKey;
+    use crate::identity::org::Member;
+    use crate::identity::ports::*;
+    use crate::identity::user::User;
+    use crate::identity::{Principal, Role};
+    use crate::shared::clock::Clock;
+    use crate::shared::ids::{ApiKeyId, OrgId, UserId};
+    use crate::shared::page::PageRequest;
+    use serde_json::json;
+    use time::Duration;
+    use time::OffsetDateTime;
+    use time::macros::datetime;
+
+    struct Fixed(OffsetDateTime);
+    impl Clock for Fixed {
+        fn now(&self) -> OffsetDateTime {
+            self.0
+        }
+    }
+
+    const NOW: OffsetDateTime = datetime!(2026-06-01 12:00 UTC);
+
+    /// Ports whose mocks panic on any call not expected by the test.
+    fn ports(api_keys: MockApiKeyRepository, orgs: MockOrgRepository) -> Ports {
+        Ports {
+            billing: Arc::new(crate::billing::ports::MockBillingRepository::new()),
+            schemas: Arc::new(crate::connect::ports::MockDiscoveredSchemas::new()),
+            users: Arc::new(MockUserRepository::new()),
+            orgs: Arc::new(orgs),
+            invitations: Arc::new(MockInvitationRepository::new()),
+            api_keys: Arc::new(api_keys),
+            audit: Arc::new(crate::shared::audit::MockAuditRepository::new()),
+            idempotency: Arc::new(crate::shared::idempotency::MockIdempotencyStore::new()),
+            tokens: Arc::new(MockTokenVerifier::new()),
+            health: Arc::new(crate::monitoring::ports::MockHealthCheck::new()),
+            clock: Arc::new(Fixed(NOW)),
+            integrations: Arc::new(crate::connect::ports::MockIntegrationRepository::new()),
+            connections: Arc::new(crate::connect::ports::MockConnectionRepository::new()),
+            catalog: Arc::new(crate::catalog::ports::MockCatalogRepository::new()),
+            connectors: Arc::new(crate::connect::connector::MockConnectorRegistry::new()),
+            secrets: Arc::new(crate::connect::ports::MockSecretResolver::new()),
+            oauth: None,
+            oauth_states: None,
+            oauth_state_key: vec![0; 32],
+            flows: Arc::new(crate::sync::ports::MockFlowRepository::new()),
+            runs: Arc::new(crate::sync::ports::MockRunRepository::new()),
+            cursors: Arc::new(crate::sync::ports::MockCursorRepository::new()),
+            queue: Arc::new(crate::sync::ports::MockQueueRepository::new()),
+            activity: Arc::new(crate::monitoring::ports::MockActivityRepository::new()),
+            iac: Arc::new(crate::iac::ports::MockIacRepository::new()),
+        }
+    }
+
+    fn key(last_used_at: Option<OffsetDateTime>) -> ApiKey {
+        ApiKey {
+            id: ApiKeyId::new(),
+            org_id: OrgId::new(),
+            name: "ci".into(),
+            prefix: "slk_abcd".into(),
+            roles: vec![Role::Editor],
+            created_at: NOW - Duration::days(1),
+            last_used_at,
+            revoked_at: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_apply_planned_against_a_stale_organization_plans_again() {
+        let mut iac = crate::iac::ports::MockIacRepository::new();
+        iac.expect_snapshot().times(3).returning(|_| Ok(crate::iac::Snapshot::default()));
+        let mut calls = 0;
+        iac.expect_apply().times(2).returning(move |_, writes, audit| {
+            calls += 1;
+            assert_eq!(writes.integrations.len(), 1);
+            assert_eq!(
+                audit.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
+                ["integration.created", "iac.applied"]
+            );
+            if calls == 1 { Err(crate::iac::stale_plan()) } else { Ok(()) }
+        });
+        let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
+        connectors.expect_specs().returning(Vec::new);
+        let mut p = ports(MockApiKeyRepository::new(), MockOrgRepository::new());
+        let iac: Arc<dyn IacRepository> = Arc::new(iac);
+        p.iac = iac.clone();
+        p.connectors = Arc::new(connectors);
+        p.oauth = None;
+        let sluice = Sluice::new(p);
+        let k = key(None);
+        let principal = Principal::ApiKey { id: k.id, org_id: k.org_id, name: k.name, roles: vec![Role::Editor] };
+        // An OAuth-less registry knows no types: the plan must fail validation
+        // before any write, and nothing is applied.
+        let err = sluice
+            .iac
+            .apply_iac(&principal, k.org_id, "version: 1\nintegrations: [{name: gh, type: github}]", false)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Validation);
+        let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
+        connectors.expect_specs().returning(Vec::new);
+        let mut oauth = crate::connect::ports::MockOAuthClient::new();
+        oauth.expect_providers().returning(|| vec!["github".to_string()]);
+        let mut p = ports(MockApiKeyRepository::new(), MockOrgRepository::new());
+        p.iac = iac;
+        p.connectors = Arc::new(connectors);
+        p.oauth = Some(Arc::new(oauth));
+        let sluice = Sluice::new(p);
+        let out = sluice
+            .iac
+            .apply_iac(&principal, k.org_id, "version: 1\nintegrations: [{name: gh, type: github}]", false)
+            .await
+            .unwrap();
+        assert!(out.apply_id.is_some());
+        assert_eq!(out.plan.count(crate::iac::Action::Created), 1);
+    }
+
+    #[tokio::test]
+    async fn malformed_keys_are_refused_without_a_lookup() {
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), MockOrgRepository::new()));
+        let err = sluice.identity.authenticate_api_key("slk_short").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated);
+    }
+
+    #[tokio::test]
+    async fn a_key_records_its_use_at_most_once_a_minute() {
+        for (last_used, touches) in
+            [(None, 1), (Some(NOW - Duration::seconds(30)), 0), (Some(NOW - Duration::minutes(2)), 1)]
+        {
+            let k = key(last_used);
+            let mut repo = MockApiKeyRepository::new();
+            let found = k.clone();
+            repo.expect_find_active_by_hash().times(1).returning(move |_| Ok(Some(found.clone())));
+            repo.expect_touch().times(touches).returning(|_, _| Ok(()));
+            let sluice = Sluice::new(ports(repo, MockOrgRepository::new()));
+            let raw = format!("slk_{}", "a".repeat(40));
+            match sluice.identity.authenticate_api_key(&raw).await.unwrap() {
+                Principal::ApiKey { org_id, roles, .. } => {
+                    assert_eq!(org_id, k.org_id);
+                    assert_eq!(roles, vec![Role::Editor]);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_is_refused_in_another_organization_without_touching_the_store() {
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), MockOrgRepository::new()));
+        let k = key(None);
+        let principal = Principal::ApiKey { id: k.id, org_id: k.org_id, name: k.name, roles: k.roles };
+        let err = sluice.identity.get_organization(&principal, OrgId::new()).await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+        let err = sluice.identity.list_members(&principal, OrgId::new(), PageRequest::default()).await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+    }
+
+    #[tokio::test]
+    async fn a_viewer_cannot_change_roles_and_the_store_is_not_asked_to() {
+        let mut orgs = MockOrgRepository::new();
+        orgs.expect_role_of().returning(|_, _| Ok(Some(Role::Viewer)));
+        orgs.expect_set_member_role().never();
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), orgs));
+        let user = User {
+            id: UserId::new(),
+            issuer: "i".into(),
+            subject: "s".into(),
+            email: None,
+            name: None,
+            created_at: NOW,
+            updated_at: NOW,
+        };
+        let err =
+            sluice.identity.update_member_role(&Principal::User(user), OrgId::new(), UserId::new(), Role::Admin).await;
+        assert_eq!(err.unwrap_err().kind(), crate::ErrorKind::Forbidden);
+    }
+
+    #[tokio::test]
+    async fn a_role_change_is_audited_with_before_and_after() {
+        let org = OrgId::new();
+        let target = UserId::new();
+        let mut orgs = MockOrgRepository::new();
+        orgs.expect_role_of().returning(|_, _| Ok(Some(Role::Admin)));
+        orgs.expect_get_member().returning(move |o, u| {
+            Ok(Some(Member { org_id: o, user_id: u, email: None, name: None, role: Role::Viewer, joined_at: NOW }))
+        });
+        orgs.expect_set_member_role()
+            .withf(move |o, u, r, audit| {
+                *o == org
+                    && *u == target
+                    && *r == Role::Editor
+                    && audit.action == "member.role_updated"
+                    && audit.details == json!({"before": {"role": "Viewer"}, "after": {"role": "Editor"}})
+                    && audit.created_at == NOW
+            })
+            .times(1)
+            .returning(move |o, u, r, _| {
+                Ok(Member { org_id: o, user_id: u, email: None, name: None, role: r, joined_at: NOW })
+            });
+        let sluice = Sluice::new(ports(MockApiKeyRepository::new(), orgs));
+        let admin =
+            Principal::ApiKey { id: ApiKeyId::new(), org_id: org, name: "ops".into(), roles: vec![Role::Admin] };
+        let m = sluice.identity.update_member_role(&admin, org, target, Role::Editor).await.unwrap();
+        assert_eq!(m.role, Role::Editor);
+    }
+}

@@ -1,0 +1,77 @@
+//! Plans and their limits: the monthly validation quota of the gateway.
+
+use crate::{Error, Result};
+use time::OffsetDateTime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    Free,
+    Pro,
+    Enterprise,
+}
+
+impl Plan {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Plan::Free => "free",
+            Plan::Pro => "pro",
+            Plan::Enterprise => "enterprise",
+        }
+    }
+
+    /// Gateway validations a month: free 1,000; pro 100,000; enterprise
+    /// unlimited (`None`).
+    pub fn monthly_validations(self) -> Option<i64> {
+        match self {
+            Plan::Free => Some(1_000),
+            Plan::Pro => Some(100_000),
+            Plan::Enterprise => None,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "free" => Ok(Plan::Free),
+            "pro" => Ok(Plan::Pro),
+            "enterprise" => Ok(Plan::Enterprise),
+            other => Err(Error::invalid("plan", format!("unknown plan '{other}'"))),
+        }
+    }
+}
+
+/// The quota month of `at`: `YYYY-MM` in UTC.
+pub fn usage_month(at: OffsetDateTime) -> String {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    format!("{:04}-{:02}", at.year(), u8::from(at.month()))
+}
+
+/// Seconds from `at` until the next month starts (UTC), when the quota
+/// renews: the `Retry-After` of `quota_exceeded`.
+pub fn seconds_to_next_month(at: OffsetDateTime) -> u64 {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    let (y, m) =
+        if at.month() == time::Month::December { (at.year() + 1, 1) } else { (at.year(), u8::from(at.month()) + 1) };
+    let next = time::Date::from_calendar_date(y, time::Month::try_from(m).unwrap_or(time::Month::January), 1)
+        .map(|d| d.midnight().assume_utc())
+        .unwrap_or(at);
+    u64::try_from((next - at).whole_seconds()).unwrap_or(0).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quota_renews_at_the_next_month_utc() {
+        use time::macros::datetime;
+        assert_eq!(seconds_to_next_month(datetime!(2026-11-30 23:59:00 UTC)), 60);
+        assert_eq!(seconds_to_next_month(datetime!(2026-12-31 23:00:00 UTC)), 3600);
+        assert_eq!(seconds_to_next_month(datetime!(2027-01-01 00:30:00 +01:00)), 1800, "23:30 UTC on 31 December");
+    }
+
+    #[test]
+    fn usage_month_is_the_utc_calendar_month() {
+        assert_eq!(usage_month(time::macros::datetime!(2026-11-30 23:30 -02:00)), "2026-12");
+        assert_eq!(usage_month(time::macros::datetime!(2026-01-05 00:00 UTC)), "2026-01");
+    }
+}

@@ -1,0 +1,206 @@
+//! Connections: a connector type with its settings and credentials, what
+//! it may do (read, write, both), and how its settings merge with its
+//! integration's and the connector's defaults.
+
+use super::connector::{Capability, ConnectorSpec, ResolvedConfig};
+use super::integration::{Credentials, PLACEHOLDER};
+use crate::shared::ids::{ConnectionId, IntegrationId, OrgId};
+use crate::{Error, FieldError, Result};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionStatus {
+    Untested,
+    Healthy,
+    Failing,
+}
+
+impl ConnectionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionStatus::Untested => "untested",
+            ConnectionStatus::Healthy => "healthy",
+            ConnectionStatus::Failing => "failing",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "untested" => Ok(Self::Untested),
+            "healthy" => Ok(Self::Healthy),
+            "failing" => Ok(Self::Failing),
+            other => Err(Error::Internal(anyhow::anyhow!("unknown connection status {other}"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Connection {
+    pub id: ConnectionId,
+    pub org_id: OrgId,
+    pub name: String,
+    pub integration_id: Option<IntegrationId>,
+    pub connector_type: String,
+    pub capability: Capability,
+    /// Settings that are not credentials.
+    pub config: BTreeMap<String, Value>,
+    /// Credential settings of this connection (override the integration's).
+    pub secrets: Credentials,
+    pub status: ConnectionStatus,
+    pub last_tested_at: Option<OffsetDateTime>,
+    pub last_error: Option<String>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+}
+
+impl Connection {
+    /// The config as reads show it: settings, and each secret as `***`.
+    pub fn public_config(&self) -> BTreeMap<String, Value> {
+        let mut out = self.config.clone();
+        for k in self.secrets.0.keys() {
+            out.insert(k.clone(), Value::String(PLACEHOLDER.into()));
+        }
+        out
+    }
+}
+
+/// Splits a config object into settings and credentials per `spec`,
+/// applying it over `existing` (updates) with the placeholder rule.
+pub fn split_config(
+    spec: &ConnectorSpec,
+    update: &BTreeMap<String, Value>,
+    existing_config: &BTreeMap<String, Value>,
+    existing_secrets: &Credentials,
+) -> Result<(BTreeMap<String, Value>, Credentials), Vec<FieldError>> {
+    let credential: Vec<&str> = spec.credential_fields().collect();
+    let mut config = existing_config.clone();
+    let mut secret_update = BTreeMap::new();
+    for (k, v) in update {
+        if credential.contains(&k.as_str()) {
+            secret_update.insert(k.clone(), v.clone());
+        } else if v.is_null() {
+            config.remove(k);
+        } else {
+            config.insert(k.clone(), v.clone());
+        }
+    }
+    let mut secrets = existing_secrets.clone();
+    secrets.merge("config", &secret_update)?;
+    // Validate the settings a connection would run with (credentials count
+    // as present whether plain or referenced).
+    let mut merged = config.clone();
+    for k in secrets.0.keys() {
+        merged.insert(k.clone(), Value::String(PLACEHOLDER.into()));
+    }
+    let errors = spec.validate(&merged);
+    if errors.is_empty() { Ok((config, secrets)) } else { Err(errors) }
+}
+
+/// Checks that a connector type offers `capability`.
+pub fn check_capability(spec: &ConnectorSpec, capability: Capability) -> Result<(), FieldError> {
+    let offered = spec.capabilities.iter().any(|c| *c == capability || *c == Capability::Both);
+    if offered {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "capability",
+            format!("{} connections cannot be a {}", spec.connector_type, capability.as_str()),
+        ))
+    }
+}
+
+/// The settings a connector runs with, before secret references are
+/// resolved: the spec's defaults, then the integration's credentials, then
+/// the connection's settings and credentials.
+pub fn merge_settings(
+    spec: &ConnectorSpec,
+    integration: Option<&Credentials>,
+    config: &BTreeMap<String, Value>,
+    secrets: &Credentials,
+) -> (BTreeMap<String, Value>, Vec<String>) {
+    let mut values = BTreeMap::new();
+    for f in &spec.config_fields {
+        if let Some(d) = &f.default {
+            values.insert(f.name.to_string(), d.clone());
+        }
+    }
+    for (k, v) in integration.iter().flat_map(|c| c.0.iter()) {
+        values.insert(k.clone(), Value::String(v.clone()));
+    }
+    values.extend(config.iter().map(|(k, v)| (k.clone(), v.clone())));
+    values.extend(secrets.0.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))));
+    let mut credential_keys: Vec<String> = spec.credential_fields().map(str::to_string).collect();
+    for k in integration.iter().flat_map(|c| c.0.keys()).chain(secrets.0.keys()) {
+        if !credential_keys.contains(k) {
+            credential_keys.push(k.clone());
+        }
+    }
+    (values, credential_keys)
+}
+
+/// The settings of a connection as written, for checks that need no
+/// secret (a file path, say): credentials stay unresolved.
+pub fn unresolved(
+    org: crate::shared::ids::OrgId,
+    spec: &ConnectorSpec,
+    config: &BTreeMap<String, Value>,
+    secrets: &Credentials,
+) -> ResolvedConfig {
+    let (values, credential_keys) = merge_settings(spec, None, config, secrets);
+    ResolvedConfig { connector_type: spec.connector_type.to_string(), values, credential_keys, org: Some(org) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connect::integration::tests::{map, spec};
+    use serde_json::json;
+
+    #[test]
+    fn config_splits_into_settings_and_secrets_and_is_validated() {
+        let (config, secrets) = split_config(
+            &spec(),
+            &map(json!({"host": "db", "password": "pw"})),
+            &BTreeMap::new(),
+            &Credentials::default(),
+        )
+        .unwrap();
+        assert_eq!(config, map(json!({"host": "db"})));
+        assert_eq!(secrets.0["password"], "pw");
+        let (_, kept) = split_config(&spec(), &map(json!({"password": "***"})), &config, &secrets).unwrap();
+        assert_eq!(kept.0["password"], "pw");
+        let errs =
+            split_config(&spec(), &map(json!({"hots": "x"})), &BTreeMap::new(), &Credentials::default()).unwrap_err();
+        let fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["config.host", "config.hots"]);
+    }
+
+    #[test]
+    fn connection_settings_override_the_integration_and_defaults_fill_gaps() {
+        let integration =
+            Credentials([("password".to_string(), "from-integration".to_string()), ("user".into(), "u".into())].into());
+        let (values, keys) =
+            merge_settings(&spec(), Some(&integration), &map(json!({"host": "db"})), &Credentials::default());
+        assert_eq!(values["password"], "from-integration");
+        assert_eq!(values["port"], 5432);
+        assert_eq!(values["host"], "db");
+        assert!(keys.contains(&"password".to_string()) && keys.contains(&"user".to_string()));
+        let own = Credentials([("password".to_string(), "own".to_string())].into());
+        let (values, _) = merge_settings(&spec(), Some(&integration), &map(json!({"host": "db"})), &own);
+        assert_eq!(values["password"], "own");
+        let (values, _) = merge_settings(&spec(), None, &map(json!({"host": "db", "port": 6543})), &own);
+        assert_eq!(values["port"], 6543);
+        assert_eq!(values["password"], "own");
+    }
+
+    #[test]
+    fn capabilities_are_checked() {
+        let mut s = spec();
+        check_capability(&s, Capability::Source).unwrap();
+        s.capabilities = vec![Capability::Source];
+        assert!(check_capability(&s, Capability::Destination).is_err());
+        assert!(check_capability(&s, Capability::Both).is_err());
+    }
+}

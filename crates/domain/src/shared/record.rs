@@ -1,0 +1,289 @@
+//! The record vocabulary every context speaks: field types, fields,
+//! entity schemas, values and batches of records, with the text forms of
+//! timestamps and dates.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+use time::{Date, OffsetDateTime};
+
+/// The catalog's type vocabulary; every connector maps its native types to
+/// and from these (see `docs/connectors.md` for each mapping and its lossy
+/// cases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    String,
+    Integer,
+    Number,
+    /// Exact decimal, carried as its canonical string.
+    Decimal,
+    Boolean,
+    Timestamp,
+    Date,
+    Object,
+    Array,
+    Binary,
+}
+
+impl FieldType {
+    pub const ALL: [FieldType; 10] = [
+        FieldType::String,
+        FieldType::Integer,
+        FieldType::Number,
+        FieldType::Decimal,
+        FieldType::Boolean,
+        FieldType::Timestamp,
+        FieldType::Date,
+        FieldType::Object,
+        FieldType::Array,
+        FieldType::Binary,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldType::String => "string",
+            FieldType::Integer => "integer",
+            FieldType::Number => "number",
+            FieldType::Decimal => "decimal",
+            FieldType::Boolean => "boolean",
+            FieldType::Timestamp => "timestamp",
+            FieldType::Date => "date",
+            FieldType::Object => "object",
+            FieldType::Array => "array",
+            FieldType::Binary => "binary",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        FieldType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+impl fmt::Display for FieldType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One field of an entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Field {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub field_type: FieldType,
+    pub nullable: bool,
+    pub primary_key: bool,
+    /// The source's own type (`numeric(12,2)`, `timestamptz`, …), so that a
+    /// destination of the same engine can keep it exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_type: Option<String>,
+}
+
+impl Field {
+    pub fn new(name: impl Into<String>, field_type: FieldType) -> Self {
+        Self { name: name.into(), field_type, nullable: true, primary_key: false, native_type: None }
+    }
+}
+
+/// A table, file or other entity and its fields, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntitySchema {
+    pub name: String,
+    pub fields: Vec<Field>,
+}
+
+impl EntitySchema {
+    pub fn field(&self, name: &str) -> Option<&Field> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    pub fn primary_key(&self) -> Vec<&str> {
+        self.fields.iter().filter(|f| f.primary_key).map(|f| f.name.as_str()).collect()
+    }
+}
+
+/// One value of a record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// A decimal in canonical form (`-12.50`).
+    Decimal(String),
+    String(String),
+    Timestamp(OffsetDateTime),
+    Date(Date),
+    /// Objects and arrays.
+    Json(serde_json::Value),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    /// An approximation of the value's size, for the bytes counters.
+    pub fn approx_size(&self) -> usize {
+        match self {
+            Value::Null => 1,
+            Value::Bool(_) => 1,
+            Value::Int(_) | Value::Float(_) | Value::Timestamp(_) => 8,
+            Value::Date(_) => 4,
+            Value::Decimal(s) | Value::String(s) => s.len(),
+            Value::Json(j) => j.to_string().len(),
+            Value::Bytes(b) => b.len(),
+        }
+    }
+
+    /// The value as JSON, for previews and file output. Timestamps are RFC
+    /// 3339 in UTC, dates ISO 8601, decimals strings (exactness first), bytes
+    /// base64.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
+            Value::Decimal(d) => J::String(d.clone()),
+            Value::String(s) => J::String(s.clone()),
+            Value::Timestamp(t) => J::String(format_timestamp(*t)),
+            Value::Date(d) => J::String(format_date(*d)),
+            Value::Json(j) => j.clone(),
+            Value::Bytes(b) => J::String(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b)),
+        }
+    }
+}
+
+/// Orders two values of one column: numbers numerically (integers, floats
+/// and decimals together), timestamps and dates in time, strings and bytes
+/// lexically. Null sorts first. `None` for values that do not compare.
+pub fn compare_values(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    fn num(v: &Value) -> Option<f64> {
+        match v {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            Value::Decimal(d) => d.trim().parse().ok(),
+            _ => None,
+        }
+    }
+    match (a, b) {
+        (Value::Null, Value::Null) => Some(Ordering::Equal),
+        (Value::Null, _) => Some(Ordering::Less),
+        (_, Value::Null) => Some(Ordering::Greater),
+        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+        (Value::Timestamp(x), Value::Timestamp(y)) => Some(x.cmp(y)),
+        (Value::Date(x), Value::Date(y)) => Some(x.cmp(y)),
+        (Value::Timestamp(x), Value::Date(y)) => Some(x.cmp(&y.midnight().assume_utc())),
+        (Value::Date(x), Value::Timestamp(y)) => Some(x.midnight().assume_utc().cmp(y)),
+        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+        (Value::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
+        (Value::Bytes(x), Value::Bytes(y)) => Some(x.cmp(y)),
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => x.partial_cmp(&y),
+            _ => None,
+        },
+    }
+}
+
+/// RFC 3339 in UTC with microseconds (`2026-01-02T03:04:05.123456Z`).
+pub fn format_timestamp(t: OffsetDateTime) -> String {
+    TimestampText(t).to_string()
+}
+
+pub fn format_date(d: Date) -> String {
+    DateText(d).to_string()
+}
+
+/// Shows a timestamp as [`format_timestamp`] does, for writing it in place.
+pub struct TimestampText(pub OffsetDateTime);
+
+impl fmt::Display for TimestampText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.0.to_offset(time::UtcOffset::UTC);
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            t.year(),
+            t.month() as u8,
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.microsecond()
+        )
+    }
+}
+
+/// Shows a date as [`format_date`] does, for writing it in place.
+pub struct DateText(pub Date);
+
+impl fmt::Display for DateText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}-{:02}", self.0.year(), self.0.month() as u8, self.0.day())
+    }
+}
+
+/// Parses RFC 3339 / ISO 8601 timestamps, with `T` or a space, with or
+/// without an offset (none means UTC).
+pub fn parse_timestamp(s: &str) -> Option<OffsetDateTime> {
+    use time::format_description::well_known::{Iso8601, Rfc3339};
+    let s = s.trim();
+    if let Ok(t) = OffsetDateTime::parse(s, &Rfc3339) {
+        return Some(t);
+    }
+    if let Ok(t) = OffsetDateTime::parse(s, &Iso8601::DEFAULT) {
+        return Some(t);
+    }
+    let normalized = s.replacen(' ', "T", 1);
+    if let Ok(t) = OffsetDateTime::parse(&normalized, &Rfc3339) {
+        return Some(t);
+    }
+    let fmt = time::macros::format_description!(
+        version = 2,
+        "[year]-[month]-[day]T[hour]:[minute]:[second][optional [.[subsecond]]]"
+    );
+    time::PrimitiveDateTime::parse(&normalized, &fmt).ok().map(|p| p.assume_utc())
+}
+
+pub fn parse_date(s: &str) -> Option<Date> {
+    let fmt = time::macros::format_description!("[year]-[month]-[day]");
+    Date::parse(s.trim(), &fmt).ok()
+}
+
+/// Rows of one entity with a shared field list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordBatch {
+    pub fields: Arc<Vec<Field>>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl RecordBatch {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn approx_bytes(&self) -> u64 {
+        self.rows.iter().map(|r| r.iter().map(Value::approx_size).sum::<usize>() as u64).sum()
+    }
+
+    /// The rows as JSON objects (previews).
+    pub fn to_json_records(&self) -> Vec<serde_json::Map<String, serde_json::Value>> {
+        self.rows
+            .iter()
+            .map(|row| self.fields.iter().zip(row).map(|(f, v)| (f.name.clone(), v.to_json())).collect())
+            .collect()
+    }
+}
