@@ -25,7 +25,7 @@ use sluice_domain::identity::Principal;
 use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::clock::SystemClock;
 use sluice_domain::shared::ids::{ConnectionId, OrgId};
-use sluice_domain::sync::flow::{FlowConfig, FlowStatus, Run, Trigger};
+use sluice_domain::sync::flow::{FlowConfig, Run, Trigger};
 use sluice_domain::sync::service::NewFlow;
 use sluice_testkit::{FakeSecrets, FakeTokens, InMemoryStore, in_memory_ports};
 use sqlx::Connection;
@@ -114,23 +114,7 @@ impl Bench {
         mapping: serde_json::Value,
     ) -> (sluice_domain::shared::ids::FlowId, f64, Run) {
         let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
-        let f = self
-            .sluice
-            .sync
-            .create_flow(
-                &self.p,
-                self.org,
-                NewFlow {
-                    name: name.into(),
-                    source_connection_id: src,
-                    destination_connection_id: dst,
-                    schedule: None,
-                    config,
-                    status: FlowStatus::Active,
-                },
-            )
-            .await
-            .unwrap();
+        let f = self.sluice.sync.create_flow(&self.p, self.org, NewFlow::active(name, src, dst, config)).await.unwrap();
         let (secs, run) = self.run(f.id).await;
         (f.id, secs, run)
     }

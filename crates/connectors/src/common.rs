@@ -190,6 +190,32 @@ pub fn confine(dir: &Path, path: &str) -> ConnectorResult<Confined> {
     Ok(placed)
 }
 
+/// The reader of a `SELECT`: `sql` (with `bind` applied) runs on `pool` in
+/// a task of its own, and its rows arrive in batches of `batch_size`, each
+/// row decoded by `decode`; database failures are told by `err`.
+pub fn select_reader<DB>(
+    fields: Arc<Vec<Field>>,
+    pool: sqlx::Pool<DB>,
+    sql: String,
+    bind: impl for<'q> FnOnce(sqlx::query::Query<'q, DB, DB::Arguments>) -> sqlx::query::Query<'q, DB, DB::Arguments>
+    + Send
+    + 'static,
+    batch_size: usize,
+    decode: impl Fn(&DB::Row) -> ConnectorResult<Vec<sluice_domain::connect::connector::Value>> + Send + 'static,
+    err: impl Fn(&sqlx::Error) -> ConnectorError + Send + 'static,
+) -> Box<dyn RecordReader>
+where
+    DB: sqlx::Database,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let batch_fields = fields.clone();
+    Box::new(ChannelReader::spawn(fields, move |tx| async move {
+        let q = bind(sqlx::query(sqlx::AssertSqlSafe(sql)));
+        pump_rows(q.fetch(&pool), batch_fields, batch_size, tx, decode, err).await;
+    }))
+}
+
 /// Drains a row stream into batches of `batch_size` sent through `tx`: the
 /// producer side of every SQL connector's reader. Stops at the first error
 /// (sent to the reader) or when the reader goes away.

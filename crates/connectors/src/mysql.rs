@@ -297,26 +297,22 @@ impl Source for MySqlConnector {
         let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
         let pool = self.pool.clone();
         let (host, db) = (self.host.clone(), self.database.clone());
+        let (host2, db2) = (host.clone(), db.clone());
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
-        let f2 = fields.clone();
-        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            if let Some(v) = &bound {
-                q = bind(q, v);
-            }
-            let rows = q.fetch(&pool);
-            pump_rows(
-                rows,
-                f2,
-                batch_size,
-                tx,
-                |row| {
-                    types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
-                },
-                |e| err(e, &host, &db),
-            )
-            .await;
-        })))
+        Ok(select_reader(
+            fields,
+            pool,
+            sql,
+            move |q| match &bound {
+                Some(v) => bind(q, v),
+                None => q,
+            },
+            batch_size,
+            move |row| {
+                types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
+            },
+            move |e| err(e, &host2, &db2),
+        ))
     }
 }
 

@@ -554,25 +554,21 @@ impl Source for PgConnector {
         let pool = self.pool.clone();
         let (host, db) = (self.host.clone(), self.database.clone());
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
-        let f2 = fields.clone();
-        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            if let Some(b) = bound {
-                q = q.bind(b);
-            }
-            let rows = q.fetch(&pool);
-            pump_rows(
-                rows,
-                f2,
-                batch_size,
-                tx,
-                |row| {
-                    types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
-                },
-                |e| err(e, &host, &db),
-            )
-            .await;
-        })))
+        let (host2, db2) = (host.clone(), db.clone());
+        Ok(select_reader(
+            fields,
+            pool,
+            sql,
+            move |q| match bound {
+                Some(b) => q.bind(b),
+                None => q,
+            },
+            batch_size,
+            move |row| {
+                types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
+            },
+            move |e| err(e, &host2, &db2),
+        ))
     }
 }
 

@@ -256,23 +256,18 @@ impl Source for SqliteConnector {
         let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
         let pool = self.pool.clone();
         let batch_size = req.batch_size.max(1);
-        let f2 = fields.clone();
-        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            if let Some(v) = &bound {
-                q = bind(q, v);
-            }
-            let rows = q.fetch(&pool);
-            pump_rows(
-                rows,
-                f2,
-                batch_size,
-                tx,
-                |row| types.iter().enumerate().map(|(i, t)| decode(row, i, *t)).collect(),
-                err,
-            )
-            .await;
-        })))
+        Ok(select_reader(
+            fields,
+            pool,
+            sql,
+            move |q| match &bound {
+                Some(v) => bind(q, v),
+                None => q,
+            },
+            batch_size,
+            move |row| types.iter().enumerate().map(|(i, t)| decode(row, i, *t)).collect(),
+            err,
+        ))
     }
 }
 

@@ -8,19 +8,8 @@ use sluice_domain::connect::connector::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn tag() -> String {
-    sluice_domain::shared::secret::random_base62(8).to_lowercase()
-}
-
-fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
-    let values: BTreeMap<String, serde_json::Value> = serde_json::from_value(values).unwrap();
-    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()], org: None }
-}
+mod common;
+use common::*;
 
 async fn reachable(what: &str, ok: bool, why: String) -> bool {
     if !ok {

@@ -10,22 +10,10 @@
 use serde_json::json;
 use sluice_connectors::Registry;
 use sluice_domain::connect::connector::*;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn tag() -> String {
-    sluice_domain::shared::secret::random_base62(8).to_lowercase()
-}
-
-fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
-    let values: BTreeMap<String, serde_json::Value> = serde_json::from_value(values).unwrap();
-    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec!["password".into()], org: None }
-}
+mod common;
+use common::*;
 
 /// A live database for one test, removed on drop.
 struct Db {
@@ -49,8 +37,13 @@ fn skip(what: &str, why: &str) -> Option<Db> {
     None
 }
 
-fn run_blocking(f: impl FnOnce() + Send + 'static) {
-    let _ = std::thread::spawn(f).join();
+/// Runs `work` to its end on a runtime of its own (a drop may happen on a
+/// runtime's thread, where blocking on another future is not allowed).
+fn run_blocking(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(work);
+    })
+    .join();
 }
 
 async fn postgres() -> Option<Db> {
@@ -69,15 +62,12 @@ async fn postgres() -> Option<Db> {
     Some(Db {
         config,
         cleanup: Some(Box::new(move || {
-            run_blocking(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                rt.block_on(async {
-                    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
-                        .execute(&mut c)
-                        .await
-                        .unwrap();
-                });
+            run_blocking(async move {
+                let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+                    .execute(&mut c)
+                    .await
+                    .unwrap();
             })
         })),
     })
@@ -99,12 +89,9 @@ async fn mariadb() -> Option<Db> {
     Some(Db {
         config,
         cleanup: Some(Box::new(move || {
-            run_blocking(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                rt.block_on(async {
-                    let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
-                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&mut c).await.unwrap();
-                });
+            run_blocking(async move {
+                let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&mut c).await.unwrap();
             })
         })),
     })

@@ -10,19 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+mod common;
+use common::*;
 
 fn skip(why: &str) {
     assert!(!in_ci(), "{why} in CI");
     eprintln!("\n!!! SKIPPED: {why}\n");
-}
-
-fn config(t: &str, values: serde_json::Value) -> ResolvedConfig {
-    let values = values.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    ResolvedConfig { connector_type: t.into(), values, credential_keys: vec![], org: None }
 }
 
 fn run(cmd: &mut Command) {

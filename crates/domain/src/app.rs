@@ -255,7 +255,7 @@ mod tests {
                 audit.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
                 ["integration.created", "iac.applied"]
             );
-            if calls == 1 { Err(crate::iac::stale_plan()) } else { Ok(()) }
+            if calls == 1 { Err(crate::iac::ports::stale_plan()) } else { Ok(()) }
         });
         let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
         connectors.expect_specs().returning(Vec::new);

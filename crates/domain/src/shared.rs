@@ -8,6 +8,7 @@ pub mod clock;
 pub mod error;
 pub mod idempotency;
 pub mod ids;
+pub mod mask;
 pub mod offload;
 pub mod page;
 pub mod record;

@@ -2,6 +2,7 @@
 //! transforms, the engine that executes a run, and scheduling, recovery
 //! and orchestration of runs.
 
+pub mod cursor;
 pub mod engine;
 pub mod flow;
 pub mod mode;
@@ -10,4 +11,5 @@ pub mod schedule;
 pub mod service;
 pub mod transform;
 
+pub use cursor::*;
 pub use mode::*;

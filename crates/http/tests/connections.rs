@@ -8,27 +8,17 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
 use common::{req, send};
 use serde_json::{Value, json};
-use sluice_domain::app::Sluice;
-use sluice_domain::connect::connector::{EntitySchema, Field, FieldType, Value as V};
-use sluice_domain::shared::clock::Clock;
-use sluice_http::{AppState, app};
-use sluice_testkit::{FakeSecrets, InMemoryStore, ManualClock, MemoryConnectors, in_memory_ports_with};
-use std::sync::Arc;
+use sluice_domain::connect::connector::{EntitySchema, FieldType, Value as V};
+use sluice_http::app;
+use sluice_testkit::{FakeSecrets, InMemoryStore, MemoryConnectors};
 
 fn people() -> EntitySchema {
-    let mut id = Field::new("id", FieldType::Integer);
-    id.primary_key = true;
-    id.nullable = false;
-    EntitySchema {
-        name: "people".into(),
-        fields: vec![id, Field::new("email", FieldType::String), Field::new("age", FieldType::String)],
-    }
+    common::keyed("people", &[("email", FieldType::String), ("age", FieldType::String)])
 }
 
 macro_rules! setup {
     () => {{
         let store = InMemoryStore::new();
-        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
         let connectors = MemoryConnectors::new();
         connectors.put(
             "crm",
@@ -39,16 +29,8 @@ macro_rules! setup {
         );
         connectors.require_password("crm", "s3cret-pw");
         let secrets = FakeSecrets([("CRM_PASSWORD".to_string(), "s3cret-pw".to_string())].into());
-        let ports = in_memory_ports_with(&store, clock, &connectors, secrets);
-        let app = test::init_service(app(AppState { sluice: Sluice::new(ports), internal_api_key: None, console_url: "http://console.example".into(), rate_limits: None })).await;
-        let org = expect!(
-            app,
-            req(Method::POST, "/v1/organizations", "ann").set_json(json!({"name": "Acme"})),
-            StatusCode::CREATED
-        )["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let app = test::init_service(app(common::state_with(&store, &connectors, secrets))).await;
+        let org = acme!(app);
         (app, store, org)
     }};
 }

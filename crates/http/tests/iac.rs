@@ -9,49 +9,25 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
 use common::{req, send};
 use serde_json::{Value, json};
-use sluice_domain::app::Sluice;
-use sluice_domain::connect::connector::{EntitySchema, Field, FieldType, Value as V};
-use sluice_domain::shared::clock::Clock;
-use sluice_http::{AppState, app};
-use sluice_testkit::{FakeSecrets, InMemoryStore, ManualClock, MemoryConnectors, in_memory_ports_with};
-use std::sync::Arc;
+use sluice_domain::connect::connector::{EntitySchema, FieldType, Value as V};
+use sluice_http::app;
+use sluice_testkit::{FakeSecrets, InMemoryStore, MemoryConnectors};
 
 fn yaml(uri: &str, who: &str, body: &str) -> TestRequest {
     req(Method::POST, uri, who).insert_header(("Content-Type", "application/x-yaml")).set_payload(body.to_string())
 }
 
 fn orders() -> EntitySchema {
-    let mut id = Field::new("id", FieldType::Integer);
-    id.primary_key = true;
-    id.nullable = false;
-    EntitySchema {
-        name: "orders".into(),
-        fields: vec![id, Field::new("amount", FieldType::Integer), Field::new("updated_at", FieldType::Timestamp)],
-    }
+    common::keyed("orders", &[("amount", FieldType::Integer), ("updated_at", FieldType::Timestamp)])
 }
 
 macro_rules! setup {
     () => {{
         let store = InMemoryStore::new();
-        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
         let connectors = MemoryConnectors::new();
         connectors.put("shop", orders(), vec![vec![V::Int(1), V::Int(10), V::Null]]);
-        let ports = in_memory_ports_with(&store, clock, &connectors, FakeSecrets::default());
-        let app = test::init_service(app(AppState {
-            sluice: Sluice::new(ports),
-            internal_api_key: None,
-            console_url: "http://console.example".into(),
-            rate_limits: None,
-        }))
-        .await;
-        let org = expect!(
-            app,
-            req(Method::POST, "/v1/organizations", "ann").set_json(json!({"name": "Acme"})),
-            StatusCode::CREATED
-        )["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let app = test::init_service(app(common::state_with(&store, &connectors, FakeSecrets::default()))).await;
+        let org = acme!(app);
         (app, store, org)
     }};
 }

@@ -96,18 +96,10 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
     let Some(dst) = pg_schema().await else { return };
     const ROWS: i64 = 400_000;
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE {s}.events (id bigint PRIMARY KEY, payload text NOT NULL, updated timestamptz NOT NULL);
-         INSERT INTO {s}.events SELECT g, 'event number ' || g, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {ROWS}) g;",
-        s = src.name
-    )))
-    .execute(&mut pg)
-    .await
-    .unwrap();
+    seed_events(&mut pg, &src.name, ROWS).await;
 
     let (data, db, port, api) = sqlite_service("crash");
-    let first = spawn(&["serve"], &env(&data, &db, port));
-    wait_healthy(&api.client, &api.base).await;
+    let first = serve(&["serve"], &env(&data, &db, port), &api).await;
 
     let (org, flow) = org_with_pg_flow(
         &api,
@@ -157,18 +149,8 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
     assert!(copied > 0 && copied < ROWS, "killed mid-sync with {copied} of {ROWS} rows committed");
 
     // Restart: the interrupted run is queued again and finishes from its checkpoint.
-    let _second = spawn(&["serve"], &env(&data, &db, port));
-    wait_healthy(&api.client, &api.base).await;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let done = loop {
-        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
-        if r["status"] == "succeeded" {
-            break r;
-        }
-        assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
-        assert!(Instant::now() < deadline, "the resumed run did not finish: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let _second = serve(&["serve"], &env(&data, &db, port), &api).await;
+    let done = succeeded(&api, &org, &run, 300, "the resumed run did not finish").await;
     assert!(done["entities"][0]["cursor_before"].is_string(), "resumed from the checkpoint: {done}");
     assert!(
         done["entities"][0]["rows_read"].as_i64().unwrap() < ROWS,
@@ -190,25 +172,12 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
 
 #[tokio::test]
 async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
-    use sea_orm::{ConnectionTrait, Database};
-    let admin_url = postgres_admin_url();
-    let admin = match Database::connect(&admin_url).await {
-        Ok(a) => a,
-        Err(e) => {
-            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
-            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
-            return;
-        }
-    };
-    let name = format!("sluice_scale_{}", random_base62(8).to_lowercase());
-    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
-    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
-    let data = std::env::temp_dir().join(format!("sluice-scale-{}", random_base62(8).to_lowercase()));
+    use sea_orm::ConnectionTrait;
+    let Some((admin, name, db, data)) = pg_metadata_db("scale").await else { return };
 
     let port = free_port();
     let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
-    let _api_proc = spawn(&["serve", "--no-worker"], &env(&data, &db, port));
-    wait_healthy(&api.client, &api.base).await;
+    let _api_proc = serve(&["serve", "--no-worker"], &env(&data, &db, port), &api).await;
     let org = api.post("/v1/organizations", json!({"name": "Scale"})).await["id"].as_str().unwrap().to_string();
     let files = data.join("files").join(&org);
     std::fs::create_dir_all(files.join("in")).unwrap();
@@ -280,7 +249,7 @@ async fn two_worker_processes_execute_fifty_runs_each_exactly_once() {
             .count();
         assert_eq!(starts, 1, "run {r} started {starts} times");
     }
-    let meta = Database::connect(&db).await.unwrap();
+    let meta = sea_orm::Database::connect(&db).await.unwrap();
     let rows = meta
         .query_all_raw(sea_orm::Statement::from_string(
             meta.get_database_backend(),
@@ -304,17 +273,17 @@ async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_
     let Some(dst) = pg_schema().await else { return };
     const ROWS: i64 = 1_000_000;
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE {s}.items (id bigint PRIMARY KEY, payload text NOT NULL);
-         INSERT INTO {s}.items SELECT g, 'item number ' || g FROM generate_series(1, {ROWS}) g;",
-        s = src.name
-    )))
-    .execute(&mut pg)
-    .await
-    .unwrap();
+    exec(
+        &mut pg,
+        format!(
+            "CREATE TABLE {s}.items (id bigint PRIMARY KEY, payload text NOT NULL);
+             INSERT INTO {s}.items SELECT g, 'item number ' || g FROM generate_series(1, {ROWS}) g;",
+            s = src.name
+        ),
+    )
+    .await;
     let (data, db, port, api) = sqlite_service("append");
-    let first = spawn(&["serve"], &env(&data, &db, port));
-    wait_healthy(&api.client, &api.base).await;
+    let first = serve(&["serve"], &env(&data, &db, port), &api).await;
     let (org, flow) = org_with_pg_flow(
         &api,
         "Append",
@@ -348,8 +317,7 @@ async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_
     drop(first); // SIGKILL
     assert_eq!(count_rows(&mut pg, &count_sql).await, 0, "an interrupted append commits nothing");
 
-    let _second = spawn(&["serve"], &env(&data, &db, port));
-    wait_healthy(&api.client, &api.base).await;
+    let _second = serve(&["serve"], &env(&data, &db, port), &api).await;
     let wait = |run: String| {
         let api = &api;
         let org = &org;
@@ -376,6 +344,65 @@ async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_
 }
 
 /// Rows in a table, 0 when it does not exist.
+/// Runs `sql` (several statements) on the test database.
+async fn exec(pg: &mut sqlx::PgConnection, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pg).await.unwrap();
+}
+
+/// Creates `schema.events` with `rows` rows, one second apart.
+async fn seed_events(pg: &mut sqlx::PgConnection, schema: &str, rows: i64) {
+    exec(
+        pg,
+        format!(
+            "CREATE TABLE {schema}.events (id bigint PRIMARY KEY, payload text NOT NULL, updated timestamptz NOT NULL);
+             INSERT INTO {schema}.events SELECT g, 'event number ' || g, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g;"
+        ),
+    )
+    .await;
+}
+
+/// Starts `sluice` with `args` and waits until `api` answers.
+async fn serve(args: &[&str], env: &[(&str, String)], api: &Api) -> Proc {
+    let p = spawn(args, env);
+    wait_healthy(&api.client, &api.base).await;
+    p
+}
+
+/// A metadata database of its own on the test PostgreSQL and a data
+/// directory for one service: (admin connection, database name, URL,
+/// data directory); `None` (skipped, loudly) when PostgreSQL is down.
+async fn pg_metadata_db(kind: &str) -> Option<(sea_orm::DatabaseConnection, String, String, std::path::PathBuf)> {
+    use sea_orm::{ConnectionTrait, Database};
+    let admin = match Database::connect(&postgres_admin_url()).await {
+        Ok(a) => a,
+        Err(e) => {
+            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            return None;
+        }
+    };
+    let name = format!("sluice_{kind}_{}", random_base62(8).to_lowercase());
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
+    let data = std::env::temp_dir().join(format!("sluice-{kind}-{}", random_base62(8).to_lowercase()));
+    Some((admin, name, db, data))
+}
+
+/// Waits up to `secs` for `run` to succeed (failing on a failure or a
+/// cancel, or with `late` when it takes longer); answers the run.
+async fn succeeded(api: &Api, org: &str, run: &str, secs: u64, late: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        if r["status"] == "succeeded" {
+            return r;
+        }
+        assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+        assert!(Instant::now() < deadline, "{late}: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn count_rows(pg: &mut sqlx::PgConnection, sql: &str) -> i64 {
     let r: Result<(i64,), _> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(pg).await;
     r.map(|(n,)| n).unwrap_or(0)
@@ -389,32 +416,13 @@ fn signal(p: &Proc, signal: &str) {
 
 #[tokio::test]
 async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
-    use sea_orm::{ConnectionTrait, Database};
-    let admin_url = postgres_admin_url();
-    let admin = match Database::connect(&admin_url).await {
-        Ok(a) => a,
-        Err(e) => {
-            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
-            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
-            return;
-        }
-    };
+    use sea_orm::ConnectionTrait;
+    let Some((admin, name, db, data)) = pg_metadata_db("fence").await else { return };
     let Some(src) = pg_schema().await else { return };
     let Some(dst) = pg_schema().await else { return };
     const ROWS: i64 = 1_000_000;
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE {s}.events (id bigint PRIMARY KEY, payload text NOT NULL, updated timestamptz NOT NULL);
-         INSERT INTO {s}.events SELECT g, 'event number ' || g, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {ROWS}) g;",
-        s = src.name
-    )))
-    .execute(&mut pg)
-    .await
-    .unwrap();
-    let name = format!("sluice_fence_{}", random_base62(8).to_lowercase());
-    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
-    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
-    let data = std::env::temp_dir().join(format!("sluice-fence-{}", random_base62(8).to_lowercase()));
+    seed_events(&mut pg, &src.name, ROWS).await;
     std::fs::create_dir_all(&data).unwrap();
     // A short lease, so that the take-over comes within seconds.
     let env_with = |port: u16| {
@@ -424,8 +432,7 @@ async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
     };
     let port = free_port();
     let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
-    let _api_proc = spawn(&["serve", "--no-worker"], &env_with(port));
-    wait_healthy(&api.client, &api.base).await;
+    let _api_proc = serve(&["serve", "--no-worker"], &env_with(port), &api).await;
     // Through rows (a transform), so the load checkpoints often.
     let (org, flow) = org_with_pg_flow(
         &api,
@@ -469,16 +476,7 @@ async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
     }
     // The frozen worker wakes while the second one is copying.
     signal(&first, "CONT");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let done = loop {
-        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
-        if r["status"] == "succeeded" {
-            break r;
-        }
-        assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
-        assert!(Instant::now() < deadline, "the run did not finish: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let done = succeeded(&api, &org, &run, 300, "the run did not finish").await;
     // Give the first worker time to do anything it still would: it must
     // stop within one heartbeat (half a second here) of waking.
     tokio::time::sleep(Duration::from_secs(3)).await;

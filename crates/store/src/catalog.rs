@@ -52,8 +52,7 @@ impl DiscoveredSchemas for Store {
         now: OffsetDateTime,
     ) -> Result<()> {
         let fields = asset_fields(schema);
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             let existing = data_assets::Entity::find()
                 .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
                 .filter(data_assets::Column::Name.eq(name))
@@ -108,9 +107,7 @@ impl DiscoveredSchemas for Store {
             .await
             .map_err(db_err)?;
             Ok(())
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
@@ -141,27 +138,21 @@ impl CatalogRepository for Store {
     }
 
     async fn find_discovered(&self, org: OrgId, connection: ConnectionId, entity: &str) -> Result<Option<DataAsset>> {
-        data_assets::Entity::find()
-            .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
-            .filter(data_assets::Column::ConnectionId.eq(connection.as_uuid()))
-            .filter(data_assets::Column::Entity.eq(entity))
-            .filter(data_assets::Column::Kind.eq(AssetKind::Discovered.as_str()))
-            .order_by_desc(data_assets::Column::UpdatedAt)
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(asset_from)
-            .transpose()
+        crate::first(
+            &self.db,
+            data_assets::Entity::find()
+                .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
+                .filter(data_assets::Column::ConnectionId.eq(connection.as_uuid()))
+                .filter(data_assets::Column::Entity.eq(entity))
+                .filter(data_assets::Column::Kind.eq(AssetKind::Discovered.as_str()))
+                .order_by_desc(data_assets::Column::UpdatedAt),
+            asset_from,
+        )
+        .await
     }
 
     async fn get_asset(&self, org: OrgId, id: AssetId) -> Result<Option<DataAsset>> {
-        data_assets::Entity::find_by_id(id.as_uuid())
-            .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(asset_from)
-            .transpose()
+        crate::owned::<data_assets::Entity, _>(&self.db, id.as_uuid(), org.as_uuid(), asset_from).await
     }
 
     async fn list_assets(&self, org: OrgId, page: PageRequest) -> Result<Page<DataAsset>> {
@@ -199,15 +190,7 @@ impl CatalogRepository for Store {
 
     async fn delete_asset(&self, org: OrgId, id: AssetId, audit: &AuditEntry) -> Result<()> {
         audited!(self, audit, |tx| {
-            let res = data_assets::Entity::delete_many()
-                .filter(data_assets::Column::Id.eq(id.as_uuid()))
-                .filter(data_assets::Column::OrgId.eq(org.as_uuid()))
-                .exec(tx.c())
-                .await
-                .map_err(db_err)?;
-            if res.rows_affected == 0 {
-                return Err(Error::NotFound { resource: "data asset" });
-            }
+            crate::delete_owned::<data_assets::Entity>(tx.c(), id.as_uuid(), org.as_uuid(), "data asset").await?;
             // Explicit, so SQLite needs no foreign-key pragma for the cascade.
             data_asset_versions::Entity::delete_many()
                 .filter(data_asset_versions::Column::AssetId.eq(id.as_uuid()))

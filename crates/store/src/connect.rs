@@ -101,68 +101,60 @@ impl Store {
     /// When a value does not decrypt with the current key; nothing changes then.
     pub async fn rotate_master_key(&self, new: &[u8; 32]) -> Result<u64> {
         let next = crate::crypto::Cipher::new(new);
-        let tx = self.write().await?;
-        let r = async {
-            let mut n = 0;
-            for m in integrations::Entity::find().all(tx.c()).await.map_err(db_err)? {
-                let aad = integration_aad(m.id);
-                let plain = self.cipher.decrypt(&m.credentials, &aad)?;
-                integrations::Entity::update_many()
-                    .col_expr(integrations::Column::Credentials, Expr::value(next.encrypt(&plain, &aad)?))
-                    .filter(integrations::Column::Id.eq(m.id))
-                    .exec(tx.c())
-                    .await
-                    .map_err(db_err)?;
-                n += 1;
-            }
-            for m in connections::Entity::find().all(tx.c()).await.map_err(db_err)? {
-                let aad = connection_aad(m.id);
-                let plain = self.cipher.decrypt(&m.secrets, &aad)?;
-                connections::Entity::update_many()
-                    .col_expr(connections::Column::Secrets, Expr::value(next.encrypt(&plain, &aad)?))
-                    .filter(connections::Column::Id.eq(m.id))
-                    .exec(tx.c())
-                    .await
-                    .map_err(db_err)?;
-                n += 1;
-            }
-            Ok(n)
-        }
-        .await;
-        tx.finish(r).await
+        written!(self, |tx| {
+            let sealed = |rows: Vec<(Uuid, String)>, aad: fn(Uuid) -> String| {
+                rows.into_iter().map(|(id, v)| (id, v, aad(id))).collect::<Vec<_>>()
+            };
+            let integrations = integrations::Entity::find().all(tx.c()).await.map_err(db_err)?;
+            let rows = sealed(integrations.into_iter().map(|m| (m.id, m.credentials)).collect(), integration_aad);
+            let n =
+                reseal::<integrations::Entity>(tx.c(), integrations::Column::Credentials, rows, &self.cipher, &next)
+                    .await?;
+            let connections = connections::Entity::find().all(tx.c()).await.map_err(db_err)?;
+            let rows = sealed(connections.into_iter().map(|m| (m.id, m.secrets)).collect(), connection_aad);
+            let m =
+                reseal::<connections::Entity>(tx.c(), connections::Column::Secrets, rows, &self.cipher, &next).await?;
+            Ok(n + m)
+        })
     }
+}
+
+/// Re-encrypts the sealed values `rows` (row id, value, its associated
+/// data) of `column` from `old` to `next`; answers how many.
+async fn reseal<E: crate::OrgTable>(
+    c: &impl sea_orm::ConnectionTrait,
+    column: E::Column,
+    rows: Vec<(Uuid, String, String)>,
+    old: &crate::crypto::Cipher,
+    next: &crate::crypto::Cipher,
+) -> Result<u64> {
+    for (id, value, aad) in &rows {
+        let plain = old.decrypt(value, aad)?;
+        E::update_many()
+            .col_expr(column, Expr::value(next.encrypt(&plain, aad)?))
+            .filter(E::ID.eq(*id))
+            .exec(c)
+            .await
+            .map_err(db_err)?;
+    }
+    Ok(rows.len() as u64)
 }
 
 #[async_trait]
 impl IntegrationRepository for Store {
     async fn create(&self, i: &Integration, audit: &AuditEntry) -> Result<()> {
         audited!(self, audit, |tx| {
-            integrations::Entity::insert(self.integration_model(i)?)
-                .exec_without_returning(tx.c())
-                .await
-                .map_err(db_err)?;
+            crate::insert(tx.c(), self.integration_model(i)?).await?;
         })
     }
 
     async fn get(&self, org: OrgId, id: IntegrationId) -> Result<Option<Integration>> {
-        integrations::Entity::find_by_id(id.as_uuid())
-            .filter(integrations::Column::OrgId.eq(org.as_uuid()))
-            .one(&self.db)
+        crate::owned::<integrations::Entity, _>(&self.db, id.as_uuid(), org.as_uuid(), |m| self.integration_from(m))
             .await
-            .map_err(db_err)?
-            .map(|m| self.integration_from(m))
-            .transpose()
     }
 
     async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Integration>> {
-        integrations::Entity::find()
-            .filter(integrations::Column::OrgId.eq(org.as_uuid()))
-            .filter(integrations::Column::Name.eq(name))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(|m| self.integration_from(m))
-            .transpose()
+        crate::named::<integrations::Entity, _>(&self.db, org.as_uuid(), name, |m| self.integration_from(m)).await
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {
@@ -208,15 +200,7 @@ impl IntegrationRepository for Store {
                     message: format!("{users} connection(s) use this integration; delete or move them first"),
                 });
             }
-            let res = integrations::Entity::delete_many()
-                .filter(integrations::Column::Id.eq(id.as_uuid()))
-                .filter(integrations::Column::OrgId.eq(org.as_uuid()))
-                .exec(tx.c())
-                .await
-                .map_err(db_err)?;
-            if res.rows_affected == 0 {
-                return Err(Error::not_found("integration"));
-            }
+            crate::delete_owned::<integrations::Entity>(tx.c(), id.as_uuid(), org.as_uuid(), "integration").await?;
         })
     }
 }
@@ -225,32 +209,16 @@ impl IntegrationRepository for Store {
 impl ConnectionRepository for Store {
     async fn create(&self, c: &Connection, audit: &AuditEntry) -> Result<()> {
         audited!(self, audit, |tx| {
-            connections::Entity::insert(self.connection_model(c)?)
-                .exec_without_returning(tx.c())
-                .await
-                .map_err(db_err)?;
+            crate::insert(tx.c(), self.connection_model(c)?).await?;
         })
     }
 
     async fn get(&self, org: OrgId, id: ConnectionId) -> Result<Option<Connection>> {
-        connections::Entity::find_by_id(id.as_uuid())
-            .filter(connections::Column::OrgId.eq(org.as_uuid()))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(|m| self.connection_from(m))
-            .transpose()
+        crate::owned::<connections::Entity, _>(&self.db, id.as_uuid(), org.as_uuid(), |m| self.connection_from(m)).await
     }
 
     async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Connection>> {
-        connections::Entity::find()
-            .filter(connections::Column::OrgId.eq(org.as_uuid()))
-            .filter(connections::Column::Name.eq(name))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(|m| self.connection_from(m))
-            .transpose()
+        crate::named::<connections::Entity, _>(&self.db, org.as_uuid(), name, |m| self.connection_from(m)).await
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>> {
@@ -286,15 +254,7 @@ impl ConnectionRepository for Store {
                     message: format!("{users} flow(s) use this connection; delete or change them first"),
                 });
             }
-            let res = connections::Entity::delete_many()
-                .filter(connections::Column::Id.eq(id.as_uuid()))
-                .filter(connections::Column::OrgId.eq(org.as_uuid()))
-                .exec(tx.c())
-                .await
-                .map_err(db_err)?;
-            if res.rows_affected == 0 {
-                return Err(Error::not_found("connection"));
-            }
+            crate::delete_owned::<connections::Entity>(tx.c(), id.as_uuid(), org.as_uuid(), "connection").await?;
         })
     }
 
@@ -306,26 +266,25 @@ impl ConnectionRepository for Store {
         tested_at: OffsetDateTime,
         error: Option<String>,
     ) -> Result<()> {
-        let tx = self.write().await?;
-        let r = connections::Entity::update_many()
-            .col_expr(connections::Column::Status, Expr::value(status.as_str()))
-            .col_expr(connections::Column::LastTestedAt, Expr::value(Some(tested_at)))
-            .col_expr(connections::Column::LastError, Expr::value(error))
-            .filter(connections::Column::Id.eq(id.as_uuid()))
-            .filter(connections::Column::OrgId.eq(org.as_uuid()))
-            .exec(tx.c())
-            .await
-            .map(|_| ())
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            connections::Entity::update_many()
+                .col_expr(connections::Column::Status, Expr::value(status.as_str()))
+                .col_expr(connections::Column::LastTestedAt, Expr::value(Some(tested_at)))
+                .col_expr(connections::Column::LastError, Expr::value(error))
+                .filter(connections::Column::Id.eq(id.as_uuid()))
+                .filter(connections::Column::OrgId.eq(org.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map(|_| ())
+                .map_err(db_err)
+        })
     }
 }
 
 #[async_trait]
 impl sluice_domain::connect::ports::OAuthStateStore for Store {
     async fn put(&self, s: &sluice_domain::connect::oauth::OAuthState) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             // Flows older than their expiry are forgotten as new ones start.
             oauth_states::Entity::delete_many()
                 .filter(oauth_states::Column::ExpiresAt.lt(OffsetDateTime::now_utc()))
@@ -345,14 +304,11 @@ impl sluice_domain::connect::ports::OAuthStateStore for Store {
             .await
             .map_err(db_err)?;
             Ok(())
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn take(&self, id: &str) -> Result<Option<sluice_domain::connect::oauth::OAuthState>> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             let Some(m) = oauth_states::Entity::find_by_id(id.to_string()).one(tx.c()).await.map_err(db_err)? else {
                 return Ok(None);
             };
@@ -373,8 +329,6 @@ impl sluice_domain::connect::ports::OAuthStateStore for Store {
                 actor: serde_json::from_value(m.actor).map_err(|e| Error::Internal(e.into()))?,
                 expires_at: m.expires_at,
             }))
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }

@@ -12,7 +12,8 @@ use sea_orm::{ActiveValue, ColumnTrait, DbErr, EntityTrait, QueryFilter, QueryOr
 use sluice_domain::Error;
 use sluice_domain::Result;
 use sluice_domain::iac::ports::IacRepository;
-use sluice_domain::iac::{Snapshot, Write, Writes, stale_plan};
+use sluice_domain::iac::ports::stale_plan;
+use sluice_domain::iac::{Snapshot, Write, Writes};
 use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::OrgId;
 
@@ -61,39 +62,31 @@ macro_rules! write_all {
 impl IacRepository for Store {
     async fn snapshot(&self, org: OrgId) -> Result<Snapshot> {
         let o = org.as_uuid();
-        let integrations = integrations::Entity::find()
-            .filter(integrations::Column::OrgId.eq(o))
-            .order_by_asc(integrations::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(|m| self.integration_from(m))
-            .collect::<Result<Vec<_>>>()?;
-        let connections = connections::Entity::find()
-            .filter(connections::Column::OrgId.eq(o))
-            .order_by_asc(connections::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(|m| self.connection_from(m))
-            .collect::<Result<Vec<_>>>()?;
-        let flows = flows::Entity::find()
-            .filter(flows::Column::OrgId.eq(o))
-            .order_by_asc(flows::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(flow_from)
-            .collect::<Result<Vec<_>>>()?;
+        let integrations = crate::all(
+            &self.db,
+            integrations::Entity::find()
+                .filter(integrations::Column::OrgId.eq(o))
+                .order_by_asc(integrations::Column::Id),
+            |m| self.integration_from(m),
+        )
+        .await?;
+        let connections = crate::all(
+            &self.db,
+            connections::Entity::find().filter(connections::Column::OrgId.eq(o)).order_by_asc(connections::Column::Id),
+            |m| self.connection_from(m),
+        )
+        .await?;
+        let flows = crate::all(
+            &self.db,
+            flows::Entity::find().filter(flows::Column::OrgId.eq(o)).order_by_asc(flows::Column::Id),
+            flow_from,
+        )
+        .await?;
         Ok(Snapshot { integrations, connections, flows })
     }
 
     async fn apply(&self, org: OrgId, writes: &Writes, audit: &[AuditEntry]) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             let c = tx.c();
             self.lock_org(c, org).await?;
             write_all!(c, org, &writes.integrations, integrations, |i| self.integration_model(i));
@@ -103,8 +96,6 @@ impl IacRepository for Store {
                 insert_audit(c, a).await?;
             }
             Ok(())
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }

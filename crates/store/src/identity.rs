@@ -100,14 +100,11 @@ impl Store {
 
     async fn members_from(&self, rows: Vec<memberships::Model>) -> Result<Vec<Member>> {
         let ids: Vec<Uuid> = rows.iter().map(|m| m.user_id).collect();
-        let users: HashMap<Uuid, users::Model> = users::Entity::find()
-            .filter(users::Column::Id.is_in(ids))
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(|u| (u.id, u))
-            .collect();
+        let users: HashMap<Uuid, users::Model> =
+            crate::all(&self.db, users::Entity::find().filter(users::Column::Id.is_in(ids)), |u| Ok((u.id, u)))
+                .await?
+                .into_iter()
+                .collect();
         rows.into_iter()
             .map(|m| {
                 let u = users.get(&m.user_id);
@@ -174,12 +171,7 @@ impl OrgRepository for Store {
     }
 
     async fn get(&self, id: OrgId) -> Result<Option<Organization>> {
-        organizations::Entity::find_by_id(id.as_uuid())
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(convert::org)
-            .transpose()
+        crate::first(&self.db, organizations::Entity::find_by_id(id.as_uuid()), convert::org).await
     }
 
     async fn list_for_user(&self, user: UserId, page: PageRequest) -> Result<Page<Organization>> {
@@ -233,8 +225,7 @@ impl OrgRepository for Store {
     }
 
     async fn set_member_role(&self, org: OrgId, user: UserId, role: Role, audit: &AuditEntry) -> Result<Member> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             self.lock_org(tx.c(), org).await?;
             let m = self.membership(tx.c(), org, user).await?.ok_or(Error::not_found("member"))?;
             check_admin_retained(self.admin_count(tx.c(), org).await?, convert::role(&m.role)?, Some(role))?;
@@ -245,9 +236,7 @@ impl OrgRepository for Store {
                 .await
                 .map_err(db_err)?;
             insert_audit(tx.c(), audit).await
-        }
-        .await;
-        tx.finish(r).await?;
+        })?;
         self.get_member(org, user).await?.ok_or(Error::not_found("member"))
     }
 
@@ -285,13 +274,12 @@ impl InvitationRepository for Store {
     }
 
     async fn find_by_token_hash(&self, token_hash: &str) -> Result<Option<Invitation>> {
-        invitations::Entity::find()
-            .filter(invitations::Column::TokenHash.eq(token_hash))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(convert::invitation)
-            .transpose()
+        crate::first(
+            &self.db,
+            invitations::Entity::find().filter(invitations::Column::TokenHash.eq(token_hash)),
+            convert::invitation,
+        )
+        .await
     }
 
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Invitation>> {
@@ -336,8 +324,7 @@ impl InvitationRepository for Store {
     }
 
     async fn revoke(&self, org: OrgId, id: InvitationId, audit: &AuditEntry) -> Result<Invitation> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             let m = invitations::Entity::find_by_id(id.as_uuid())
                 .filter(invitations::Column::OrgId.eq(org.as_uuid()))
                 .one(tx.c())
@@ -360,9 +347,7 @@ impl InvitationRepository for Store {
             let mut inv = convert::invitation(m)?;
             inv.status = InvitationStatus::Revoked;
             Ok(inv)
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 }
 
@@ -411,26 +396,26 @@ impl ApiKeyRepository for Store {
     }
 
     async fn find_active_by_hash(&self, hash: &str) -> Result<Option<ApiKey>> {
-        api_keys::Entity::find()
-            .filter(api_keys::Column::KeyHash.eq(hash))
-            .filter(api_keys::Column::RevokedAt.is_null())
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(convert::api_key)
-            .transpose()
+        crate::first(
+            &self.db,
+            api_keys::Entity::find()
+                .filter(api_keys::Column::KeyHash.eq(hash))
+                .filter(api_keys::Column::RevokedAt.is_null()),
+            convert::api_key,
+        )
+        .await
     }
 
     async fn touch(&self, id: ApiKeyId, now: OffsetDateTime) -> Result<()> {
-        let tx = self.write().await?;
-        let r = api_keys::Entity::update_many()
-            .col_expr(api_keys::Column::LastUsedAt, Expr::value(now))
-            .filter(api_keys::Column::Id.eq(id.as_uuid()))
-            .exec(tx.c())
-            .await
-            .map(|_| ())
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            api_keys::Entity::update_many()
+                .col_expr(api_keys::Column::LastUsedAt, Expr::value(now))
+                .filter(api_keys::Column::Id.eq(id.as_uuid()))
+                .exec(tx.c())
+                .await
+                .map(|_| ())
+                .map_err(db_err)
+        })
     }
 }
 
@@ -510,50 +495,50 @@ impl IdempotencyStore for Store {
     }
 
     async fn take_over(&self, old: &IdempotencyRecord, new: &IdempotencyRecord) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = idempotency_keys::Entity::update_many()
-            .col_expr(idempotency_keys::Column::Fingerprint, Expr::value(new.fingerprint.clone()))
-            .col_expr(idempotency_keys::Column::CreatedAt, Expr::value(new.created_at))
-            .col_expr(idempotency_keys::Column::Status, Expr::value(Option::<i32>::None))
-            .col_expr(idempotency_keys::Column::Body, Expr::value(Option::<Vec<u8>>::None))
-            .col_expr(idempotency_keys::Column::ContentType, Expr::value(Option::<String>::None))
-            .col_expr(idempotency_keys::Column::Location, Expr::value(Option::<String>::None))
-            .filter(idempotency_keys::Column::Scope.eq(old.scope.as_str()))
-            .filter(idempotency_keys::Column::Key.eq(old.key.as_str()))
-            .filter(idempotency_keys::Column::CreatedAt.eq(old.created_at))
-            .exec(tx.c())
-            .await
-            .map(|r| r.rows_affected == 1)
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            idempotency_keys::Entity::update_many()
+                .col_expr(idempotency_keys::Column::Fingerprint, Expr::value(new.fingerprint.clone()))
+                .col_expr(idempotency_keys::Column::CreatedAt, Expr::value(new.created_at))
+                .col_expr(idempotency_keys::Column::Status, Expr::value(Option::<i32>::None))
+                .col_expr(idempotency_keys::Column::Body, Expr::value(Option::<Vec<u8>>::None))
+                .col_expr(idempotency_keys::Column::ContentType, Expr::value(Option::<String>::None))
+                .col_expr(idempotency_keys::Column::Location, Expr::value(Option::<String>::None))
+                .filter(idempotency_keys::Column::Scope.eq(old.scope.as_str()))
+                .filter(idempotency_keys::Column::Key.eq(old.key.as_str()))
+                .filter(idempotency_keys::Column::CreatedAt.eq(old.created_at))
+                .exec(tx.c())
+                .await
+                .map(|r| r.rows_affected == 1)
+                .map_err(db_err)
+        })
     }
 
     async fn complete(&self, scope: &str, key: &str, response: &StoredResponse) -> Result<()> {
-        let tx = self.write().await?;
-        let r = idempotency_keys::Entity::update_many()
-            .col_expr(idempotency_keys::Column::Status, Expr::value(Some(response.status as i32)))
-            .col_expr(idempotency_keys::Column::Body, Expr::value(Some(response.body.clone())))
-            .col_expr(idempotency_keys::Column::ContentType, Expr::value(response.content_type.clone()))
-            .col_expr(idempotency_keys::Column::Location, Expr::value(response.location.clone()))
-            .filter(idempotency_keys::Column::Scope.eq(scope))
-            .filter(idempotency_keys::Column::Key.eq(key))
-            .exec(tx.c())
-            .await
-            .map(|_| ())
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            idempotency_keys::Entity::update_many()
+                .col_expr(idempotency_keys::Column::Status, Expr::value(Some(response.status as i32)))
+                .col_expr(idempotency_keys::Column::Body, Expr::value(Some(response.body.clone())))
+                .col_expr(idempotency_keys::Column::ContentType, Expr::value(response.content_type.clone()))
+                .col_expr(idempotency_keys::Column::Location, Expr::value(response.location.clone()))
+                .filter(idempotency_keys::Column::Scope.eq(scope))
+                .filter(idempotency_keys::Column::Key.eq(key))
+                .exec(tx.c())
+                .await
+                .map(|_| ())
+                .map_err(db_err)
+        })
     }
 
     async fn release(&self, scope: &str, key: &str) -> Result<()> {
-        let tx = self.write().await?;
-        let r = idempotency_keys::Entity::delete_many()
-            .filter(idempotency_keys::Column::Scope.eq(scope))
-            .filter(idempotency_keys::Column::Key.eq(key))
-            .exec(tx.c())
-            .await
-            .map(|_| ())
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            idempotency_keys::Entity::delete_many()
+                .filter(idempotency_keys::Column::Scope.eq(scope))
+                .filter(idempotency_keys::Column::Key.eq(key))
+                .exec(tx.c())
+                .await
+                .map(|_| ())
+                .map_err(db_err)
+        })
     }
 }
 

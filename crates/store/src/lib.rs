@@ -10,13 +10,20 @@
 /// change and its audit entry commit together or not at all (`?` or
 /// `return Err(..)` in the body rolls both back).
 macro_rules! audited {
-    ($store:expr, $audit:expr, |$tx:ident| { $($body:tt)* }) => {{
-        let $tx = $store.write().await?;
-        let r = async {
+    ($store:expr, $audit:expr, |$tx:ident| { $($body:tt)* }) => {
+        written!($store, |$tx| {
             $($body)*
             $crate::insert_audit($tx.c(), $audit).await
-        }
-        .await;
+        })
+    };
+}
+
+/// Runs `body` (a block that ends in a `Result`) in one write transaction
+/// of the store: committed when the result is `Ok`, rolled back otherwise.
+macro_rules! written {
+    ($store:expr, |$tx:ident| { $($body:tt)* }) => {{
+        let $tx = $store.write().await?;
+        let r = async { $($body)* }.await;
         $tx.finish(r).await
     }};
 }
@@ -81,6 +88,106 @@ where
 {
     let items = keyset(db, q, id, page).await?.into_iter().map(from).collect::<Result<Vec<_>, _>>()?;
     Ok(sluice_domain::shared::page::Page::from_overfetch(items, page.limit, id_of))
+}
+
+/// The one row `q` finds, converted by `from`.
+pub(crate) async fn first<E, T>(
+    db: &impl sea_orm::ConnectionTrait,
+    q: sea_orm::Select<E>,
+    from: impl FnOnce(E::Model) -> Result<T, Error>,
+) -> Result<Option<T>, Error>
+where
+    E: sea_orm::EntityTrait,
+{
+    q.one(db).await.map_err(db_err)?.map(from).transpose()
+}
+
+/// Every row `q` finds, converted by `from`.
+pub(crate) async fn all<E, T>(
+    db: &impl sea_orm::ConnectionTrait,
+    q: sea_orm::Select<E>,
+    from: impl FnMut(E::Model) -> Result<T, Error>,
+) -> Result<Vec<T>, Error>
+where
+    E: sea_orm::EntityTrait,
+{
+    q.all(db).await.map_err(db_err)?.into_iter().map(from).collect()
+}
+
+/// Inserts `row` (an active model) in the transaction `c`.
+pub(crate) async fn insert<A>(c: &impl sea_orm::ConnectionTrait, row: A) -> Result<(), Error>
+where
+    A: sea_orm::ActiveModelTrait + Send,
+{
+    <A::Entity as sea_orm::EntityTrait>::insert(row).exec_without_returning(c).await.map(|_| ()).map_err(db_err)
+}
+
+/// A table whose rows belong to an organization, by their `id`.
+pub(crate) trait OrgTable: sea_orm::EntityTrait {
+    const ID: Self::Column;
+    const ORG: Self::Column;
+}
+
+/// An [`OrgTable`] whose names are unique within an organization.
+pub(crate) trait NamedTable: OrgTable {
+    const NAME: Self::Column;
+}
+
+macro_rules! org_table {
+    ($($table:ident),*) => {$(
+        impl OrgTable for entities::$table::Entity {
+            const ID: Self::Column = entities::$table::Column::Id;
+            const ORG: Self::Column = entities::$table::Column::OrgId;
+        }
+    )*};
+}
+org_table!(integrations, connections, flows, runs, data_assets);
+
+macro_rules! named_table {
+    ($($table:ident),*) => {$(
+        impl NamedTable for entities::$table::Entity {
+            const NAME: Self::Column = entities::$table::Column::Name;
+        }
+    )*};
+}
+named_table!(integrations, connections, flows);
+
+/// The row `id` of organization `org`, converted by `from`.
+pub(crate) async fn owned<E: OrgTable, T>(
+    db: &impl sea_orm::ConnectionTrait,
+    id: uuid::Uuid,
+    org: uuid::Uuid,
+    from: impl FnOnce(E::Model) -> Result<T, Error>,
+) -> Result<Option<T>, Error> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    first(db, E::find().filter(E::ID.eq(id)).filter(E::ORG.eq(org)), from).await
+}
+
+/// The row named `name` in organization `org`, converted by `from`.
+pub(crate) async fn named<E: NamedTable, T>(
+    db: &impl sea_orm::ConnectionTrait,
+    org: uuid::Uuid,
+    name: &str,
+    from: impl FnOnce(E::Model) -> Result<T, Error>,
+) -> Result<Option<T>, Error> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    first(db, E::find().filter(E::ORG.eq(org)).filter(E::NAME.eq(name)), from).await
+}
+
+/// Deletes the row `id` of organization `org`; `NotFound` naming
+/// `resource` when there is none.
+pub(crate) async fn delete_owned<E: OrgTable>(
+    c: &impl sea_orm::ConnectionTrait,
+    id: uuid::Uuid,
+    org: uuid::Uuid,
+    resource: &'static str,
+) -> Result<(), Error> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    let res = E::delete_many().filter(E::ID.eq(id)).filter(E::ORG.eq(org)).exec(c).await.map_err(db_err)?;
+    if res.rows_affected == 0 {
+        return Err(Error::not_found(resource));
+    }
+    Ok(())
 }
 
 /// How long PostgreSQL lets a metadata-store session sit inside a

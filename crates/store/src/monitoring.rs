@@ -12,21 +12,21 @@ use time::OffsetDateTime;
 #[async_trait]
 impl sluice_domain::monitoring::ports::ActivityRepository for Store {
     async fn record_event(&self, e: &ActivityEvent) -> Result<()> {
-        let tx = self.write().await?;
-        let r = activity_events::Entity::insert(activity_events::ActiveModel {
-            id: Set(e.id),
-            org_id: Set(e.org_id.as_uuid()),
-            event_type: Set(e.event_type.clone()),
-            severity: Set(e.severity.clone()),
-            message: Set(e.message.clone()),
-            data: Set(e.data.clone()),
-            created_at: Set(e.created_at),
+        written!(self, |tx| {
+            activity_events::Entity::insert(activity_events::ActiveModel {
+                id: Set(e.id),
+                org_id: Set(e.org_id.as_uuid()),
+                event_type: Set(e.event_type.clone()),
+                severity: Set(e.severity.clone()),
+                message: Set(e.message.clone()),
+                data: Set(e.data.clone()),
+                created_at: Set(e.created_at),
+            })
+            .exec_without_returning(tx.c())
+            .await
+            .map(|_| ())
+            .map_err(db_err)
         })
-        .exec_without_returning(tx.c())
-        .await
-        .map(|_| ())
-        .map_err(db_err);
-        tx.finish(r).await
     }
 
     async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>> {

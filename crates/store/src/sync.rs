@@ -98,24 +98,11 @@ impl FlowRepository for Store {
     }
 
     async fn get(&self, org: OrgId, id: FlowId) -> Result<Option<Flow>> {
-        flows::Entity::find_by_id(id.as_uuid())
-            .filter(flows::Column::OrgId.eq(org.as_uuid()))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(flow_from)
-            .transpose()
+        crate::owned::<flows::Entity, _>(&self.db, id.as_uuid(), org.as_uuid(), flow_from).await
     }
 
     async fn find_by_name(&self, org: OrgId, name: &str) -> Result<Option<Flow>> {
-        flows::Entity::find()
-            .filter(flows::Column::OrgId.eq(org.as_uuid()))
-            .filter(flows::Column::Name.eq(name))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(flow_from)
-            .transpose()
+        crate::named::<flows::Entity, _>(&self.db, org.as_uuid(), name, flow_from).await
     }
 
     async fn list(&self, org: OrgId, status: Option<FlowStatus>, page: PageRequest) -> Result<Page<Flow>> {
@@ -127,14 +114,7 @@ impl FlowRepository for Store {
     }
 
     async fn all(&self, org: OrgId) -> Result<Vec<Flow>> {
-        flows::Entity::find()
-            .filter(flows::Column::OrgId.eq(org.as_uuid()))
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(flow_from)
-            .collect()
+        crate::all(&self.db, flows::Entity::find().filter(flows::Column::OrgId.eq(org.as_uuid())), flow_from).await
     }
 
     async fn update(&self, f: &Flow, audit: &AuditEntry) -> Result<()> {
@@ -149,15 +129,7 @@ impl FlowRepository for Store {
 
     async fn delete(&self, org: OrgId, id: FlowId, audit: &AuditEntry) -> Result<()> {
         audited!(self, audit, |tx| {
-            let res = flows::Entity::delete_many()
-                .filter(flows::Column::Id.eq(id.as_uuid()))
-                .filter(flows::Column::OrgId.eq(org.as_uuid()))
-                .exec(tx.c())
-                .await
-                .map_err(db_err)?;
-            if res.rows_affected == 0 {
-                return Err(Error::not_found("flow"));
-            }
+            crate::delete_owned::<flows::Entity>(tx.c(), id.as_uuid(), org.as_uuid(), "flow").await?;
         })
     }
 }
@@ -247,15 +219,15 @@ impl RunRepository for Store {
     }
 
     async fn heartbeat(&self, fence: Fence, worker: &str, now: OffsetDateTime) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = fenced(runs::Entity::update_many(), fence)
-            .col_expr(runs::Column::HeartbeatAt, Expr::value(now))
-            .filter(runs::Column::ClaimedBy.eq(worker))
-            .exec(tx.c())
-            .await
-            .map(|r| r.rows_affected == 1)
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            fenced(runs::Entity::update_many(), fence)
+                .col_expr(runs::Column::HeartbeatAt, Expr::value(now))
+                .filter(runs::Column::ClaimedBy.eq(worker))
+                .exec(tx.c())
+                .await
+                .map(|r| r.rows_affected == 1)
+                .map_err(db_err)
+        })
     }
 
     async fn holds(&self, fence: Fence) -> Result<bool> {
@@ -264,8 +236,7 @@ impl RunRepository for Store {
     }
 
     async fn progress(&self, fence: Fence, entities: &[EntityStats]) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             let json = serde_json::to_value(entities).map_err(|e| Error::Internal(e.into()))?;
             let n = fenced(runs::Entity::update_many(), fence)
                 .col_expr(runs::Column::Entities, Expr::value(json))
@@ -273,14 +244,11 @@ impl RunRepository for Store {
                 .await
                 .map_err(db_err)?;
             Ok(n.rows_affected == 1)
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn save(&self, run: &Run) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             // A cancellation recorded meanwhile wins over a worker's outcome;
             // a run taken over by a later attempt keeps that attempt's record.
             let current = runs::Entity::find_by_id(run.id.as_uuid()).one(tx.c()).await.map_err(db_err)?;
@@ -306,19 +274,11 @@ impl RunRepository for Store {
                 .await
                 .map_err(db_err)?;
             Ok(())
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn get(&self, org: OrgId, id: RunId) -> Result<Option<Run>> {
-        runs::Entity::find_by_id(id.as_uuid())
-            .filter(runs::Column::OrgId.eq(org.as_uuid()))
-            .one(&self.db)
-            .await
-            .map_err(db_err)?
-            .map(run_from)
-            .transpose()
+        crate::owned::<runs::Entity, _>(&self.db, id.as_uuid(), org.as_uuid(), run_from).await
     }
 
     async fn status(&self, id: RunId) -> Result<Option<RunStatus>> {
@@ -356,8 +316,7 @@ impl RunRepository for Store {
     }
 
     async fn log(&self, run: RunId, fence: Option<Fence>, line: &RunLog) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             if let Some(f) = fence
                 && !held(self, tx.c(), f).await?
             {
@@ -375,21 +334,18 @@ impl RunRepository for Store {
             .await
             .map(|_| ())
             .map_err(db_err)
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn logs(&self, run: RunId) -> Result<Vec<RunLog>> {
-        Ok(run_logs::Entity::find()
-            .filter(run_logs::Column::RunId.eq(run.as_uuid()))
-            .order_by_asc(run_logs::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(|m| RunLog { ts: m.ts, level: m.level, entity: m.entity, message: m.message })
-            .collect())
+        crate::all(
+            &self.db,
+            run_logs::Entity::find()
+                .filter(run_logs::Column::RunId.eq(run.as_uuid()))
+                .order_by_asc(run_logs::Column::Id),
+            |m| Ok(RunLog { ts: m.ts, level: m.level, entity: m.entity, message: m.message }),
+        )
+        .await
     }
 }
 
@@ -442,14 +398,10 @@ async fn write_cursor(tx: &sea_orm::DatabaseTransaction, flow: FlowId, c: &Curso
 #[async_trait]
 impl CursorRepository for Store {
     async fn list(&self, flow: FlowId) -> Result<Vec<Cursor>> {
-        Ok(cursors::Entity::find()
-            .filter(cursors::Column::FlowId.eq(flow.as_uuid()))
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(cursor_from)
-            .collect())
+        crate::all(&self.db, cursors::Entity::find().filter(cursors::Column::FlowId.eq(flow.as_uuid())), |m| {
+            Ok(cursor_from(m))
+        })
+        .await
     }
 
     async fn get(&self, flow: FlowId, entity: &str) -> Result<Option<Cursor>> {
@@ -461,29 +413,23 @@ impl CursorRepository for Store {
     }
 
     async fn set(&self, flow: FlowId, c: &Cursor, audit: Option<AuditEntry>) -> Result<()> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             write_cursor(tx.c(), flow, c).await?;
             if let Some(a) = &audit {
                 insert_audit(tx.c(), a).await?;
             }
             Ok(())
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn advance(&self, flow: FlowId, c: &Cursor, fence: Fence) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             if !held(self, tx.c(), fence).await? {
                 return Ok(false);
             }
             write_cursor(tx.c(), flow, c).await?;
             Ok(true)
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()> {
@@ -496,15 +442,14 @@ impl CursorRepository for Store {
 #[async_trait]
 impl sluice_domain::sync::ports::QueueRepository for Store {
     async fn due_flows(&self, now: OffsetDateTime) -> Result<Vec<Flow>> {
-        flows::Entity::find()
-            .filter(flows::Column::Status.eq(FlowStatus::Active.as_str()))
-            .filter(flows::Column::NextRunAt.lte(now))
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(flow_from)
-            .collect()
+        crate::all(
+            &self.db,
+            flows::Entity::find()
+                .filter(flows::Column::Status.eq(FlowStatus::Active.as_str()))
+                .filter(flows::Column::NextRunAt.lte(now)),
+            flow_from,
+        )
+        .await
     }
 
     async fn queue_once(
@@ -570,20 +515,18 @@ impl sluice_domain::sync::ports::QueueRepository for Store {
     }
 
     async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>> {
-        runs::Entity::find()
-            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
-            .filter(runs::Column::HeartbeatAt.lt(before))
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(run_from)
-            .collect()
+        crate::all(
+            &self.db,
+            runs::Entity::find()
+                .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+                .filter(runs::Column::HeartbeatAt.lt(before)),
+            run_from,
+        )
+        .await
     }
 
     async fn requeue(&self, fence: Fence, worker: Option<String>) -> Result<bool> {
-        let tx = self.write().await?;
-        let r = async {
+        written!(self, |tx| {
             let mut q = fenced(runs::Entity::update_many(), fence)
                 .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
                 .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
@@ -593,9 +536,7 @@ impl sluice_domain::sync::ports::QueueRepository for Store {
                 q = q.filter(runs::Column::ClaimedBy.eq(w));
             }
             Ok(q.exec(tx.c()).await.map_err(db_err)?.rows_affected == 1)
-        }
-        .await;
-        tx.finish(r).await
+        })
     }
 
     async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>> {
@@ -618,18 +559,18 @@ impl sluice_domain::sync::ports::QueueRepository for Store {
     }
 
     async fn retry_later(&self, fence: Fence, not_before: OffsetDateTime, error: &str) -> Result<()> {
-        let tx = self.write().await?;
-        let r = fenced(runs::Entity::update_many(), fence)
-            .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
-            .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
-            .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
-            .col_expr(runs::Column::NotBefore, Expr::value(Some(not_before)))
-            .col_expr(runs::Column::Error, Expr::value(Some(error.to_string())))
-            .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
-            .exec(tx.c())
-            .await
-            .map(|_| ())
-            .map_err(db_err);
-        tx.finish(r).await
+        written!(self, |tx| {
+            fenced(runs::Entity::update_many(), fence)
+                .col_expr(runs::Column::Status, Expr::value(RunStatus::Queued.as_str()))
+                .col_expr(runs::Column::ClaimedBy, Expr::value(Option::<String>::None))
+                .col_expr(runs::Column::HeartbeatAt, Expr::value(Option::<OffsetDateTime>::None))
+                .col_expr(runs::Column::NotBefore, Expr::value(Some(not_before)))
+                .col_expr(runs::Column::Error, Expr::value(Some(error.to_string())))
+                .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
+                .exec(tx.c())
+                .await
+                .map(|_| ())
+                .map_err(db_err)
+        })
     }
 }

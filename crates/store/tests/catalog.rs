@@ -12,9 +12,6 @@ use sluice_domain::catalog::asset::{AssetKind, DataAsset};
 use sluice_domain::catalog::contract::parse_fields;
 use sluice_domain::catalog::drift::Change;
 use sluice_domain::catalog::ports::CatalogRepository;
-use sluice_domain::identity::org::Organization;
-use sluice_domain::identity::ports::{OrgRepository, UserRepository};
-use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{AssetId, OrgId};
 use sluice_domain::shared::page::PageRequest;
@@ -25,13 +22,8 @@ async fn scenario(store: &Store) {
     // PostgreSQL keeps microseconds.
     let now = OffsetDateTime::now_utc();
     let now = now.replace_nanosecond(now.nanosecond() / 1000 * 1000).unwrap();
-    let user = store
-        .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
-        .await
-        .unwrap();
-    let org = Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), created_at: now };
+    let org = common::new_org(store, now).await;
     let audit = |action: &str| AuditEntry::new(Some(org.id), Actor::system(), action, "data_asset", "x", now);
-    OrgRepository::create(store, &org, user.id, &audit("organization.created")).await.unwrap();
 
     let v1 = parse_fields(&json!([
         {"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]},

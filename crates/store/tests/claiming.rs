@@ -7,9 +7,6 @@ use sluice_domain::connect::connection::{Connection, ConnectionStatus};
 use sluice_domain::connect::connector::Capability;
 use sluice_domain::connect::integration::Credentials;
 use sluice_domain::connect::ports::ConnectionRepository;
-use sluice_domain::identity::org::Organization;
-use sluice_domain::identity::ports::{OrgRepository, UserRepository};
-use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId};
 use sluice_domain::sync::flow::*;
@@ -24,13 +21,8 @@ use common::fresh;
 
 async fn seed(store: &Store, flows: usize) -> (OrgId, Vec<Flow>) {
     let now = time::OffsetDateTime::now_utc();
-    let user = store
-        .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
-        .await
-        .unwrap();
-    let org = Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme".into(), created_at: now };
+    let org = common::new_org(store, now).await;
     let audit = || AuditEntry::new(Some(org.id), Actor::system(), "x", "x", "x", now);
-    OrgRepository::create(store, &org, user.id, &audit()).await.unwrap();
     let conn = Connection {
         id: ConnectionId::new(),
         org_id: org.id,

@@ -3,12 +3,11 @@
 
 use sluice_domain::connect::integration::{Credentials, Integration};
 use sluice_domain::connect::ports::IntegrationRepository;
-use sluice_domain::identity::org::Organization;
-use sluice_domain::identity::ports::{OrgRepository, UserRepository};
-use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::shared::audit::{Actor, AuditEntry};
-use sluice_domain::shared::ids::{IntegrationId, OrgId, UserId};
+use sluice_domain::shared::ids::IntegrationId;
 use sluice_store::Store;
+
+mod common;
 
 #[tokio::test]
 async fn credentials_are_sealed_and_survive_a_key_rotation() {
@@ -18,13 +17,8 @@ async fn credentials_are_sealed_and_survive_a_key_rotation() {
     let (old, new) = ([1u8; 32], [2u8; 32]);
     let store = Store::connect(&url, &old).await.unwrap();
     let now = time::OffsetDateTime::now_utc();
-    let user = store
-        .upsert_from_claims(&VerifiedClaims { issuer: "i".into(), subject: "s".into(), email: None, name: None }, now)
-        .await
-        .unwrap();
-    let org = Organization { id: OrgId::new(), name: "Acme".into(), slug: "acme-store-test".into(), created_at: now };
+    let org = common::new_org(&store, now).await;
     let audit = |a: &str| AuditEntry::new(Some(org.id), Actor::system(), a, "x", "x", now);
-    OrgRepository::create(&store, &org, UserId::from(user.id.as_uuid()), &audit("organization.created")).await.unwrap();
     let integration = Integration {
         id: IntegrationId::new(),
         org_id: org.id,

@@ -9,12 +9,9 @@ mod common;
 
 use sluice_domain::Error;
 use sluice_domain::Result;
-use sluice_domain::connect::connector::{Capability, ConfigField, ConfigFieldType, ConnectorSpec};
+use sluice_domain::connect::connector::{Capability, ConfigField, ConnectorSpec};
 use sluice_domain::iac::ports::IacRepository;
 use sluice_domain::iac::{Action, Catalogue, IacPlan, Snapshot, Write, parse, plan};
-use sluice_domain::identity::org::Organization;
-use sluice_domain::identity::ports::{OrgRepository, UserRepository};
-use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::OrgId;
 use sluice_store::Store;
@@ -44,14 +41,7 @@ flows:
 "#;
 
 fn registry() -> Catalogue {
-    let f = |name, credential, required| ConfigField {
-        name,
-        field_type: ConfigFieldType::String,
-        required,
-        credential,
-        default: None,
-        description: "",
-    };
+    let f = ConfigField::string;
     Catalogue {
         specs: vec![ConnectorSpec {
             connector_type: "postgres",
@@ -95,31 +85,8 @@ async fn apply(store: &Store, org: OrgId, text: &str) -> Result<IacPlan> {
     panic!("never applied")
 }
 
-async fn new_org(store: &Store) -> OrgId {
-    let user = store
-        .upsert_from_claims(
-            &VerifiedClaims {
-                issuer: "i".into(),
-                subject: sluice_domain::shared::secret::random_base62(6),
-                email: None,
-                name: None,
-            },
-            now(),
-        )
-        .await
-        .unwrap();
-    let org = Organization {
-        id: OrgId::new(),
-        name: "Acme".into(),
-        slug: format!("acme-{}", sluice_domain::shared::secret::random_base62(6).to_lowercase()),
-        created_at: now(),
-    };
-    OrgRepository::create(store, &org, user.id, &audit(org.id)[0]).await.unwrap();
-    org.id
-}
-
 async fn scenario(store: &Store) {
-    let org = new_org(store).await;
+    let org = common::new_org(store, now()).await.id;
     let first = apply(store, org, DOC).await.unwrap();
     assert_eq!(first.count(Action::Created), 5);
 
@@ -163,7 +130,7 @@ async fn scenario(store: &Store) {
 }
 
 async fn concurrently(a: Arc<Store>, b: Arc<Store>) {
-    let org = new_org(&a).await;
+    let org = common::new_org(&a, now()).await.id;
     let run = |s: Arc<Store>| tokio::spawn(async move { apply(&s, org, DOC).await.unwrap().count(Action::Created) });
     let (x, y) = tokio::join!(run(a.clone()), run(b));
     assert_eq!(x.unwrap() + y.unwrap(), 5, "each resource is created by exactly one apply");

@@ -24,7 +24,8 @@ impl sluice_domain::iac::ports::IacRepository for InMemoryIac {
     }
 
     async fn apply(&self, org: OrgId, writes: &sluice_domain::iac::Writes, audit: &[AuditEntry]) -> Result<()> {
-        use sluice_domain::iac::{Write, stale_plan};
+        use sluice_domain::iac::Write;
+        use sluice_domain::iac::ports::stale_plan;
         let mut c = self.catalog.s();
         let mut f = self.flows.s();
         // Check everything first, so that a refused apply writes nothing.

@@ -89,28 +89,12 @@ async fn assets_version_on_schema_changes_and_are_audited() {
         .await
         .unwrap();
     assert_eq!(c.version, 2);
-    let d = sluice
-        .catalog
-        .update_asset(
-            &p,
-            org,
-            a.id,
-            edit(Some(json!([{"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}])), None),
-        )
-        .await
-        .unwrap();
+    let tagged =
+        || edit(Some(json!([{"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}])), None);
+    let d = sluice.catalog.update_asset(&p, org, a.id, tagged()).await.unwrap();
     assert_eq!(d.version, 3);
     // The same fields again change nothing.
-    let same = sluice
-        .catalog
-        .update_asset(
-            &p,
-            org,
-            a.id,
-            edit(Some(json!([{"name": "email", "type": "string", "required": true, "tags": ["PII.Sensitive"]}])), None),
-        )
-        .await
-        .unwrap();
+    let same = sluice.catalog.update_asset(&p, org, a.id, tagged()).await.unwrap();
     assert_eq!(same.version, 3);
     let history: Vec<_> = sluice
         .catalog

@@ -76,18 +76,7 @@ impl World {
         let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
         self.sluice
             .sync
-            .create_flow(
-                &self.p,
-                self.org,
-                NewFlow {
-                    name: name.into(),
-                    source_connection_id: self.src,
-                    destination_connection_id: self.dst,
-                    schedule: None,
-                    config,
-                    status: FlowStatus::Active,
-                },
-            )
+            .create_flow(&self.p, self.org, NewFlow::active(name, self.src, self.dst, config))
             .await
             .unwrap()
     }
@@ -156,7 +145,7 @@ async fn incremental_deduped_syncs_changes_once_and_follows_the_cursor() {
 
     // Reset: everything is read again; the destination is not truncated.
     w.sluice.sync.reset_cursor(&w.p, w.org, f.id, "people").await.unwrap();
-    let state = w.sluice.sync.flow_state(&w.p, w.org, f.id).await.unwrap();
+    let state = w.sluice.sync.cursors(&w.p, w.org, f.id).await.unwrap();
     assert_eq!(state[0].cursor_value, None);
     let r = w.run(&f).await;
     assert_eq!(r.entities[0].rows_read, 5);
@@ -263,18 +252,7 @@ async fn runs_queue_cancel_and_validate() {
     let e = w
         .sluice
         .sync
-        .create_flow(
-            &w.p,
-            w.org,
-            NewFlow {
-                name: "bad".into(),
-                source_connection_id: w.src,
-                destination_connection_id: w.src,
-                schedule: Some("every minute".into()),
-                config: bad,
-                status: FlowStatus::Active,
-            },
-        )
+        .create_flow(&w.p, w.org, NewFlow::active("bad", w.src, w.src, bad).scheduled(Some("every minute")))
         .await
         .unwrap_err();
     let sluice_domain::Error::Validation(errors) = e else { panic!("{e:?}") };
@@ -298,18 +276,7 @@ async fn runs_queue_cancel_and_validate() {
     let b = w
         .sluice
         .sync
-        .create_flow(
-            &w.p,
-            w.org,
-            NewFlow {
-                name: "b".into(),
-                source_connection_id: w.src,
-                destination_connection_id: w.dst,
-                schedule: Some("*/5 * * * *".into()),
-                config: b_config,
-                status: FlowStatus::Active,
-            },
-        )
+        .create_flow(&w.p, w.org, NewFlow::active("b", w.src, w.dst, b_config).scheduled(Some("*/5 * * * *")))
         .await
         .unwrap();
     assert!(b.next_run_at.is_some());
@@ -340,7 +307,7 @@ async fn runs_queue_cancel_and_validate() {
 
 #[tokio::test]
 async fn each_run_records_the_source_schema_that_drift_validation_compares_with() {
-    use sluice_domain::iac::{DriftType, ProposedField};
+    use sluice_domain::catalog::drift::{DriftType, ProposedField};
     let w = world().await;
     let f = w.flow("people", json!({"source_entity": "people", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"})).await;
     let proposed = |names: &[(&str, FieldType)]| -> Vec<ProposedField> {

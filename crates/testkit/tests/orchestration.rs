@@ -62,18 +62,7 @@ impl W {
         config.depends_on = depends_on.into_iter().map(|(f, on)| Dependency { flow: f.into(), on }).collect();
         self.sluice
             .sync
-            .create_flow(
-                &self.p,
-                self.org,
-                NewFlow {
-                    name: name.into(),
-                    source_connection_id: self.conn,
-                    destination_connection_id: self.conn,
-                    schedule: schedule.map(str::to_string),
-                    config,
-                    status: FlowStatus::Active,
-                },
-            )
+            .create_flow(&self.p, self.org, NewFlow::active(name, self.conn, self.conn, config).scheduled(schedule))
             .await
             .unwrap()
     }

@@ -3,6 +3,7 @@
 
 use super::contract::{ContractField, widens};
 use crate::shared::record::FieldType;
+use serde::{Deserialize, Serialize};
 
 /// Whether a new version of a contract can break its consumers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +49,181 @@ fn breaking(old: &[ContractField], new: &[ContractField]) -> bool {
     removed_or_narrowed || added_required
 }
 
+/// A field of a proposed schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposedField {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub field_type: FieldType,
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// A field of the schema a flow syncs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentField {
+    pub name: String,
+    pub field_type: FieldType,
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriftType {
+    Breaking,
+    Evolution,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Impact {
+    /// `field_removed`, `type_narrowed`, `became_required`,
+    /// `required_field_added`, `primary_key_removed`, `cursor_field_removed`
+    /// (breaking); `field_added`, `type_widened`, `became_optional` (evolution).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub message: String,
+    pub affected_fields: Vec<String>,
+}
+
+impl Impact {
+    pub fn breaking(&self) -> bool {
+        !matches!(self.kind, "field_added" | "type_widened" | "became_optional")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DriftReport {
+    pub has_drift: bool,
+    pub drift_type: DriftType,
+    pub impacts: Vec<Impact>,
+    pub suggested_actions: Vec<String>,
+}
+
+/// What the mapping that syncs the entity relies on.
+#[derive(Debug, Clone, Default)]
+pub struct MappingFacts<'a> {
+    pub flow: &'a str,
+    pub entity: &'a str,
+    pub key_fields: Vec<&'a str>,
+    pub cursor_field: Option<&'a str>,
+    pub blocks_new_columns: bool,
+}
+
+/// Compares a proposed schema with the one a flow syncs. Breaking: a
+/// removed field, a narrowed type, a field that became required, an added
+/// required field, a removed primary-key or cursor field. Evolution: an
+/// added optional field, a widened type (integer → number, anything →
+/// string), a field that became optional.
+pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], facts: &MappingFacts) -> DriftReport {
+    let mut impacts = Vec::new();
+    let one = |kind, message: String, field: &str| Impact { kind, message, affected_fields: vec![field.to_string()] };
+    for c in current {
+        match proposed.iter().find(|p| p.name == c.name) {
+            None => {
+                let (kind, what) = if facts.key_fields.contains(&c.name.as_str()) {
+                    ("primary_key_removed", "primary-key field")
+                } else if facts.cursor_field == Some(c.name.as_str()) {
+                    ("cursor_field_removed", "cursor field")
+                } else {
+                    ("field_removed", "field")
+                };
+                impacts.push(one(kind, format!("{what} '{}' is removed", c.name), &c.name));
+            }
+            Some(p) => {
+                if p.field_type != c.field_type {
+                    let (kind, how) = if crate::catalog::contract::widens(c.field_type, p.field_type) {
+                        ("type_widened", "widens")
+                    } else {
+                        ("type_narrowed", "changes incompatibly")
+                    };
+                    impacts.push(one(
+                        kind,
+                        format!("'{}' {how} from {} to {}", c.name, c.field_type.as_str(), p.field_type.as_str()),
+                        &c.name,
+                    ));
+                }
+                if p.required && !c.required {
+                    impacts.push(one("became_required", format!("'{}' becomes required", c.name), &c.name));
+                } else if !p.required && c.required {
+                    impacts.push(one("became_optional", format!("'{}' becomes optional", c.name), &c.name));
+                }
+            }
+        }
+    }
+    for p in proposed.iter().filter(|p| !current.iter().any(|c| c.name == p.name)) {
+        if p.required {
+            impacts.push(one(
+                "required_field_added",
+                format!(
+                    "required field '{}' ({}) is added; rows already synced have no value",
+                    p.name,
+                    p.field_type.as_str()
+                ),
+                &p.name,
+            ));
+        } else {
+            impacts.push(one(
+                "field_added",
+                format!("optional field '{}' ({}) is added", p.name, p.field_type.as_str()),
+                &p.name,
+            ));
+        }
+    }
+    let breaking = impacts.iter().any(Impact::breaking);
+    let drift_type = if breaking {
+        DriftType::Breaking
+    } else if impacts.is_empty() {
+        DriftType::None
+    } else {
+        DriftType::Evolution
+    };
+    let mut actions = Vec::new();
+    if breaking {
+        actions.push(format!(
+            "pause flow '{}' before the source changes, and resume it once the destination is adapted",
+            facts.flow
+        ));
+        let names = |k: &str| -> Vec<String> {
+            impacts.iter().filter(|i| i.kind == k).flat_map(|i| i.affected_fields.clone()).collect()
+        };
+        if !names("primary_key_removed").is_empty() {
+            actions.push(format!("choose a new primary_key for '{}': de-duplication needs one", facts.entity));
+        }
+        if !names("cursor_field_removed").is_empty() {
+            actions.push(format!(
+                "choose a new cursor_field for '{}' and reset its cursor (DELETE …/state/{})",
+                facts.entity, facts.entity
+            ));
+        }
+        let narrowed = names("type_narrowed");
+        if !narrowed.is_empty() {
+            actions.push(format!(
+                "add a cast step to the mapping for {} or recreate the destination table",
+                narrowed.join(", ")
+            ));
+        }
+        let removed = names("field_removed");
+        if !removed.is_empty() {
+            actions.push(format!(
+                "update consumers of {}: the destination keeps the column, new rows leave it empty",
+                removed.join(", ")
+            ));
+        }
+    } else if drift_type == DriftType::Evolution {
+        if facts.blocks_new_columns && impacts.iter().any(|i| i.kind == "field_added") {
+            actions.push(format!(
+                "the mapping of '{}' has schema_policy block_on_new_column: set allow_all, or the next run stops as drift_detected",
+                facts.entity
+            ));
+        } else {
+            actions.push("no action needed: the destination gains new columns and wider types on the next run".into());
+        }
+    }
+    DriftReport { has_drift: !impacts.is_empty(), drift_type, impacts, suggested_actions: actions }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +260,74 @@ mod tests {
         for (i, v) in breaking.into_iter().enumerate() {
             assert_eq!(with(v), Change::Breaking, "case {i}");
         }
+    }
+
+    fn cur(name: &str, t: FieldType, required: bool) -> CurrentField {
+        CurrentField { name: name.into(), field_type: t, required }
+    }
+
+    fn prop(name: &str, t: FieldType, required: bool) -> ProposedField {
+        ProposedField { name: name.into(), field_type: t, required }
+    }
+
+    #[test]
+    fn drift_is_classified_field_by_field() {
+        let current = [
+            cur("id", FieldType::Integer, true),
+            cur("updated_at", FieldType::Timestamp, true),
+            cur("amount", FieldType::Integer, false),
+            cur("note", FieldType::String, false),
+        ];
+        let facts = MappingFacts {
+            flow: "orders",
+            entity: "orders",
+            key_fields: vec!["id"],
+            cursor_field: Some("updated_at"),
+            blocks_new_columns: false,
+        };
+        let same: Vec<ProposedField> = current.iter().map(|c| prop(&c.name, c.field_type, c.required)).collect();
+        let r = compare_schemas(&current, &same, &facts);
+        assert_eq!((r.has_drift, r.drift_type), (false, DriftType::None));
+        assert!(r.suggested_actions.is_empty());
+
+        let mut evolved = same.clone();
+        evolved[2].field_type = FieldType::Number;
+        evolved.push(prop("currency", FieldType::String, false));
+        let r = compare_schemas(&current, &evolved, &facts);
+        assert_eq!(r.drift_type, DriftType::Evolution);
+        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind).collect();
+        assert_eq!(kinds, ["type_widened", "field_added"]);
+        assert_eq!(r.impacts[1].affected_fields, ["currency"]);
+
+        let broken = vec![
+            prop("updated_at", FieldType::Timestamp, true),
+            prop("amount", FieldType::Boolean, true),
+            prop("region", FieldType::String, true),
+        ];
+        let r = compare_schemas(&current, &broken, &facts);
+        assert_eq!(r.drift_type, DriftType::Breaking);
+        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind).collect();
+        assert_eq!(
+            kinds,
+            ["primary_key_removed", "type_narrowed", "became_required", "field_removed", "required_field_added"]
+        );
+        assert!(r.suggested_actions.iter().any(|a| a.contains("primary_key")));
+        let without_cursor = vec![prop("id", FieldType::Integer, true)];
+        let r = compare_schemas(&current, &without_cursor, &facts);
+        assert!(r.impacts.iter().any(|i| i.kind == "cursor_field_removed"));
+        assert!(r.suggested_actions.iter().any(|a| a.contains("reset its cursor")));
+    }
+
+    #[test]
+    fn a_blocking_schema_policy_is_pointed_out() {
+        let current = [cur("id", FieldType::Integer, true)];
+        let facts = MappingFacts { flow: "f", entity: "t", blocks_new_columns: true, ..Default::default() };
+        let r = compare_schemas(
+            &current,
+            &[prop("id", FieldType::Integer, true), prop("x", FieldType::Date, false)],
+            &facts,
+        );
+        assert_eq!(r.drift_type, DriftType::Evolution);
+        assert!(r.suggested_actions[0].contains("block_on_new_column"));
     }
 }

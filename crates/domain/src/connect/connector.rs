@@ -278,6 +278,13 @@ pub struct ConfigField {
     pub description: &'static str,
 }
 
+impl ConfigField {
+    /// A string setting without a default or a description.
+    pub const fn string(name: &'static str, credential: bool, required: bool) -> Self {
+        ConfigField { name, field_type: ConfigFieldType::String, required, credential, default: None, description: "" }
+    }
+}
+
 /// A connector type as `/v1/connectors/capabilities` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConnectorSpec {
@@ -403,6 +410,7 @@ pub trait ConnectorRegistry: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connect::integration::tests::spec;
     use serde_json::json;
 
     #[test]
@@ -436,42 +444,6 @@ mod tests {
         assert_eq!(Value::Float(f64::NAN).to_json(), json!(null));
         assert_eq!(Value::Bytes(vec![0, 255]).to_json(), json!("AP8="));
         assert_eq!(Value::Date(time::macros::date!(2026 - 02 - 28)).to_json(), json!("2026-02-28"));
-    }
-
-    fn spec() -> ConnectorSpec {
-        ConnectorSpec {
-            connector_type: "postgres",
-            title: "PostgreSQL",
-            capabilities: vec![Capability::Both],
-            config_fields: vec![
-                ConfigField {
-                    name: "host",
-                    field_type: ConfigFieldType::String,
-                    required: true,
-                    credential: false,
-                    default: None,
-                    description: "",
-                },
-                ConfigField {
-                    name: "port",
-                    field_type: ConfigFieldType::Integer,
-                    required: false,
-                    credential: false,
-                    default: Some(json!(5432)),
-                    description: "",
-                },
-                ConfigField {
-                    name: "password",
-                    field_type: ConfigFieldType::String,
-                    required: false,
-                    credential: true,
-                    default: None,
-                    description: "",
-                },
-            ],
-            sync_modes: vec![],
-            features: vec![],
-        }
     }
 
     #[test]

@@ -121,14 +121,7 @@ pub(crate) mod tests {
     use serde_json::json;
 
     pub(crate) fn spec() -> ConnectorSpec {
-        let f = |name, credential, required| ConfigField {
-            name,
-            field_type: ConfigFieldType::String,
-            required,
-            credential,
-            default: None,
-            description: "",
-        };
+        let f = ConfigField::string;
         ConnectorSpec {
             connector_type: "postgres",
             title: "PostgreSQL",

@@ -251,7 +251,7 @@ pub(super) fn walk(
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                out.insert(f.name.clone(), Value::String(crate::sync::transform::mask(&text)));
+                out.insert(f.name.clone(), Value::String(crate::shared::mask::mask(&text)));
                 w.governance.push(format!("{}_MASK", path()));
             }
             Some(c) => {

@@ -1,15 +1,18 @@
-//! Infrastructure as code: the YAML document, its validation against the
-//! organization, and the plan (create, update with a field-level diff,
-//! unchanged) that an apply writes in one transaction.
+//! The plan of an apply: the document (see [`super::document`]) validated
+//! against the organization, and each resource created, updated with a
+//! field-level diff (see [`super::diff`]) or unchanged, for the store to
+//! write in one transaction; and the export of an organization.
 //!
 //! Everything here is pure: the service reads the organization's current
 //! state into a [`Snapshot`], calls [`plan`], and hands [`IacPlan::writes`] to
 //! the store. Resources are matched by name; resources that exist in the
 //! organization but not in the document are left alone.
 
+use super::diff::{DiffEntry, diff, secret_diff};
+use super::document::{ConnectionDoc, Document, FlowDoc, IntegrationDoc, VERSION};
 use crate::connect::connection::{Connection, ConnectionStatus, check_capability, split_config};
-use crate::connect::connector::{Capability, ConnectorSpec, FieldType};
-use crate::connect::integration::{Credentials, Integration, PLACEHOLDER};
+use crate::connect::connector::{Capability, ConnectorSpec};
+use crate::connect::integration::Integration;
 use crate::identity::user::validate_name;
 use crate::shared::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
 use crate::sync::flow::{
@@ -17,267 +20,10 @@ use crate::sync::flow::{
     upstream_ids,
 };
 use crate::{Error, FieldError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use time::OffsetDateTime;
-
-/// The document versions this build understands.
-pub const VERSION: &str = "1";
-
-/// The IaC document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Document {
-    /// `"1"` (a bare `1` is accepted too).
-    #[serde(deserialize_with = "version_string")]
-    pub version: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub integrations: Vec<IntegrationDoc>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub connections: Vec<ConnectionDoc>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub flows: Vec<FlowDoc>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IntegrationDoc {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Values are secrets, secret references (`env:NAME`,
-    /// `aws:secretsmanager:ARN`) or `***` (keep the stored value). Keys
-    /// that are absent keep their stored value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub credentials: BTreeMap<String, Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConnectionDoc {
-    pub name: String,
-    /// The name (or id) of an integration in the document or the organization.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub integration: Option<String>,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub capability: Capability,
-    /// Settings; credential fields follow the rules of integration
-    /// credentials.
-    #[serde(default)]
-    pub config: BTreeMap<String, Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FlowDoc {
-    pub name: String,
-    /// The name (or id) of a connection in the document or the organization.
-    pub source_connection: String,
-    pub destination_connection: String,
-    /// A five-field cron expression; absent for a flow run on demand only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<String>,
-    /// `active` or `paused`; absent keeps a flow's current status (new
-    /// flows start active).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<FlowStatus>,
-    /// `mappings` and `depends_on` (flow names or ids).
-    pub config: FlowConfig,
-}
-
-fn version_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    struct V;
-    impl serde::de::Visitor<'_> for V {
-        type Value = String;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a version string such as \"1\"")
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
-            Ok(v.to_string())
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
-            Ok(v.to_string())
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
-            Ok(v.to_string())
-        }
-        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
-            Ok(v.to_string())
-        }
-    }
-    d.deserialize_any(V)
-}
-
-// ---- parsing --------------------------------------------------------------
-
-/// Why a document was refused before planning.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ParseError {
-    /// Not YAML at all (400 `malformed_yaml`).
-    Malformed { message: String, line: Option<u64>, column: Option<u64> },
-    /// YAML, but not an IaC document: each problem with its path (422).
-    Invalid(Vec<FieldError>),
-}
-
-impl From<ParseError> for Error {
-    fn from(e: ParseError) -> Self {
-        match e {
-            ParseError::Malformed { message, line, column } => Error::BadRequest {
-                code: crate::shared::error::code::MALFORMED_YAML,
-                message: match (line, column) {
-                    (Some(l), Some(c)) => format!("malformed YAML at line {l}, column {c}: {message}"),
-                    _ => format!("malformed YAML: {message}"),
-                },
-                details: json!({"line": line, "column": column}),
-            },
-            ParseError::Invalid(errors) => Error::Validation(errors),
-        }
-    }
-}
-
-fn yaml_options() -> serde_saphyr::Options {
-    let mut o = serde_saphyr::Options::default();
-    o.with_snippet = false;
-    o
-}
-
-fn location(e: &serde_saphyr::Error) -> (Option<u64>, Option<u64>) {
-    match e.location() {
-        Some(l) if l.line() > 0 => (Some(l.line()), Some(l.column())),
-        _ => (None, None),
-    }
-}
-
-/// The first line of a parser message, without the position it repeats.
-fn short_message(e: &serde_saphyr::Error) -> String {
-    let text = e.to_string();
-    let first = text.lines().next().unwrap_or("").trim();
-    let first = match first.find(" at line ") {
-        Some(i) => &first[..i],
-        None => first,
-    };
-    let first = first.split(", set DuplicateKeyPolicy").next().unwrap_or(first);
-    let first = first.trim_end_matches(['.', ':']);
-    match first {
-        "expected sequence start" => "must be a list".into(),
-        "expected mapping start" => "must be a mapping".into(),
-        other => other.to_string(),
-    }
-}
-
-/// Parses an IaC document. Unparseable YAML is [`ParseError::Malformed`]
-/// with its position; unknown fields, wrong types, missing fields and an
-/// unsupported `version` are [`ParseError::Invalid`] with the YAML path
-/// (`flows[1].config.mappings[0].sync_mode`) and, where the parser knows
-/// them, line and column.
-pub fn parse(text: &str) -> Result<Document, ParseError> {
-    // Syntax first, so that a broken file is told apart from a wrong shape.
-    let value: Value = serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
-        let (line, column) = location(&e);
-        ParseError::Malformed { message: short_message(&e), line, column }
-    })?;
-    if !value.is_object() {
-        let found = match value {
-            Value::Null => "an empty document",
-            Value::Array(_) => "a list",
-            _ => "a scalar",
-        };
-        return Err(ParseError::Invalid(vec![FieldError::new(
-            "$",
-            format!("must be a mapping with version, integrations, connections and flows; found {found}"),
-        )]));
-    }
-    if let Some(at) = crate::shared::error::nul_in(&value, "$") {
-        return Err(ParseError::Invalid(vec![FieldError::new(
-            at.trim_start_matches("$.").to_string(),
-            "must not contain a NUL character",
-        )]));
-    }
-    let mut path = String::new();
-    let doc: Document = serde_saphyr::with_deserializer_from_str_with_options(text, yaml_options(), |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            path = e.path().to_string();
-            e.into_inner()
-        })
-    })
-    .map_err(|e| {
-        let (line, column) = location(&e);
-        let message = short_message(&e);
-        // Name the offending field itself where serde names it.
-        let mut field = if path == "." { String::new() } else { path.clone() };
-        if let Some(name) = backticked(&message).filter(|_| message.starts_with("missing field")) {
-            field = if field.is_empty() { name.to_string() } else { format!("{field}.{name}") };
-        }
-        if field.is_empty() {
-            field = "$".into();
-        }
-        let mut fe = FieldError::new(field, message);
-        fe.line = line;
-        fe.column = column;
-        ParseError::Invalid(vec![fe])
-    })?;
-    if doc.version != VERSION {
-        return Err(ParseError::Invalid(vec![FieldError::new(
-            "version",
-            format!("version '{}' is not supported; this server understands version \"{VERSION}\"", doc.version),
-        )]));
-    }
-    Ok(doc)
-}
-
-fn backticked(message: &str) -> Option<&str> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(&message[start..start + len])
-}
-
-/// Serializes a document as YAML.
-///
-/// # Errors
-/// Only if a value cannot be represented, which the document's types rule out.
-pub fn to_yaml(doc: &Document) -> Result<String, Error> {
-    serde_saphyr::to_string(doc).map_err(|e| Error::Internal(anyhow::anyhow!("serializing the IaC document: {e}")))
-}
-
-// ---- diffs -----------------------------------------------------------------
-
-/// One changed leaf of a resource.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DiffEntry {
-    pub path: String,
-    pub before: Value,
-    pub after: Value,
-}
-
-/// The leaf-level differences between two JSON values: objects are compared
-/// key by key, lists of equal length item by item; anything else is one
-/// entry at its path.
-pub fn diff(before: &Value, after: &Value) -> Vec<DiffEntry> {
-    fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<DiffEntry>) {
-        match (a, b) {
-            _ if a == b => {}
-            (Value::Object(x), Value::Object(y)) => {
-                let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-                for k in keys {
-                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                    walk(&p, x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), out);
-                }
-            }
-            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-                for (i, (p, q)) in x.iter().zip(y).enumerate() {
-                    walk(&format!("{path}[{i}]"), p, q, out);
-                }
-            }
-            _ => out.push(DiffEntry { path: path.to_string(), before: a.clone(), after: b.clone() }),
-        }
-    }
-    let mut out = Vec::new();
-    walk("", before, after, &mut out);
-    out
-}
-
 // ---- planning --------------------------------------------------------------
 
 /// The organization's current integrations, connections and flows.
@@ -416,18 +162,6 @@ fn duplicates<'a>(list: &str, names: impl Iterator<Item = &'a str>) -> Vec<Field
         }
     }
     errors
-}
-
-fn secret_diff(before: &Credentials, after: &Credentials, prefix: &str) -> Vec<DiffEntry> {
-    let keys: BTreeSet<&String> = before.0.keys().chain(after.0.keys()).collect();
-    keys.into_iter()
-        .filter(|k| before.0.get(*k) != after.0.get(*k))
-        .map(|k| DiffEntry {
-            path: format!("{prefix}.{k}"),
-            before: before.0.get(k).map_or(Value::Null, |_| PLACEHOLDER.into()),
-            after: after.0.get(k).map_or(Value::Null, |_| PLACEHOLDER.into()),
-        })
-        .collect()
 }
 
 /// Names and ids of the resources the document may refer to.
@@ -955,204 +689,14 @@ pub fn export(current: &Snapshot) -> Document {
     Document { version: VERSION.into(), integrations, connections, flows }
 }
 
-// ---- port -------------------------------------------------------------------
-
-/// The conflict a stale plan gets from [`IacRepository::apply`].
-pub fn stale_plan() -> Error {
-    Error::Conflict {
-        code: crate::shared::error::code::STALE_PLAN,
-        message: "the organization changed while the apply was planned".into(),
-    }
-}
-
-// ---- drift validation -------------------------------------------------------
-
-/// A field of a proposed schema.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProposedField {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub field_type: FieldType,
-    #[serde(default)]
-    pub required: bool,
-}
-
-/// A field of the schema a flow syncs now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentField {
-    pub name: String,
-    pub field_type: FieldType,
-    pub required: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DriftType {
-    Breaking,
-    Evolution,
-    None,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Impact {
-    /// `field_removed`, `type_narrowed`, `became_required`,
-    /// `required_field_added`, `primary_key_removed`, `cursor_field_removed`
-    /// (breaking); `field_added`, `type_widened`, `became_optional` (evolution).
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub message: String,
-    pub affected_fields: Vec<String>,
-}
-
-impl Impact {
-    pub fn breaking(&self) -> bool {
-        !matches!(self.kind, "field_added" | "type_widened" | "became_optional")
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DriftReport {
-    pub has_drift: bool,
-    pub drift_type: DriftType,
-    pub impacts: Vec<Impact>,
-    pub suggested_actions: Vec<String>,
-}
-
-/// What the mapping that syncs the entity relies on.
-#[derive(Debug, Clone, Default)]
-pub struct MappingFacts<'a> {
-    pub flow: &'a str,
-    pub entity: &'a str,
-    pub key_fields: Vec<&'a str>,
-    pub cursor_field: Option<&'a str>,
-    pub blocks_new_columns: bool,
-}
-
-/// Compares a proposed schema with the one a flow syncs. Breaking: a
-/// removed field, a narrowed type, a field that became required, an added
-/// required field, a removed primary-key or cursor field. Evolution: an
-/// added optional field, a widened type (integer → number, anything →
-/// string), a field that became optional.
-pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], facts: &MappingFacts) -> DriftReport {
-    let mut impacts = Vec::new();
-    let one = |kind, message: String, field: &str| Impact { kind, message, affected_fields: vec![field.to_string()] };
-    for c in current {
-        match proposed.iter().find(|p| p.name == c.name) {
-            None => {
-                let (kind, what) = if facts.key_fields.contains(&c.name.as_str()) {
-                    ("primary_key_removed", "primary-key field")
-                } else if facts.cursor_field == Some(c.name.as_str()) {
-                    ("cursor_field_removed", "cursor field")
-                } else {
-                    ("field_removed", "field")
-                };
-                impacts.push(one(kind, format!("{what} '{}' is removed", c.name), &c.name));
-            }
-            Some(p) => {
-                if p.field_type != c.field_type {
-                    let (kind, how) = if crate::catalog::contract::widens(c.field_type, p.field_type) {
-                        ("type_widened", "widens")
-                    } else {
-                        ("type_narrowed", "changes incompatibly")
-                    };
-                    impacts.push(one(
-                        kind,
-                        format!("'{}' {how} from {} to {}", c.name, c.field_type.as_str(), p.field_type.as_str()),
-                        &c.name,
-                    ));
-                }
-                if p.required && !c.required {
-                    impacts.push(one("became_required", format!("'{}' becomes required", c.name), &c.name));
-                } else if !p.required && c.required {
-                    impacts.push(one("became_optional", format!("'{}' becomes optional", c.name), &c.name));
-                }
-            }
-        }
-    }
-    for p in proposed.iter().filter(|p| !current.iter().any(|c| c.name == p.name)) {
-        if p.required {
-            impacts.push(one(
-                "required_field_added",
-                format!(
-                    "required field '{}' ({}) is added; rows already synced have no value",
-                    p.name,
-                    p.field_type.as_str()
-                ),
-                &p.name,
-            ));
-        } else {
-            impacts.push(one(
-                "field_added",
-                format!("optional field '{}' ({}) is added", p.name, p.field_type.as_str()),
-                &p.name,
-            ));
-        }
-    }
-    let breaking = impacts.iter().any(Impact::breaking);
-    let drift_type = if breaking {
-        DriftType::Breaking
-    } else if impacts.is_empty() {
-        DriftType::None
-    } else {
-        DriftType::Evolution
-    };
-    let mut actions = Vec::new();
-    if breaking {
-        actions.push(format!(
-            "pause flow '{}' before the source changes, and resume it once the destination is adapted",
-            facts.flow
-        ));
-        let names = |k: &str| -> Vec<String> {
-            impacts.iter().filter(|i| i.kind == k).flat_map(|i| i.affected_fields.clone()).collect()
-        };
-        if !names("primary_key_removed").is_empty() {
-            actions.push(format!("choose a new primary_key for '{}': de-duplication needs one", facts.entity));
-        }
-        if !names("cursor_field_removed").is_empty() {
-            actions.push(format!(
-                "choose a new cursor_field for '{}' and reset its cursor (DELETE …/state/{})",
-                facts.entity, facts.entity
-            ));
-        }
-        let narrowed = names("type_narrowed");
-        if !narrowed.is_empty() {
-            actions.push(format!(
-                "add a cast step to the mapping for {} or recreate the destination table",
-                narrowed.join(", ")
-            ));
-        }
-        let removed = names("field_removed");
-        if !removed.is_empty() {
-            actions.push(format!(
-                "update consumers of {}: the destination keeps the column, new rows leave it empty",
-                removed.join(", ")
-            ));
-        }
-    } else if drift_type == DriftType::Evolution {
-        if facts.blocks_new_columns && impacts.iter().any(|i| i.kind == "field_added") {
-            actions.push(format!(
-                "the mapping of '{}' has schema_policy block_on_new_column: set allow_all, or the next run stops as drift_detected",
-                facts.entity
-            ));
-        } else {
-            actions.push("no action needed: the destination gains new columns and wider types on the next run".into());
-        }
-    }
-    DriftReport { has_drift: !impacts.is_empty(), drift_type, impacts, suggested_actions: actions }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connect::connector::{ConfigField, ConfigFieldType};
+    use crate::connect::connector::ConfigField;
+    use crate::iac::document::{parse, to_yaml};
     use time::macros::datetime;
 
     const NOW: OffsetDateTime = datetime!(2026-11-21 12:00 UTC);
-
-    fn field(name: &'static str, credential: bool, required: bool) -> ConfigField {
-        ConfigField { name, field_type: ConfigFieldType::String, required, credential, default: None, description: "" }
-    }
 
     fn registry() -> Catalogue {
         let db = |t: &'static str, caps: Vec<Capability>, modes: Vec<&'static str>| ConnectorSpec {
@@ -1160,10 +704,10 @@ mod tests {
             title: t,
             capabilities: caps,
             config_fields: vec![
-                field("host", false, true),
-                field("database", false, true),
-                field("user", false, false),
-                field("password", true, false),
+                ConfigField::string("host", false, true),
+                ConfigField::string("database", false, true),
+                ConfigField::string("user", false, false),
+                ConfigField::string("password", true, false),
             ],
             sync_modes: modes,
             features: vec![],
@@ -1241,58 +785,6 @@ flows:
             Error::Validation(f) => f.into_iter().map(|e| e.field).collect(),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn versions_are_checked_and_a_bare_number_is_accepted() {
-        assert_eq!(parse("version: 1").unwrap().version, "1");
-        assert_eq!(
-            parse("version: '1'\nflows: []").unwrap(),
-            Document { version: "1".into(), integrations: vec![], connections: vec![], flows: vec![] }
-        );
-        let ParseError::Invalid(e) = parse("version: '2'").unwrap_err() else { panic!() };
-        assert_eq!(e[0].field, "version");
-        let ParseError::Invalid(e) = parse("integrations: []").unwrap_err() else { panic!() };
-        assert_eq!((e[0].field.as_str(), e[0].message.as_str()), ("version", "missing field `version`"));
-    }
-
-    #[test]
-    fn broken_yaml_is_malformed_with_its_position() {
-        let e = parse("version: 1\nflows: [\n").unwrap_err();
-        let ParseError::Malformed { line, column, .. } = e else { panic!("{e:?}") };
-        assert_eq!(line, Some(2), "where the unclosed bracket opens");
-        assert!(column.is_some());
-        let e = parse("version: 1\nversion: 1\n").unwrap_err();
-        let ParseError::Malformed { message, line, .. } = e else { panic!("{e:?}") };
-        assert!(message.contains("duplicate"), "{message}");
-        assert_eq!(line, Some(2));
-    }
-
-    #[test]
-    fn wrong_shapes_name_their_yaml_path_line_and_column() {
-        let cases = [
-            (
-                "version: '1'\nintegrations:\n  - name: a\n    type: postgres\n    colour: red\n",
-                "integrations[0].colour",
-                5,
-            ),
-            (
-                "version: '1'\nflows:\n  - name: a\n    source_connection: s\n    destination_connection: d\n    config:\n      mappings:\n        - source_entity: x\n          sync_mode: sometimes\n",
-                "flows[0].config.mappings[0].sync_mode",
-                9,
-            ),
-            ("version: '1'\nconnections:\n  - name: a\n    type: postgres\n", "connections[0].capability", 4),
-            ("version: '1'\nconnections: 5\n", "connections", 2),
-            ("version: '1'\nconnections:\n  - name: [1, 2]\n", "connections[0].name", 3),
-        ];
-        for (text, path, line) in cases {
-            let ParseError::Invalid(e) = parse(text).unwrap_err() else { panic!("{text}") };
-            assert_eq!(e[0].field, path, "{text}");
-            assert_eq!(e[0].line, Some(line), "{text}");
-            assert!(e[0].column.is_some());
-        }
-        let ParseError::Invalid(e) = parse("- a\n- b\n").unwrap_err() else { panic!() };
-        assert_eq!(e[0].field, "$");
     }
 
     #[test]
@@ -1514,82 +1006,5 @@ flows:
         let p = plan_of(&yaml, &s).unwrap();
         assert!(p.writes.is_empty(), "{yaml}\n{:?}", p.changes);
         assert_eq!(p.changes.len(), 5);
-    }
-
-    #[test]
-    fn diffs_walk_objects_and_equal_length_lists() {
-        let d = diff(&json!({"a": 1, "b": [1, 2], "c": {"x": 1}}), &json!({"a": 1, "b": [1, 3], "c": {}, "d": true}));
-        let paths: Vec<&str> = d.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(paths, ["b[1]", "c.x", "d"]);
-        assert_eq!(diff(&json!([1]), &json!([1, 2]))[0].path, "");
-    }
-
-    fn cur(name: &str, t: FieldType, required: bool) -> CurrentField {
-        CurrentField { name: name.into(), field_type: t, required }
-    }
-
-    fn prop(name: &str, t: FieldType, required: bool) -> ProposedField {
-        ProposedField { name: name.into(), field_type: t, required }
-    }
-
-    #[test]
-    fn drift_is_classified_field_by_field() {
-        let current = [
-            cur("id", FieldType::Integer, true),
-            cur("updated_at", FieldType::Timestamp, true),
-            cur("amount", FieldType::Integer, false),
-            cur("note", FieldType::String, false),
-        ];
-        let facts = MappingFacts {
-            flow: "orders",
-            entity: "orders",
-            key_fields: vec!["id"],
-            cursor_field: Some("updated_at"),
-            blocks_new_columns: false,
-        };
-        let same: Vec<ProposedField> = current.iter().map(|c| prop(&c.name, c.field_type, c.required)).collect();
-        let r = compare_schemas(&current, &same, &facts);
-        assert_eq!((r.has_drift, r.drift_type), (false, DriftType::None));
-        assert!(r.suggested_actions.is_empty());
-
-        let mut evolved = same.clone();
-        evolved[2].field_type = FieldType::Number;
-        evolved.push(prop("currency", FieldType::String, false));
-        let r = compare_schemas(&current, &evolved, &facts);
-        assert_eq!(r.drift_type, DriftType::Evolution);
-        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind).collect();
-        assert_eq!(kinds, ["type_widened", "field_added"]);
-        assert_eq!(r.impacts[1].affected_fields, ["currency"]);
-
-        let broken = vec![
-            prop("updated_at", FieldType::Timestamp, true),
-            prop("amount", FieldType::Boolean, true),
-            prop("region", FieldType::String, true),
-        ];
-        let r = compare_schemas(&current, &broken, &facts);
-        assert_eq!(r.drift_type, DriftType::Breaking);
-        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind).collect();
-        assert_eq!(
-            kinds,
-            ["primary_key_removed", "type_narrowed", "became_required", "field_removed", "required_field_added"]
-        );
-        assert!(r.suggested_actions.iter().any(|a| a.contains("primary_key")));
-        let without_cursor = vec![prop("id", FieldType::Integer, true)];
-        let r = compare_schemas(&current, &without_cursor, &facts);
-        assert!(r.impacts.iter().any(|i| i.kind == "cursor_field_removed"));
-        assert!(r.suggested_actions.iter().any(|a| a.contains("reset its cursor")));
-    }
-
-    #[test]
-    fn a_blocking_schema_policy_is_pointed_out() {
-        let current = [cur("id", FieldType::Integer, true)];
-        let facts = MappingFacts { flow: "f", entity: "t", blocks_new_columns: true, ..Default::default() };
-        let r = compare_schemas(
-            &current,
-            &[prop("id", FieldType::Integer, true), prop("x", FieldType::Date, false)],
-            &facts,
-        );
-        assert_eq!(r.drift_type, DriftType::Evolution);
-        assert!(r.suggested_actions[0].contains("block_on_new_column"));
     }
 }

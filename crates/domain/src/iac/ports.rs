@@ -1,6 +1,7 @@
 //! The ports of IaC.
 
 use super::plan::{Snapshot, Writes};
+use crate::Error;
 use crate::shared::ids::OrgId;
 
 /// Where applies read the organization and write their plans.
@@ -20,4 +21,12 @@ pub trait IacRepository: Send + Sync {
     /// meanwhile; the caller plans again.
     async fn apply(&self, org: OrgId, writes: &Writes, audit: &[crate::shared::audit::AuditEntry])
     -> crate::Result<()>;
+}
+
+/// The conflict a stale plan gets from [`IacRepository::apply`].
+pub fn stale_plan() -> Error {
+    Error::Conflict {
+        code: crate::shared::error::code::STALE_PLAN,
+        message: "the organization changed while the apply was planned".into(),
+    }
 }

@@ -5,10 +5,11 @@
 //! plans, and hands the plan to the store.
 
 use super::ports::IacRepository;
+use crate::catalog::drift::{CurrentField, DriftReport, MappingFacts, ProposedField};
 use crate::catalog::service::CatalogService;
 use crate::connect::service::ConnectService;
 use crate::connect::service::{connection_json, integration_json};
-use crate::iac::{self, Action, Catalogue, CurrentField, Document, DriftReport, IacPlan, MappingFacts, ProposedField};
+use crate::iac::{self, Action, Catalogue, Document, IacPlan};
 use crate::identity::service::IdentityService;
 use crate::identity::{Permission, Principal};
 use crate::shared::audit::AuditEntry;
@@ -222,6 +223,6 @@ impl IacService {
             cursor_field: m.cursor_field.as_deref(),
             blocks_new_columns: m.schema_policy == crate::sync::flow::SchemaPolicy::BlockOnNewColumn,
         };
-        Ok(iac::compare_schemas(&current, proposed, &facts))
+        Ok(crate::catalog::drift::compare_schemas(&current, proposed, &facts))
     }
 }

@@ -52,6 +52,26 @@ pub struct NewFlow {
     pub status: FlowStatus,
 }
 
+impl NewFlow {
+    /// An active flow from `source` to `destination`, run on demand.
+    pub fn active(name: &str, source: ConnectionId, destination: ConnectionId, config: FlowConfig) -> Self {
+        NewFlow {
+            name: name.to_string(),
+            source_connection_id: source,
+            destination_connection_id: destination,
+            schedule: None,
+            config,
+            status: FlowStatus::Active,
+        }
+    }
+
+    /// The flow run on `schedule` (a cron expression) too.
+    pub fn scheduled(mut self, schedule: Option<&str>) -> Self {
+        self.schedule = schedule.map(str::to_string);
+        self
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct FlowUpdate {
     pub name: Option<String>,
@@ -386,7 +406,7 @@ impl SyncService {
     }
 
     /// The cursor of every mapped entity (null where none is stored).
-    pub async fn flow_state(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
+    pub async fn cursors(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
         self.identity.access(p, org, Permission::Read).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let stored = self.cursors.list(id).await?;

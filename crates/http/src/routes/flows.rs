@@ -386,6 +386,8 @@ pub struct StateResponse {
     pub data: Vec<CursorResponse>,
 }
 
+// The specification calls a flow's cursors its "state"; the domain calls
+// them cursors (`sync.cursors`).
 /// The cursor of every entity of the flow (null where none is stored).
 #[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
     responses((status = 200, body = StateResponse), (status = 404, body = ErrorBody)))]
@@ -396,7 +398,7 @@ pub async fn get_state(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<StateResponse>> {
     let (org, id) = path.into_inner();
-    let cursors = state.sluice.sync.flow_state(&caller.principal, org.into(), FlowId::from(id)).await?;
+    let cursors = state.sluice.sync.cursors(&caller.principal, org.into(), FlowId::from(id)).await?;
     Ok(Json(StateResponse { flow_id: id, data: cursors.into_iter().map(Into::into).collect() }))
 }
 
@@ -474,7 +476,7 @@ pub async fn details(
     let f = state.sluice.sync.get_flow(&caller.principal, org, id).await?;
     let recent =
         state.sluice.sync.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
-    let cursors = state.sluice.sync.flow_state(&caller.principal, org, id).await?;
+    let cursors = state.sluice.sync.cursors(&caller.principal, org, id).await?;
     let all = state.sluice.sync.topology(&caller.principal, org).await?;
     let name_of = |fid: FlowId| all.iter().find(|x| x.id == fid).map(|x| x.name.clone()).unwrap_or_default();
     let graph = edges(&all);

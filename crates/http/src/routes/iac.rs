@@ -12,7 +12,8 @@ use actix_web::http::header::CONTENT_TYPE;
 use actix_web::web::{Data, Json, Path, Payload, Query};
 use actix_web::{HttpRequest, HttpResponse, get, post};
 use serde::{Deserialize, Serialize};
-use sluice_domain::iac::{Action, DriftReport, IacChange, ProposedField, to_yaml};
+use sluice_domain::catalog::drift::{DriftReport, ProposedField};
+use sluice_domain::iac::{Action, IacChange, to_yaml};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 

@@ -8,7 +8,12 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
 use serde_json::Value;
-use sluice_testkit::FakeTokens;
+use sluice_domain::app::Sluice;
+use sluice_domain::connect::connector::{EntitySchema, Field, FieldType};
+use sluice_domain::shared::clock::Clock;
+use sluice_http::AppState;
+use sluice_testkit::{FakeSecrets, FakeTokens, InMemoryStore, ManualClock, MemoryConnectors, in_memory_ports_with};
+use std::sync::Arc;
 
 /// The `Authorization` header of `who`'s session.
 pub fn auth(who: &str) -> (&'static str, String) {
@@ -64,4 +69,41 @@ where
     .await;
     assert_eq!(s, StatusCode::CREATED, "{k}");
     (a["id"].as_str().unwrap().to_string(), k["key"].as_str().unwrap().to_string())
+}
+
+/// The app's state over in-memory ports with `connectors` and `secrets`,
+/// its clock at now.
+pub fn state_with(store: &InMemoryStore, connectors: &MemoryConnectors, secrets: FakeSecrets) -> AppState {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    AppState {
+        sluice: Sluice::new(in_memory_ports_with(store, clock, connectors, secrets)),
+        internal_api_key: None,
+        console_url: "http://console.example".into(),
+        rate_limits: None,
+    }
+}
+
+/// A table whose first field, `id`, is its integer primary key.
+pub fn keyed(name: &str, fields: &[(&str, FieldType)]) -> EntitySchema {
+    let mut id = Field::new("id", FieldType::Integer);
+    id.primary_key = true;
+    id.nullable = false;
+    let rest = fields.iter().map(|(n, t)| Field::new(*n, *t));
+    EntitySchema { name: name.into(), fields: std::iter::once(id).chain(rest).collect() }
+}
+
+/// Creates organization "Acme" as Ann; answers its id.
+#[macro_export]
+macro_rules! acme {
+    ($app:expr) => {
+        expect!(
+            $app,
+            common::req(actix_web::http::Method::POST, "/v1/organizations", "ann")
+                .set_json(serde_json::json!({"name": "Acme"})),
+            actix_web::http::StatusCode::CREATED
+        )["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
 }

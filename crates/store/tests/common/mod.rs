@@ -1,4 +1,7 @@
-//! A fresh PostgreSQL database per test.
+//! What the store tests share: a fresh PostgreSQL database per test, and
+//! an organization to work in.
+
+#![allow(dead_code)] // each test file uses its part
 
 use sea_orm::{ConnectionTrait, Database};
 
@@ -40,4 +43,37 @@ pub async fn fresh(prefix: &str) -> Option<(Db, String)> {
     let name = format!("{prefix}_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
     admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
     Some((Db(name.clone()), format!("postgres://postgres@127.0.0.1:5432/{name}")))
+}
+
+/// A new organization "Acme" (slug `acme-<random>`) with a new user as its
+/// Admin, created at `now`.
+pub async fn new_org(
+    store: &sluice_store::Store,
+    now: time::OffsetDateTime,
+) -> sluice_domain::identity::org::Organization {
+    use sluice_domain::identity::ports::{OrgRepository, UserRepository};
+    use sluice_domain::shared::secret::random_base62;
+    let claims = sluice_domain::identity::user::VerifiedClaims {
+        issuer: "i".into(),
+        subject: random_base62(6),
+        email: None,
+        name: None,
+    };
+    let user = store.upsert_from_claims(&claims, now).await.unwrap();
+    let org = sluice_domain::identity::org::Organization {
+        id: sluice_domain::shared::ids::OrgId::new(),
+        name: "Acme".into(),
+        slug: format!("acme-{}", random_base62(6).to_lowercase()),
+        created_at: now,
+    };
+    let audit = sluice_domain::shared::audit::AuditEntry::new(
+        Some(org.id),
+        sluice_domain::shared::audit::Actor::system(),
+        "organization.created",
+        "organization",
+        org.id,
+        now,
+    );
+    OrgRepository::create(store, &org, user.id, &audit).await.unwrap();
+    org
 }
