@@ -13,6 +13,7 @@ mod m20261121_000006_run_not_before;
 mod m20261121_000007_validation_usage;
 mod m20261121_000008_validation_counts;
 mod m20261123_000001_instance;
+mod m20261123_000002_billing;
 
 pub struct Migrator;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000007_validation_usage::Migration),
             Box::new(m20261121_000008_validation_counts::Migration),
             Box::new(m20261123_000001_instance::Migration),
+            Box::new(m20261123_000002_billing::Migration),
         ]
     }
 }

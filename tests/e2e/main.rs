@@ -1,6 +1,7 @@
 //! End-to-end tests: one binary, every test against the real application on
 //! a random port, on SQLite and on PostgreSQL.
 
+mod billing;
 mod connections;
 mod flows;
 mod input;

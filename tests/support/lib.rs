@@ -175,6 +175,8 @@ pub struct Options {
     pub oauth: std::collections::BTreeMap<String, sluice_clients::oauth::ProviderConfig>,
     /// Rate limits other than the defaults.
     pub rate_limits: Option<sluice_http::ratelimit::RateLimitConfig>,
+    /// A payment provider (a fake Stripe in the test).
+    pub stripe: Option<sluice::settings::StripeSettings>,
 }
 
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
@@ -252,6 +254,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         run_worker: true,
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
         rate_limits: options.rate_limits.or(Some(Default::default())),
+        stripe: options.stripe.clone(),
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());

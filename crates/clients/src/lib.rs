@@ -4,6 +4,7 @@
 
 pub mod aws;
 pub mod oauth;
+pub mod stripe;
 
 use async_trait::async_trait;
 use sluice_domain::connect::connector::{ConnectorError, ConnectorResult};

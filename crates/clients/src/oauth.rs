@@ -50,7 +50,8 @@ pub fn encode(s: &str) -> String {
     out
 }
 
-fn pairs(items: &[(&str, &str)]) -> String {
+/// A form body (or query string) of `items`.
+pub fn pairs(items: &[(&str, &str)]) -> String {
     items.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
 }
 

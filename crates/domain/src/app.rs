@@ -3,7 +3,7 @@
 //! callers reach a use case as `sluice.<context>.<use case>(…)`.
 
 use crate::billing::ports::BillingRepository;
-use crate::billing::service::BillingService;
+use crate::billing::service::{BillingConfig, BillingService};
 use crate::catalog::ports::CatalogRepository;
 use crate::catalog::service::CatalogService;
 use crate::connect::connector::ConnectorRegistry;
@@ -79,10 +79,39 @@ pub struct Sluice {
     pub iac: IacService,
 }
 
+/// How the services run, beyond their ports.
+#[derive(Clone)]
+pub struct Options {
+    /// How long a worker holds a run without renewing its heartbeat.
+    pub lease: std::time::Duration,
+    /// Where the gateway's CPU-bound work (the extraction and parse of
+    /// large payloads) runs; by default on the calling task.
+    pub offload: Arc<dyn Offload>,
+    /// The payment provider; by default none (the billing endpoints
+    /// answer 503 and the free plan applies).
+    pub billing: BillingConfig,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            lease: std::time::Duration::try_from(crate::sync::schedule::LEASE)
+                .unwrap_or(std::time::Duration::from_secs(60)),
+            offload: Arc::new(Inline),
+            billing: BillingConfig::default(),
+        }
+    }
+}
+
 impl Sluice {
+    /// The services with the default [`Options`].
+    pub fn new(p: Ports) -> Self {
+        Self::with_options(p, Options::default())
+    }
+
     /// Wires the services, each with its own ports and the services of the
     /// contexts below it.
-    pub fn new(p: Ports) -> Self {
+    pub fn with_options(p: Ports, options: Options) -> Self {
         let clock = p.clock.clone();
         let changes = Arc::default();
         let identity = IdentityService {
@@ -102,6 +131,7 @@ impl Sluice {
             billing: p.billing,
             clock: clock.clone(),
             plans: Arc::default(),
+            config: options.billing,
         };
         let connect = ConnectService {
             identity: identity.clone(),
@@ -126,7 +156,7 @@ impl Sluice {
             queue: p.queue,
             audit: p.audit,
             clock: clock.clone(),
-            lease: crate::sync::schedule::LEASE,
+            lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::schedule::LEASE),
         };
         let catalog = CatalogService {
             identity: identity.clone(),
@@ -142,7 +172,7 @@ impl Sluice {
             billing: billing.clone(),
             catalog: catalog.clone(),
             clock: clock.clone(),
-            offload: Arc::new(Inline),
+            offload: options.offload,
         };
         let iac = IacService {
             identity: identity.clone(),
@@ -153,24 +183,6 @@ impl Sluice {
             clock,
         };
         Sluice { identity, monitoring, billing, connect, sync, catalog, gateway, iac }
-    }
-
-    /// Runs the gateway's CPU-bound work (the extraction and parse of large
-    /// payloads) on `offload` (by default on the calling task).
-    pub fn with_offload(mut self, offload: Arc<dyn Offload>) -> Self {
-        self.gateway.offload = offload;
-        self
-    }
-
-    /// Sets how long a run's lease lasts without a heartbeat (default
-    /// [`crate::sync::schedule::LEASE`]).
-    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
-        let lease = time::Duration::try_from(lease).unwrap_or(crate::sync::schedule::LEASE);
-        self.sync.lease = lease;
-        // The services above hold their own copy of sync.
-        self.catalog.sync.lease = lease;
-        self.iac.sync.lease = lease;
-        self
     }
 }
 

@@ -86,7 +86,7 @@ impl ApiError {
     }
 
     pub fn malformed_json(message: impl Into<String>, line: usize, column: usize) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+        Self::new(StatusCode::BAD_REQUEST, sluice_domain::shared::error::code::MALFORMED_JSON, message)
             .with_details(json!({"line": line, "column": column}))
     }
 
@@ -148,6 +148,7 @@ pub fn status_of(kind: ErrorKind) -> (StatusCode, &'static str) {
         ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
         ErrorKind::Validation => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
         ErrorKind::Exhausted => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+        ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     }
 }

@@ -46,7 +46,7 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
         (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
-        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "iac"), (name = "internal")
+        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "iac"), (name = "billing"), (name = "internal")
     )
 )]
 struct ApiDoc;
@@ -138,6 +138,10 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(oauth::start)
         .service(oauth::callback)
         .service(oauth::complete)
+        .service(billing::status)
+        .service(billing::checkout)
+        .service(billing::portal)
+        .service(billing::stripe_webhook)
         .route("/openapi.json", web::get().to(openapi_json));
 }
 

@@ -2,6 +2,7 @@
 //! use-case call and the result back into wire types; access rules live in
 //! the domain.
 
+pub mod billing;
 pub mod catalog;
 pub mod connections;
 pub mod flows;

@@ -147,7 +147,21 @@ impl Application {
             activity: Arc::new(store.clone()),
             iac: Arc::new(store.clone()),
         };
-        let sluice = Sluice::new(ports).with_lease(settings.run_lease).with_offload(Arc::new(BlockingPool::new()));
+        let billing = match &settings.stripe {
+            None => sluice_domain::billing::service::BillingConfig::default(),
+            Some(st) => sluice_domain::billing::service::BillingConfig {
+                provider: Some(Arc::new(sluice_clients::stripe::Stripe::new(&st.api_base, st.secret_key.clone()))),
+                webhook_secret: st.webhook_secret.clone(),
+                prices: sluice_domain::billing::provider::Prices {
+                    pro: st.price_pro.clone(),
+                    enterprise: st.price_enterprise.clone(),
+                },
+                public_url: settings.public_url.clone(),
+            },
+        };
+        let options =
+            sluice_domain::app::Options { lease: settings.run_lease, offload: Arc::new(BlockingPool::new()), billing };
+        let sluice = Sluice::with_options(ports, options);
         Ok((sluice, store))
     }
 

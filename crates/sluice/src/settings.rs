@@ -49,6 +49,31 @@ pub struct Settings {
     /// `SLUICE_RATE_LIMIT_CLIENT`, `_ANONYMOUS`, `_FAILED_AUTH` take
     /// `<per second>[:<burst>]`).
     pub rate_limits: Option<sluice_http::ratelimit::RateLimitConfig>,
+    /// The payment provider (`SLUICE_STRIPE_*`); `None` without a secret key.
+    pub stripe: Option<StripeSettings>,
+}
+
+/// Stripe: the secret key, the webhook signing secret, the API base (tests
+/// point it at a fake) and the price ids of the paid plans.
+#[derive(Clone)]
+pub struct StripeSettings {
+    pub secret_key: Secret,
+    pub webhook_secret: Option<Secret>,
+    pub api_base: String,
+    pub price_pro: Option<String>,
+    pub price_enterprise: Option<String>,
+}
+
+impl std::fmt::Debug for StripeSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripeSettings")
+            .field("secret_key", &self.secret_key)
+            .field("webhook_secret", &self.webhook_secret)
+            .field("api_base", &self.api_base)
+            .field("price_pro", &self.price_pro)
+            .field("price_enterprise", &self.price_enterprise)
+            .finish()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +108,7 @@ impl std::fmt::Debug for Settings {
             .field("aws", &self.aws)
             .field("oauth", &self.oauth)
             .field("console_url", &self.console_url)
+            .field("stripe", &self.stripe)
             .finish()
     }
 }
@@ -137,7 +163,15 @@ impl Settings {
             }
             Some(other) => bail!("SLUICE_RATE_LIMITS must be 'on' or 'off', not '{other}'"),
         };
+        let stripe = var("SLUICE_STRIPE_SECRET_KEY").map(|key| StripeSettings {
+            secret_key: Secret::new(key),
+            webhook_secret: var("SLUICE_STRIPE_WEBHOOK_SECRET").map(Secret::new),
+            api_base: var("SLUICE_STRIPE_API_BASE").unwrap_or_else(|| sluice_clients::stripe::DEFAULT_BASE.into()),
+            price_pro: var("SLUICE_STRIPE_PRICE_PRO"),
+            price_enterprise: var("SLUICE_STRIPE_PRICE_ENTERPRISE"),
+        });
         Ok(Self {
+            stripe,
             run_lease,
             rate_limits,
             aws,
@@ -344,6 +378,7 @@ mod tests {
             run_worker: false,
             run_lease: DEFAULT_RUN_LEASE,
             rate_limits: Some(Default::default()),
+            stripe: None,
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

@@ -3,6 +3,7 @@
 pub mod activity_events;
 pub mod api_keys;
 pub mod audit_logs;
+pub mod billing_events;
 pub mod connections;
 pub mod cursors;
 pub mod data_asset_versions;

@@ -152,6 +152,9 @@ impl OrgRepository for Store {
                 slug: Set(org.slug.clone()),
                 // A new organization starts on the free plan; billing changes it.
                 plan: Set(sluice_domain::billing::plan::Plan::Free.as_str().to_string()),
+                billing_status: Set(sluice_domain::billing::plan::SubscriptionStatus::Active.as_str().to_string()),
+                current_period_end: Set(None),
+                customer_id: Set(None),
                 created_at: Set(org.created_at),
             })
             .exec_without_returning(tx.c())

@@ -4,8 +4,8 @@
 use crate::InMemoryStore;
 use async_trait::async_trait;
 use sluice_domain::Result;
-use sluice_domain::billing::plan::Plan;
-use sluice_domain::billing::ports::BillingRepository;
+use sluice_domain::billing::plan::{Plan, Subscription};
+use sluice_domain::billing::ports::{Audit, BillingRepository, Update};
 use sluice_domain::shared::ids::OrgId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,7 +18,8 @@ pub struct InMemoryBilling {
 
 #[derive(Default)]
 struct Billing {
-    plans: HashMap<OrgId, Plan>,
+    subscriptions: HashMap<OrgId, Subscription>,
+    events: std::collections::HashSet<String>,
     usage: HashMap<(OrgId, String), i64>,
 }
 
@@ -33,17 +34,60 @@ impl InMemoryBilling {
 
     /// Puts `org` on `plan`.
     pub fn set_plan(&self, org: OrgId, plan: Plan) {
-        self.s().plans.insert(org, plan);
+        self.s().subscriptions.entry(org).or_insert_with(Subscription::free).plan = plan;
+    }
+
+    fn exists(&self, org: OrgId) -> bool {
+        self.orgs.s().orgs.iter().any(|o| o.id == org)
     }
 }
 
 #[async_trait]
 impl BillingRepository for InMemoryBilling {
-    async fn plan_of(&self, org: OrgId) -> Result<Option<Plan>> {
-        if !self.orgs.s().orgs.iter().any(|o| o.id == org) {
+    async fn subscription(&self, org: OrgId) -> Result<Option<Subscription>> {
+        if !self.exists(org) {
             return Ok(None);
         }
-        Ok(Some(self.s().plans.get(&org).copied().unwrap_or(Plan::Free)))
+        Ok(Some(self.s().subscriptions.get(&org).cloned().unwrap_or_else(Subscription::free)))
+    }
+
+    async fn org_of_customer(&self, customer: &str) -> Result<Option<OrgId>> {
+        let s = self.s();
+        Ok(s.subscriptions.iter().find(|(_, x)| x.customer_id.as_deref() == Some(customer)).map(|(o, _)| *o))
+    }
+
+    async fn set_customer(&self, org: OrgId, customer: &str) -> Result<String> {
+        if !self.exists(org) {
+            return Err(sluice_domain::Error::not_found("organization"));
+        }
+        let mut s = self.s();
+        let sub = s.subscriptions.entry(org).or_insert_with(Subscription::free);
+        Ok(sub.customer_id.get_or_insert_with(|| customer.to_string()).clone())
+    }
+
+    async fn apply_event<'a>(
+        &self,
+        event_id: &str,
+        _event_type: &str,
+        org: OrgId,
+        update: Update<'a>,
+        audit: Audit<'a>,
+    ) -> Result<bool> {
+        if !self.exists(org) {
+            return Err(sluice_domain::Error::not_found("organization"));
+        }
+        let entry = {
+            let mut s = self.s();
+            if !s.events.insert(event_id.to_string()) {
+                return Ok(false);
+            }
+            let before = s.subscriptions.get(&org).cloned().unwrap_or_else(Subscription::free);
+            let after = update(before.clone());
+            s.subscriptions.insert(org, after.clone());
+            audit(&before, &after)
+        };
+        self.orgs.s().audit.push(entry);
+        Ok(true)
     }
 
     async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {

@@ -206,7 +206,8 @@ async fn large_gateway_payloads_and_other_heavy_work_run_on_the_offload_pool() {
     let store = InMemoryStore::new();
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::macros::datetime!(2026-05-01 10:00 UTC)));
     let pool = Arc::new(Threads::default());
-    let sluice = Sluice::new(in_memory_ports(&store, clock)).with_offload(pool.clone());
+    let options = sluice_domain::app::Options { offload: pool.clone(), ..Default::default() };
+    let sluice = Sluice::with_options(in_memory_ports(&store, clock), options);
     let (p, _) = sluice.identity.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
     let org =
         sluice.identity.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;

@@ -3,6 +3,73 @@
 use crate::{Error, Result};
 use time::OffsetDateTime;
 
+/// The state of an organization's subscription with the payment provider
+/// (Stripe's subscription statuses; `active` for the free plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionStatus {
+    Active,
+    Trialing,
+    PastDue,
+    Unpaid,
+    Canceled,
+    Incomplete,
+    IncompleteExpired,
+    Paused,
+}
+
+impl SubscriptionStatus {
+    const ALL: [SubscriptionStatus; 8] = [
+        SubscriptionStatus::Active,
+        SubscriptionStatus::Trialing,
+        SubscriptionStatus::PastDue,
+        SubscriptionStatus::Unpaid,
+        SubscriptionStatus::Canceled,
+        SubscriptionStatus::Incomplete,
+        SubscriptionStatus::IncompleteExpired,
+        SubscriptionStatus::Paused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriptionStatus::Active => "active",
+            SubscriptionStatus::Trialing => "trialing",
+            SubscriptionStatus::PastDue => "past_due",
+            SubscriptionStatus::Unpaid => "unpaid",
+            SubscriptionStatus::Canceled => "canceled",
+            SubscriptionStatus::Incomplete => "incomplete",
+            SubscriptionStatus::IncompleteExpired => "incomplete_expired",
+            SubscriptionStatus::Paused => "paused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// What billing keeps of an organization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    pub plan: Plan,
+    pub status: SubscriptionStatus,
+    /// The end of the paid period, when a paid plan has one.
+    pub current_period_end: Option<OffsetDateTime>,
+    /// The payment provider's customer of the organization, once created.
+    pub customer_id: Option<String>,
+}
+
+impl Subscription {
+    /// An organization that never paid: the free plan.
+    pub fn free() -> Self {
+        Subscription {
+            plan: Plan::Free,
+            status: SubscriptionStatus::Active,
+            current_period_end: None,
+            customer_id: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
     Free,
@@ -27,6 +94,11 @@ impl Plan {
             Plan::Pro => Some(100_000),
             Plan::Enterprise => None,
         }
+    }
+
+    /// Whether the plan is bought (through checkout), not given.
+    pub fn paid(self) -> bool {
+        self != Plan::Free
     }
 
     pub fn parse(s: &str) -> Result<Self> {

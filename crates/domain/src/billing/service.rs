@@ -1,16 +1,36 @@
-//! Billing owns what an organization pays for: its plan and the plan's
-//! limits, and the meter of gateway validations against the monthly quota.
-//! Stripe checkout, the customer portal and webhooks arrive here next.
+//! Billing owns what an organization pays for: its plan and subscription
+//! with the payment provider (Stripe: checkout, the customer portal, and
+//! the webhooks that change a subscription, each processed once), and the
+//! meter of gateway validations against the plan's monthly quota.
 
-use super::plan::{Plan, seconds_to_next_month, usage_month};
-use super::ports::BillingRepository;
+use super::plan::{Plan, Subscription, seconds_to_next_month, usage_month};
+use super::ports::{BillingRepository, CheckoutRequest, CheckoutSession, PaymentProvider};
+use super::provider::{Prices, parse_event, verify_signature};
 use crate::identity::service::IdentityService;
 use crate::identity::{Permission, Principal};
+use crate::shared::audit::{Actor, ActorKind, AuditEntry};
 use crate::shared::cache::Ttl;
 use crate::shared::clock::Clock;
+use crate::shared::error::code;
 use crate::shared::ids::OrgId;
+use crate::shared::secret::Secret;
 use crate::{Error, Result};
+use serde_json::{Value, json};
 use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// How billing reaches the payment provider; without a provider (no
+/// secret key configured) the billing endpoints answer 503 and every
+/// organization stays on its plan.
+#[derive(Clone, Default)]
+pub struct BillingConfig {
+    pub provider: Option<Arc<dyn PaymentProvider>>,
+    /// Verifies the provider's webhooks.
+    pub webhook_secret: Option<Secret>,
+    pub prices: Prices,
+    /// Where the provider sends users back (`SLUICE_PUBLIC_URL`).
+    pub public_url: String,
+}
 
 /// The use cases of billing.
 #[derive(Clone)]
@@ -21,6 +41,55 @@ pub struct BillingService {
     /// Plans by organization, read on every gateway call (see
     /// [`crate::shared::cache`]).
     pub(crate) plans: Arc<Ttl<OrgId, Plan>>,
+    pub(crate) config: BillingConfig,
+}
+
+/// An organization's billing, as `…/billing/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BillingStatus {
+    pub subscription: Subscription,
+    /// Gateway validations counted this month, and the plan's limit
+    /// (`None`: unlimited).
+    pub validations_used: i64,
+    pub validations_limit: Option<i64>,
+    /// When the validation count starts again (the next month, UTC).
+    pub validations_period_end: OffsetDateTime,
+}
+
+/// What a webhook delivery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    /// The event changed a subscription.
+    Applied,
+    /// The event was processed before: nothing changed.
+    Duplicate,
+    /// An event billing does not act on, or for no organization it knows.
+    Ignored,
+}
+
+fn not_configured() -> Error {
+    Error::Unavailable {
+        code: code::BILLING_NOT_CONFIGURED,
+        message: "billing is not configured on this server (SLUICE_STRIPE_SECRET_KEY)".into(),
+    }
+}
+
+/// The JSON form of a subscription, as the audit log shows it.
+pub fn subscription_json(s: &Subscription) -> Value {
+    json!({
+        "plan": s.plan.as_str(),
+        "status": s.status.as_str(),
+        "current_period_end": s.current_period_end.map(crate::shared::record::format_timestamp),
+        "customer_id": s.customer_id,
+    })
+}
+
+/// A URL the provider may send a user to: absolute http(s).
+fn check_return_url(field: &str, url: &str) -> Result<String> {
+    let ok = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.len() <= 2048
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok { Ok(url.to_string()) } else { Err(Error::invalid(field, "must be an absolute http(s) URL")) }
 }
 
 impl BillingService {
@@ -32,10 +101,142 @@ impl BillingService {
 
     async fn plan_of(&self, org: OrgId) -> Result<Plan> {
         self.plans
-            .get_or_load(&org, self.clock.now(), async {
-                self.billing.plan_of(org).await?.ok_or(Error::not_found("organization"))
-            })
+            .get_or_load(&org, self.clock.now(), async { Ok::<_, Error>(self.subscription_of(org).await?.plan) })
             .await
+    }
+
+    async fn subscription_of(&self, org: OrgId) -> Result<Subscription> {
+        self.billing.subscription(org).await?.ok_or(Error::not_found("organization"))
+    }
+
+    fn provider(&self) -> Result<&dyn PaymentProvider> {
+        self.config.provider.as_deref().ok_or_else(not_configured)
+    }
+
+    /// The organization's plan, subscription and validations this month.
+    pub async fn status(&self, p: &Principal, org: OrgId) -> Result<BillingStatus> {
+        self.identity.access(p, org, Permission::Read).await?;
+        self.provider()?;
+        self.usage(org).await
+    }
+
+    /// The subscription and the validations of this month (for the
+    /// dashboard, which works without a payment provider; access checked
+    /// by the caller).
+    pub(crate) async fn usage(&self, org: OrgId) -> Result<BillingStatus> {
+        let now = self.clock.now();
+        let subscription = self.subscription_of(org).await?;
+        let validations_used = self.billing.validations_used(org, &usage_month(now)).await?;
+        Ok(BillingStatus {
+            validations_limit: subscription.plan.monthly_validations(),
+            subscription,
+            validations_used,
+            validations_period_end: now + time::Duration::seconds(seconds_to_next_month(now) as i64),
+        })
+    }
+
+    /// A checkout session for a paid `plan` (Admin); the organization's
+    /// provider customer is created on first use and reused after.
+    pub async fn checkout(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        plan: &str,
+        success_url: Option<&str>,
+        cancel_url: Option<&str>,
+    ) -> Result<CheckoutSession> {
+        self.identity.access(p, org, Permission::Administer).await?;
+        let provider = self.provider()?;
+        let plan = match Plan::parse(plan) {
+            Ok(p) if p.paid() => p,
+            _ => return Err(Error::invalid("plan", "must be pro or enterprise")),
+        };
+        let Some(price) = self.config.prices.of(plan) else {
+            return Err(Error::Unavailable {
+                code: code::BILLING_NOT_CONFIGURED,
+                message: format!("no price is configured for the {} plan", plan.as_str()),
+            });
+        };
+        let base = self.config.public_url.trim_end_matches('/');
+        let success_url = match success_url {
+            Some(u) => check_return_url("success_url", u)?,
+            None => format!("{base}/billing?checkout=success"),
+        };
+        let cancel_url = match cancel_url {
+            Some(u) => check_return_url("cancel_url", u)?,
+            None => format!("{base}/billing?checkout=canceled"),
+        };
+        let customer = self.customer(p, org).await?;
+        let request = CheckoutRequest { org, plan, price: price.to_string(), customer, success_url, cancel_url };
+        provider.checkout_session(&request).await
+    }
+
+    /// A customer-portal session (Admin); answers its URL.
+    pub async fn portal(&self, p: &Principal, org: OrgId, return_url: Option<&str>) -> Result<String> {
+        self.identity.access(p, org, Permission::Administer).await?;
+        let provider = self.provider()?;
+        let return_url = match return_url {
+            Some(u) => check_return_url("return_url", u)?,
+            None => format!("{}/billing", self.config.public_url.trim_end_matches('/')),
+        };
+        let customer = self.customer(p, org).await?;
+        provider.portal_session(&customer, &return_url).await
+    }
+
+    /// The organization's provider customer, created on first use.
+    async fn customer(&self, p: &Principal, org: OrgId) -> Result<String> {
+        if let Some(c) = self.subscription_of(org).await?.customer_id {
+            return Ok(c);
+        }
+        let name = self.identity.get_organization(p, org).await?.name;
+        let created = self.provider()?.create_customer(org, &name).await?;
+        self.billing.set_customer(org, &created).await
+    }
+
+    /// Processes one webhook delivery of the payment provider: the raw
+    /// body, verified against `signature` (the `Stripe-Signature` header).
+    ///
+    /// # Errors
+    /// `BadRequest` (`invalid_signature`) for a missing, wrong or stale
+    /// signature and (`malformed_json`) for a body that is no event;
+    /// nothing changes then. `Unavailable` without a webhook secret.
+    pub async fn webhook(&self, payload: &[u8], signature: Option<&str>) -> Result<WebhookOutcome> {
+        let secret = self.config.webhook_secret.as_ref().ok_or_else(not_configured)?;
+        let now = self.clock.now();
+        verify_signature(payload, signature.unwrap_or_default(), secret.expose(), now).map_err(|e| {
+            Error::BadRequest { code: code::INVALID_SIGNATURE, message: e.message().into(), details: Value::Null }
+        })?;
+        let event = parse_event(payload, &self.config.prices).ok_or_else(|| Error::BadRequest {
+            code: code::MALFORMED_JSON,
+            message: "the body is not a payment-provider event".into(),
+            details: Value::Null,
+        })?;
+        let Some(change) = event.change.clone() else {
+            return Ok(WebhookOutcome::Ignored);
+        };
+        let org = match (event.org, event.customer.as_deref()) {
+            (Some(org), _) => Some(org),
+            (None, Some(customer)) => self.billing.org_of_customer(customer).await?,
+            (None, None) => None,
+        };
+        let Some(org) = org else {
+            tracing::warn!(event = %event.id, kind = %event.event_type, "a billing event for no known organization");
+            return Ok(WebhookOutcome::Ignored);
+        };
+        let customer = event.customer.clone();
+        let update = move |s: Subscription| change.apply(s, customer.as_deref());
+        let actor = Actor { kind: ActorKind::System, id: Some(event.id.clone()), name: Some("stripe".into()) };
+        let audit = |before: &Subscription, after: &Subscription| {
+            let mut e =
+                AuditEntry::new(Some(org), actor.clone(), "billing.subscription_updated", "organization", org, now)
+                    .with_change(subscription_json(before), subscription_json(after));
+            e.details["event_id"] = json!(event.id);
+            e.details["event_type"] = json!(event.event_type);
+            e
+        };
+        let applied = self.billing.apply_event(&event.id, &event.event_type, org, &update, &audit).await?;
+        self.plans.remove_where(|o, _| *o == org);
+        Ok(if applied { WebhookOutcome::Applied } else { WebhookOutcome::Duplicate })
     }
 
     /// Counts one gateway validation of `org` against its plan's monthly
@@ -52,7 +253,7 @@ impl BillingService {
             return Ok(());
         }
         Err(Error::Exhausted {
-            code: crate::shared::error::code::QUOTA_EXCEEDED,
+            code: code::QUOTA_EXCEEDED,
             message: format!(
                 "the monthly quota of {} validations of the {} plan is used up",
                 limit.unwrap_or_default(),

@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Validation,
     /// A quota or rate limit is used up (429).
     Exhausted,
+    /// A part of the service that is not configured, or an outside
+    /// service it needs that does not answer (503).
+    Unavailable,
     Internal,
 }
 
@@ -61,6 +64,9 @@ pub enum Error {
     /// `retry_after` seconds until it renews.
     #[error("{message}")]
     Exhausted { code: &'static str, message: String, retry_after: u64 },
+    /// Not configured, or an outside service it needs failed (503).
+    #[error("{message}")]
+    Unavailable { code: &'static str, message: String },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -75,6 +81,7 @@ impl Error {
             Error::Conflict { .. } => ErrorKind::Conflict,
             Error::Validation(_) | Error::Unprocessable { .. } => ErrorKind::Validation,
             Error::Exhausted { .. } => ErrorKind::Exhausted,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -85,7 +92,8 @@ impl Error {
             Error::BadRequest { code, .. }
             | Error::Conflict { code, .. }
             | Error::Unprocessable { code, .. }
-            | Error::Exhausted { code, .. } => Some(code),
+            | Error::Exhausted { code, .. }
+            | Error::Unavailable { code, .. } => Some(code),
             Error::Unauthenticated(_)
             | Error::Forbidden(_)
             | Error::NotFound { .. }
@@ -116,6 +124,10 @@ impl Error {
 /// contract's error body.
 pub mod code {
     pub const ALREADY_MEMBER: &str = "already_member";
+    pub const BILLING_NOT_CONFIGURED: &str = "billing_not_configured";
+    pub const INVALID_SIGNATURE: &str = "invalid_signature";
+    pub const MALFORMED_JSON: &str = "malformed_json";
+    pub const PAYMENT_PROVIDER_FAILED: &str = "payment_provider_failed";
     pub const CLAIM_LOST: &str = "claim_lost";
     pub const CONCURRENT_APPLY: &str = "concurrent_apply";
     pub const CONFLICT: &str = "conflict";

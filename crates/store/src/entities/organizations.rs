@@ -10,6 +10,9 @@ pub struct Model {
     pub name: String,
     pub slug: String,
     pub plan: String,
+    pub billing_status: String,
+    pub current_period_end: Option<TimeDateTimeWithTimeZone>,
+    pub customer_id: Option<String>,
     pub created_at: TimeDateTimeWithTimeZone,
 }
 
