@@ -7,5 +7,6 @@ mod flows;
 mod input;
 mod isolation;
 mod limits;
+mod monitoring;
 mod oauth;
 mod organizations;

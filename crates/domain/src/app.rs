@@ -16,7 +16,7 @@ use crate::iac::ports::IacRepository;
 use crate::iac::service::IacService;
 use crate::identity::ports::{ApiKeyRepository, InvitationRepository, OrgRepository, TokenVerifier, UserRepository};
 use crate::identity::service::IdentityService;
-use crate::monitoring::ports::{ActivityRepository, HealthCheck};
+use crate::monitoring::ports::{ActivityRepository, DashboardRepository, HealthCheck, Metrics, NoMetrics};
 use crate::monitoring::service::MonitoringService;
 use crate::shared::audit::AuditRepository;
 use crate::shared::clock::Clock;
@@ -42,6 +42,7 @@ pub struct Ports {
     // monitoring
     pub activity: Arc<dyn ActivityRepository>,
     pub health: Arc<dyn HealthCheck>,
+    pub dashboard: Arc<dyn DashboardRepository>,
     // billing
     pub billing: Arc<dyn BillingRepository>,
     // connect
@@ -90,6 +91,8 @@ pub struct Options {
     /// The payment provider; by default none (the billing endpoints
     /// answer 503 and the free plan applies).
     pub billing: BillingConfig,
+    /// The operator's counters; by default none.
+    pub metrics: Arc<dyn Metrics>,
 }
 
 impl Default for Options {
@@ -99,6 +102,7 @@ impl Default for Options {
                 .unwrap_or(std::time::Duration::from_secs(60)),
             offload: Arc::new(Inline),
             billing: BillingConfig::default(),
+            metrics: Arc::new(NoMetrics),
         }
     }
 }
@@ -125,7 +129,14 @@ impl Sluice {
             clock: clock.clone(),
             keys: Arc::default(),
         };
-        let monitoring = MonitoringService { identity: identity.clone(), activity: p.activity, health: p.health };
+        let monitoring = MonitoringService {
+            identity: identity.clone(),
+            activity: p.activity,
+            health: p.health,
+            dashboard: p.dashboard,
+            metrics: options.metrics,
+            clock: clock.clone(),
+        };
         let billing = BillingService {
             identity: identity.clone(),
             billing: p.billing,
@@ -216,6 +227,7 @@ mod tests {
         Ports {
             billing: Arc::new(crate::billing::ports::MockBillingRepository::new()),
             schemas: Arc::new(crate::connect::ports::MockDiscoveredSchemas::new()),
+            dashboard: Arc::new(crate::monitoring::ports::MockDashboardRepository::new()),
             users: Arc::new(MockUserRepository::new()),
             orgs: Arc::new(orgs),
             invitations: Arc::new(MockInvitationRepository::new()),

@@ -1,6 +1,8 @@
 //! Monitoring: the activity feed of system events (run outcomes, schema
-//! drift, …); notification rules and their deliveries arrive here next.
+//! drift, …), the dashboard, the operator's metrics; notification rules
+//! and their deliveries arrive here next.
 
 pub mod activity;
+pub mod dashboard;
 pub mod ports;
 pub mod service;

@@ -7,6 +7,7 @@
 pub mod dto;
 pub mod error;
 pub mod extract;
+pub mod metrics;
 pub mod middleware;
 pub mod ratelimit;
 pub mod routes;
@@ -32,6 +33,9 @@ pub struct AppState {
     pub console_url: String,
     /// Per-client rate limits; `None` switches them off.
     pub rate_limits: Option<std::sync::Arc<ratelimit::RateLimits>>,
+    /// The operator's metrics (`GET /metrics`), shared with the domain's
+    /// services that count into them.
+    pub metrics: std::sync::Arc<metrics::Metrics>,
 }
 
 #[derive(OpenApi)]
@@ -138,6 +142,7 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(oauth::start)
         .service(oauth::callback)
         .service(oauth::complete)
+        .service(monitoring::dashboard)
         .service(billing::status)
         .service(billing::checkout)
         .service(billing::portal)
@@ -160,6 +165,20 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .service(utoipa_actix_web::scope("/v1").configure(v1))
         .split_for_parts();
     api
+}
+
+/// `GET /metrics`: unauthenticated, like every Prometheus target.
+async fn metrics_text(state: Data<AppState>) -> HttpResponse {
+    let depth = match state.sluice.monitoring.queue_depth().await {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!(error = %e, "the queue depth could not be read");
+            None
+        }
+    };
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(state.metrics.render(depth))
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
@@ -191,6 +210,7 @@ pub fn app(
     let doc = serde_json::to_vec_pretty(&api).unwrap_or_default();
     app.app_data(Data::new(OpenApiJson(doc)))
         .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/v1/openapi.json", api))
+        .route("/metrics", web::get().to(metrics_text))
         .default_service(web::to(not_found))
         .wrap(actix_web::middleware::from_fn(middleware::handle))
 }

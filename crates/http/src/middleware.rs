@@ -54,7 +54,13 @@ pub async fn handle(
                     res.headers_mut().insert(HeaderName::from_static("x-request-id"), v);
                 }
                 let status = res.status().as_u16();
-                let ms = started.elapsed().as_secs_f64() * 1000.0;
+                let elapsed = started.elapsed().as_secs_f64();
+                if let Some(state) = res.request().app_data::<Data<AppState>>() {
+                    // The pattern, not the path: no ids in the labels.
+                    let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".into());
+                    state.metrics.request(res.request().method().as_str(), &route, status, elapsed);
+                }
+                let ms = elapsed * 1000.0;
                 if res.status().is_server_error() {
                     tracing::error!(status, latency_ms = ms, "request failed");
                 } else {

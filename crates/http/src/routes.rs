@@ -9,6 +9,7 @@ pub mod flows;
 pub mod gateway;
 pub mod health;
 pub mod iac;
+pub mod monitoring;
 pub mod oauth;
 pub mod orgs;
 pub mod users;

@@ -65,6 +65,7 @@ fn state(store: &InMemoryStore, clock: &ManualClock, internal: Option<&str>) -> 
         internal_api_key: internal.map(Secret::new),
         console_url: "http://console.example".into(),
         rate_limits: None,
+        metrics: Default::default(),
     }
 }
 

@@ -95,7 +95,10 @@ impl StoreLock {
 
 impl Application {
     /// Connects the store (running migrations) and wires every port.
-    async fn wire(settings: &mut Settings) -> anyhow::Result<(Sluice, Store)> {
+    async fn wire(
+        settings: &mut Settings,
+        metrics: Arc<sluice_http::metrics::Metrics>,
+    ) -> anyhow::Result<(Sluice, Store)> {
         install_crypto_provider();
         let master_key = settings.ensure_secrets()?;
         let store = Store::connect(&settings.database_url, &master_key).await?;
@@ -145,6 +148,7 @@ impl Application {
             cursors: Arc::new(store.clone()),
             queue: Arc::new(store.clone()),
             activity: Arc::new(store.clone()),
+            dashboard: Arc::new(store.clone()),
             iac: Arc::new(store.clone()),
         };
         let billing = match &settings.stripe {
@@ -159,8 +163,12 @@ impl Application {
                 public_url: settings.public_url.clone(),
             },
         };
-        let options =
-            sluice_domain::app::Options { lease: settings.run_lease, offload: Arc::new(BlockingPool::new()), billing };
+        let options = sluice_domain::app::Options {
+            lease: settings.run_lease,
+            offload: Arc::new(BlockingPool::new()),
+            billing,
+            metrics,
+        };
         let sluice = Sluice::with_options(ports, options);
         Ok((sluice, store))
     }
@@ -175,7 +183,8 @@ impl Application {
         // must not touch the store (nor re-queue another process's runs).
         let listener = TcpListener::bind(&settings.listen).with_context(|| format!("binding {}", settings.listen))?;
         let lock = settings.sqlite_file().map(|f| StoreLock::take(&f)).transpose()?;
-        let (sluice, store) = Self::wire(&mut settings).await?;
+        let metrics = Arc::new(sluice_http::metrics::Metrics::default());
+        let (sluice, store) = Self::wire(&mut settings, metrics.clone()).await?;
         if store.backend() == sluice_store::Backend::Sqlite {
             // The embedded store has one process: a run left running is
             // an orphan of a crash, to resume now rather than after a lease.
@@ -193,6 +202,7 @@ impl Application {
             internal_api_key: settings.internal_api_key.clone(),
             console_url: settings.console_url.clone(),
             rate_limits: settings.rate_limits.map(|c| Arc::new(sluice_http::ratelimit::RateLimits::new(c))),
+            metrics,
         };
         let port = listener.local_addr()?.port();
         let server =
@@ -207,7 +217,8 @@ impl Application {
     /// When the store cannot be set up.
     pub async fn worker_only(mut settings: Settings) -> anyhow::Result<()> {
         let _lock = settings.sqlite_file().map(|f| StoreLock::take(&f)).transpose()?;
-        let (sluice, _store) = Self::wire(&mut settings).await?;
+        // A worker alone serves no /metrics; its counters go nowhere.
+        let (sluice, _store) = Self::wire(&mut settings, Default::default()).await?;
         tokio::spawn(worker::schedule(sluice.clone()));
         worker::run(sluice, worker::worker_id()).await;
         Ok(())

@@ -44,6 +44,7 @@ pub use connect::*;
 pub use connector::*;
 pub use iac::*;
 pub use identity::*;
+pub use monitoring::*;
 pub use sync::*;
 
 /// Ports wired to one in-memory store, the fake token verifier, `clock`,
@@ -78,6 +79,7 @@ pub fn in_memory_ports_with(
         cursors: Arc::new(flows.clone()),
         queue: Arc::new(flows.clone()),
         activity: Arc::new(flows.clone()),
+        dashboard: Arc::new(InMemoryDashboard { flows: flows.clone(), catalog: (*catalog_for_iac).clone() }),
         iac: Arc::new(InMemoryIac { catalog: (*catalog_for_iac).clone(), flows, audit: store.clone() }),
         users: s.clone(),
         orgs: s.clone(),

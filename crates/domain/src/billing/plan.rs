@@ -120,13 +120,17 @@ pub fn usage_month(at: OffsetDateTime) -> String {
 /// Seconds from `at` until the next month starts (UTC), when the quota
 /// renews: the `Retry-After` of `quota_exceeded`.
 pub fn seconds_to_next_month(at: OffsetDateTime) -> u64 {
+    u64::try_from((next_month(at) - at).whole_seconds()).unwrap_or(0).max(1)
+}
+
+/// The start of the month after `at` (UTC): when the quota renews.
+pub fn next_month(at: OffsetDateTime) -> OffsetDateTime {
     let at = at.to_offset(time::UtcOffset::UTC);
     let (y, m) =
         if at.month() == time::Month::December { (at.year() + 1, 1) } else { (at.year(), u8::from(at.month()) + 1) };
-    let next = time::Date::from_calendar_date(y, time::Month::try_from(m).unwrap_or(time::Month::January), 1)
+    time::Date::from_calendar_date(y, time::Month::try_from(m).unwrap_or(time::Month::January), 1)
         .map(|d| d.midnight().assume_utc())
-        .unwrap_or(at);
-    u64::try_from((next - at).whole_seconds()).unwrap_or(0).max(1)
+        .unwrap_or(at)
 }
 
 #[cfg(test)]
@@ -139,6 +143,7 @@ mod tests {
         assert_eq!(seconds_to_next_month(datetime!(2026-11-30 23:59:00 UTC)), 60);
         assert_eq!(seconds_to_next_month(datetime!(2026-12-31 23:00:00 UTC)), 3600);
         assert_eq!(seconds_to_next_month(datetime!(2027-01-01 00:30:00 +01:00)), 1800, "23:30 UTC on 31 December");
+        assert_eq!(next_month(datetime!(2026-11-30 23:59:59.5 UTC)), datetime!(2026-12-01 00:00 UTC));
     }
 
     #[test]

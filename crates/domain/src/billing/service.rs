@@ -3,7 +3,7 @@
 //! the webhooks that change a subscription, each processed once), and the
 //! meter of gateway validations against the plan's monthly quota.
 
-use super::plan::{Plan, Subscription, seconds_to_next_month, usage_month};
+use super::plan::{Plan, Subscription, next_month, seconds_to_next_month, usage_month};
 use super::ports::{BillingRepository, CheckoutRequest, CheckoutSession, PaymentProvider};
 use super::provider::{Prices, parse_event, verify_signature};
 use crate::identity::service::IdentityService;
@@ -120,10 +120,14 @@ impl BillingService {
         self.usage(org).await
     }
 
-    /// The subscription and the validations of this month (for the
-    /// dashboard, which works without a payment provider; access checked
-    /// by the caller).
-    pub(crate) async fn usage(&self, org: OrgId) -> Result<BillingStatus> {
+    /// The plan and the validations of this month, as the dashboard shows
+    /// them: readable by every member, with or without a payment provider.
+    pub async fn validations(&self, p: &Principal, org: OrgId) -> Result<BillingStatus> {
+        self.identity.access(p, org, Permission::Read).await?;
+        self.usage(org).await
+    }
+
+    async fn usage(&self, org: OrgId) -> Result<BillingStatus> {
         let now = self.clock.now();
         let subscription = self.subscription_of(org).await?;
         let validations_used = self.billing.validations_used(org, &usage_month(now)).await?;
@@ -131,7 +135,7 @@ impl BillingService {
             validations_limit: subscription.plan.monthly_validations(),
             subscription,
             validations_used,
-            validations_period_end: now + time::Duration::seconds(seconds_to_next_month(now) as i64),
+            validations_period_end: next_month(now),
         })
     }
 

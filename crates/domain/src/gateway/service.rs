@@ -52,7 +52,12 @@ impl GatewayService {
         let org = *org_id;
         self.identity.access(p, org, Permission::Read).await?;
         let asset = self.catalog.contract(org, asset).await?;
-        self.billing.consume_validation(org).await?;
+        if let Err(e) = self.billing.consume_validation(org).await {
+            if e.kind() == crate::ErrorKind::Exhausted {
+                self.monitoring.metrics().gateway_validation("quota_exceeded");
+            }
+            return Err(e);
+        }
         // Linear, but a payload of megabytes still takes milliseconds: off
         // the request threads.
         let outcome = if raw.len() <= INLINE_PAYLOAD {
@@ -65,6 +70,11 @@ impl GatewayService {
             None => GatewayResult::NoJson,
             Some(o) => GatewayResult::Checked(o),
         };
+        self.monitoring.metrics().gateway_validation(match &result {
+            GatewayResult::NoJson => "no_json",
+            GatewayResult::Checked(Outcome::Valid { .. }) => "valid",
+            GatewayResult::Checked(Outcome::Invalid { .. }) => "invalid",
+        });
         if let GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) = &result {
             let n = missing_fields.len() + type_mismatches.len();
             self.monitoring

@@ -116,6 +116,11 @@ impl SyncService {
     pub async fn after_run(&self, run: &Run) -> Result<Vec<Run>> {
         let now = self.clock.now();
         let rows: u64 = run.entities.iter().map(|e| e.rows_written).sum();
+        let seconds = match (run.started_at, run.finished_at) {
+            (Some(a), Some(b)) => (b - a).as_seconds_f64().max(0.0),
+            _ => 0.0,
+        };
+        self.monitoring.metrics().run_finished(run.status.as_str(), rows, seconds);
         let severity = match run.status {
             RunStatus::Succeeded => "info",
             RunStatus::Canceled | RunStatus::DriftDetected => "warning",

@@ -80,6 +80,7 @@ pub fn state_with(store: &InMemoryStore, connectors: &MemoryConnectors, secrets:
         internal_api_key: None,
         console_url: "http://console.example".into(),
         rate_limits: None,
+        metrics: Default::default(),
     }
 }
 
