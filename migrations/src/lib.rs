@@ -14,6 +14,7 @@ mod m20261121_000007_validation_usage;
 mod m20261121_000008_validation_counts;
 mod m20261123_000001_instance;
 mod m20261123_000002_billing;
+mod m20261123_000003_notifications;
 
 pub struct Migrator;
 
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000008_validation_counts::Migration),
             Box::new(m20261123_000001_instance::Migration),
             Box::new(m20261123_000002_billing::Migration),
+            Box::new(m20261123_000003_notifications::Migration),
         ]
     }
 }

@@ -10,3 +10,4 @@ mod limits;
 mod monitoring;
 mod oauth;
 mod organizations;
+mod rules;

@@ -94,6 +94,33 @@ async fn dashboard_and_metrics(app: TestApp) {
     assert_eq!(res.status(), 200);
     assert!(res.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
     let text = res.text().await.unwrap();
+    // Every sample line parses: `name{labels} value`, the labels quoted.
+    let mut names = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+        assert!(value.parse::<f64>().is_ok(), "not a number: {line}");
+        let name = series.split('{').next().unwrap();
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "bad name: {line}");
+        if let Some(labels) = series.strip_prefix(name) {
+            assert!(labels.is_empty() || (labels.starts_with('{') && labels.ends_with('}')), "bad labels: {line}");
+            for pair in labels.trim_matches(|c| c == '{' || c == '}').split("\",").filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once('=').unwrap_or_else(|| panic!("bad label: {line}"));
+                assert!(!k.is_empty() && v.starts_with('"'), "bad label: {line}");
+            }
+        }
+        names.insert(name.to_string());
+    }
+    for name in [
+        "http_requests_total",
+        "http_request_duration_seconds_bucket",
+        "sluice_runs_total",
+        "sluice_rows_synced_total",
+        "sluice_run_duration_seconds_sum",
+        "sluice_gateway_validations_total",
+        "sluice_queue_depth",
+    ] {
+        assert!(names.contains(name), "{name} in {names:?}");
+    }
     assert!(!text.contains(&org) && !text.contains(&active), "no ids in labels");
     for line in [
         "http_requests_total{method=\"GET\",route=\"/v1/organizations/{orgId}/dashboard\",status=\"200\"} 1",

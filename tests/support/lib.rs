@@ -177,6 +177,8 @@ pub struct Options {
     pub rate_limits: Option<sluice_http::ratelimit::RateLimitConfig>,
     /// A payment provider (a fake Stripe in the test).
     pub stripe: Option<sluice::settings::StripeSettings>,
+    /// Deliveries may reach loopback (the tests' receivers).
+    pub webhook_allow_private: bool,
 }
 
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
@@ -255,6 +257,8 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
         rate_limits: options.rate_limits.or(Some(Default::default())),
         stripe: options.stripe.clone(),
+        // The tests' receivers listen on loopback.
+        webhook_allow_private: options.webhook_allow_private,
     };
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());

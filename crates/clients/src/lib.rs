@@ -5,6 +5,7 @@
 pub mod aws;
 pub mod oauth;
 pub mod stripe;
+pub mod webhooks;
 
 use async_trait::async_trait;
 use sluice_domain::connect::connector::{ConnectorError, ConnectorResult};

@@ -16,7 +16,10 @@ use crate::iac::ports::IacRepository;
 use crate::iac::service::IacService;
 use crate::identity::ports::{ApiKeyRepository, InvitationRepository, OrgRepository, TokenVerifier, UserRepository};
 use crate::identity::service::IdentityService;
-use crate::monitoring::ports::{ActivityRepository, DashboardRepository, HealthCheck, Metrics, NoMetrics};
+use crate::monitoring::ports::{
+    ActivityRepository, DashboardRepository, DeliveryQueue, HealthCheck, Metrics, NoMetrics, RuleRepository,
+    WebhookSender,
+};
 use crate::monitoring::service::MonitoringService;
 use crate::shared::audit::AuditRepository;
 use crate::shared::clock::Clock;
@@ -43,6 +46,10 @@ pub struct Ports {
     pub activity: Arc<dyn ActivityRepository>,
     pub health: Arc<dyn HealthCheck>,
     pub dashboard: Arc<dyn DashboardRepository>,
+    pub rules: Arc<dyn RuleRepository>,
+    pub deliveries: Arc<dyn DeliveryQueue>,
+    /// Sends notification deliveries.
+    pub webhooks: Arc<dyn WebhookSender>,
     // billing
     pub billing: Arc<dyn BillingRepository>,
     // connect
@@ -136,6 +143,9 @@ impl Sluice {
             dashboard: p.dashboard,
             metrics: options.metrics,
             clock: clock.clone(),
+            rules: p.rules,
+            deliveries: p.deliveries,
+            sender: p.webhooks,
         };
         let billing = BillingService {
             identity: identity.clone(),
@@ -146,6 +156,7 @@ impl Sluice {
         };
         let connect = ConnectService {
             identity: identity.clone(),
+            monitoring: monitoring.clone(),
             integrations: p.integrations,
             connections: p.connections,
             connectors: p.connectors,
@@ -228,6 +239,9 @@ mod tests {
             billing: Arc::new(crate::billing::ports::MockBillingRepository::new()),
             schemas: Arc::new(crate::connect::ports::MockDiscoveredSchemas::new()),
             dashboard: Arc::new(crate::monitoring::ports::MockDashboardRepository::new()),
+            rules: Arc::new(crate::monitoring::ports::MockRuleRepository::new()),
+            deliveries: Arc::new(crate::monitoring::ports::MockDeliveryQueue::new()),
+            webhooks: Arc::new(crate::monitoring::ports::MockWebhookSender::new()),
             users: Arc::new(MockUserRepository::new()),
             orgs: Arc::new(orgs),
             invitations: Arc::new(MockInvitationRepository::new()),

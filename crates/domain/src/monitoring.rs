@@ -1,8 +1,10 @@
 //! Monitoring: the activity feed of system events (run outcomes, schema
-//! drift, …), the dashboard, the operator's metrics; notification rules
-//! and their deliveries arrive here next.
+//! drift, …), notification rules and their deliveries, the dashboard and
+//! the operator's metrics.
 
 pub mod activity;
 pub mod dashboard;
+pub mod delivery;
 pub mod ports;
+pub mod rule;
 pub mod service;

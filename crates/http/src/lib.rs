@@ -50,7 +50,7 @@ Lists answer `{data, next_cursor}` and take `limit` (1-200) and `cursor`. Mutati
     tags(
         (name = "system"), (name = "users"), (name = "organizations"), (name = "members"),
         (name = "invitations"), (name = "api-keys"), (name = "audit"), (name = "connectors"),
-        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "iac"), (name = "billing"), (name = "internal")
+        (name = "integrations"), (name = "connections"), (name = "oauth"), (name = "flows"), (name = "runs"), (name = "activity"), (name = "iac"), (name = "billing"), (name = "rules"), (name = "internal")
     )
 )]
 struct ApiDoc;
@@ -143,6 +143,13 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(oauth::callback)
         .service(oauth::complete)
         .service(monitoring::dashboard)
+        .service(rules::list)
+        .service(rules::create)
+        .service(rules::get)
+        .service(rules::replace)
+        .service(rules::remove)
+        .service(rules::deliveries)
+        .service(rules::notify)
         .service(billing::status)
         .service(billing::checkout)
         .service(billing::portal)

@@ -12,6 +12,7 @@ pub mod iac;
 pub mod monitoring;
 pub mod oauth;
 pub mod orgs;
+pub mod rules;
 pub mod users;
 
 use actix_web::HttpResponse;

@@ -149,6 +149,9 @@ impl Application {
             queue: Arc::new(store.clone()),
             activity: Arc::new(store.clone()),
             dashboard: Arc::new(store.clone()),
+            rules: Arc::new(store.clone()),
+            deliveries: Arc::new(store.clone()),
+            webhooks: Arc::new(sluice_clients::webhooks::Webhooks::new(settings.webhook_allow_private)),
             iac: Arc::new(store.clone()),
         };
         let billing = match &settings.stripe {
@@ -194,7 +197,9 @@ impl Application {
             }
         }
         if settings.run_worker {
-            tokio::spawn(worker::run(sluice.clone(), worker::worker_id()));
+            let id = worker::worker_id();
+            tokio::spawn(worker::run(sluice.clone(), id.clone()));
+            tokio::spawn(worker::deliver(sluice.clone(), id));
         }
         tokio::spawn(worker::schedule(sluice.clone()));
         let state = AppState {
@@ -220,7 +225,9 @@ impl Application {
         // A worker alone serves no /metrics; its counters go nowhere.
         let (sluice, _store) = Self::wire(&mut settings, Default::default()).await?;
         tokio::spawn(worker::schedule(sluice.clone()));
-        worker::run(sluice, worker::worker_id()).await;
+        let id = worker::worker_id();
+        tokio::spawn(worker::deliver(sluice.clone(), id.clone()));
+        worker::run(sluice, id).await;
         Ok(())
     }
 

@@ -51,6 +51,9 @@ pub struct Settings {
     pub rate_limits: Option<sluice_http::ratelimit::RateLimitConfig>,
     /// The payment provider (`SLUICE_STRIPE_*`); `None` without a secret key.
     pub stripe: Option<StripeSettings>,
+    /// Notification deliveries may reach loopback, private and link-local
+    /// addresses (`SLUICE_WEBHOOK_ALLOW_PRIVATE`, default false).
+    pub webhook_allow_private: bool,
 }
 
 /// Stripe: the secret key, the webhook signing secret, the API base (tests
@@ -109,6 +112,7 @@ impl std::fmt::Debug for Settings {
             .field("oauth", &self.oauth)
             .field("console_url", &self.console_url)
             .field("stripe", &self.stripe)
+            .field("webhook_allow_private", &self.webhook_allow_private)
             .finish()
     }
 }
@@ -170,7 +174,13 @@ impl Settings {
             price_pro: var("SLUICE_STRIPE_PRICE_PRO"),
             price_enterprise: var("SLUICE_STRIPE_PRICE_ENTERPRISE"),
         });
+        let webhook_allow_private = match var("SLUICE_WEBHOOK_ALLOW_PRIVATE").as_deref().map(str::trim) {
+            None | Some("false" | "0" | "off") => false,
+            Some("true" | "1" | "on") => true,
+            Some(other) => bail!("SLUICE_WEBHOOK_ALLOW_PRIVATE must be true or false, not '{other}'"),
+        };
         Ok(Self {
+            webhook_allow_private,
             stripe,
             run_lease,
             rate_limits,
@@ -379,6 +389,7 @@ mod tests {
             run_lease: DEFAULT_RUN_LEASE,
             rate_limits: Some(Default::default()),
             stripe: None,
+            webhook_allow_private: false,
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

@@ -87,3 +87,22 @@ pub async fn schedule(sluice: Sluice) {
         tokio::time::sleep(TICK).await;
     }
 }
+
+/// How often a process looks for notification deliveries that are due.
+pub const DELIVERY_POLL: Duration = Duration::from_secs(1);
+/// Deliveries one process sends at once.
+pub const DELIVERY_BATCH: u64 = 16;
+
+/// Runs forever: sends the notification deliveries that are due, apart
+/// from runs and requests, so a slow or dead receiver slows neither.
+pub async fn deliver(sluice: Sluice, id: String) {
+    loop {
+        match sluice.monitoring.deliver_due(&id, DELIVERY_BATCH).await {
+            // A full batch: there may be more due at once.
+            Ok(n) if n as u64 == DELIVERY_BATCH => continue,
+            Ok(_) => {}
+            Err(e) => tracing::error!(worker = %id, error = %e, "sending notification deliveries failed"),
+        }
+        tokio::time::sleep(DELIVERY_POLL).await;
+    }
+}

@@ -141,7 +141,7 @@ macro_rules! org_table {
         }
     )*};
 }
-org_table!(integrations, connections, flows, runs, data_assets);
+org_table!(integrations, connections, flows, runs, data_assets, notification_rules);
 
 macro_rules! named_table {
     ($($table:ident),*) => {$(

@@ -14,6 +14,9 @@ pub(crate) struct FlowState {
     pub(crate) cursors: HashMap<(FlowId, String), Cursor>,
     pub(crate) markers: std::collections::HashSet<String>,
     pub(crate) events: Vec<sluice_domain::monitoring::activity::ActivityEvent>,
+    pub(crate) rules: Vec<sluice_domain::monitoring::rule::NotificationRule>,
+    /// Each delivery with its body, message id and claim (worker, until).
+    pub(crate) deliveries: Vec<crate::monitoring::Queued>,
 }
 
 /// Flows, runs and cursors in memory.

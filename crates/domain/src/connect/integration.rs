@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 
 /// What reads show in place of a secret, and what writes may send to keep
 /// the stored one.
-pub const PLACEHOLDER: &str = "***";
+pub const PLACEHOLDER: &str = crate::shared::audit::REDACTED;
 
 /// Credential values by key. Values are plain secrets or references
 /// (`env:NAME`, `aws:secretsmanager:ARN`). `Debug` hides every value.

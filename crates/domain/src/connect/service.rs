@@ -82,6 +82,7 @@ pub struct Preview {
 #[derive(Clone)]
 pub struct ConnectService {
     pub(crate) identity: IdentityService,
+    pub(crate) monitoring: crate::monitoring::service::MonitoringService,
     pub(crate) integrations: Arc<dyn IntegrationRepository>,
     pub(crate) connections: Arc<dyn ConnectionRepository>,
     pub(crate) connectors: Arc<dyn ConnectorRegistry>,
@@ -462,7 +463,20 @@ impl ConnectService {
         let c = self.connections.get(org, id).await?.ok_or(Error::not_found("connection"))?;
         let outcome = self.run_test(&c).await;
         let status = if outcome.ok { ConnectionStatus::Healthy } else { ConnectionStatus::Failing };
-        self.connections.record_test(org, id, status, self.clock.now(), outcome.error.clone()).await?;
+        let now = self.clock.now();
+        self.connections.record_test(org, id, status, now, outcome.error.clone()).await?;
+        if status == ConnectionStatus::Failing && c.status != ConnectionStatus::Failing {
+            let event = crate::monitoring::activity::ActivityEvent {
+                id: uuid::Uuid::now_v7(),
+                org_id: org,
+                event_type: "connection.failing".into(),
+                severity: "error".into(),
+                message: format!("connection '{}' failed its test: {}", c.name, outcome.error.as_deref().unwrap_or("")),
+                data: json!({"connection_id": c.id, "connection_name": c.name, "error_code": outcome.error_code}),
+                created_at: now,
+            };
+            self.monitoring.record(&event).await?;
+        }
         Ok(outcome)
     }
 

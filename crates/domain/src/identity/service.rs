@@ -71,6 +71,11 @@ impl IdentityService {
         self.clock.now()
     }
 
+    /// Whether `org` exists (for internal callers, which hold no role).
+    pub(crate) async fn organization_exists(&self, org: OrgId) -> Result<bool> {
+        Ok(self.orgs.get(org).await?.is_some())
+    }
+
     // ---- authentication -------------------------------------------------
 
     /// The user behind a session token, created on first sight.

@@ -2,8 +2,13 @@
 
 use super::activity::ActivityEvent;
 use super::dashboard::DashboardCounts;
+use super::delivery::{AttemptResult, Delivery, Outgoing};
+use super::rule::NotificationRule;
 use crate::Result;
+use crate::shared::audit::AuditEntry;
 use crate::shared::ids::OrgId;
+use crate::shared::ids::RuleId;
+use crate::shared::page::{Page, PageRequest};
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
@@ -11,6 +16,9 @@ use time::OffsetDateTime;
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
 pub trait ActivityRepository: Send + Sync {
+    /// Records `event` and, in the same transaction, queues a delivery
+    /// for every enabled rule of its organization that
+    /// [matches](NotificationRule::matches) it (the outbox).
     async fn record_event(&self, event: &ActivityEvent) -> Result<()>;
     /// The organization's events, newest first, at or after `since`.
     async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
@@ -53,4 +61,48 @@ impl Metrics for NoMetrics {
     fn run_finished(&self, _status: &str, _rows: u64, _seconds: f64) {}
     fn gateway_validation(&self, _outcome: &'static str) {}
     fn webhook_delivery(&self, _outcome: &'static str) {}
+}
+
+/// Where notification rules and their deliveries are kept. Every mutating
+/// method takes the [`AuditEntry`] that records it.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait RuleRepository: Send + Sync {
+    async fn create(&self, rule: &NotificationRule, audit: &AuditEntry) -> Result<()>;
+    async fn get(&self, org: OrgId, id: RuleId) -> Result<Option<NotificationRule>>;
+    async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<NotificationRule>>;
+    /// # Errors
+    /// `NotFound` when the rule is gone.
+    async fn update(&self, rule: &NotificationRule, audit: &AuditEntry) -> Result<()>;
+    /// Deletes the rule and its deliveries. `NotFound` when there is none.
+    async fn delete(&self, org: OrgId, id: RuleId, audit: &AuditEntry) -> Result<()>;
+    /// The rule's deliveries, newest first.
+    async fn deliveries(&self, org: OrgId, rule: RuleId, page: PageRequest) -> Result<Page<Delivery>>;
+}
+
+/// The outbox of deliveries, claimed by workers like runs: a delivery is
+/// sent by one worker at a time.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait DeliveryQueue: Send + Sync {
+    /// Claims up to `limit` pending deliveries due at `now` (unclaimed, or
+    /// whose claim ran out) for `worker` until `until`; answers what each
+    /// attempt sends.
+    async fn claim(
+        &self,
+        worker: &str,
+        now: OffsetDateTime,
+        until: OffsetDateTime,
+        limit: u64,
+    ) -> Result<Vec<Outgoing>>;
+    /// Stores `delivery` after an attempt and releases it, while `worker`
+    /// still holds it; false (nothing stored) when it does not.
+    async fn finish(&self, delivery: &Delivery, worker: &str) -> Result<bool>;
+}
+
+/// Sends one delivery attempt (an HTTP POST of a JSON body).
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait WebhookSender: Send + Sync {
+    async fn send(&self, url: &str, headers: &[(String, String)], body: &str) -> AttemptResult;
 }

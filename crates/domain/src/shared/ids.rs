@@ -52,4 +52,17 @@ macro_rules! id_type {
     )*};
 }
 
-id_type!(UserId, OrgId, InvitationId, ApiKeyId, AuditId, IntegrationId, ConnectionId, AssetId, FlowId, RunId);
+id_type!(
+    UserId,
+    OrgId,
+    InvitationId,
+    ApiKeyId,
+    AuditId,
+    IntegrationId,
+    ConnectionId,
+    AssetId,
+    FlowId,
+    RunId,
+    RuleId,
+    DeliveryId
+);

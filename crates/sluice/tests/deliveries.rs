@@ -1,0 +1,106 @@
+//! A notification delivery that fails is retried after the process is
+//! killed and started again: the outbox is in the metadata store, and the
+//! retry carries the same `webhook-id`.
+
+mod common;
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use common::*;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Receiver {
+    /// The `webhook-id` of each request, in order.
+    ids: Mutex<Vec<String>>,
+    accept: Mutex<bool>,
+}
+
+async fn receive(r: web::Data<Arc<Receiver>>, req: HttpRequest) -> HttpResponse {
+    let id = req.headers().get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    r.ids.lock().unwrap().push(id);
+    if *r.accept.lock().unwrap() {
+        HttpResponse::NoContent().finish()
+    } else {
+        HttpResponse::ServiceUnavailable().finish()
+    }
+}
+
+async fn wait(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {secs} s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_delivery_is_retried_after_a_restart() {
+    let rx = Arc::new(Receiver::default());
+    let r2 = rx.clone();
+    let server = HttpServer::new(move || {
+        App::new().app_data(web::Data::new(r2.clone())).default_service(web::post().to(receive))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook = format!("http://127.0.0.1:{}/hook", server.addrs()[0].port());
+    tokio::spawn(server.run());
+
+    let data = std::env::temp_dir().join(format!("sluice-outbox-{}", sluice_domain::shared::secret::random_base62(8)));
+    std::fs::create_dir_all(&data).unwrap();
+    let db = format!("sqlite://{}/meta.db?mode=rwc", data.display());
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let mut vars = env(&data, &db, port);
+    vars.push(("SLUICE_WEBHOOK_ALLOW_PRIVATE", "true".into()));
+    vars.push(("SLUICE_INTERNAL_API_KEY", "outbox-internal".into()));
+    let first = spawn(&["serve"], &vars);
+    wait_healthy(&api.client, &api.base).await;
+    let org = api.post("/v1/organizations", json!({"name": "Outbox"})).await["id"].as_str().unwrap().to_string();
+    let rule = api
+        .post(
+            &format!("/v1/organizations/{org}/rules"),
+            json!({"name": "r", "event": "run.failed", "channel": {"type": "webhook", "url": hook}}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let res = api
+        .client
+        .post(format!("{}/v1/internal/notifications", api.base))
+        .header("X-Internal-Api-Key", "outbox-internal")
+        .json(&json!({"organization_id": org, "event": "run.failed", "message": "it broke"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+
+    // The first attempt gets a 503; the process dies before the retry.
+    wait("the first attempt", 20, || rx.ids.lock().unwrap().len() == 1).await;
+    drop(first); // SIGKILL
+    *rx.accept.lock().unwrap() = true;
+    let _second = spawn(&["serve"], &vars);
+    wait_healthy(&api.client, &api.base).await;
+    wait("the retry after the restart", 40, || rx.ids.lock().unwrap().len() == 2).await;
+    let ids = rx.ids.lock().unwrap().clone();
+    assert_eq!(ids[0], ids[1], "the retry carries the same webhook-id");
+    assert!(ids[0].starts_with("msg_"));
+    let deliveries = format!("/v1/organizations/{org}/rules/{rule}/deliveries");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = api.get(&deliveries).await;
+        if d["data"][0]["status"] == "delivered" {
+            assert_eq!(
+                (d["data"][0]["attempts"].as_i64(), d["data"][0]["response_code"].as_i64()),
+                (Some(2), Some(204))
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "not recorded as delivered: {d}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&data);
+}
