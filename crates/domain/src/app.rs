@@ -149,6 +149,7 @@ impl Sluice {
         };
         let billing = BillingService {
             identity: identity.clone(),
+            monitoring: monitoring.clone(),
             billing: p.billing,
             clock: clock.clone(),
             plans: Arc::default(),

@@ -488,6 +488,18 @@ async fn gateway_validates_llm_output_against_an_asset() {
     }
     let over = expect!(app, gw(json!({"asset_id": asset, "payload_raw": raw})), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(over["code"], "quota_exceeded", "{over}");
+    // The 800th and the 1,000th validation each recorded quota.threshold, once.
+    let feed =
+        expect!(app, req(Method::GET, &format!("/v1/organizations/{org}/activity?limit=200"), "ann"), StatusCode::OK);
+    let mut reached: Vec<(i64, i64)> = feed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "quota.threshold")
+        .map(|e| (e["data"]["percent"].as_i64().unwrap(), e["data"]["used"].as_i64().unwrap()))
+        .collect();
+    reached.sort_unstable();
+    assert_eq!(reached, [(80, 800), (100, 1000)], "{feed}");
     // Every 429 says when to try again: here, when the month rolls over.
     let res = test::call_service(&app, gw(json!({"asset_id": asset, "payload_raw": raw})).to_request()).await;
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);

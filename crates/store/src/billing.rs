@@ -7,7 +7,7 @@ use crate::{Store, db_err};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter};
-use sluice_domain::billing::plan::{Plan, Subscription, SubscriptionStatus};
+use sluice_domain::billing::plan::{Metered, Plan, Subscription, SubscriptionStatus};
 use sluice_domain::billing::ports::{Audit, BillingRepository, Update};
 use sluice_domain::shared::ids::OrgId;
 use sluice_domain::{Error, Result};
@@ -97,7 +97,7 @@ impl BillingRepository for Store {
         tx.finish(r).await
     }
 
-    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
+    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<Metered> {
         // Group commit: see meter.rs.
         self.meter.consume(self, org, month, limit).await
     }

@@ -29,6 +29,7 @@ use sea_orm::sea_query::{Alias, Expr, ExprTrait, OnConflict};
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
 use sluice_domain::Error;
 use sluice_domain::Result;
+use sluice_domain::billing::plan::Metered;
 use sluice_domain::shared::ids::OrgId;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -48,7 +49,7 @@ pub(crate) struct Ask {
     pub org: OrgId,
     pub month: String,
     pub limit: Option<i64>,
-    pub reply: oneshot::Sender<Result<bool>>,
+    pub reply: oneshot::Sender<Result<Metered>>,
 }
 
 /// The handle requests send their asks to; the counting task runs on the
@@ -60,7 +61,7 @@ pub(crate) struct Meter {
 }
 
 impl Meter {
-    pub(crate) async fn consume(&self, store: &Store, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
+    pub(crate) async fn consume(&self, store: &Store, org: OrgId, month: &str, limit: Option<i64>) -> Result<Metered> {
         let (reply, answer) = oneshot::channel();
         let mut ask = Ask { org, month: month.to_string(), limit, reply };
         // Two tries: the first may meet a task whose runtime has ended.
@@ -198,7 +199,11 @@ async fn add<'a>(
 
 /// Grants each group's asks in order while its limit allows; one
 /// transaction, so the batch is counted whole or not at all.
-async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>, lane: i16) -> Result<Vec<Vec<bool>>> {
+async fn decide(
+    store: &Store,
+    groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>,
+    lane: i16,
+) -> Result<Vec<Vec<Metered>>> {
     if groups.values().flatten().all(|a| a.limit.is_none()) {
         // No limit anywhere: one statement, its own transaction, adds every
         // group's asks to this lane's rows; one round trip instead of three.
@@ -208,7 +213,7 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
             groups.iter().map(|((org, month), asks)| (*org, month.as_str(), lane, asks.len() as i64)),
         )
         .await?;
-        return Ok(groups.values().map(|asks| vec![true; asks.len()]).collect());
+        return Ok(groups.values().map(|asks| vec![Metered::Counted { used: None }; asks.len()]).collect());
     }
     let tx = store.write().await?;
     let r = async {
@@ -217,7 +222,7 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
             if asks.iter().all(|a| a.limit.is_none()) {
                 // No limit: one statement adds the batch to this lane's row.
                 add(tx.c(), [(*org, month.as_str(), lane, asks.len() as i64)]).await?;
-                out.push(vec![true; asks.len()]);
+                out.push(vec![Metered::Counted { used: None }; asks.len()]);
                 continue;
             }
             // Adding nothing makes sure shard 0 exists and locks it (on
@@ -232,9 +237,11 @@ async fn decide(store: &Store, groups: &BTreeMap<(uuid::Uuid, String), Vec<Ask>>
             let grants = asks
                 .iter()
                 .map(|a| {
-                    let granted = a.limit.is_none_or(|l| count < l);
-                    count += i64::from(granted);
-                    granted
+                    if a.limit.is_some_and(|l| count >= l) {
+                        return Metered::Refused;
+                    }
+                    count += 1;
+                    Metered::Counted { used: Some(count) }
                 })
                 .collect();
             if count != before {

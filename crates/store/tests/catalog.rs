@@ -7,6 +7,7 @@ mod common;
 use serde_json::json;
 use sluice_domain::Error;
 use sluice_domain::ErrorKind;
+use sluice_domain::billing::plan::Metered;
 use sluice_domain::billing::ports::BillingRepository;
 use sluice_domain::catalog::asset::{AssetKind, DataAsset};
 use sluice_domain::catalog::contract::parse_fields;
@@ -87,12 +88,21 @@ async fn scenario(store: &Store) {
     ));
 
     // The validation quota: counted per month, never past the limit.
-    for expected in [true, true, false, false] {
+    let counted = |n: i64| Metered::Counted { used: Some(n) };
+    for expected in [counted(1), counted(2), Metered::Refused, Metered::Refused] {
         assert_eq!(store.consume_validation(org.id, "2026-11", Some(2)).await.unwrap(), expected);
     }
     assert_eq!(store.validations_used(org.id, "2026-11").await.unwrap(), 2);
-    assert!(store.consume_validation(org.id, "2026-12", Some(2)).await.unwrap(), "a new month starts at zero");
-    assert!(store.consume_validation(org.id, "2026-11", None).await.unwrap(), "no limit");
+    assert_eq!(
+        store.consume_validation(org.id, "2026-12", Some(2)).await.unwrap(),
+        counted(1),
+        "a new month starts at zero"
+    );
+    assert_eq!(
+        store.consume_validation(org.id, "2026-11", None).await.unwrap(),
+        Metered::Counted { used: None },
+        "no limit"
+    );
     assert_eq!(store.validations_used(org.id, "2026-11").await.unwrap(), 3);
     assert_eq!(store.validations_used(other, "2026-11").await.unwrap(), 0);
 
@@ -104,8 +114,19 @@ async fn scenario(store: &Store) {
         async move { (org, store.consume_validation(org, "2026-11", limit).await.unwrap()) }
     });
     let answers = futures_util::future::join_all(asks).await;
-    let granted = |o: OrgId| answers.iter().filter(|(org, ok)| *org == o && *ok).count();
+    let granted = |o: OrgId| answers.iter().filter(|(org, m)| *org == o && *m != Metered::Refused).count();
     assert_eq!((granted(x), granted(y)), (120, 100));
+    // Each count of the month went to exactly one validation (so each
+    // quota threshold is reached once).
+    let mut counts: Vec<i64> = answers
+        .iter()
+        .filter_map(|(org, m)| match m {
+            Metered::Counted { used: Some(n) } if *org == x => Some(*n),
+            _ => None,
+        })
+        .collect();
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=120).collect::<Vec<_>>());
     assert_eq!(store.validations_used(x, "2026-11").await.unwrap(), 120);
     assert_eq!(store.validations_used(y, "2026-11").await.unwrap(), 100);
     // Unlimited asks of several organizations arriving together are counted
@@ -115,14 +136,14 @@ async fn scenario(store: &Store) {
         let org = orgs[i % 5];
         async move { store.consume_validation(org, "2026-11", None).await.unwrap() }
     });
-    assert!(futures_util::future::join_all(asks).await.into_iter().all(|g| g));
+    assert!(futures_util::future::join_all(asks).await.into_iter().all(|g| g == Metered::Counted { used: None }));
     for o in &orgs {
         assert_eq!(store.validations_used(*o, "2026-11").await.unwrap(), 50);
     }
     // A month counted without a limit, then with one (a plan change): the
     // limit holds for the sum of every row the unlimited asks used.
     let asks = (0..80).map(|_| async move { store.consume_validation(y, "2026-11", Some(150)).await.unwrap() });
-    let granted = futures_util::future::join_all(asks).await.into_iter().filter(|g| *g).count();
+    let granted = futures_util::future::join_all(asks).await.into_iter().filter(|g| *g != Metered::Refused).count();
     assert_eq!(granted, 50);
     assert_eq!(store.validations_used(y, "2026-11").await.unwrap(), 150);
 
@@ -161,7 +182,7 @@ async fn assets_and_versions_on_postgres() {
         tokio::spawn(async move {
             let mut granted = 0;
             for _ in 0..40 {
-                if s.consume_validation(org, "2026-11", Some(50)).await.unwrap() {
+                if s.consume_validation(org, "2026-11", Some(50)).await.unwrap() != Metered::Refused {
                     granted += 1;
                 }
             }
@@ -181,8 +202,16 @@ async fn assets_and_versions_on_postgres() {
         }))
     };
     let (x, y) = tokio::join!(burst(a.clone()), burst(b.clone()));
-    let granted = x.into_iter().chain(y).filter(|r| *r.as_ref().unwrap()).count();
-    assert_eq!(granted, 200);
+    let mut counts: Vec<i64> = x
+        .into_iter()
+        .chain(y)
+        .filter_map(|r| match r.unwrap() {
+            Metered::Counted { used } => used,
+            Metered::Refused => None,
+        })
+        .collect();
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=200).collect::<Vec<_>>(), "two processes never hand out one count twice");
     assert_eq!(a.validations_used(org, "2026-11").await.unwrap(), 200);
 }
 
@@ -208,8 +237,8 @@ async fn counts_survive_the_migration(url: &str) {
     drop(db);
     let store = Store::connect(url, &[3u8; 32]).await.unwrap();
     assert_eq!(store.validations_used(org, "2026-11").await.unwrap(), 41);
-    assert!(store.consume_validation(org, "2026-11", Some(42)).await.unwrap());
-    assert!(!store.consume_validation(org, "2026-11", Some(42)).await.unwrap());
+    assert_eq!(store.consume_validation(org, "2026-11", Some(42)).await.unwrap(), Metered::Counted { used: Some(42) });
+    assert_eq!(store.consume_validation(org, "2026-11", Some(42)).await.unwrap(), Metered::Refused);
 }
 
 #[tokio::test]

@@ -90,14 +90,20 @@ impl BillingRepository for InMemoryBilling {
         Ok(true)
     }
 
-    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool> {
+    async fn consume_validation(
+        &self,
+        org: OrgId,
+        month: &str,
+        limit: Option<i64>,
+    ) -> Result<sluice_domain::billing::plan::Metered> {
+        use sluice_domain::billing::plan::Metered;
         let mut s = self.s();
         let n = s.usage.entry((org, month.to_string())).or_insert(0);
         if limit.is_some_and(|l| *n >= l) {
-            return Ok(false);
+            return Ok(Metered::Refused);
         }
         *n += 1;
-        Ok(true)
+        Ok(Metered::Counted { used: limit.map(|_| *n) })
     }
 
     async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64> {

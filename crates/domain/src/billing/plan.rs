@@ -47,6 +47,26 @@ impl SubscriptionStatus {
     }
 }
 
+/// What the meter answered for one gateway validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metered {
+    /// The month's quota is used up; not counted.
+    Refused,
+    /// Counted; `used` is the month's count with this one, for a plan
+    /// with a limit (unlimited plans are counted without reading it).
+    Counted { used: Option<i64> },
+}
+
+/// The shares of the monthly quota (per cent) at which `quota.threshold`
+/// is recorded.
+pub const THRESHOLDS: [i64; 2] = [80, 100];
+
+/// The threshold that the validation counted as number `used` of the
+/// month reaches, if any: exactly one validation reaches each.
+pub fn threshold_reached(used: i64, limit: i64) -> Option<i64> {
+    THRESHOLDS.into_iter().find(|p| used == ((limit.saturating_mul(*p) + 99) / 100).max(1))
+}
+
 /// What billing keeps of an organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscription {
@@ -144,6 +164,13 @@ mod tests {
         assert_eq!(seconds_to_next_month(datetime!(2026-12-31 23:00:00 UTC)), 3600);
         assert_eq!(seconds_to_next_month(datetime!(2027-01-01 00:30:00 +01:00)), 1800, "23:30 UTC on 31 December");
         assert_eq!(next_month(datetime!(2026-11-30 23:59:59.5 UTC)), datetime!(2026-12-01 00:00 UTC));
+    }
+
+    #[test]
+    fn each_threshold_is_reached_by_one_validation() {
+        let hits: Vec<(i64, i64)> = (1..=1000).filter_map(|n| threshold_reached(n, 1000).map(|p| (n, p))).collect();
+        assert_eq!(hits, [(800, 80), (1000, 100)]);
+        assert_eq!(threshold_reached(1, 1), Some(80), "a limit of one reaches both at once; the first wins");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The ports of billing: where subscriptions and the validation meter are
 //! kept, and the payment provider.
 
-use super::plan::{Plan, Subscription};
+use super::plan::{Metered, Plan, Subscription};
 use crate::Result;
 use crate::shared::audit::AuditEntry;
 use crate::shared::ids::OrgId;
@@ -42,9 +42,10 @@ pub trait BillingRepository: Send + Sync {
     ) -> Result<bool>;
 
     /// Counts one gateway validation of `org` in `month` (`YYYY-MM`) when
-    /// fewer than `limit` were counted (any number when `None`); false when
-    /// the quota is used up. Atomic across processes.
-    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<bool>;
+    /// fewer than `limit` were counted (any number when `None`), answering
+    /// the month's count with it under a limit; `Refused` when the quota is
+    /// used up. Atomic across processes: no two validations get one count.
+    async fn consume_validation(&self, org: OrgId, month: &str, limit: Option<i64>) -> Result<Metered>;
 
     /// Gateway validations of `org` counted in `month`.
     async fn validations_used(&self, org: OrgId, month: &str) -> Result<i64>;

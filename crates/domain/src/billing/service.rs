@@ -3,7 +3,7 @@
 //! the webhooks that change a subscription, each processed once), and the
 //! meter of gateway validations against the plan's monthly quota.
 
-use super::plan::{Plan, Subscription, next_month, seconds_to_next_month, usage_month};
+use super::plan::{Metered, Plan, Subscription, next_month, seconds_to_next_month, threshold_reached, usage_month};
 use super::ports::{BillingRepository, CheckoutRequest, CheckoutSession, PaymentProvider};
 use super::provider::{Prices, parse_event, verify_signature};
 use crate::identity::service::IdentityService;
@@ -36,6 +36,7 @@ pub struct BillingConfig {
 #[derive(Clone)]
 pub struct BillingService {
     pub(crate) identity: IdentityService,
+    pub(crate) monitoring: crate::monitoring::service::MonitoringService,
     pub(crate) billing: Arc<dyn BillingRepository>,
     pub(crate) clock: Arc<dyn Clock>,
     /// Plans by organization, read on every gateway call (see
@@ -243,6 +244,23 @@ impl BillingService {
         Ok(if applied { WebhookOutcome::Applied } else { WebhookOutcome::Duplicate })
     }
 
+    /// Records `quota.threshold`: the validation counted as `used` reached
+    /// `percent` of the month's quota. Never fails the validation.
+    async fn quota_reached(&self, org: OrgId, plan: Plan, month: &str, used: i64, limit: i64, percent: i64) {
+        let event = crate::monitoring::activity::ActivityEvent {
+            id: uuid::Uuid::now_v7(),
+            org_id: org,
+            event_type: "quota.threshold".into(),
+            severity: if percent >= 100 { "error" } else { "warning" }.into(),
+            message: format!("{percent}% of the {} plan's {limit} monthly validations are used", plan.as_str()),
+            data: json!({"percent": percent, "used": used, "limit": limit, "plan": plan.as_str(), "month": month}),
+            created_at: self.clock.now(),
+        };
+        if let Err(e) = self.monitoring.record(&event).await {
+            tracing::warn!(org = %org, error = %e, "recording quota.threshold failed");
+        }
+    }
+
     /// Counts one gateway validation of `org` against its plan's monthly
     /// quota (for the gateway, which has checked access).
     ///
@@ -253,8 +271,17 @@ impl BillingService {
         let now = self.clock.now();
         let plan = self.plan_of(org).await?;
         let limit = plan.monthly_validations();
-        if self.billing.consume_validation(org, &usage_month(now), limit).await? {
-            return Ok(());
+        let month = usage_month(now);
+        match self.billing.consume_validation(org, &month, limit).await? {
+            Metered::Counted { used } => {
+                if let (Some(used), Some(limit)) = (used, limit)
+                    && let Some(percent) = threshold_reached(used, limit)
+                {
+                    self.quota_reached(org, plan, &month, used, limit, percent).await;
+                }
+                return Ok(());
+            }
+            Metered::Refused => {}
         }
         Err(Error::Exhausted {
             code: code::QUOTA_EXCEEDED,
