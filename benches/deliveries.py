@@ -68,9 +68,9 @@ def main():
         token = subprocess.check_output([BIN, "token", "--email", "bench@example.com"], env=env, cwd=data).decode().strip()
         org = call("POST", f"{base}/v1/organizations", token, {"name": "Bench"})["id"]
         call("POST", f"{base}/v1/organizations/{org}/rules", token,
-             {"name": "live", "event": "bench.live", "channel": {"type": "webhook", "url": f"http://127.0.0.1:{rx.server_port}/in"}})
+             {"name": "live", "event": "connection.failing", "channel": {"type": "webhook", "url": f"http://127.0.0.1:{rx.server_port}/in"}})
         call("POST", f"{base}/v1/organizations/{org}/rules", token,
-             {"name": "dead", "event": "bench.dead", "channel": {"type": "webhook", "url": f"http://127.0.0.1:{dead.getsockname()[1]}/in"}})
+             {"name": "dead", "event": "schema.drift", "channel": {"type": "webhook", "url": f"http://127.0.0.1:{dead.getsockname()[1]}/in"}})
         notify = lambda event: call("POST", f"{base}/v1/internal/notifications", body={"organization_id": org, "event": event, "message": "m"}, headers={"x-internal-api-key": "bench"})
 
         # A file-to-file flow whose run time is measured.
@@ -104,7 +104,7 @@ def main():
 
         t0 = time.perf_counter()
         for _ in range(N):
-            notify("bench.live")
+            notify("connection.failing")
         queued = time.perf_counter() - t0
         while True:
             with lock:
@@ -114,7 +114,7 @@ def main():
         print(f"throughput: {N} events recorded in {queued:.2f} s; all {N} delivered {total:.2f} s after the first: {N / total:.0f} deliveries/s")
 
         for _ in range(200):
-            notify("bench.dead")
+            notify("schema.drift")
         time.sleep(1)
         during_lat = latency_ms(); during_run = statistics.median([run_seconds() for _ in range(3)])
         print(f"API latency GET organization p50/p99: {before_lat[0]:.2f}/{before_lat[1]:.2f} ms without deliveries, "
