@@ -136,4 +136,59 @@ async fn dashboard_and_metrics(app: TestApp) {
     }
 }
 
-sluice_tests::on_both_backends!(dashboard_and_metrics);
+/// A run's events stream until it ends; logs take `since` and `limit`.
+async fn run_events_and_log_filters(app: TestApp) {
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let dir = app.org_files(&org);
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    let rows: String = (0..5000).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+    std::fs::write(dir.join("in/items.jsonl"), rows).unwrap();
+    let conn = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections"),
+            &ann,
+            json!({"name": "in", "type": "file", "capability": "both", "config": {"path": "in", "format": "jsonl"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let flow = check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({"name": "copy", "source_connection_id": conn,
+        "destination_connection_id": conn, "config": {"mappings": [{"source_entity": "items", "dest_entity": "copy", "sync_mode": "full_refresh_overwrite"}]}})).await, 201).id();
+    let run = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), &ann, json!({})).await, 202).id();
+    let Auth::Token(bearer) = &ann else { unreachable!() };
+    let mut res = app
+        .client
+        .get(format!("{}/v1/organizations/{org}/runs/{run}/events", app.base))
+        .bearer_auth(bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while let Some(chunk) = res.chunk().await.unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: log\n"), "{text}");
+    let end = text.split("event: end\ndata: ").nth(1).expect("an end event").lines().next().unwrap();
+    let end: Value = serde_json::from_str(end).unwrap();
+    assert_eq!(
+        (end["status"].as_str(), end["entities"][0]["rows_written"].as_i64()),
+        (Some("succeeded"), Some(5000)),
+        "{text}"
+    );
+    let stranger = app.token("eve@example.com");
+    check!(app.get(&format!("/v1/organizations/{org}/runs/{run}/events"), &stranger).await, 404);
+
+    let logs = format!("/v1/organizations/{org}/logs/{run}");
+    let all = check!(app.get(&logs, &ann).await, 200).body["data"].as_array().unwrap().len();
+    assert!(all >= 2, "started and finished");
+    assert_eq!(check!(app.get(&format!("{logs}?limit=1"), &ann).await, 200).body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(check!(app.get(&format!("{logs}?since=2999-01-01T00:00:00Z"), &ann).await, 200).body["data"], json!([]));
+    check!(app.get(&format!("{logs}?limit=0"), &ann).await, 422);
+    check!(app.get(&format!("{logs}?since=yesterday"), &ann).await, 422);
+}
+
+sluice_tests::on_both_backends!(dashboard_and_metrics, run_events_and_log_filters);

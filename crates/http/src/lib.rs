@@ -130,6 +130,7 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(flows::get_run)
         .service(flows::cancel)
         .service(flows::logs)
+        .service(flows::run_events)
         .service(flows::get_state)
         .service(flows::set_state)
         .service(flows::reset_state)
@@ -218,6 +219,11 @@ pub fn app(
     app.app_data(Data::new(OpenApiJson(doc)))
         .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/v1/openapi.json", api))
         .route("/metrics", web::get().to(metrics_text))
+        .route(
+            "/docs",
+            web::get()
+                .to(|| async { HttpResponse::PermanentRedirect().insert_header(("Location", "/docs/")).finish() }),
+        )
         .default_service(web::to(not_found))
         .wrap(actix_web::middleware::from_fn(middleware::handle))
 }

@@ -734,6 +734,9 @@ async fn the_openapi_document_describes_the_api() {
     assert!(r.body["components"]["securitySchemes"]["api_key"].is_object());
     let r = send(&app, request(Method::GET, "/docs/", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::OK);
+    let r = send(&app, request(Method::GET, "/docs", &Who::Anonymous)).await;
+    assert_eq!(r.status, StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(r.headers.get("location").unwrap(), "/docs/");
 }
 
 mod internal {

@@ -182,6 +182,122 @@ pub fn render_plan(body: &Value) -> String {
     out
 }
 
+/// GETs or POSTs `path` with the API key; answers the JSON body.
+///
+/// # Errors
+/// The server's error (its message and code) or an unreachable server.
+async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    let client = http()?;
+    let mut req = client.request(method, format!("{}{path}", target.url)).header("X-Api-Key", &target.api_key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.with_context(|| format!("cannot reach {}", target.url))?;
+    let status = res.status().as_u16();
+    let body: Value = serde_json::from_str(&res.text().await.unwrap_or_default()).unwrap_or(Value::Null);
+    if !(200..300).contains(&status) {
+        bail!(
+            "{} ({status} {})",
+            body["error"].as_str().unwrap_or("the server refused"),
+            body["code"].as_str().unwrap_or("")
+        );
+    }
+    Ok(body)
+}
+
+/// The organizations the key can see, one per line: id, slug, plan, name.
+///
+/// # Errors
+/// As [`call`].
+pub async fn orgs(target: &Target) -> anyhow::Result<String> {
+    let page = call(target, reqwest::Method::GET, "/v1/organizations?limit=200", None).await?;
+    let mut out = String::new();
+    for o in page["data"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{}  {}  {}  {}",
+            o["id"].as_str().unwrap_or(""),
+            o["slug"].as_str().unwrap_or(""),
+            o["plan"].as_str().unwrap_or(""),
+            o["name"].as_str().unwrap_or("")
+        );
+    }
+    Ok(out)
+}
+
+/// The id of `flow` (an id, or a flow's name) in `org`.
+async fn flow_id(target: &Target, org: &str, flow: &str) -> anyhow::Result<String> {
+    if uuid::Uuid::parse_str(flow).is_ok() {
+        return Ok(flow.to_string());
+    }
+    let mut cursor = String::new();
+    loop {
+        let page =
+            call(target, reqwest::Method::GET, &format!("/v1/organizations/{org}/flows?limit=200{cursor}"), None)
+                .await?;
+        if let Some(f) = page["data"].as_array().into_iter().flatten().find(|f| f["name"] == flow) {
+            return Ok(f["id"].as_str().unwrap_or_default().to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => bail!("no flow named '{flow}' in the organization"),
+        }
+    }
+}
+
+/// Queues a run of `flow` (an id or a name); answers the run.
+///
+/// # Errors
+/// As [`call`], or when no flow has that name.
+pub async fn run(target: &Target, org: &str, flow: &str) -> anyhow::Result<Value> {
+    let id = flow_id(target, org, flow).await?;
+    call(target, reqwest::Method::POST, &format!("/v1/organizations/{org}/flows/{id}/run"), Some(serde_json::json!({})))
+        .await
+}
+
+fn log_line(l: &Value) -> String {
+    let entity = l["entity"].as_str().map(|e| format!(" [{e}]")).unwrap_or_default();
+    format!(
+        "{} {:5}{entity} {}",
+        l["ts"].as_str().unwrap_or(""),
+        l["level"].as_str().unwrap_or("").to_uppercase(),
+        l["message"].as_str().unwrap_or("")
+    )
+}
+
+/// Prints the run's log lines, and with `follow` the new ones until the
+/// run ends; answers the run as it ended (or as it is, without `follow`).
+///
+/// # Errors
+/// As [`call`].
+pub async fn logs(target: &Target, org: &str, run: &str, follow: bool) -> anyhow::Result<Value> {
+    let mut printed = 0;
+    loop {
+        let r = call(target, reqwest::Method::GET, &format!("/v1/organizations/{org}/runs/{run}"), None).await?;
+        let lines = call(target, reqwest::Method::GET, &format!("/v1/organizations/{org}/logs/{run}"), None).await?;
+        for l in lines["data"].as_array().into_iter().flatten().skip(printed) {
+            println!("{}", log_line(l));
+            printed += 1;
+        }
+        let ended = !matches!(r["status"].as_str(), Some("queued" | "running"));
+        if !follow || ended {
+            return Ok(r);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// One line on how a run ended: status, rows written, seconds.
+pub fn run_summary(r: &Value) -> String {
+    let rows: i64 = r["entities"].as_array().into_iter().flatten().filter_map(|e| e["rows_written"].as_i64()).sum();
+    let error = r["error"].as_str().map(|e| format!(": {e}")).unwrap_or_default();
+    format!(
+        "run {} {} ({rows} rows written){error}",
+        r["id"].as_str().unwrap_or(""),
+        r["status"].as_str().unwrap_or("")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

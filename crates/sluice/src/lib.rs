@@ -212,7 +212,7 @@ impl Application {
         let port = listener.local_addr()?.port();
         let server =
             HttpServer::new(move || sluice_http::app(state.clone())).listen(listener)?.shutdown_timeout(10).run();
-        tracing::info!(address = %settings.listen, port, backend = ?store.backend(), "sluice is serving");
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), address = %settings.listen, port, backend = ?store.backend(), "sluice is serving");
         Ok(Self { port, server, store, _lock: lock })
     }
 

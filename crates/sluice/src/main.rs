@@ -54,6 +54,33 @@ enum Command {
         #[arg(long)]
         org: String,
     },
+    /// List the organizations the API key sees (uses SLUICE_URL and
+    /// SLUICE_API_KEY): id, slug, plan, name.
+    Orgs,
+    /// Run a flow now (uses SLUICE_URL and SLUICE_API_KEY); with --follow,
+    /// print its log until it ends and exit non-zero unless it succeeded.
+    Run {
+        /// The flow's id or name.
+        flow: String,
+        /// The organization's id.
+        #[arg(long)]
+        org: String,
+        /// Follow the run to its end.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Print a run's log (uses SLUICE_URL and SLUICE_API_KEY); with
+    /// --follow, until the run ends.
+    Logs {
+        /// The run's id.
+        run: String,
+        /// The organization's id.
+        #[arg(long)]
+        org: String,
+        /// Keep printing new lines until the run ends.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Re-encrypt every stored credential with a new master key. Stop the
     /// servers first; start them with the new key afterwards.
     RotateMasterKey {
@@ -66,7 +93,18 @@ enum Command {
 }
 
 #[actix_web::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One clear line (the causes joined), no debug dump.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut settings = Settings::from_env()?;
     telemetry::init(settings.log_format);
@@ -78,8 +116,15 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Worker => Application::worker_only(settings).await?,
         Command::Token { email, name, ttl } => {
-            let email = sluice_domain::identity::user::validate_email("--email", &email)
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let email = sluice_domain::identity::user::validate_email("--email", &email).map_err(|e| match e {
+                sluice_domain::Error::Validation(f) => {
+                    anyhow::anyhow!(
+                        "{}",
+                        f.iter().map(|x| format!("{} {}", x.field, x.message)).collect::<Vec<_>>().join("; ")
+                    )
+                }
+                other => anyhow::anyhow!("{other}"),
+            })?;
             let ttl = parse_ttl(&ttl)?;
             settings.ensure_secrets()?;
             let secret = settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();
@@ -99,6 +144,33 @@ async fn main() -> anyhow::Result<()> {
         Command::Export { org } => {
             let target = sluice::client::Target::from_env()?;
             print!("{}", sluice::client::export(&target, &org).await?);
+        }
+        Command::Orgs => {
+            let target = sluice::client::Target::from_env()?;
+            print!("{}", sluice::client::orgs(&target).await?);
+        }
+        Command::Run { flow, org, follow } => {
+            let target = sluice::client::Target::from_env()?;
+            let queued = sluice::client::run(&target, &org, &flow).await?;
+            let id = queued["id"].as_str().unwrap_or_default().to_string();
+            eprintln!("run {id} queued");
+            if follow {
+                let ended = sluice::client::logs(&target, &org, &id, true).await?;
+                let summary = sluice::client::run_summary(&ended);
+                if ended["status"] != "succeeded" {
+                    anyhow::bail!("{summary}");
+                }
+                eprintln!("{summary}");
+            } else {
+                println!("{id}");
+            }
+        }
+        Command::Logs { run, org, follow } => {
+            let target = sluice::client::Target::from_env()?;
+            let r = sluice::client::logs(&target, &org, &run, follow).await?;
+            if follow {
+                eprintln!("{}", sluice::client::run_summary(&r));
+            }
         }
         Command::RotateMasterKey { new_key } => {
             let n = sluice::rotate_master_key(settings, new_key.as_deref()).await?;

@@ -174,3 +174,67 @@ async fn sluice_apply_plans_applies_and_exports_against_a_running_server() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot reach"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn sluice_run_follow_orgs_and_logs_against_a_running_server() {
+    let dir = std::env::temp_dir().join(format!("sluice-run-{}", sluice_domain::shared::secret::random_base62(8)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let db = format!("sqlite://{}?mode=rwc", dir.join("meta.db").display());
+    let _server = spawn(&["serve"], &env(&dir, &db, port));
+    let base = format!("http://127.0.0.1:{port}");
+    let api = Api { client: client(), base: base.clone(), token: token() };
+    wait_healthy(&api.client, &base).await;
+    let org = api.post("/v1/organizations", json!({"name": "Runs"})).await["id"].as_str().unwrap().to_string();
+    let key = api.post(&format!("/v1/organizations/{org}/api-keys"), json!({"name": "ci", "roles": ["Editor"]})).await
+        ["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let files = dir.join("files").join(&org).join("in");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+    std::fs::write(files.join("gone.jsonl"), "{\"id\": 1}\n").unwrap();
+    let conn = api
+        .post(
+            &format!("/v1/organizations/{org}/connections"),
+            json!({"name": "in", "type": "file", "capability": "both", "config": {"path": "in", "format": "jsonl"}}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mapping = |entity: &str| json!({"mappings": [{"source_entity": entity, "dest_entity": "copy", "sync_mode": "full_refresh_overwrite"}]});
+    for (name, entity) in [("copy", "items"), ("broken", "gone")] {
+        api.post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": name, "source_connection_id": conn, "destination_connection_id": conn, "config": mapping(entity)}),
+        )
+        .await;
+    }
+
+    let o = cli(&["orgs"], &base, Some(&key));
+    let (out, _) = show("sluice orgs", &o);
+    assert!(o.status.success() && out.contains(&org) && out.contains("Runs"), "{out}");
+
+    let o = cli(&["run", "copy", "--org", &org, "--follow"], &base, Some(&key));
+    let (out, err) = show("sluice run copy --follow", &o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("INFO") && out.contains("run started"), "the log is printed: {out}");
+    assert!(err.contains("succeeded (2 rows written)"), "{err}");
+    let run = err.split_whitespace().nth(1).unwrap().to_string();
+
+    let o = cli(&["logs", &run, "--org", &org], &base, Some(&key));
+    let (out, _) = show("sluice logs RUN", &o);
+    assert!(o.status.success() && out.lines().count() >= 2, "{out}");
+
+    // The source of "broken" goes away after the flow was made.
+    std::fs::remove_file(files.join("gone.jsonl")).unwrap();
+    let o = cli(&["run", "broken", "--org", &org, "--follow"], &base, Some(&key));
+    let (_, err) = show("sluice run broken --follow", &o);
+    assert!(!o.status.success(), "a failed run fails the command");
+    assert!(err.lines().last().unwrap().starts_with("error: run ") && err.contains("failed"), "{err}");
+    let o = cli(&["run", "nope", "--org", &org], &base, Some(&key));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).trim(), "error: no flow named 'nope' in the organization");
+    let _ = std::fs::remove_dir_all(&dir);
+}

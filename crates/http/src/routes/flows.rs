@@ -355,14 +355,120 @@ pub struct LogsResponse {
     pub data: Vec<LogLine>,
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// RFC 3339; lines at or after.
+    pub since: Option<String>,
+    /// 1–1000, default all.
+    pub limit: Option<i64>,
+}
+
 /// Log lines of one run, oldest first.
-#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("runId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
-    responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody)))]
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("runId" = Uuid, Path), LogsQuery),
+    security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, body = LogsResponse), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 #[get("/organizations/{orgId}/logs/{runId}")]
-pub async fn logs(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<Json<LogsResponse>> {
+pub async fn logs(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid)>,
+    q: Query<LogsQuery>,
+) -> ApiResult<Json<LogsResponse>> {
     let (org, id) = path.into_inner();
+    let since = match q.since.as_deref() {
+        None => None,
+        Some(s) => Some(
+            OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .map_err(|_| ApiError::validation(vec![FieldError::new("since", "must be an RFC 3339 timestamp")]))?,
+        ),
+    };
+    let limit = match q.limit {
+        None => usize::MAX,
+        Some(l) if (1..=1000).contains(&l) => l as usize,
+        Some(_) => return Err(ApiError::validation(vec![FieldError::new("limit", "must be between 1 and 1000")])),
+    };
     let lines = state.sluice.sync.run_logs(&caller.principal, org.into(), RunId::from(id)).await?;
-    Ok(Json(LogsResponse { run_id: id, data: lines.into_iter().map(Into::into).collect() }))
+    let data = lines.into_iter().filter(|l| since.is_none_or(|s| l.ts >= s)).take(limit).map(Into::into).collect();
+    Ok(Json(LogsResponse { run_id: id, data }))
+}
+
+/// How often the event stream looks for news of a run.
+const EVENTS_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The run's status and progress and its log lines, as server-sent events
+/// until it ends: `run` (the run, at once and whenever it changes), `log`
+/// (each line), then `end` (the finished run). A comment every poll
+/// keeps proxies from closing an idle stream.
+#[utoipa::path(tag = "runs", params(("orgId" = Uuid, Path), ("runId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, description = "`text/event-stream`: events `run`, `log` and `end`, each with a JSON `data`"),
+    (status = 404, body = ErrorBody)))]
+#[get("/organizations/{orgId}/runs/{runId}/events")]
+pub async fn run_events(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
+    let (org, id) = path.into_inner();
+    let (org, id) = (OrgId::from(org), RunId::from(id));
+    // Access and existence are checked before the stream starts: errors are
+    // plain responses.
+    let first = state.sluice.sync.get_run(&caller.principal, org, id).await?;
+    struct Follow {
+        state: Data<AppState>,
+        principal: sluice_domain::identity::Principal,
+        last: Option<String>,
+        sent_lines: usize,
+        done: bool,
+        first: Option<Run>,
+    }
+    let follow =
+        Follow { state, principal: caller.principal, last: None, sent_lines: 0, done: false, first: Some(first) };
+    let frame = |event: &str, data: &serde_json::Value| format!("event: {event}\ndata: {data}\n\n");
+    let stream = futures_util::stream::unfold(follow, move |mut f| async move {
+        if f.done {
+            return None;
+        }
+        let current = match f.first.take() {
+            Some(r) => r,
+            None => {
+                tokio::time::sleep(EVENTS_POLL).await;
+                match f.state.sluice.sync.get_run(&f.principal, org, id).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        f.done = true;
+                        let body = serde_json::json!({"error": e.to_string()});
+                        return Some((
+                            Ok::<_, actix_web::Error>(actix_web::web::Bytes::from(frame("error", &body))),
+                            f,
+                        ));
+                    }
+                }
+            }
+        };
+        let mut out = String::new();
+        if let Ok(lines) = f.state.sluice.sync.run_logs(&f.principal, org, id).await {
+            for l in lines.into_iter().skip(f.sent_lines) {
+                f.sent_lines += 1;
+                let line = serde_json::to_value(LogLine::from(l)).unwrap_or_default();
+                out.push_str(&frame("log", &line));
+            }
+        }
+        let finished = current.status.finished();
+        let body = serde_json::to_value(RunResponse::from(current)).unwrap_or_default();
+        let text = body.to_string();
+        if finished {
+            out.push_str(&frame("end", &body));
+            f.done = true;
+        } else if f.last.as_deref() != Some(&text) {
+            out.push_str(&frame("run", &body));
+            f.last = Some(text);
+        } else {
+            out.push_str(": waiting\n\n");
+        }
+        Some((Ok(actix_web::web::Bytes::from(out)), f))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
