@@ -230,6 +230,19 @@ async fn webhooks_change_the_subscription_once(backend: Backend) {
     );
     let stranger = event("evt_6", "invoice.payment_failed", json!({"customer": "cus_unknown"}));
     assert_eq!(deliver(&app, &stranger, now(), WEBHOOK_SECRET).await.1["outcome"], "ignored");
+    let gone = event(
+        "evt_8",
+        "checkout.session.completed",
+        json!({"client_reference_id": "01a20000-0000-7000-8000-000000000000",
+        "customer": "cus_9", "metadata": {"plan": "pro"}}),
+    );
+    assert_eq!(
+        deliver(&app, &gone, now(), WEBHOOK_SECRET).await.1["outcome"],
+        "ignored",
+        "no such organization: acknowledged"
+    );
+    let (status, body) = deliver(&app, &gone, now(), "whsec_wrong").await;
+    assert_eq!((status, body["details"].clone()), (400, json!({})), "the contract's error body");
 
     // Racing deliveries of one event: exactly one applies it.
     let racing = event(

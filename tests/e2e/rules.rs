@@ -103,6 +103,9 @@ async fn rules_deliver_signed_and_retry(backend: Backend) {
     let fields: Vec<&str> =
         bad.body["details"]["errors"].as_array().unwrap().iter().map(|d| d["field"].as_str().unwrap()).collect();
     assert_eq!(fields, ["name", "event", "channel.type", "channel.url"]);
+    let creds = check!(app.post(&rules, &ann, json!({"name": "c", "event": "run.failed", "channel": {"type": "slack", "url": "https://user:pw@hooks.example/x"}})).await, 422);
+    assert_eq!(creds.body["details"]["errors"][0]["field"], "channel.url");
+    check!(app.post(&rules, &ann, json!(["r", "run.failed"])).await, 422);
     let flow = uuid_like();
     let hook = json!({"name": "ops", "event": "run.failed", "filter": {"flow_id": flow}, "channel": {"type": "webhook", "url": format!("{url}/hook")}});
     check!(app.post(&rules, &viewer, hook.clone()).await, 403);
@@ -204,23 +207,33 @@ async fn deliveries_to_loopback_are_refused_by_default_and_runs_notify() {
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
     let rules = format!("/v1/organizations/{org}/rules");
-    let rule = check!(
-        app.post(
-            &rules,
-            &ann,
-            json!({"name": "r", "event": "run.succeeded", "channel": {"type": "webhook", "url": format!("{url}/hook")}})
-        )
-        .await,
-        201
-    )
-    .id();
+    // Created with an idempotency key: the replay shows the secret again,
+    // and the stored response keeps it encrypted.
+    let Auth::Token(bearer) = &ann else { unreachable!() };
+    let create = || {
+        app.client
+            .post(format!("{}{rules}", app.base))
+            .bearer_auth(bearer)
+            .header("X-Idempotency-Key", "rule-once")
+            .json(&json!({"name": "r", "event": "run.succeeded", "channel": {"type": "webhook", "url": format!("{url}/hook")}}))
+            .send()
+    };
+    let first: Value = create().await.unwrap().json().await.unwrap();
+    let replay = create().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let replay: Value = replay.json().await.unwrap();
+    let secret = first["channel"]["secret"].as_str().unwrap().to_string();
+    assert_eq!(replay["channel"]["secret"], secret.as_str());
+    let stored = app.metadata_bytes();
+    assert!(!stored.windows(secret.len()).any(|w| w == secret.as_bytes()), "no plain secret at rest");
+    let rule = first["id"].as_str().unwrap().to_string();
     // A finished run records run.succeeded, which the rule delivers.
     let dir = app.org_files(&org);
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/items.jsonl"), "{\"id\": 1}\n").unwrap();
     let conns = format!("/v1/organizations/{org}/connections");
-    let file = |name: &str, path: &str| json!({"name": name, "type": "file", "capability": "both", "config": {"path": path, "format": "jsonl"}});
-    let src = check!(app.post(&conns, &ann, file("in", "in")).await, 201).id();
+    let file = json!({"name": "in", "type": "file", "capability": "both", "config": {"path": "in", "format": "jsonl"}});
+    let src = check!(app.post(&conns, &ann, file).await, 201).id();
     let flow = check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({"name": "f", "source_connection_id": src,
         "destination_connection_id": src, "config": {"mappings": [{"source_entity": "items", "dest_entity": "copy", "sync_mode": "full_refresh_overwrite"}]}})).await, 201).id();
     check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), &ann, json!({})).await, 202);

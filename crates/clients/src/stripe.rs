@@ -58,6 +58,8 @@ impl Stripe {
             res.json().await.map_err(|_| failed(format!("Stripe did not answer JSON ({status})")))?;
         if !status.is_success() {
             let reason = json.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("no reason given");
+            // Whatever the answer says, the key never goes further.
+            let reason = reason.replace(self.key.expose(), sluice_domain::shared::audit::REDACTED);
             return Err(failed(format!("Stripe refused the request ({status}): {reason}")));
         }
         Ok(json)

@@ -26,13 +26,16 @@ impl Webhooks {
 }
 
 /// Whether deliveries may not reach `ip` by default: loopback, private,
-/// link-local, unspecified, shared (100.64/10), multicast and broadcast
-/// addresses, and IPv6's unique-local and link-local ranges (IPv4-mapped
-/// addresses as their IPv4 address).
+/// link-local, unspecified, shared (100.64/10), multicast, broadcast and
+/// every other special-purpose IPv4 range (documentation, benchmarking,
+/// IETF, reserved 240/4); for IPv6 the same, plus unique-local,
+/// link-local, site-local, documentation and Teredo, and every form that
+/// embeds an IPv4 address (mapped, compatible, NAT64, 6to4) as that
+/// address.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
@@ -40,18 +43,37 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v4.is_broadcast()
                 || v4.is_multicast()
                 || a == 0
+                || a >= 240
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && (c == 0 || c == 2))
+                || (a == 192 && b == 88 && c == 99)
+                || (a == 198 && (b == 18 || b == 19))
+                || (a == 198 && b == 51 && c == 100)
+                || (a == 203 && b == 0 && c == 113)
         }
         IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let embedded =
+                |hi: u16, lo: u16| IpAddr::V4(std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_internal(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            // IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::/96).
+            if s[..6] == [0; 6] || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return is_internal(embedded(s[6], s[7]));
+            }
+            // 6to4 (2002:aabb:ccdd::/48) carries an IPv4 address.
+            if s[0] == 0x2002 {
+                return is_internal(embedded(s[1], s[2]));
+            }
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                || (s[0] == 0x2001 && s[1] == 0)
         }
     }
 }
@@ -131,7 +153,7 @@ mod tests {
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "100.128.0.1"] {
+        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "100.128.0.1", "64:ff9b::808:808", "2002:808:808::"] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
     }

@@ -106,6 +106,10 @@ impl<T: serde::de::DeserializeOwned + 'static> FromRequest for Body<T> {
         let json = web::Json::<serde_json::Value>::from_request(req, payload);
         Box::pin(async move {
             let value = json.await?.into_inner();
+            // serde would read a struct from an array too; bodies are objects.
+            if !value.is_object() {
+                return Err(ApiError::validation(vec![FieldError::new("body", "must be a JSON object")]).into());
+            }
             if let Some(field) = sluice_domain::shared::error::nul_in(&value, "body") {
                 return Err(
                     ApiError::validation(vec![FieldError::new(field, "must not contain a NUL character")]).into()

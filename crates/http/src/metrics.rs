@@ -79,6 +79,16 @@ impl Default for Metrics {
             r.register("sluice_webhook_deliveries", "Notification delivery attempts, by outcome", m.deliveries.clone());
             r.register("sluice_queue_depth", "Runs waiting for a worker", m.queue_depth.clone());
         }
+        // Every label value known beforehand shows from the first scrape, at 0.
+        for status in ["succeeded", "failed", "canceled", "drift_detected"] {
+            let _ = m.runs.get_or_create(&Status { status: status.into() });
+        }
+        for outcome in ["valid", "invalid", "no_json", "quota_exceeded"] {
+            let _ = m.validations.get_or_create(&Outcome { outcome: outcome.into() });
+        }
+        for outcome in ["delivered", "failed", "refused"] {
+            let _ = m.deliveries.get_or_create(&Outcome { outcome: outcome.into() });
+        }
         m
     }
 }

@@ -87,22 +87,30 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
     p.display().to_string()
 }
 
-#[tokio::test]
-async fn sluice_apply_plans_applies_and_exports_against_a_running_server() {
-    let dir = std::env::temp_dir().join(format!("sluice-apply-{}", sluice_domain::shared::secret::random_base62(8)));
+/// A server on a fresh SQLite store with organization `name` and an
+/// Editor key of it: (data directory, the process, base URL, a session
+/// client, organization id, key).
+async fn server_with_key(tag: &str, name: &str) -> (std::path::PathBuf, Proc, String, Api, String, String) {
+    let dir = std::env::temp_dir().join(format!("sluice-{tag}-{}", sluice_domain::shared::secret::random_base62(8)));
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
     let db = format!("sqlite://{}?mode=rwc", dir.join("meta.db").display());
-    let _server = spawn(&["serve"], &env(&dir, &db, port));
+    let server = spawn(&["serve"], &env(&dir, &db, port));
     let base = format!("http://127.0.0.1:{port}");
     let api = Api { client: client(), base: base.clone(), token: token() };
     wait_healthy(&api.client, &base).await;
-    let org = api.post("/v1/organizations", json!({"name": "IaC Test"})).await["id"].as_str().unwrap().to_string();
+    let org = api.post("/v1/organizations", json!({"name": name})).await["id"].as_str().unwrap().to_string();
     let key = api.post(&format!("/v1/organizations/{org}/api-keys"), json!({"name": "ci", "roles": ["Editor"]})).await
         ["key"]
         .as_str()
         .unwrap()
         .to_string();
+    (dir, server, base, api, org, key)
+}
+
+#[tokio::test]
+async fn sluice_apply_plans_applies_and_exports_against_a_running_server() {
+    let (dir, _server, base, api, org, key) = server_with_key("apply", "IaC Test").await;
     let file = write(&dir, "sluice.yaml", DOC);
 
     // First apply on a fresh organization: everything is created.
@@ -177,20 +185,7 @@ async fn sluice_apply_plans_applies_and_exports_against_a_running_server() {
 
 #[tokio::test]
 async fn sluice_run_follow_orgs_and_logs_against_a_running_server() {
-    let dir = std::env::temp_dir().join(format!("sluice-run-{}", sluice_domain::shared::secret::random_base62(8)));
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
-    let db = format!("sqlite://{}?mode=rwc", dir.join("meta.db").display());
-    let _server = spawn(&["serve"], &env(&dir, &db, port));
-    let base = format!("http://127.0.0.1:{port}");
-    let api = Api { client: client(), base: base.clone(), token: token() };
-    wait_healthy(&api.client, &base).await;
-    let org = api.post("/v1/organizations", json!({"name": "Runs"})).await["id"].as_str().unwrap().to_string();
-    let key = api.post(&format!("/v1/organizations/{org}/api-keys"), json!({"name": "ci", "roles": ["Editor"]})).await
-        ["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (dir, _server, base, api, org, key) = server_with_key("run", "Runs").await;
     let files = dir.join("files").join(&org).join("in");
     std::fs::create_dir_all(&files).unwrap();
     std::fs::write(files.join("items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();

@@ -79,6 +79,19 @@ impl UserRepository for Store {
 }
 
 impl Store {
+    /// A stored idempotent response, encrypted: it may hold a secret that
+    /// is shown once (an API key, an invitation token, a webhook secret).
+    fn seal_response(&self, scope: &str, key: &str, body: &[u8]) -> Result<Vec<u8>> {
+        Ok(self.cipher.encrypt(body, &format!("idempotency:{scope}:{key}"))?.into_bytes())
+    }
+
+    /// The plain response of [`Store::seal_response`]; `None` (replayed as
+    /// in flight, so the client retries) when it does not open.
+    fn open_response(&self, scope: &str, key: &str, sealed: &[u8]) -> Option<Vec<u8>> {
+        let text = std::str::from_utf8(sealed).ok()?;
+        self.cipher.decrypt(text, &format!("idempotency:{scope}:{key}")).ok()
+    }
+
     /// Locks the organization's row for the rest of the transaction, so that
     /// checks over its members (the last-Admin rule) cannot interleave. On
     /// SQLite the process-wide write lock already serializes writers.
@@ -487,6 +500,11 @@ impl IdempotencyStore for Store {
                     .one(&self.db)
                     .await
                     .map_err(db_err)?;
+                let existing = existing.map(|mut m| {
+                    // Stored responses are sealed (they may hold a secret shown once).
+                    m.body = m.body.and_then(|b| self.open_response(&m.scope, &m.key, &b));
+                    m
+                });
                 Ok(Some(existing.map(convert::idempotency).ok_or_else(|| {
                     // Released between our insert and our read: report it as
                     // in flight; the client's retry will find the key free.
@@ -520,7 +538,10 @@ impl IdempotencyStore for Store {
         written!(self, |tx| {
             idempotency_keys::Entity::update_many()
                 .col_expr(idempotency_keys::Column::Status, Expr::value(Some(response.status as i32)))
-                .col_expr(idempotency_keys::Column::Body, Expr::value(Some(response.body.clone())))
+                .col_expr(
+                    idempotency_keys::Column::Body,
+                    Expr::value(Some(self.seal_response(scope, key, &response.body)?)),
+                )
                 .col_expr(idempotency_keys::Column::ContentType, Expr::value(response.content_type.clone()))
                 .col_expr(idempotency_keys::Column::Location, Expr::value(response.location.clone()))
                 .filter(idempotency_keys::Column::Scope.eq(scope))

@@ -209,12 +209,12 @@ impl BillingService {
         let secret = self.config.webhook_secret.as_ref().ok_or_else(not_configured)?;
         let now = self.clock.now();
         verify_signature(payload, signature.unwrap_or_default(), secret.expose(), now).map_err(|e| {
-            Error::BadRequest { code: code::INVALID_SIGNATURE, message: e.message().into(), details: Value::Null }
+            Error::BadRequest { code: code::INVALID_SIGNATURE, message: e.message().into(), details: json!({}) }
         })?;
         let event = parse_event(payload, &self.config.prices).ok_or_else(|| Error::BadRequest {
             code: code::MALFORMED_JSON,
             message: "the body is not a payment-provider event".into(),
-            details: Value::Null,
+            details: json!({}),
         })?;
         let Some(change) = event.change.clone() else {
             return Ok(WebhookOutcome::Ignored);
@@ -239,7 +239,16 @@ impl BillingService {
             e.details["event_type"] = json!(event.event_type);
             e
         };
-        let applied = self.billing.apply_event(&event.id, &event.event_type, org, &update, &audit).await?;
+        let applied = match self.billing.apply_event(&event.id, &event.event_type, org, &update, &audit).await {
+            Ok(applied) => applied,
+            // An organization that does not exist (any more): acknowledged,
+            // or the provider retries it for days.
+            Err(Error::NotFound { .. }) => {
+                tracing::warn!(event = %event.id, org = %org, "a billing event for an organization that does not exist");
+                return Ok(WebhookOutcome::Ignored);
+            }
+            Err(e) => return Err(e),
+        };
         self.plans.remove_where(|o, _| *o == org);
         Ok(if applied { WebhookOutcome::Applied } else { WebhookOutcome::Duplicate })
     }

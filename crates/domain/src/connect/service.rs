@@ -71,6 +71,15 @@ pub struct TestOutcome {
     pub error_code: Option<&'static str>,
 }
 
+/// What a preview reads: the first `limit` records (default
+/// [`DEFAULT_PREVIEW_LIMIT`]) of `entity` of a saved connection.
+#[derive(Debug, Clone)]
+pub struct PreviewRequest {
+    pub connection: ConnectionId,
+    pub entity: String,
+    pub limit: Option<i64>,
+}
+
 /// Records of a preview.
 #[derive(Debug, Clone)]
 pub struct Preview {
@@ -506,14 +515,9 @@ impl ConnectService {
     }
 
     /// The first records of an entity.
-    pub async fn preview(
-        &self,
-        p: &Principal,
-        org: OrgId,
-        id: ConnectionId,
-        entity: &str,
-        limit: Option<i64>,
-    ) -> Result<Preview> {
+    pub async fn preview(&self, p: &Principal, org: OrgId, request: &PreviewRequest) -> Result<Preview> {
+        let PreviewRequest { connection: id, entity, limit } = request;
+        let (id, entity, limit) = (*id, entity.as_str(), *limit);
         self.identity.access(p, org, Permission::Read).await?;
         let limit = match limit {
             None => DEFAULT_PREVIEW_LIMIT,

@@ -101,10 +101,19 @@ pub struct CheckedRule {
 
 /// An absolute http(s) URL with a host, of a sane length.
 pub fn check_url(url: &str) -> std::result::Result<(), &'static str> {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")).ok_or("must be an http(s) URL")?;
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    let rest = if lower.starts_with("https://") {
+        &url[8..]
+    } else if lower.starts_with("http://") {
+        &url[7..]
+    } else {
+        return Err("must be an http(s) URL");
+    };
     let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    if host.is_empty() || host.starts_with(':') {
+    if host.contains('@') {
+        return Err("must not carry credentials (user:password@); put a secret in the path or use the signature");
+    }
+    if host.is_empty() || host.starts_with(':') || host.contains('%') {
         return Err("must name a host");
     }
     if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -211,9 +220,12 @@ pub fn webhook_body(event: &ActivityEvent) -> String {
     .to_string()
 }
 
-/// The body a Slack channel gets.
+/// The body a Slack channel gets. `&`, `<` and `>` are escaped as Slack
+/// asks, so text in an event cannot become a mention or a link.
 pub fn slack_body(event: &ActivityEvent) -> String {
-    json!({"text": format!("[{}] {}", event.event_type, event.message)}).to_string()
+    let text = format!("[{}] {}", event.event_type, event.message);
+    let text = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    json!({"text": text}).to_string()
 }
 
 #[cfg(test)]
@@ -254,7 +266,10 @@ mod tests {
         let Error::Validation(errors) = check(&bad).unwrap_err() else { panic!() };
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["name", "event", "filter.flow_id", "channel.type", "channel.url", "channel.secret"]);
-        for url in ["http://", "https:///x", "http://a b", "https://:80/"] {
+        assert!(check_url("HTTPS://Hooks.Example.com/in").is_ok(), "schemes are case-insensitive");
+        for url in
+            ["http://", "https:///x", "http://a b", "https://:80/", "http://user:pw@host/", "http://[::1%25lo]:80/"]
+        {
             assert!(check_url(url).is_err(), "{url}");
         }
         let slack_secret = RuleInput { channel_type: "slack".into(), secret: Some(new_secret().expose().into()), ..ok };

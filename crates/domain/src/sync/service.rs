@@ -7,7 +7,7 @@ use super::ports::{CursorRepository, FlowRepository, QueueRepository, RunReposit
 use super::transform::{self, Step};
 use crate::connect::connection::Connection;
 use crate::connect::connector::{EntitySchema, RecordBatch};
-use crate::connect::service::{ConnectService, Preview};
+use crate::connect::service::{ConnectService, Preview, PreviewRequest};
 use crate::identity::service::IdentityService;
 use crate::identity::user::validate_name;
 use crate::identity::{Permission, Principal};
@@ -102,17 +102,14 @@ impl SyncService {
 
     /// The first records of an entity after the transform `steps` (the
     /// steps a flow mapping can carry), checked against the entity's fields.
-    #[allow(clippy::too_many_arguments)]
     pub async fn preview_transform(
         &self,
         p: &Principal,
         org: OrgId,
-        id: ConnectionId,
-        entity: &str,
-        limit: Option<i64>,
+        request: &PreviewRequest,
         steps: &[Step],
     ) -> Result<Preview> {
-        let preview = self.connect.preview(p, org, id, entity, limit).await?;
+        let preview = self.connect.preview(p, org, request).await?;
         transform::plan("transform", steps, &preview.batch.fields).map_err(Error::Validation)?;
         let batch: RecordBatch = transform::apply(steps, preview.batch);
         Ok(Preview { entity: preview.entity, batch })

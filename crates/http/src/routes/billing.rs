@@ -4,8 +4,9 @@
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::MAX_JSON_BODY;
 use crate::extract::{Body, Caller};
-use crate::middleware::{MAX_ANY_BODY, read_body};
+use crate::middleware::read_body;
 use actix_web::web::{self, Data, Json, Path};
 use actix_web::{HttpRequest, HttpResponse, get, post};
 use serde::{Deserialize, Serialize};
@@ -149,7 +150,7 @@ pub struct WebhookResponse {
     (status = 503, description = "no webhook secret is configured", body = ErrorBody)))]
 #[post("/webhooks/stripe")]
 pub async fn stripe_webhook(state: Data<AppState>, req: HttpRequest, body: web::Payload) -> ApiResult<HttpResponse> {
-    let bytes = read_body(&mut body.into_inner(), MAX_ANY_BODY).await?;
+    let bytes = read_body(&mut body.into_inner(), MAX_JSON_BODY).await?;
     let signature = req.headers().get("Stripe-Signature").and_then(|v| v.to_str().ok());
     let outcome = state.sluice.billing.webhook(&bytes, signature).await?;
     let outcome = match outcome {

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use sluice_domain::connect::connection::Connection;
 use sluice_domain::connect::connector::{Capability, EntitySchema, Field};
 use sluice_domain::connect::integration::Integration;
+use sluice_domain::connect::service::PreviewRequest;
 use sluice_domain::connect::service::{
     ConnectionUpdate, IntegrationUpdate, NewConnection, NewIntegration, TestOutcome,
 };
@@ -377,6 +378,12 @@ pub struct PreviewBody {
     pub limit: Option<i64>,
 }
 
+impl PreviewBody {
+    fn request(&self, connection: Uuid) -> PreviewRequest {
+        PreviewRequest { connection: ConnectionId::from(connection), entity: self.entity.clone(), limit: self.limit }
+    }
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewTransformBody {
@@ -385,6 +392,12 @@ pub struct PreviewTransformBody {
     /// Steps: rename, drop, cast, mask, filter, set.
     #[schema(value_type = Vec<Object>)]
     pub transform: Value,
+}
+
+impl PreviewTransformBody {
+    fn request(&self, connection: Uuid) -> PreviewRequest {
+        PreviewRequest { connection: ConnectionId::from(connection), entity: self.entity.clone(), limit: self.limit }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -589,11 +602,7 @@ pub async fn preview(
     body: Body<PreviewBody>,
 ) -> ApiResult<Json<PreviewResponse>> {
     let (org, id) = path.into_inner();
-    let p = state
-        .sluice
-        .connect
-        .preview(&caller.principal, org.into(), ConnectionId::from(id), &body.entity, body.limit)
-        .await?;
+    let p = state.sluice.connect.preview(&caller.principal, org.into(), &body.request(id)).await?;
     Ok(Json(preview_response(p)))
 }
 
@@ -609,10 +618,6 @@ pub async fn preview_transform(
 ) -> ApiResult<Json<PreviewResponse>> {
     let (org, id) = path.into_inner();
     let steps = transform::parse_steps("transform", &body.transform).map_err(ApiError::validation)?;
-    let p = state
-        .sluice
-        .sync
-        .preview_transform(&caller.principal, org.into(), ConnectionId::from(id), &body.entity, body.limit, &steps)
-        .await?;
+    let p = state.sluice.sync.preview_transform(&caller.principal, org.into(), &body.request(id), &steps).await?;
     Ok(Json(preview_response(p)))
 }
