@@ -107,6 +107,17 @@ async fn postgres_connections_are_tested_discovered_and_previewed_without_leakin
         200
     );
     assert_eq!(mysql.body["error_code"], "auth_failed", "{}", mysql.body);
+    // Without a capability, a test checks everything the type can do.
+    let any = check!(
+        app.post(
+            &format!("{base}/connections/test"),
+            &ann,
+            json!({"type": "postgres", "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "sslmode": "disable"}})
+        )
+        .await,
+        200
+    );
+    assert_eq!(any.body["ok"], true, "{}", any.body);
 
     // The password is nowhere: responses, the metadata database, the log.
     for path in [

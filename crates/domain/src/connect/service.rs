@@ -161,6 +161,15 @@ impl ConnectService {
         })
     }
 
+    /// What a connection of `connector_type` does when a request does not
+    /// say: both when the type reads and writes, else its one capability.
+    pub fn default_capability(&self, connector_type: &str) -> Capability {
+        match self.connectors.spec(connector_type) {
+            Some(spec) if spec.capabilities.len() == 1 => spec.capabilities[0],
+            _ => Capability::Both,
+        }
+    }
+
     pub fn connector_specs(&self) -> Vec<ConnectorSpec> {
         self.connectors.specs()
     }

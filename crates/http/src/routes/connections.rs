@@ -258,7 +258,8 @@ pub struct TestConnectionBody {
     pub integration_id: Option<Uuid>,
     #[serde(rename = "type")]
     pub connector_type: String,
-    pub capability: CapabilityDto,
+    /// What to test; by default everything the type can do.
+    pub capability: Option<CapabilityDto>,
     #[schema(value_type = Object)]
     pub config: Option<BTreeMap<String, Value>>,
 }
@@ -475,13 +476,17 @@ pub async fn test_unsaved(
     body: Body<TestConnectionBody>,
 ) -> ApiResult<Json<TestResponse>> {
     let b = body.into_inner();
-    let nc = new_connection(
+    let mut nc = new_connection(
         b.name.unwrap_or_else(|| "unsaved".into()),
         b.integration_id,
         b.connector_type,
-        b.capability,
+        CapabilityDto::Both,
         b.config,
     );
+    nc.capability = match b.capability {
+        Some(c) => c.into(),
+        None => state.sluice.connect.default_capability(&nc.connector_type),
+    };
     Ok(Json(state.sluice.connect.test_unsaved_connection(&caller.principal, OrgId::from(*path), nc).await?.into()))
 }
 
