@@ -189,8 +189,59 @@ async fn metrics_text(state: Data<AppState>) -> HttpResponse {
         .body(state.metrics.render(depth))
 }
 
-async fn not_found(req: HttpRequest) -> HttpResponse {
+/// The API's routes as templates (`/v1/organizations/{orgId}`) with their
+/// methods, to tell an unknown path (404) from a known one asked with
+/// another method (405).
+struct Routes(Vec<(Vec<String>, Vec<&'static str>)>);
+
+impl Routes {
+    fn of(api: &utoipa::openapi::OpenApi) -> Self {
+        let routes = api
+            .paths
+            .paths
+            .iter()
+            .map(|(path, item)| {
+                let methods = [
+                    ("GET", item.get.is_some()),
+                    ("PUT", item.put.is_some()),
+                    ("POST", item.post.is_some()),
+                    ("DELETE", item.delete.is_some()),
+                    ("PATCH", item.patch.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(m, has)| has.then_some(m))
+                .collect();
+                (path.split('/').map(str::to_string).collect(), methods)
+            })
+            .collect();
+        Routes(routes)
+    }
+
+    /// The methods of the route `path` matches, if any.
+    fn allowed(&self, path: &str) -> Option<&[&'static str]> {
+        let parts: Vec<&str> = path.split('/').collect();
+        self.0.iter().find_map(|(template, methods)| {
+            let fits = template.len() == parts.len()
+                && template.iter().zip(&parts).all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()));
+            fits.then_some(methods.as_slice())
+        })
+    }
+}
+
+async fn not_found(req: HttpRequest, routes: Data<Routes>) -> HttpResponse {
     use actix_web::ResponseError;
+    if let Some(allowed) = routes.allowed(req.path()).filter(|a| !a.contains(&req.method().as_str())) {
+        let mut res = error::ApiError::new(
+            actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{} {} is not allowed; use {}", req.method(), req.path(), allowed.join(", ")),
+        )
+        .error_response();
+        if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&allowed.join(", ")) {
+            res.headers_mut().insert(actix_web::http::header::ALLOW, v);
+        }
+        return res;
+    }
     error::ApiError::not_found(format!("no route for {} {}", req.method(), req.path())).error_response()
 }
 
@@ -216,7 +267,9 @@ pub fn app(
         .service(utoipa_actix_web::scope("/v1").configure(v1))
         .split_for_parts();
     let doc = serde_json::to_vec_pretty(&api).unwrap_or_default();
+    let routes = Data::new(Routes::of(&api));
     app.app_data(Data::new(OpenApiJson(doc)))
+        .app_data(routes)
         .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/v1/openapi.json", api))
         .route("/metrics", web::get().to(metrics_text))
         .route(

@@ -734,6 +734,14 @@ async fn the_openapi_document_describes_the_api() {
     assert!(r.body["components"]["securitySchemes"]["api_key"].is_object());
     let r = send(&app, request(Method::GET, "/docs/", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::OK);
+    // A known path asked with another method is 405 with Allow; an unknown one 404.
+    let r = send(&app, request(Method::PATCH, &format!("/v1/organizations/{}", uuid::Uuid::now_v7()), &Who::Anonymous))
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{}", r.body);
+    assert_eq!(r.headers.get("allow").unwrap(), "GET, PUT, DELETE");
+    assert_eq!(r.body["code"], "method_not_allowed");
+    let r = send(&app, request(Method::PATCH, "/v1/nowhere", &Who::Anonymous)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = send(&app, request(Method::GET, "/docs", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::PERMANENT_REDIRECT);
     assert_eq!(r.headers.get("location").unwrap(), "/docs/");
