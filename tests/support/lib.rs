@@ -23,9 +23,11 @@ pub fn postgres_admin_url() -> String {
 }
 
 /// Whether this is a CI run, where an unreachable server fails the test.
+/// Whether the servers the tests use must be up: always, unless
+/// `SLUICE_TEST_SKIP_SERVICES=1` says to skip the tests that need them.
 #[allow(clippy::disallowed_methods)] // a test switch, not configuration
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+pub fn services_required() -> bool {
+    !std::env::var("SLUICE_TEST_SKIP_SERVICES").is_ok_and(|v| v == "1")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +64,10 @@ pub async fn pg_schema() -> Option<PgSchema> {
             Some(PgSchema { name })
         }
         Err(e) => {
-            if in_ci() {
-                panic!("PostgreSQL is unreachable in CI: {e}");
+            if services_required() {
+                panic!(
+                    "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
+                );
             }
             eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
             None
@@ -212,8 +216,10 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
                         Ok(Err(e)) => e.to_string(),
                         _ => "timed out".into(),
                     };
-                    if in_ci() {
-                        panic!("PostgreSQL at {admin_url} is unreachable in CI: {why}");
+                    if services_required() {
+                        panic!(
+                            "PostgreSQL at {admin_url} is unreachable ({why}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
+                        );
                     }
                     eprintln!(
                         "\n!!! SKIPPED: PostgreSQL at {admin_url} is unreachable ({why}); start it to run this test\n"
@@ -408,8 +414,8 @@ impl Drop for TestApp {
 
 /// Asserts a status, printing the body when it differs.
 /// One test per backend for each `async fn name(app: TestApp)` named:
-/// `sqlite::name` always runs, `postgres::name` when PostgreSQL is up (or
-/// fails in CI). The module calling it imports `spawn_app` and `Backend`.
+/// `sqlite::name` always runs, `postgres::name` needs PostgreSQL (a failure
+/// naming it when it is down, unless `SLUICE_TEST_SKIP_SERVICES=1`). The module calling it imports `spawn_app` and `Backend`.
 #[macro_export]
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {

@@ -50,7 +50,10 @@ async fn pg_schema() -> Option<PgSchema> {
             Some(PgSchema { name })
         }
         Err(e) => {
-            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            assert!(
+                !services_required(),
+                "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip the tests that need it"
+            );
             eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
             None
         }
@@ -376,7 +379,10 @@ async fn pg_metadata_db(kind: &str) -> Option<(sea_orm::DatabaseConnection, Stri
     let admin = match Database::connect(&postgres_admin_url()).await {
         Ok(a) => a,
         Err(e) => {
-            assert!(!in_ci(), "PostgreSQL is unreachable in CI: {e}");
+            assert!(
+                !services_required(),
+                "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip the tests that need it"
+            );
             eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
             return None;
         }
