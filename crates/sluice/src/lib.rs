@@ -54,7 +54,15 @@ pub struct Application {
     server: actix_web::dev::Server,
     store: Store,
     _lock: Option<StoreLock>,
+    /// Tells the worker to take no more runs.
+    stop: tokio::sync::watch::Sender<bool>,
+    /// The worker, when this process runs one.
+    worker: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How long a stopping process waits for the run in progress to end; past
+/// it the run is left to be resumed from its last checkpoint.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// An exclusive lock on the embedded SQLite store, held while the process
 /// runs: a second process on the same store would re-queue the first one's
@@ -196,11 +204,14 @@ impl Application {
                 tracing::warn!(runs = n, "runs interrupted by a crash queued again");
             }
         }
-        if settings.run_worker {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let worker = if settings.run_worker {
             let id = worker::worker_id();
-            tokio::spawn(worker::run(sluice.clone(), id.clone()));
-            tokio::spawn(worker::deliver(sluice.clone(), id));
-        }
+            tokio::spawn(worker::deliver(sluice.clone(), id.clone()));
+            Some(tokio::spawn(worker::run(sluice.clone(), id, stopped)))
+        } else {
+            None
+        };
         tokio::spawn(worker::schedule(sluice.clone()));
         let state = AppState {
             sluice,
@@ -213,7 +224,7 @@ impl Application {
         let server =
             HttpServer::new(move || sluice_http::app(state.clone())).listen(listener)?.shutdown_timeout(10).run();
         tracing::info!(version = env!("CARGO_PKG_VERSION"), address = %settings.listen, port, backend = ?store.backend(), "sluice is serving");
-        Ok(Self { port, server, store, _lock: lock })
+        Ok(Self { port, server, store, _lock: lock, stop, worker })
     }
 
     /// A worker alone, without the HTTP API (`sluice worker`).
@@ -227,7 +238,20 @@ impl Application {
         tokio::spawn(worker::schedule(sluice.clone()));
         let id = worker::worker_id();
         tokio::spawn(worker::deliver(sluice.clone(), id.clone()));
-        worker::run(sluice, id).await;
+        // Stops like `serve`: on SIGTERM or SIGINT, no more runs, and the
+        // run in progress gets a bounded time to end.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut worker = tokio::spawn(worker::run(sluice, id, stopped));
+        tokio::select! {
+            _ = &mut worker => return Ok(()),
+            _ = shutdown_signal() => {}
+        }
+        let _ = stop.send(true);
+        tracing::info!(grace_s = SHUTDOWN_GRACE.as_secs(), "stopping: waiting for the run in progress");
+        match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
+            Ok(_) => tracing::info!("stopped"),
+            Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),
+        }
         Ok(())
     }
 
@@ -244,7 +268,25 @@ impl Application {
     /// # Errors
     /// When the server fails.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        // SIGTERM or SIGINT: at once the worker takes no more runs, while
+        // the HTTP server stops taking requests and finishes those in
+        // flight; then the run in progress gets a bounded time to end.
+        let stop = Arc::new(self.stop);
+        let on_signal = stop.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = on_signal.send(true);
+        });
+        let served = self.server.await;
+        let _ = stop.send(true);
+        if let Some(worker) = self.worker {
+            tracing::info!(grace_s = SHUTDOWN_GRACE.as_secs(), "stopping: waiting for the run in progress");
+            match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
+                Ok(_) => tracing::info!("stopped"),
+                Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),
+            }
+        }
+        served
     }
 }
 
@@ -294,6 +336,25 @@ fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
 /// per process.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 #[cfg(test)]

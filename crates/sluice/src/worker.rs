@@ -16,11 +16,16 @@ pub fn worker_id() -> String {
     format!("{host}:{}:{}", std::process::id(), sluice_domain::shared::secret::random_base62(6))
 }
 
-/// Runs forever: claim, execute, repeat.
-pub async fn run(sluice: Sluice, id: String) {
+/// Claims, executes, repeats, until `stop` turns true: then it claims no
+/// more and returns once the run in progress (if any) has ended.
+pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>) {
     let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
     tracing::info!(worker = %id, "worker started");
     loop {
+        if *stop.borrow() {
+            tracing::info!(worker = %id, "worker stopped: it takes no more runs");
+            return;
+        }
         match sluice.sync.claim_run(&id).await {
             Ok(Some(run)) => {
                 let (run_id, fence) = (run.id, run.fence());
@@ -58,10 +63,13 @@ pub async fn run(sluice: Sluice, id: String) {
                 }
                 beat.abort();
             }
-            Ok(None) => tokio::time::sleep(POLL).await,
+            Ok(None) => {
+                // Idle: wait for the next poll or for the stop, whichever comes first.
+                let _ = tokio::time::timeout(POLL, stop.changed()).await;
+            }
             Err(e) => {
                 tracing::error!(worker = %id, error = %e, "claiming runs failed");
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), stop.changed()).await;
             }
         }
     }

@@ -517,3 +517,58 @@ async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
     admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[tokio::test]
+async fn sigterm_lets_the_run_in_progress_end_and_takes_no_more() {
+    let Some(src) = pg_schema().await else { return };
+    let Some(dst) = pg_schema().await else { return };
+    const ROWS: i64 = 400_000;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    seed_events(&mut pg, &src.name, ROWS).await;
+    let (data, db, port, api) = sqlite_service("sigterm");
+    let log = data.join("serve.log");
+    let mut first = spawn_logged(&["serve"], &env(&data, &db, port), &log);
+    wait_healthy(&api.client, &api.base).await;
+    let (org, flow) = org_with_pg_flow(
+        &api,
+        "Term",
+        &src.name,
+        &dst.name,
+        json!({"source_entity": "events", "sync_mode": "full_refresh_overwrite"}),
+    )
+    .await;
+    let run = api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let queued = api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.get(&format!("/v1/organizations/{org}/runs/{run}")).await["status"] != "running" {
+        assert!(Instant::now() < deadline, "the run did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&first, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = first.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the process did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "a clean exit: {status:?}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("waiting for the run in progress") && text.contains("stopped"), "{text}");
+
+    // Started again: the run ended succeeded before the stop, whole; the
+    // queued one was not taken by the stopping process.
+    let _second = serve(&["serve", "--no-worker"], &env(&data, &db, port), &api).await;
+    let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(count_rows(&mut pg, &format!("SELECT count(*) FROM {}.events", dst.name)).await, ROWS);
+    assert_eq!(api.get(&format!("/v1/organizations/{org}/runs/{queued}")).await["status"], "queued");
+    let _ = std::fs::remove_dir_all(&data);
+}
