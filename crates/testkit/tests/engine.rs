@@ -327,3 +327,22 @@ async fn each_run_records_the_source_schema_that_drift_validation_compares_with(
     assert_eq!(r.drift_type, DriftType::Breaking);
     assert_eq!(r.impacts[0].affected_fields, ["email"]);
 }
+
+/// A run's per-entity stats show its checkpoints as it goes: when the last
+/// one committed and the rows per second so far.
+#[tokio::test]
+async fn checkpoints_record_their_time_and_the_rate() {
+    let w = world().await;
+    let rows: Vec<Vec<Value>> =
+        (1..=120_000).map(|i| person(i, "p", &format!("2026-01-01T00:00:{:02}Z", i % 60))).collect();
+    w.mem.put("crm", people_schema(false), rows);
+    let f = w.flow("many", json!({"source_entity": "people", "dest_entity": "many", "sync_mode": "incremental_append", "cursor_field": "id"})).await;
+    let before = time::OffsetDateTime::now_utc();
+    let r = w.run(&f).await;
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    let e = &r.entities[0];
+    assert_eq!(e.rows_written, 120_000);
+    let at = e.checkpoint_at.expect("a checkpoint every 50,000 rows");
+    assert!(at >= before && at <= time::OffsetDateTime::now_utc(), "{at}");
+    assert!(e.rows_per_second.is_some_and(|r| r > 0.0), "{:?}", e.rows_per_second);
+}

@@ -38,6 +38,8 @@ struct Step<'a> {
     m: &'a Mapping,
     /// Rows earlier attempts committed; this attempt's writer counts its own.
     prior: u64,
+    /// When this attempt began the entity.
+    started: Instant,
 }
 
 /// Where an entity's read starts and how far its cursor may be stored.
@@ -377,7 +379,7 @@ impl SyncService {
             return Ok(EntityOutcome::Drift);
         }
         let writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
-        let step = Step { run, flow, m, prior };
+        let step = Step { run, flow, m, prior, started: Instant::now() };
         // Same engine on both sides and nothing to transform: the source's
         // bulk stream goes straight in, undecoded (a fresh table, or a
         // stage merged at each checkpoint).
@@ -661,6 +663,11 @@ impl SyncService {
         self.hold(run).await?;
         let w = writer.checkpoint().await?;
         stats.rows_written = step.prior + w.rows_written;
+        let elapsed = step.started.elapsed();
+        stats.duration_ms = elapsed.as_millis() as u64;
+        stats.checkpoint_at = Some(self.clock.now());
+        stats.rows_per_second = (elapsed.as_secs_f64() > 0.0)
+            .then(|| (w.rows_written as f64 / elapsed.as_secs_f64() * 10.0).round() / 10.0);
         self.store_cursor(run, step.flow, step.m, cursor).await?;
         stats.cursor_after = cursor.as_ref().and_then(cursor_text);
         // Progress, so that a later attempt counts these rows and readers

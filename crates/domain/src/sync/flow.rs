@@ -359,6 +359,12 @@ pub struct EntityStats {
     pub cursor_before: Option<String>,
     pub cursor_after: Option<String>,
     pub duration_ms: u64,
+    /// While the entity syncs: when its last checkpoint committed, and the
+    /// rows this attempt wrote per second so far.
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at: Option<OffsetDateTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
