@@ -127,6 +127,7 @@ impl<T: serde::de::DeserializeOwned + 'static> FromRequest for Body<T> {
 #[into_params(parameter_in = Query)]
 pub struct Pagination {
     /// 1–200, default 50.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     pub limit: Option<i64>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,

@@ -361,6 +361,7 @@ pub struct LogsQuery {
     /// RFC 3339; lines at or after.
     pub since: Option<String>,
     /// 1–1000, default all.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
