@@ -158,6 +158,9 @@ async fn checkout_portal_and_roles(backend: Backend) {
     }
     assert!(sent["cancel_url"].starts_with("http://127.0.0.1"), "the default return is the public URL");
     check!(app.post(&checkout, &ann, json!({"plan": "enterprise"})).await, 200);
+    // The optional body is read like every JSON body: an object, of the right shape.
+    assert_eq!(check!(app.post(&portal, &ann, json!(["x"])).await, 422).body["code"], "validation_failed");
+    check!(app.post(&portal, &ann, json!({"return": "x"})).await, 422);
     let p = check!(app.post(&portal, &ann, json!({"return_url": "https://app.example/billing"})).await, 200);
     assert_eq!(p.body["url"], "https://billing.stripe.test/p/1");
     assert_eq!(fake.calls_to("/v1/billing_portal/sessions")[0]["customer"], "cus_1");

@@ -98,27 +98,31 @@ impl<T> std::ops::Deref for Body<T> {
     }
 }
 
+/// A request body's JSON as `T`: an object, without NUL characters, of
+/// `T`'s shape (every JSON body goes through this, [`Body`] and the
+/// handlers that read an optional body alike).
+///
+/// # Errors
+/// 422 naming the problem.
+pub(crate) fn from_json_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    // serde would read a struct from an array too; bodies are objects.
+    if !value.is_object() {
+        return Err(ApiError::validation(vec![FieldError::new("body", "must be a JSON object")]));
+    }
+    if let Some(field) = sluice_domain::shared::error::nul_in(&value, "body") {
+        return Err(ApiError::validation(vec![FieldError::new(field, "must not contain a NUL character")]));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::validation(vec![FieldError::new("body", strip_position(&e.to_string()))]))
+}
+
 impl<T: serde::de::DeserializeOwned + 'static> FromRequest for Body<T> {
     type Error = actix_web::Error;
     type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, actix_web::Error>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let json = web::Json::<serde_json::Value>::from_request(req, payload);
-        Box::pin(async move {
-            let value = json.await?.into_inner();
-            // serde would read a struct from an array too; bodies are objects.
-            if !value.is_object() {
-                return Err(ApiError::validation(vec![FieldError::new("body", "must be a JSON object")]).into());
-            }
-            if let Some(field) = sluice_domain::shared::error::nul_in(&value, "body") {
-                return Err(
-                    ApiError::validation(vec![FieldError::new(field, "must not contain a NUL character")]).into()
-                );
-            }
-            serde_json::from_value(value)
-                .map(Body)
-                .map_err(|e| ApiError::validation(vec![FieldError::new("body", strip_position(&e.to_string()))]).into())
-        })
+        Box::pin(async move { Ok(Body(from_json_value(json.await?.into_inner())?)) })
     }
 }
 

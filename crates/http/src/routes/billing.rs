@@ -3,14 +3,13 @@
 //! provider's webhooks.
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::extract::MAX_JSON_BODY;
 use crate::extract::{Body, Caller};
 use crate::middleware::read_body;
 use actix_web::web::{self, Data, Json, Path};
 use actix_web::{HttpRequest, HttpResponse, get, post};
 use serde::{Deserialize, Serialize};
-use sluice_domain::FieldError;
 use sluice_domain::billing::service::{BillingStatus, WebhookOutcome};
 use sluice_domain::shared::ids::OrgId;
 use time::OffsetDateTime;
@@ -123,13 +122,9 @@ pub async fn portal(
     let b: PortalBody = if body.iter().all(u8::is_ascii_whitespace) {
         PortalBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            if e.is_syntax() || e.is_eof() {
-                ApiError::malformed_json(e.to_string(), e.line(), e.column())
-            } else {
-                ApiError::validation(vec![FieldError::new("body", e.to_string())])
-            }
-        })?
+        let value = serde_json::from_slice(&body)
+            .map_err(|e| crate::extract::json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
+        crate::extract::from_json_value(value)?
     };
     let url = state.sluice.billing.portal(&caller.principal, OrgId::from(*path), b.return_url.as_deref()).await?;
     Ok(Json(PortalResponse { url }))
