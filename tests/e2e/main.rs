@@ -3,6 +3,7 @@
 
 mod billing;
 mod connections;
+mod console;
 mod flows;
 mod input;
 mod isolation;

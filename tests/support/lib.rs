@@ -148,6 +148,7 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub backend: Backend,
     issuer: TokenIssuer,
+    sessions: Option<sluice::ConsoleSessions>,
     cleanup: Vec<Cleanup>,
 }
 
@@ -266,6 +267,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         // The tests' receivers listen on loopback.
         webhook_allow_private: options.webhook_allow_private,
     };
+    let sessions = sluice::ConsoleSessions::from_settings(&settings);
     let app = Application::build(settings).await.expect("the application starts");
     let base = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped());
@@ -277,6 +279,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client"),
         backend,
         issuer: TokenIssuer::new(JWT_SECRET.as_bytes().to_vec(), "sluice", "sluice"),
+        sessions,
         cleanup,
     })
 }
@@ -319,6 +322,12 @@ impl TestApp {
         mac.update(input.as_bytes());
         let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
         format!("{input}.{sig}")
+    }
+
+    /// A console login link's path and query for `email`, valid for `ttl`
+    /// (as `sluice login-link` prints it, without the host).
+    pub fn login_link(&self, email: &str, ttl: Duration) -> String {
+        self.sessions.as_ref().expect("the test app holds an HS256 secret").login_link("", email, ttl)
     }
 
     /// A session token for `email`.

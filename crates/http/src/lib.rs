@@ -4,6 +4,7 @@
 //! OpenAPI); the binary serves it and the tests drive it in process, so both
 //! run the same thing.
 
+pub mod console;
 pub mod dto;
 pub mod error;
 pub mod extract;
@@ -36,6 +37,8 @@ pub struct AppState {
     /// The operator's metrics (`GET /metrics`), shared with the domain's
     /// services that count into them.
     pub metrics: std::sync::Arc<metrics::Metrics>,
+    /// The web console's sign-in settings.
+    pub console: console::ConsoleConfig,
 }
 
 #[derive(OpenApi)]
@@ -272,6 +275,7 @@ pub fn app(
         .app_data(routes)
         .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/v1/openapi.json", api))
         .route("/metrics", web::get().to(metrics_text))
+        .configure(console::routes)
         .route(
             "/docs",
             web::get()

@@ -170,7 +170,7 @@ async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutco
     let api_key = req.headers().get(API_KEY_HEADER);
     let fail = |e: ApiError| AuthOutcome::Failed { status: e.status, code: e.code, message: e.message };
     let result = match (bearer, api_key) {
-        (None, None) => return None,
+        (None, None) => return cookie_session(sluice, req).await,
         (Some(_), Some(_)) => Err(ApiError::unauthenticated("send either Authorization or X-Api-Key, not both")),
         (Some(v), None) => {
             match v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ").or_else(|| s.strip_prefix("bearer "))) {
@@ -197,6 +197,21 @@ async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutco
         Ok(c) => AuthOutcome::Ok(c),
         Err(e) => fail(e),
     })
+}
+
+/// The console's session cookie, on console pages and on the API's reads
+/// only: the API's writes need a header, so no page of another site can
+/// make a browser write through the API. A cookie that no longer signs in
+/// counts as none (the console asks to sign in again).
+async fn cookie_session(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutcome> {
+    let api = req.path().starts_with("/v1/");
+    if api && !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    let token = req.cookie(crate::console::SESSION_COOKIE)?.value().to_string();
+    let (principal, claims) = sluice.identity.authenticate_session(&token).await.ok()?;
+    req.extensions_mut().insert(crate::console::CookieSession(token));
+    Some(AuthOutcome::Ok(Caller { principal, claims: Some(claims) }))
 }
 
 /// The whole body, up to `limit` bytes (413 past it).

@@ -66,6 +66,7 @@ fn state(store: &InMemoryStore, clock: &ManualClock, internal: Option<&str>) -> 
         console_url: "http://console.example".into(),
         rate_limits: None,
         metrics: Default::default(),
+        console: Default::default(),
     }
 }
 

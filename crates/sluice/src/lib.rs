@@ -18,6 +18,41 @@ use sluice_store::Store;
 use std::net::TcpListener;
 use std::sync::Arc;
 
+/// Mints the console's sessions and signs its login links with the HS256
+/// secret (a server verifying only an identity provider's JWKS has none:
+/// then a pasted token is the console's one way in).
+pub struct ConsoleSessions {
+    issuer: sluice_auth::TokenIssuer,
+    link_key: Vec<u8>,
+}
+
+impl ConsoleSessions {
+    pub fn from_settings(settings: &Settings) -> Option<Self> {
+        let secret = settings.jwt_hs256_secret.as_ref()?.expose().as_bytes().to_vec();
+        // Its own key: a login link is no session token, nor the reverse.
+        let link_key =
+            sluice_domain::shared::secret::sha256_hex(&[b"sluice login link\0", &secret[..]].concat()).into_bytes();
+        let issuer = sluice_auth::TokenIssuer::new(secret, settings.jwt_issuer.clone(), settings.jwt_audience.clone());
+        Some(Self { issuer, link_key })
+    }
+
+    /// A one-time sign-in URL for `email`, valid for `ttl`.
+    pub fn login_link(&self, public_url: &str, email: &str, ttl: std::time::Duration) -> String {
+        let token = sluice_http::console::login_link_token(&self.link_key, email, ttl);
+        format!("{}/login/link?token={token}", public_url.trim_end_matches('/'))
+    }
+}
+
+impl sluice_http::console::Sessions for ConsoleSessions {
+    fn mint(&self, email: &str, ttl: std::time::Duration) -> anyhow::Result<String> {
+        self.issuer.issue(email, Some(email), None, ttl)
+    }
+
+    fn link_key(&self) -> &[u8] {
+        &self.link_key
+    }
+}
+
 /// Runs CPU-bound work on tokio's blocking threads, at most a few jobs at
 /// once (twice the cores): a flood of large gateway payloads waits its
 /// turn instead of taking the threads that serve every other request.
@@ -219,6 +254,10 @@ impl Application {
             console_url: settings.console_url.clone(),
             rate_limits: settings.rate_limits.map(|c| Arc::new(sluice_http::ratelimit::RateLimits::new(c))),
             metrics,
+            console: sluice_http::console::ConsoleConfig {
+                sessions: ConsoleSessions::from_settings(&settings)
+                    .map(|c| Arc::new(c) as Arc<dyn sluice_http::console::Sessions>),
+            },
         };
         let port = listener.local_addr()?.port();
         let server =

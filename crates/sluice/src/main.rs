@@ -34,6 +34,17 @@ enum Command {
         #[arg(long, default_value = "1h")]
         ttl: String,
     },
+    /// Print a one-time link that signs the user into the web console
+    /// (uses SLUICE_PUBLIC_URL for the link's address, and the HS256 secret
+    /// from SLUICE_JWT_HS256_SECRET or the data directory).
+    LoginLink {
+        /// The user's e-mail address.
+        #[arg(long)]
+        email: String,
+        /// How long the link stays usable: 15m, 1h or seconds.
+        #[arg(long, default_value = "15m")]
+        ttl: String,
+    },
     /// Apply an IaC document to an organization (uses SLUICE_URL and
     /// SLUICE_API_KEY); prints the plan and exits non-zero on errors.
     Apply {
@@ -104,6 +115,16 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// `--email` as the domain accepts it, or its problem in one line.
+fn checked_email(email: &str) -> anyhow::Result<String> {
+    sluice_domain::identity::user::validate_email("--email", email).map_err(|e| match e {
+        sluice_domain::Error::Validation(f) => {
+            anyhow::anyhow!("{}", f.iter().map(|x| format!("{} {}", x.field, x.message)).collect::<Vec<_>>().join("; "))
+        }
+        other => anyhow::anyhow!("{other}"),
+    })
+}
+
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut settings = Settings::from_env()?;
@@ -116,20 +137,19 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::Worker => Application::worker_only(settings).await?,
         Command::Token { email, name, ttl } => {
-            let email = sluice_domain::identity::user::validate_email("--email", &email).map_err(|e| match e {
-                sluice_domain::Error::Validation(f) => {
-                    anyhow::anyhow!(
-                        "{}",
-                        f.iter().map(|x| format!("{} {}", x.field, x.message)).collect::<Vec<_>>().join("; ")
-                    )
-                }
-                other => anyhow::anyhow!("{other}"),
-            })?;
+            let email = checked_email(&email)?;
             let ttl = parse_ttl(&ttl)?;
             settings.ensure_secrets()?;
             let secret = settings.jwt_hs256_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();
             let issuer = sluice_auth::TokenIssuer::new(secret, settings.jwt_issuer, settings.jwt_audience);
             println!("{}", issuer.issue(&email, Some(&email), name.as_deref(), ttl)?);
+        }
+        Command::LoginLink { email, ttl } => {
+            let email = checked_email(&email)?;
+            let ttl = parse_ttl(&ttl)?;
+            settings.ensure_secrets()?;
+            let sessions = sluice::ConsoleSessions::from_settings(&settings).context("no HS256 secret")?;
+            println!("{}", sessions.login_link(&settings.public_url, &email, ttl));
         }
         Command::Apply { file, org, dry_run } => {
             let target = sluice::client::Target::from_env()?;

@@ -9,8 +9,7 @@
 
 use crate::shared::audit::Actor;
 use crate::shared::ids::OrgId;
-use crate::shared::secret::{Secret, constant_time_eq};
-use hmac::{Hmac, KeyInit, Mac};
+use crate::shared::secret::Secret;
 use sha2::{Digest, Sha256};
 use time::{Duration, OffsetDateTime};
 
@@ -50,21 +49,14 @@ pub fn challenge(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
-fn signature(key: &[u8], id: &str) -> String {
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
-    m.update(id.as_bytes());
-    m.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// `<id>.<hmac>`.
 pub fn sign_state(key: &[u8], id: &str) -> String {
-    format!("{id}.{}", signature(key, id))
+    crate::shared::secret::sign(key, id)
 }
 
 /// The id of a state parameter whose signature holds.
 pub fn verify_state(key: &[u8], param: &str) -> Option<String> {
-    let (id, sig) = param.rsplit_once('.')?;
-    constant_time_eq(signature(key, id).as_bytes(), sig.as_bytes()).then(|| id.to_string())
+    crate::shared::secret::verify(key, param)
 }
 
 #[cfg(test)]

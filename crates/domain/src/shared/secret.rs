@@ -73,6 +73,26 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+fn signature(key: &[u8], id: &str) -> String {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
+    m.update(id.as_bytes());
+    m.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `<id>.<hex HMAC-SHA256 of id>`: a value that proves it was made with
+/// `key` (OAuth state parameters, console login links).
+pub fn sign(key: &[u8], id: &str) -> String {
+    format!("{id}.{}", signature(key, id))
+}
+
+/// The `id` of a [`sign`]ed value whose signature holds, compared in
+/// constant time.
+pub fn verify(key: &[u8], signed: &str) -> Option<String> {
+    let (id, sig) = signed.rsplit_once('.')?;
+    constant_time_eq(signature(key, id).as_bytes(), sig.as_bytes()).then(|| id.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

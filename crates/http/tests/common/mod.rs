@@ -81,6 +81,7 @@ pub fn state_with(store: &InMemoryStore, connectors: &MemoryConnectors, secrets:
         console_url: "http://console.example".into(),
         rate_limits: None,
         metrics: Default::default(),
+        console: Default::default(),
     }
 }
 

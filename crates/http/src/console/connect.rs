@@ -1,0 +1,298 @@
+//! Connections: the list, a new connection, and one connection's page
+//! with test, discovery and preview.
+
+use super::{OrgCtx, PageResult, Post, Session, badge, button, csrf, notice, page, redirect, when_opt};
+use crate::AppState;
+use crate::error::ApiError;
+use actix_web::web::{Data, Path};
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_domain::FieldError;
+use sluice_domain::connect::connection::Connection;
+use sluice_domain::connect::connector::ConnectorSpec;
+use sluice_domain::connect::service::{NewConnection, PreviewRequest};
+use sluice_domain::shared::ids::ConnectionId;
+use sluice_domain::shared::page::PageRequest;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+const ALL: PageRequest = PageRequest { limit: 200, after: None };
+
+/// A config template for a connector: its fields with their defaults.
+fn template(spec: &ConnectorSpec) -> String {
+    let fields: serde_json::Map<String, Value> = spec
+        .config_fields
+        .iter()
+        .filter(|f| f.required || f.default.is_some())
+        .map(|f| (f.name.to_string(), f.default.clone().unwrap_or(Value::String(String::new()))))
+        .collect();
+    serde_json::to_string_pretty(&fields).unwrap_or_default()
+}
+
+/// `GET /o/{org}/connections`.
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    list_page(&state, &s, &ctx, None, None).await
+}
+
+async fn list_page(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    error: Option<&ApiError>,
+    form: Option<&ConnectionForm>,
+) -> PageResult {
+    let connections = state.sluice.connect.list_connections(&s.caller.principal, ctx.id(), ALL).await?.items;
+    let specs = state.sluice.connect.connector_specs();
+    let picked = form.map_or("postgres", |f| f.connector_type.as_str());
+    let config = form.map(|f| f.config.clone()).unwrap_or_else(|| {
+        specs.iter().find(|sp| sp.connector_type == picked).map(template).unwrap_or_else(|| "{}".into())
+    });
+    let body = html! {
+        @if connections.is_empty() { p.muted { "No connections yet." } } @else {
+            table {
+                thead { tr { th { "Name" } th { "Type" } th { "Use" } th { "Status" } th { "Last tested" } } }
+                tbody { @for c in &connections { tr {
+                    td { a href=(ctx.at(&format!("/connections/{}", c.id))) { (c.name) } }
+                    td { (c.connector_type) } td { (c.capability.as_str()) }
+                    td { (badge(c.status.as_str())) } td { (when_opt(c.last_tested_at)) }
+                } } }
+            }
+        }
+        @if ctx.can_write() {
+            h2 #new { "New connection" }
+            @if let Some(e) = error { (error_box(e)) }
+            form.grid method="post" action=(ctx.at("/connections")) {
+                (csrf(s))
+                label for="conn-name" { "Name" }
+                input #conn-name name="name" required maxlength="100" value=[form.map(|f| f.name.as_str())];
+                label for="conn-type" { "Type" }
+                select #conn-type name="connector_type" data-templates {
+                    @for sp in &specs {
+                        option value=(sp.connector_type) data-template=(template(sp)) selected[sp.connector_type == picked] { (sp.title) }
+                    }
+                }
+                label for="conn-config" { "Configuration (JSON)" }
+                textarea #conn-config name="config" rows="9" spellcheck="false" { (config) }
+                span {}
+                div.row {
+                    button.primary name="action" value="create" { "Create" }
+                    button name="action" value="test" { "Test without saving" }
+                }
+            }
+            details {
+                summary { "Configuration fields of each type" }
+                @for sp in &specs {
+                    h4 { (sp.title) " " code { (sp.connector_type) } }
+                    table.compact { tbody { @for f in &sp.config_fields { tr {
+                        td { code { (f.name) } } td { @if f.required { "required" } @else { "optional" } }
+                        td { @if f.credential { "secret" } } td { (f.description) }
+                    } } } }
+                }
+            }
+        }
+    };
+    Ok(page(ctx, s, "/connections", "Connections", body))
+}
+
+fn error_box(e: &ApiError) -> Markup {
+    html! {
+        div.error role="alert" {
+            p { (e.message) }
+            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
+                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ConnectionForm {
+    name: String,
+    connector_type: String,
+    config: String,
+    #[serde(default)]
+    action: String,
+}
+
+fn parse_config(text: &str) -> Result<BTreeMap<String, Value>, ApiError> {
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    serde_json::from_str(text)
+        .map_err(|e| ApiError::validation(vec![FieldError::new("config", format!("must be a JSON object: {e}"))]))
+}
+
+/// `POST /o/{org}/connections`: creates it, or tests it unsaved.
+pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let f = &post.form;
+    let config = match parse_config(&f.config) {
+        Ok(c) => c,
+        Err(e) => return list_page(&state, s, &ctx, Some(&e), Some(f)).await,
+    };
+    let new = NewConnection {
+        name: f.name.clone(),
+        integration_id: None,
+        connector_type: f.connector_type.clone(),
+        capability: state.sluice.connect.default_capability(&f.connector_type),
+        config,
+    };
+    if f.action == "test" {
+        let outcome = state.sluice.connect.test_unsaved_connection(&s.caller.principal, ctx.id(), new).await;
+        let e = match outcome {
+            Ok(o) if o.ok => {
+                ApiError::new(actix_web::http::StatusCode::OK, "ok", format!("Connected in {} ms.", o.latency_ms))
+            }
+            Ok(o) => ApiError::new(
+                actix_web::http::StatusCode::OK,
+                "failed",
+                format!("{}: {}", o.error_code.unwrap_or("failed"), o.error.unwrap_or_default()),
+            ),
+            Err(e) => e.into(),
+        };
+        return list_page(&state, s, &ctx, Some(&e), Some(f)).await;
+    }
+    match state.sluice.connect.create_connection(&s.caller.principal, ctx.id(), new).await {
+        Ok(c) => Ok(redirect(&ctx.at(&format!("/connections/{}", c.id)))),
+        Err(e) => list_page(&state, s, &ctx, Some(&e.into()), Some(f)).await,
+    }
+}
+
+/// What a connection's page shows below its facts.
+enum Panel {
+    None,
+    Tested(Result<sluice_domain::connect::service::TestOutcome, ApiError>),
+    Discovered(Result<Vec<sluice_domain::shared::record::EntitySchema>, ApiError>),
+    Preview(Result<sluice_domain::connect::service::Preview, ApiError>),
+}
+
+async fn detail_page(s: &Session, ctx: &OrgCtx, c: Connection, panel: Panel) -> PageResult {
+    let at = ctx.at(&format!("/connections/{}", c.id));
+    let config = serde_json::to_value(&c.config).unwrap_or_default();
+    let body = html! {
+        dl.facts {
+            dt { "Type" } dd { (c.connector_type) }
+            dt { "Use" } dd { (c.capability.as_str()) }
+            dt { "Status" } dd { (badge(c.status.as_str())) }
+            dt { "Last tested" } dd { (when_opt(c.last_tested_at)) }
+            @if let Some(e) = &c.last_error { dt { "Last error" } dd.error { (e) } }
+        }
+        details { summary { "Configuration" } (super::json_block(&config)) p.hint { "Credentials are stored encrypted and never shown." } }
+        div.row {
+            (button(s, &format!("{at}/test"), "Test", "primary", None))
+            (button(s, &format!("{at}/discover"), "Discover", "", None))
+            @if ctx.can_write() {
+                (button(s, &format!("{at}/delete"), "Delete", "danger", Some("Delete this connection? Flows using it stop working.")))
+            }
+        }
+        @match panel {
+            Panel::None => {}
+            Panel::Tested(Ok(o)) => {
+                @if o.ok { (notice(&format!("Connected in {} ms.", o.latency_ms))) }
+                @else { p.error role="alert" { strong { (o.error_code.unwrap_or("failed")) } ": " (o.error.unwrap_or_default()) } }
+            }
+            Panel::Tested(Err(e)) | Panel::Discovered(Err(e)) | Panel::Preview(Err(e)) => { (error_box(&e)) }
+            Panel::Discovered(Ok(entities)) => {
+                h2 { "Entities" }
+                @if entities.is_empty() { p.muted { "No entities found." } }
+                @for e in &entities {
+                    details.entity {
+                        summary { strong { (e.name) } span.muted { " " (e.fields.len()) " fields" } }
+                        table.compact {
+                            thead { tr { th { "Field" } th { "Type" } th { "Nullable" } th { "Key" } } }
+                            tbody { @for fl in &e.fields { tr {
+                                td { code { (fl.name) } } td { (fl.native_type.clone().unwrap_or_else(|| format!("{:?}", fl.field_type).to_lowercase())) }
+                                td { (if fl.nullable { "yes" } else { "" }) } td { (if fl.primary_key { "primary" } else { "" }) }
+                            } } }
+                        }
+                        form.inline method="post" action=(format!("{at}/preview")) {
+                            (csrf(s))
+                            input type="hidden" name="entity" value=(e.name);
+                            button { "Preview rows" }
+                        }
+                        @if ctx.can_write() {
+                            a.button href=(ctx.at(&format!("/flows/new?source={}&entity={}", c.id, super::urlencode(&e.name)))) { "Sync this entity…" }
+                        }
+                    }
+                }
+            }
+            Panel::Preview(Ok(p)) => {
+                h2 { "Preview of " code { (p.entity) } }
+                div.scroll {
+                    table.compact.preview {
+                        thead { tr { @for f in p.batch.fields.iter() { th { (f.name) } } } }
+                        tbody { @for row in &p.batch.rows { tr { @for v in row { td { (cell(&v.to_json())) } } } } }
+                    }
+                }
+                p.hint { (p.batch.rows.len()) " sample rows." }
+            }
+        }
+    };
+    Ok(page(ctx, s, "/connections", &c.name.clone(), body))
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "∅".into(),
+        Value::String(s) => s.chars().take(120).collect(),
+        other => other.to_string().chars().take(120).collect(),
+    }
+}
+
+async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Connection), super::PageError> {
+    let ctx = OrgCtx::load(state, s, org).await?;
+    let c = state.sluice.connect.get_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await?;
+    Ok((ctx, c))
+}
+
+/// `GET /o/{org}/connections/{id}`.
+pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let (ctx, c) = load(&state, &s, org, id).await?;
+    detail_page(&s, &ctx, c, Panel::None).await
+}
+
+/// `POST /o/{org}/connections/{id}/test`.
+pub async fn test(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, _) = load(&state, s, org, id).await?;
+    let outcome = state.sluice.connect.test_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await;
+    // Reloaded: the test recorded its outcome on the connection.
+    let c = state.sluice.connect.get_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await?;
+    detail_page(s, &ctx, c, Panel::Tested(outcome.map_err(Into::into))).await
+}
+
+/// `POST /o/{org}/connections/{id}/discover`.
+pub async fn discover(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, c) = load(&state, s, org, id).await?;
+    let found = state.sluice.connect.discover(&s.caller.principal, ctx.id(), c.id).await;
+    detail_page(s, &ctx, c, Panel::Discovered(found.map_err(Into::into))).await
+}
+
+#[derive(Deserialize)]
+pub struct PreviewForm {
+    entity: String,
+}
+
+/// `POST /o/{org}/connections/{id}/preview`.
+pub async fn preview(state: Data<AppState>, post: Post<PreviewForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, c) = load(&state, s, org, id).await?;
+    let request = PreviewRequest { connection: c.id, entity: post.form.entity.clone(), limit: Some(20) };
+    let p = state.sluice.connect.preview(&s.caller.principal, ctx.id(), &request).await;
+    detail_page(s, &ctx, c, Panel::Preview(p.map_err(Into::into))).await
+}
+
+/// `POST /o/{org}/connections/{id}/delete`.
+pub async fn delete(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    state.sluice.connect.delete_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await?;
+    Ok(redirect(&ctx.at("/connections")))
+}

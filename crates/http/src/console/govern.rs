@@ -1,0 +1,311 @@
+//! Governance: the catalog, the gateway playground, IaC, and the audit log
+//! with the activity feed.
+
+use super::{OrgCtx, PageResult, Post, Session, badge, csrf, json_block, notice, page, when};
+use crate::AppState;
+use crate::error::ApiError;
+use actix_web::web::{Data, Path, Query};
+use maud::{Markup, html};
+use serde::Deserialize;
+use sluice_domain::catalog::asset::DataAsset;
+use sluice_domain::catalog::contract::ContractField;
+use sluice_domain::gateway::service::GatewayResult;
+use sluice_domain::gateway::validate::Outcome;
+use sluice_domain::iac::Action;
+use sluice_domain::iac::service::ApplyOutcome;
+use sluice_domain::shared::audit::AuditFilter;
+use sluice_domain::shared::ids::AssetId;
+use sluice_domain::shared::page::PageRequest;
+use uuid::Uuid;
+
+const ALL: PageRequest = PageRequest { limit: 200, after: None };
+
+fn fields_table(fields: &[ContractField]) -> Markup {
+    html! {
+        table.compact {
+            thead { tr { th { "Field" } th { "Type" } th { "Required" } th { "Tags" } } }
+            tbody { @for f in fields { (field_row(f, 0)) } }
+        }
+    }
+}
+
+fn field_row(f: &ContractField, depth: usize) -> Markup {
+    html! {
+        tr {
+            td { span style=(format!("padding-left:{}em", depth)) {} code { (f.name) } }
+            td { (serde_json::to_value(f.field_type).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()) }
+            td { (if f.required { "yes" } else { "" }) }
+            td { @for t in &f.tags { span.tag { (t) } " " } }
+        }
+        @for c in &f.fields { (field_row(c, depth + 1)) }
+    }
+}
+
+/// `GET /o/{org}/catalog`.
+pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let assets = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), ALL).await?.items;
+    let body = html! {
+        @if assets.is_empty() { p.muted { "No assets yet: discovery and runs catalogue what they see, and contracts can be added through the API or IaC." } } @else {
+            table {
+                thead { tr { th { "Asset" } th { "Kind" } th.num { "Version" } th.num { "Fields" } th { "Tags" } th { "Updated" } } }
+                tbody { @for a in &assets { tr {
+                    td { a href=(ctx.at(&format!("/catalog/{}", a.id))) { (a.name) } }
+                    td { (a.kind.as_str()) }
+                    td.num { (a.version) } td.num { (a.fields.len()) }
+                    td { @for t in tags(a) { span.tag { (t) } " " } }
+                    td { (when(a.updated_at)) }
+                } } }
+            }
+        }
+    };
+    Ok(page(&ctx, &s, "/catalog", "Catalog", body))
+}
+
+fn tags(a: &DataAsset) -> Vec<String> {
+    let mut t: Vec<String> = a.fields.iter().flat_map(|f| f.tags.iter().cloned()).collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+/// `GET /o/{org}/catalog/{id}`: fields, versions and dependents.
+pub async fn asset(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &s, org).await?;
+    let p = &s.caller.principal;
+    let id = AssetId::from(id);
+    let a = state.sluice.catalog.get_asset(p, ctx.id(), id).await?;
+    let versions = state.sluice.catalog.asset_versions(p, ctx.id(), id).await?;
+    let dependents = state.sluice.catalog.asset_dependencies(p, ctx.id(), id).await?;
+    let body = html! {
+        @if let Some(d) = &a.description { p { (d) } }
+        dl.facts {
+            dt { "Version" } dd { (a.version) }
+            dt { "Id" } dd { code { (a.id) } }
+            @if let Some(e) = &a.entity { dt { "Entity" } dd { code { (e) } } }
+        }
+        h2 { "Fields" }
+        (fields_table(&a.fields))
+        h2 { "Versions" }
+        table {
+            thead { tr { th.num { "Version" } th { "Change" } th.num { "Fields" } th { "By" } th { "When" } } }
+            tbody { @for v in versions.iter().rev() { tr {
+                td.num { (v.version) }
+                td { (badge(v.change.as_str())) }
+                td.num { (v.fields.len()) } td { (v.created_by.clone().unwrap_or_default()) } td { (when(v.created_at)) }
+            } } }
+        }
+        h2 { "Used by" }
+        @if dependents.is_empty() { p.muted { "No flow uses this asset." } } @else {
+            ul { @for d in &dependents { li { a href=(ctx.at(&format!("/flows/{}", d.flow_id))) { (d.flow_name) } " — " (d.relation) } } }
+        }
+        p { a.button href=(ctx.at(&format!("/gateway?asset={}", a.id))) { "Try it in the gateway playground" } }
+    };
+    Ok(page(&ctx, &s, "/catalog", &a.name.clone(), body))
+}
+
+#[derive(Deserialize, Default)]
+pub struct GatewayForm {
+    #[serde(default)]
+    asset: String,
+    #[serde(default)]
+    payload: String,
+}
+
+/// `GET /o/{org}/gateway`.
+pub async fn gateway(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<GatewayForm>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    gateway_page(&state, &s, &ctx, &q, None).await
+}
+
+async fn gateway_page(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    f: &GatewayForm,
+    result: Option<Markup>,
+) -> PageResult {
+    let assets = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), ALL).await?.items;
+    let body = html! {
+        p.hint { "Paste a model's output: the gateway finds the JSON in it, repairs it, checks it against the asset's contract and masks tagged fields." }
+        form.stack method="post" action=(ctx.at("/gateway")) {
+            (csrf(s))
+            label for="gw-asset" { "Asset" }
+            select #gw-asset name="asset" required {
+                @for a in &assets { option value=(a.id) selected[a.id.to_string() == f.asset] { (a.name) " (v" (a.version) ")" } }
+            }
+            label for="gw-payload" { "LLM output" }
+            textarea #gw-payload name="payload" rows="10" required spellcheck="false" placeholder="Sure! Here is the JSON: {\"name\": \"Ada\", …}" { (f.payload) }
+            button.primary { "Validate" }
+        }
+        @if let Some(r) = result { section #gw-result { h2 { "Result" } (r) } }
+    };
+    Ok(page(ctx, s, "/gateway", "Gateway playground", body))
+}
+
+/// `POST /o/{org}/gateway`.
+pub async fn gateway_validate(state: Data<AppState>, post: Post<GatewayForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let f = &post.form;
+    let result = match f.asset.parse::<Uuid>() {
+        Err(_) => html! { p.error { "Pick an asset." } },
+        Ok(asset) => match state.sluice.gateway.validate(&s.caller.principal, AssetId::from(asset), &f.payload).await {
+            Ok(GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings })) => html! {
+                p { (badge("valid")) " The cleaned object:" }
+                (json_block(&serde_json::Value::Object(data)))
+                @if !governance_applied.is_empty() { p { "Governance applied: " @for g in &governance_applied { code { (g) } " " } } }
+                @if !safety_findings.is_empty() {
+                    h3 { "Safety findings" }
+                    ul { @for x in &safety_findings { li { code { (x.field) } " " (x.kind) ": " (x.detail) } } }
+                }
+            },
+            Ok(GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches })) => html! {
+                p { (badge("invalid")) " The output drifts from the contract." }
+                @if !missing_fields.is_empty() { p { "Missing: " @for m in &missing_fields { code { (m) } " " } } }
+                @if !type_mismatches.is_empty() {
+                    table.compact {
+                        thead { tr { th { "Field" } th { "Expected" } th { "Received" } } }
+                        tbody { @for t in &type_mismatches { tr { td { code { (t.field) } } td { (t.expected) } td { (t.received) } } } }
+                    }
+                }
+            },
+            Ok(GatewayResult::NoJson) => html! { p { (badge("invalid")) " No JSON object was found in the output." } },
+            Err(e) => html! { p.error role="alert" { (ApiError::from(e).message) } },
+        },
+    };
+    gateway_page(&state, s, &ctx, f, Some(result)).await
+}
+
+/// `GET /o/{org}/iac`: the organization as a document, to edit and apply.
+pub async fn iac(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let doc = state.sluice.iac.export_iac(&s.caller.principal, ctx.id()).await?;
+    let text = sluice_domain::iac::to_yaml(&doc).map_err(ApiError::from)?;
+    iac_page(&s, &ctx, &text, None)
+}
+
+fn iac_page(s: &Session, ctx: &OrgCtx, text: &str, result: Option<Markup>) -> PageResult {
+    let body = html! {
+        p.hint { "The organization's integrations, connections and flows as one YAML document (secrets as ***). Edit it, see the plan, then apply. " a href="/docs/" { "API docs" } }
+        form.stack method="post" action=(ctx.at("/iac")) enctype="application/x-www-form-urlencoded" {
+            (csrf(s))
+            label for="iac-doc" { "Document" }
+            textarea #iac-doc name="document" rows="18" spellcheck="false" { (text) }
+            label for="iac-file" { "…or load a file" }
+            input #iac-file type="file" accept=".yaml,.yml,text/yaml" data-load-into="iac-doc";
+            div.row {
+                button name="action" value="plan" { "Plan" }
+                @if ctx.can_write() { button.primary name="action" value="apply" data-confirm="Apply this document?" { "Apply" } }
+            }
+        }
+        @if let Some(r) = result { section #iac-result { (r) } }
+    };
+    Ok(page(ctx, s, "/iac", "Infrastructure as code", body))
+}
+
+#[derive(Deserialize)]
+pub struct IacForm {
+    document: String,
+    action: String,
+}
+
+fn plan_view(outcome: &ApplyOutcome) -> Markup {
+    let changed = outcome.plan.changes.iter().filter(|c| !matches!(c.action, Action::Unchanged)).count();
+    html! {
+        h2 { @if outcome.dry_run { "Plan" } @else { "Applied" } }
+        p { (changed) " change(s)" @if outcome.dry_run { "; nothing written yet." } @else { "." } }
+        table.plan {
+            thead { tr { th { "Kind" } th { "Name" } th { "Action" } th { "Changes" } } }
+            tbody { @for c in &outcome.plan.changes {
+                @let action = match c.action { Action::Created => "create", Action::Updated => "update", Action::Unchanged => "unchanged" };
+                tr {
+                    td { (serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()) }
+                    td { code { (c.name) } } td { (badge(action)) }
+                    td { @for d in &c.diff {
+                        div.diff { code { (d.path) } ": " del { (d.before.to_string()) } " → " ins { (d.after.to_string()) } }
+                    } }
+                }
+            } }
+        }
+    }
+}
+
+/// `POST /o/{org}/iac`: plans (dry run) or applies the document.
+pub async fn iac_apply(state: Data<AppState>, post: Post<IacForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let f = &post.form;
+    let dry_run = f.action != "apply";
+    let result = match state.sluice.iac.apply_iac(&s.caller.principal, ctx.id(), &f.document, dry_run).await {
+        Ok(outcome) => plan_view(&outcome),
+        Err(e) => {
+            let e = ApiError::from(e);
+            html! { div.error role="alert" { p { (e.message) }
+            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
+                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
+            } } }
+        }
+    };
+    iac_page(s, &ctx, &f.document, Some(result))
+}
+
+#[derive(Deserialize, Default)]
+pub struct AuditQuery {
+    action: Option<String>,
+    resource_type: Option<String>,
+}
+
+/// `GET /o/{org}/audit`: the audit log (filtered) and the activity feed.
+pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<AuditQuery>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let p = &s.caller.principal;
+    let nonempty = |v: &Option<String>| v.clone().filter(|x| !x.trim().is_empty());
+    let filter = AuditFilter {
+        action: nonempty(&q.action),
+        resource_type: nonempty(&q.resource_type),
+        ..AuditFilter::default()
+    };
+    let entries = state
+        .sluice
+        .identity
+        .list_audit_logs(p, ctx.id(), &filter, PageRequest { limit: 100, after: None })
+        .await?
+        .items;
+    let activity = state.sluice.monitoring.activity(p, ctx.id(), None, 50).await?;
+    let body = html! {
+        div.columns {
+            section {
+                h2 { "Audit log" }
+                form.row method="get" action=(ctx.at("/audit")) {
+                    label.sr for="f-action" { "Action" }
+                    input #f-action name="action" placeholder="action, e.g. flow.create" value=[q.action.as_deref()];
+                    label.sr for="f-type" { "Resource type" }
+                    input #f-type name="resource_type" placeholder="resource type" value=[q.resource_type.as_deref()];
+                    button { "Filter" }
+                }
+                @if entries.is_empty() { p.muted { "Nothing recorded." } } @else {
+                    table.compact {
+                        thead { tr { th { "When" } th { "Who" } th { "Action" } th { "Resource" } } }
+                        tbody { @for e in &entries { tr {
+                            td { (when(e.created_at)) }
+                            td { (e.actor.name.clone().or_else(|| e.actor.id.clone()).unwrap_or_else(|| e.actor.kind.as_str().to_string())) }
+                            td { code { (e.action) } }
+                            td { (e.resource_type) " " @if let Some(id) = &e.resource_id { code.muted { (id.chars().take(8).collect::<String>()) } } }
+                        } } }
+                    }
+                }
+            }
+            section {
+                h2 { "Activity" }
+                @if activity.is_empty() { p.muted { "No events yet." } }
+                ul.feed { @for a in &activity {
+                    li { (badge(&a.severity)) " " code { (a.event_type) } " " (a.message) br; time.muted { (when(a.created_at)) } }
+                } }
+            }
+        }
+        @if entries.len() == 100 { (notice("Showing the latest 100 entries; narrow the filter, or page through the API.")) }
+    };
+    Ok(page(&ctx, &s, "/audit", "Audit and activity", body))
+}

@@ -1,0 +1,531 @@
+//! The web console: server-rendered pages (maud) at `/`, on the same use
+//! cases and roles as the JSON API, with a little hand-written JavaScript
+//! for the live parts (a run's progress and log, over the API's
+//! server-sent events).
+//!
+//! Sign-in puts a session token in a cookie (`HttpOnly`, `SameSite=Strict`,
+//! `Secure` over TLS). A cookie is honoured on console pages and on the
+//! API's reads only (the JSON API's writes keep needing a header), and
+//! every console form carries a CSRF token derived from the cookie; its
+//! `Origin` must be this server.
+
+mod connect;
+mod govern;
+mod orgs;
+mod signin;
+mod svg;
+mod sync;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{AuthOutcome, Caller};
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::http::header;
+use actix_web::web;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
+use maud::{DOCTYPE, Markup, html};
+use serde::de::DeserializeOwned;
+use sluice_domain::identity::access::Role;
+use sluice_domain::identity::org::Organization;
+use sluice_domain::shared::ids::OrgId;
+use sluice_domain::shared::secret::{constant_time_eq, sha256_hex};
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// The cookie holding the session token.
+pub const SESSION_COOKIE: &str = "sluice_session";
+/// How long a session made by a login link or OpenID Connect lasts.
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+/// The largest console form (IaC documents, gateway payloads).
+const MAX_FORM: usize = 4 * 1024 * 1024;
+
+/// Mints session tokens for the console's own sign-in paths (login links,
+/// OpenID Connect); the server implements it with its HS256 secret.
+pub trait Sessions: Send + Sync {
+    /// A session token for the user with this e-mail, valid for `ttl`.
+    ///
+    /// # Errors
+    /// When signing fails.
+    fn mint(&self, email: &str, ttl: std::time::Duration) -> anyhow::Result<String>;
+    /// The key that signs login links.
+    fn link_key(&self) -> &[u8];
+}
+
+/// The console's settings.
+#[derive(Clone, Default)]
+pub struct ConsoleConfig {
+    /// `None` when the server cannot mint sessions (no HS256 secret): then
+    /// only a pasted token signs in.
+    pub sessions: Option<Arc<dyn Sessions>>,
+}
+
+/// A login link's token: `<base64url e-mail>.<expiry>.<nonce>.<hmac>`.
+pub fn login_link_token(key: &[u8], email: &str, ttl: std::time::Duration) -> String {
+    use base64::Engine;
+    let expiry = OffsetDateTime::now_utc().unix_timestamp() + ttl.as_secs() as i64;
+    let email = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(email.as_bytes());
+    let nonce = sluice_domain::shared::secret::random_base62(22);
+    sluice_domain::shared::secret::sign(key, &format!("{email}.{expiry}.{nonce}"))
+}
+
+/// The e-mail and nonce of a genuine, unexpired login-link token.
+pub(crate) fn open_login_link(key: &[u8], token: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let id = sluice_domain::shared::secret::verify(key, token)?;
+    let mut parts = id.split('.');
+    let (email, expiry, nonce) = (parts.next()?, parts.next()?, parts.next()?);
+    let expiry: i64 = expiry.parse().ok()?;
+    if expiry < OffsetDateTime::now_utc().unix_timestamp() {
+        return None;
+    }
+    let email = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(email).ok()?).ok()?;
+    Some((email, nonce.to_string()))
+}
+
+/// The console's routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/", web::get().to(orgs::home))
+        .route("/assets/console.css", web::get().to(css))
+        .route("/assets/console.js", web::get().to(js))
+        .route("/login", web::get().to(signin::page))
+        .route("/login", web::post().to(signin::with_token))
+        .route("/login/link", web::get().to(signin::link_page))
+        .route("/login/link", web::post().to(signin::with_link))
+        .route("/logout", web::post().to(signin::logout))
+        .route("/orgs", web::post().to(orgs::create))
+        .service(
+            web::scope("/o/{org}")
+                .route("", web::get().to(orgs::overview))
+                .route("/settings", web::get().to(orgs::settings))
+                .route("/invitations", web::post().to(orgs::invite))
+                .route("/api-keys", web::post().to(orgs::create_key))
+                .route("/api-keys/{id}/revoke", web::post().to(orgs::revoke_key))
+                .route("/billing/checkout", web::post().to(orgs::checkout))
+                .route("/billing/portal", web::post().to(orgs::portal))
+                .route("/rules", web::post().to(orgs::create_rule))
+                .route("/rules/{id}/delete", web::post().to(orgs::delete_rule))
+                .route("/connections", web::get().to(connect::list))
+                .route("/connections", web::post().to(connect::create))
+                .route("/connections/{id}", web::get().to(connect::detail))
+                .route("/connections/{id}/test", web::post().to(connect::test))
+                .route("/connections/{id}/discover", web::post().to(connect::discover))
+                .route("/connections/{id}/preview", web::post().to(connect::preview))
+                .route("/connections/{id}/delete", web::post().to(connect::delete))
+                .route("/flows", web::get().to(sync::list))
+                .route("/flows", web::post().to(sync::create))
+                .route("/flows/new", web::get().to(sync::new_flow))
+                .route("/flows/{id}", web::get().to(sync::detail))
+                .route("/flows/{id}", web::post().to(sync::update))
+                .route("/flows/{id}/run", web::post().to(sync::run))
+                .route("/flows/{id}/status", web::post().to(sync::set_status))
+                .route("/flows/{id}/cursors/set", web::post().to(sync::set_cursor))
+                .route("/flows/{id}/cursors/reset", web::post().to(sync::reset_cursor))
+                .route("/runs/{id}", web::get().to(sync::run_page))
+                .route("/topology", web::get().to(sync::topology))
+                .route("/traces/{id}", web::get().to(sync::trace))
+                .route("/catalog", web::get().to(govern::catalog))
+                .route("/catalog/{id}", web::get().to(govern::asset))
+                .route("/gateway", web::get().to(govern::gateway))
+                .route("/gateway", web::post().to(govern::gateway_validate))
+                .route("/iac", web::get().to(govern::iac))
+                .route("/iac", web::post().to(govern::iac_apply))
+                .route("/audit", web::get().to(govern::audit)),
+        );
+}
+
+async fn css() -> HttpResponse {
+    asset("text/css; charset=utf-8", include_str!("assets/console.css"))
+}
+
+async fn js() -> HttpResponse {
+    asset("text/javascript; charset=utf-8", include_str!("assets/console.js"))
+}
+
+fn asset(content_type: &str, body: &'static str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(body)
+}
+
+/// What went wrong on a console page: signed out (to the sign-in page), a
+/// refused form (CSRF), or a use case's error, shown as a page.
+#[derive(Debug)]
+pub enum PageError {
+    SignIn(String),
+    Api(ApiError),
+}
+
+impl std::fmt::Display for PageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::SignIn(_) => f.write_str("sign in first"),
+            Self::Api(e) => f.write_str(&e.message),
+        }
+    }
+}
+
+impl<E: Into<ApiError>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        Self::Api(e.into())
+    }
+}
+
+impl ResponseError for PageError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::SignIn(_) => StatusCode::SEE_OTHER,
+            Self::Api(e) => e.status,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            Self::SignIn(next) => {
+                let to = format!("/login?next={}", urlencode(next));
+                HttpResponse::SeeOther().insert_header((header::LOCATION, to)).finish()
+            }
+            Self::Api(e) => {
+                let body = bare(
+                    "Error",
+                    html! {
+                        main.narrow {
+                            h1 { (e.status.as_u16()) " · " (e.status.canonical_reason().unwrap_or("Error")) }
+                            p.error role="alert" { (e.message) }
+                            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
+                                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
+                            }
+                            p { a href="javascript:history.back()" { "← Back" } " · " a href="/" { "Home" } }
+                        }
+                    },
+                );
+                HttpResponse::build(e.status).content_type("text/html; charset=utf-8").body(body.into_string())
+            }
+        }
+    }
+}
+
+pub type PageResult = Result<HttpResponse, PageError>;
+
+pub(crate) fn urlencode(s: &str) -> String {
+    serde_urlencoded::to_string([("", s)]).map(|x| x.trim_start_matches('=').to_string()).unwrap_or_default()
+}
+
+/// The signed-in user of a console page, with the CSRF token of the
+/// session.
+pub struct Session {
+    pub caller: Caller,
+    pub csrf: String,
+}
+
+/// The CSRF token of a session: a hash of the cookie, which a page of
+/// another site can neither read nor compute.
+fn csrf_of(cookie: &str) -> String {
+    sha256_hex(format!("sluice console csrf\0{cookie}").as_bytes())[..32].to_string()
+}
+
+/// Marks a request whose caller came from the session cookie.
+#[derive(Clone)]
+pub(crate) struct CookieSession(pub String);
+
+impl FromRequest for Session {
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let next = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let caller = match req.extensions().get::<AuthOutcome>() {
+            Some(AuthOutcome::Ok(c)) => c.clone(),
+            _ => return std::future::ready(Err(PageError::SignIn(next))),
+        };
+        let csrf = req.extensions().get::<CookieSession>().map(|c| csrf_of(&c.0)).unwrap_or_default();
+        std::future::ready(Ok(Session { caller, csrf }))
+    }
+}
+
+/// Whether the request's `Origin` (or, without one, `Referer`) is this
+/// server: browsers send one with every POST.
+fn same_origin(req: &HttpRequest) -> bool {
+    let host = req.connection_info().host().to_string();
+    let from = req.headers().get(header::ORIGIN).or_else(|| req.headers().get(header::REFERER));
+    let Some(from) = from.and_then(|v| v.to_str().ok()) else { return false };
+    let rest = from.split_once("://").map_or("", |(_, r)| r);
+    rest.split('/').next() == Some(host.as_str())
+}
+
+/// A console form of type `T` from a signed-in user: its CSRF token and
+/// origin are checked before anything is read into `T`.
+pub struct Post<T> {
+    pub session: Session,
+    pub form: T,
+}
+
+#[derive(serde::Deserialize)]
+struct CsrfField {
+    #[serde(default)]
+    csrf: String,
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for Post<T> {
+    type Error = PageError;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let session = Session::from_request(req, payload).into_inner();
+        let cookie = req.extensions().get::<CookieSession>().is_some();
+        let origin_ok = same_origin(req);
+        let body = web::Bytes::from_request(req, payload);
+        Box::pin(async move {
+            let session = session?;
+            let bytes = body.await.map_err(|_| ApiError::payload_too_large(MAX_FORM))?;
+            if cookie {
+                let sent: CsrfField = serde_urlencoded::from_bytes(&bytes).unwrap_or(CsrfField { csrf: String::new() });
+                if !origin_ok || !constant_time_eq(sent.csrf.as_bytes(), session.csrf.as_bytes()) {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "csrf_failed",
+                        "this form is stale or came from another site; reload the page and try again",
+                    )
+                    .into());
+                }
+            }
+            let form = serde_urlencoded::from_bytes(&bytes)
+                .map_err(|e| ApiError::validation(vec![sluice_domain::FieldError::new("form", e.to_string())]))?;
+            Ok(Post { session, form })
+        })
+    }
+}
+
+/// A form with nothing but its CSRF token.
+#[derive(serde::Deserialize)]
+pub struct Empty {}
+
+/// The organization a page is about and the caller's role in it.
+pub struct OrgCtx {
+    pub org: Organization,
+    pub role: Role,
+    pub orgs: Vec<Organization>,
+}
+
+impl OrgCtx {
+    pub async fn load(state: &AppState, s: &Session, org: uuid::Uuid) -> Result<Self, PageError> {
+        let p = &s.caller.principal;
+        let org = state.sluice.identity.get_organization(p, OrgId::from(org)).await?;
+        let role = state.sluice.identity.role_in(p, org.id).await?.unwrap_or(Role::Viewer);
+        let orgs = state
+            .sluice
+            .identity
+            .list_organizations(p, sluice_domain::shared::page::PageRequest { limit: 50, after: None })
+            .await
+            .map(|p| p.items)
+            .unwrap_or_default();
+        Ok(Self { org, role, orgs })
+    }
+
+    pub fn id(&self) -> OrgId {
+        self.org.id
+    }
+
+    /// Whether the caller may change things (Editor or Admin).
+    pub fn can_write(&self) -> bool {
+        self.role >= Role::Editor
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.role >= Role::Admin
+    }
+
+    /// A path under this organization's pages.
+    pub fn at(&self, rest: &str) -> String {
+        format!("/o/{}{rest}", self.org.id)
+    }
+}
+
+/// The sections of an organization's pages, in the navigation's order.
+const SECTIONS: [(&str, &str); 9] = [
+    ("", "Overview"),
+    ("/connections", "Connections"),
+    ("/flows", "Flows"),
+    ("/topology", "Topology"),
+    ("/catalog", "Catalog"),
+    ("/gateway", "Gateway"),
+    ("/iac", "IaC"),
+    ("/audit", "Audit"),
+    ("/settings", "Settings"),
+];
+
+/// A page of an organization: navigation, title, body.
+pub fn page(ctx: &OrgCtx, s: &Session, section: &str, title: &str, body: Markup) -> HttpResponse {
+    let markup = bare(
+        title,
+        html! {
+            header.top {
+                a.brand href="/" { (logo()) "Sluice" }
+                form.orgpick method="get" action="/" {
+                    label.sr for="org-switch" { "Organization" }
+                    select #org-switch name="org" data-autosubmit {
+                        @for o in &ctx.orgs {
+                            option value=(o.id) selected[o.id == ctx.org.id] { (o.name) }
+                        }
+                    }
+                    noscript { button { "Go" } }
+                }
+                nav.sections aria-label="Sections" {
+                    @for (path, label) in SECTIONS {
+                        a href=(ctx.at(path)) aria-current=[(path == section).then_some("page")] { (label) }
+                    }
+                }
+                div.who {
+                    span.role title="Your role in this organization" { (ctx.role.as_str()) }
+                    form method="post" action="/logout" {
+                        input type="hidden" name="csrf" value=(s.csrf);
+                        button.link { "Sign out" }
+                    }
+                }
+            }
+            main { h1 { (title) } (body) }
+        },
+    );
+    html_response(markup)
+}
+
+pub fn html_response(markup: Markup) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header(("X-Frame-Options", "DENY"))
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'",
+        ))
+        .body(markup.into_string())
+}
+
+/// The HTML document around a page's body.
+pub fn bare(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Sluice" }
+                link rel="stylesheet" href="/assets/console.css";
+                link rel="icon" href=(format!("data:image/svg+xml,{}", urlencode(ICON)));
+                script src="/assets/console.js" defer {}
+            }
+            body { (body) }
+        }
+    }
+}
+
+const ICON: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><path d="M1 5h14v2H1zM1 9h14v2H1z" fill="#2563eb"/></svg>"##;
+
+fn logo() -> Markup {
+    html! { svg.logo viewBox="0 0 16 16" aria-hidden="true" { path d="M1 5h14v2H1zM1 9h14v2H1z" {} } }
+}
+
+/// A hidden CSRF field.
+pub fn csrf(s: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(s.csrf); }
+}
+
+/// A one-button form posting to `action`, asking first when `confirm` is set.
+pub fn button(s: &Session, action: &str, label: &str, class: &str, confirm: Option<&str>) -> Markup {
+    html! {
+        form.inline method="post" action=(action) data-confirm=[confirm] {
+            (csrf(s))
+            button class=(class) { (label) }
+        }
+    }
+}
+
+/// `2026-11-23 15:04:05` (UTC).
+pub fn when(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+pub fn when_opt(t: Option<OffsetDateTime>) -> String {
+    t.map(when).unwrap_or_else(|| "—".into())
+}
+
+/// A status as a coloured badge.
+pub fn badge(status: &str) -> Markup {
+    let tone = match status {
+        "succeeded" | "healthy" | "active" | "valid" | "compatible" | "create" => "ok",
+        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" => "bad",
+        "running" | "queued" | "update" => "live",
+        _ => "plain",
+    };
+    html! { span class={"badge " (tone)} { (status) } }
+}
+
+/// `1,234,567`.
+pub fn count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A notice at the top of a page.
+pub fn notice(text: &str) -> Markup {
+    html! { p.notice role="status" { (text) } }
+}
+
+/// Pretty JSON in a `<pre>`.
+pub fn json_block(v: &serde_json::Value) -> Markup {
+    html! { pre.json { (serde_json::to_string_pretty(v).unwrap_or_default()) } }
+}
+
+pub(crate) fn redirect(to: &str) -> HttpResponse {
+    HttpResponse::SeeOther().insert_header((header::LOCATION, to.to_string())).finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_login_link_opens_with_its_key_only_and_not_after_it_expires() {
+        let t = login_link_token(b"k1", "ada@example.com", std::time::Duration::from_secs(60));
+        let (email, nonce) = open_login_link(b"k1", &t).expect("opens");
+        assert_eq!(email, "ada@example.com");
+        assert_eq!(nonce.len(), 22);
+        assert!(open_login_link(b"k2", &t).is_none());
+        let mut forged = t.clone();
+        forged.replace_range(0..1, if t.starts_with('Y') { "Z" } else { "Y" });
+        assert!(open_login_link(b"k1", &forged).is_none());
+        let old = login_link_token(b"k1", "ada@example.com", std::time::Duration::ZERO);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(open_login_link(b"k1", &old).is_none());
+    }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn the_csrf_token_depends_on_the_session() {
+        assert_ne!(csrf_of("a"), csrf_of("b"));
+        assert_eq!(csrf_of("a").len(), 32);
+    }
+}

@@ -1,0 +1,460 @@
+//! Organizations: the list, the overview with its plots, and the settings
+//! page (members, invitations, API keys, billing, notification rules).
+
+use super::{
+    OrgCtx, PageResult, Post, Session, badge, bare, button, count, csrf, html_response, notice, page, redirect, svg,
+    when, when_opt,
+};
+use crate::AppState;
+use actix_web::web::{Data, Path, Query};
+use maud::{Markup, html};
+use serde::Deserialize;
+use sluice_domain::identity::access::Role;
+use sluice_domain::identity::service::NewOrganization;
+use sluice_domain::shared::ids::{ApiKeyId, RuleId};
+use sluice_domain::shared::page::PageRequest;
+use sluice_domain::sync::flow::{Flow, Run, RunStatus};
+use uuid::Uuid;
+
+const ALL: PageRequest = PageRequest { limit: 200, after: None };
+
+#[derive(Deserialize)]
+pub struct HomeQuery {
+    org: Option<Uuid>,
+}
+
+/// `GET /`: the caller's organizations; straight to the one picked.
+pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> PageResult {
+    if let Some(org) = q.org {
+        return Ok(redirect(&format!("/o/{org}")));
+    }
+    let orgs = state.sluice.identity.list_organizations(&s.caller.principal, ALL).await?.items;
+    Ok(html_response(bare(
+        "Organizations",
+        html! {
+            main.narrow {
+                h1 { "Organizations" }
+                @if orgs.is_empty() { p { "You belong to no organization yet. Create one, or accept an invitation." } }
+                ul.cards {
+                    @for o in &orgs {
+                        li { a href=(format!("/o/{}", o.id)) { strong { (o.name) } span.muted { " " (o.slug) } } }
+                    }
+                }
+                h2 { "New organization" }
+                form.stack method="post" action="/orgs" {
+                    (csrf(&s))
+                    label for="org-name" { "Name" }
+                    input #org-name name="name" required maxlength="100";
+                    button.primary { "Create" }
+                }
+                form method="post" action="/logout" { (csrf(&s)) button.link { "Sign out" } }
+            }
+        },
+    )))
+}
+
+#[derive(Deserialize)]
+pub struct NameForm {
+    name: String,
+}
+
+/// `POST /orgs`.
+pub async fn create(state: Data<AppState>, post: Post<NameForm>) -> PageResult {
+    let new = NewOrganization { name: post.form.name.clone(), slug: None };
+    let org = state.sluice.identity.create_organization(&post.session.caller.principal, new).await?;
+    Ok(redirect(&format!("/o/{}", org.id)))
+}
+
+/// The runs of the organization's flows, newest first, a bounded number
+/// per flow.
+pub(super) async fn recent_runs(state: &AppState, s: &Session, ctx: &OrgCtx, flows: &[Flow]) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for f in flows {
+        let page = PageRequest { limit: 50, after: None };
+        if let Ok(p) = state.sluice.sync.list_runs(&s.caller.principal, ctx.id(), f.id, None, page).await {
+            runs.extend(p.items);
+        }
+    }
+    runs.sort_by_key(|r| std::cmp::Reverse(r.queued_at));
+    runs
+}
+
+/// Rows written per day over the last two weeks.
+fn rows_per_day(runs: &[Run], today: time::Date) -> Vec<(String, f64)> {
+    (0..14)
+        .rev()
+        .map(|back| {
+            let day = today - time::Duration::days(back);
+            let rows: u64 = runs
+                .iter()
+                .filter(|r| r.finished_at.is_some_and(|t| t.date() == day))
+                .flat_map(|r| r.entities.iter().map(|e| e.rows_written))
+                .sum();
+            (format!("{:02}-{:02}", u8::from(day.month()), day.day()), rows as f64)
+        })
+        .collect()
+}
+
+/// Each flow's finished runs' durations in seconds.
+fn durations(flows: &[Flow], runs: &[Run]) -> Vec<(String, Vec<f64>)> {
+    flows
+        .iter()
+        .map(|f| {
+            let d = runs
+                .iter()
+                .filter(|r| r.flow_id == f.id)
+                .filter_map(|r| Some((r.finished_at? - r.started_at?).as_seconds_f64()))
+                .collect();
+            (f.name.clone(), d)
+        })
+        .filter(|(_, d): &(String, Vec<f64>)| !d.is_empty())
+        .collect()
+}
+
+/// `GET /o/{org}`: counts, plots and the latest runs.
+pub async fn overview(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let p = &s.caller.principal;
+    let d = state.sluice.monitoring.dashboard(p, ctx.id()).await?;
+    let flows = state.sluice.sync.list_flows(p, ctx.id(), None, ALL).await?.items;
+    let runs = recent_runs(&state, &s, &ctx, &flows).await;
+    let name_of = |id| flows.iter().find(|f| f.id == id).map_or("?", |f| f.name.as_str());
+    let today = state.sluice.identity.now().date();
+    let stat = |label: &str, value: u64, href: String| {
+        html! { a.stat href=(href) { span.value { (count(value)) } span.label { (label) } } }
+    };
+    let body = html! {
+        section.stats aria-label="Last 24 hours" {
+            (stat("active flows", d.flows_active, ctx.at("/flows")))
+            (stat("paused flows", d.flows_paused, ctx.at("/flows")))
+            (stat("runs succeeded", d.runs_succeeded, ctx.at("/flows")))
+            (stat("runs failed", d.runs_failed, ctx.at("/flows")))
+            (stat("running · queued", d.runs_running + d.runs_queued, ctx.at("/flows")))
+            (stat("rows synced", d.rows_synced, ctx.at("/flows")))
+            (stat("connections failing", d.connections_failing, ctx.at("/connections")))
+        }
+        p.hint { "Counts cover the last 24 hours." }
+        div.charts {
+            (svg::bars("Rows synced per day", "rows", &rows_per_day(&runs, today)))
+            @let series = durations(&flows, &runs);
+            @if series.is_empty() {
+                figure.chart { figcaption { "Run durations per flow" } p.muted { "No finished runs yet." } }
+            } @else {
+                (svg::strips("Run durations per flow", "s", &series))
+            }
+        }
+        h2 { "Latest runs" }
+        (runs_table(&ctx, &runs[..runs.len().min(15)], |id| name_of(id).to_string()))
+    };
+    Ok(page(&ctx, &s, "", &ctx.org.name.clone(), body))
+}
+
+/// A table of runs, each linking to its page.
+pub(super) fn runs_table(
+    ctx: &OrgCtx,
+    runs: &[Run],
+    flow_name: impl Fn(sluice_domain::shared::ids::FlowId) -> String,
+) -> Markup {
+    html! {
+        @if runs.is_empty() { p.muted { "No runs yet." } } @else {
+            table {
+                thead { tr { th { "Run" } th { "Flow" } th { "Status" } th { "Trigger" } th { "Queued" } th.num { "Rows written" } th.num { "Duration" } } }
+                tbody {
+                    @for r in runs {
+                        tr {
+                            td { a href=(ctx.at(&format!("/runs/{}", r.id))) { code { (r.id.to_string()[..8]) } } }
+                            td { (flow_name(r.flow_id)) }
+                            td { (badge(r.status.as_str())) }
+                            td { (r.trigger.as_str()) }
+                            td { (when(r.queued_at)) }
+                            td.num { (count(r.entities.iter().map(|e| e.rows_written).sum())) }
+                            td.num { (duration(r)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn duration(r: &Run) -> String {
+    match (r.started_at, r.finished_at) {
+        (Some(a), Some(b)) => format!("{:.1} s", (b - a).as_seconds_f64()),
+        (Some(_), None) if r.status == RunStatus::Running => "running".into(),
+        _ => "—".into(),
+    }
+}
+
+/// `GET /o/{org}/settings`.
+pub async fn settings(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    settings_page(&state, &s, ctx, None).await
+}
+
+async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option<Markup>) -> PageResult {
+    let p = &s.caller.principal;
+    let id = ctx.id();
+    let members = state.sluice.identity.list_members(p, id, ALL).await?.items;
+    let invitations =
+        if ctx.is_admin() { state.sluice.identity.list_invitations(p, id, ALL).await?.items } else { vec![] };
+    let keys = if ctx.is_admin() { state.sluice.identity.list_api_keys(p, id, ALL).await?.items } else { vec![] };
+    let billing = state.sluice.billing.status(p, id).await;
+    let rules = state.sluice.monitoring.list_rules(p, id, ALL).await?.items;
+    let body = html! {
+        @if let Some(m) = shown { (m) }
+        section {
+            h2 { "Members" }
+            table {
+                thead { tr { th { "Name" } th { "E-mail" } th { "Role" } th { "Joined" } } }
+                tbody { @for m in &members { tr {
+                    td { (m.name.clone().unwrap_or_default()) } td { (m.email.clone().unwrap_or_default()) }
+                    td { (m.role.as_str()) } td { (when(m.joined_at)) }
+                } } }
+            }
+            @if ctx.is_admin() {
+                h3 { "Invitations" }
+                @if !invitations.is_empty() {
+                    table {
+                        thead { tr { th { "E-mail" } th { "Role" } th { "Status" } th { "Expires" } } }
+                        tbody { @for i in &invitations { tr {
+                            td { (i.email) } td { (i.role.as_str()) } td { (badge(i.status.as_str())) } td { (when(i.expires_at)) }
+                        } } }
+                    }
+                }
+                form.row method="post" action=(ctx.at("/invitations")) {
+                    (csrf(s))
+                    label.sr for="inv-email" { "E-mail" }
+                    input #inv-email name="email" type="email" placeholder="colleague@example.com" required;
+                    (role_select("inv-role", "role"))
+                    button { "Invite" }
+                }
+            }
+        }
+        @if ctx.is_admin() {
+            section {
+                h2 { "API keys" }
+                @if !keys.is_empty() {
+                    table {
+                        thead { tr { th { "Name" } th { "Prefix" } th { "Roles" } th { "Last used" } th { "" } } }
+                        tbody { @for k in &keys { tr {
+                            td { (k.name) } td { code { (k.prefix) } }
+                            td { (k.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")) }
+                            td { (when_opt(k.last_used_at)) }
+                            td { @if k.revoked_at.is_some() { (badge("revoked")) } @else {
+                                (button(s, &ctx.at(&format!("/api-keys/{}/revoke", k.id)), "Revoke", "danger", Some("Revoke this key? Clients using it stop working.")))
+                            } }
+                        } } }
+                    }
+                }
+                form.row method="post" action=(ctx.at("/api-keys")) {
+                    (csrf(s))
+                    label.sr for="key-name" { "Key name" }
+                    input #key-name name="name" placeholder="ci-deploy" required;
+                    (role_select("key-role", "role"))
+                    button { "Create key" }
+                }
+            }
+        }
+        section {
+            h2 { "Billing" }
+            @match &billing {
+                Ok(b) => {
+                    dl.facts {
+                        dt { "Plan" } dd { (b.subscription.plan.as_str()) }
+                        dt { "Status" } dd { (badge(b.subscription.status.as_str())) }
+                        dt { "Renews" } dd { (when_opt(b.subscription.current_period_end)) }
+                        dt { "Validations this month" } dd {
+                            (count(b.validations_used.max(0) as u64)) " of "
+                            (b.validations_limit.map_or("unlimited".to_string(), |l| count(l.max(0) as u64)))
+                            @if let Some(l) = b.validations_limit.filter(|l| *l > 0) {
+                                meter min="0" max=(l) value=(b.validations_used) {}
+                            }
+                        }
+                    }
+                    @if ctx.is_admin() {
+                        div.row {
+                            (button(s, &ctx.at("/billing/checkout?plan=pro"), "Upgrade to Pro", "primary", None))
+                            (button(s, &ctx.at("/billing/checkout?plan=enterprise"), "Upgrade to Enterprise", "", None))
+                            (button(s, &ctx.at("/billing/portal"), "Manage billing", "", None))
+                        }
+                    }
+                }
+                Err(e) => { p.muted { (e.to_string()) } }
+            }
+        }
+        section {
+            h2 { "Notification rules" }
+            @if !rules.is_empty() {
+                table {
+                    thead { tr { th { "Name" } th { "Event" } th { "Channel" } th { "Enabled" } th { "" } } }
+                    tbody { @for r in &rules { tr {
+                        td { (r.name) } td { code { (r.event) } } td { (r.channel.kind.as_str()) }
+                        td { (if r.enabled { "yes" } else { "no" }) }
+                        td { @if ctx.can_write() {
+                            (button(s, &ctx.at(&format!("/rules/{}/delete", r.id)), "Delete", "danger", Some("Delete this rule?")))
+                        } }
+                    } } }
+                }
+            }
+            @if ctx.can_write() {
+                form.grid method="post" action=(ctx.at("/rules")) {
+                    (csrf(s))
+                    label for="rule-name" { "Name" } input #rule-name name="name" required;
+                    label for="rule-event" { "Event" }
+                    select #rule-event name="event" {
+                        @for e in sluice_domain::monitoring::rule::EVENTS { option { (e) } }
+                    }
+                    label for="rule-channel" { "Channel" }
+                    select #rule-channel name="channel_type" { option value="webhook" { "Webhook" } option value="slack" { "Slack" } }
+                    label for="rule-url" { "URL" } input #rule-url name="url" type="url" required placeholder="https://hooks.example.com/sluice";
+                    span {} button { "Add rule" }
+                }
+            }
+        }
+    };
+    Ok(page(&ctx, s, "/settings", "Settings", body))
+}
+
+fn role_select(id: &str, name: &str) -> Markup {
+    html! {
+        label.sr for=(id) { "Role" }
+        select id=(id) name=(name) { @for r in Role::ALL { option selected[r == Role::Viewer] { (r.as_str()) } } }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct InviteForm {
+    email: String,
+    role: String,
+}
+
+/// `POST /o/{org}/invitations`: shows the invitation's token once.
+pub async fn invite(state: Data<AppState>, post: Post<InviteForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let role: Role = post.form.role.parse()?;
+    let created =
+        state.sluice.identity.create_invitation(&s.caller.principal, ctx.id(), &post.form.email, role).await?;
+    let shown = html! {
+        div.once role="status" {
+            p { "Invitation for " strong { (created.invitation.email) } " created. Send them this token; it is shown once:" }
+            code.secret { (created.token.expose()) }
+        }
+    };
+    settings_page(&state, s, ctx, Some(shown)).await
+}
+
+/// `POST /o/{org}/api-keys`: shows the key once.
+pub async fn create_key(state: Data<AppState>, post: Post<KeyForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let role: Role = post.form.role.parse()?;
+    let created = state.sluice.identity.create_api_key(&s.caller.principal, ctx.id(), &post.form.name, &[role]).await?;
+    let shown = html! {
+        div.once role="status" {
+            p { "API key " strong { (created.key.name) } " created. Copy it now; it is shown once:" }
+            code.secret #new-key { (created.plain.expose()) }
+        }
+    };
+    settings_page(&state, s, ctx, Some(shown)).await
+}
+
+#[derive(Deserialize)]
+pub struct KeyForm {
+    name: String,
+    role: String,
+}
+
+/// `POST /o/{org}/api-keys/{id}/revoke`.
+pub async fn revoke_key(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &post.session, org).await?;
+    state.sluice.identity.revoke_api_key(&post.session.caller.principal, ctx.id(), ApiKeyId::from(id)).await?;
+    Ok(redirect(&ctx.at("/settings")))
+}
+
+#[derive(Deserialize)]
+pub struct PlanQuery {
+    plan: String,
+}
+
+/// `POST /o/{org}/billing/checkout?plan=`: on to the provider's checkout.
+pub async fn checkout(
+    state: Data<AppState>,
+    post: Post<super::Empty>,
+    org: Path<Uuid>,
+    q: Query<PlanQuery>,
+) -> PageResult {
+    let ctx = OrgCtx::load(&state, &post.session, org.into_inner()).await?;
+    let back = format!("{}{}", state.console_url.trim_end_matches('/'), ctx.at("/settings"));
+    let session = state
+        .sluice
+        .billing
+        .checkout(&post.session.caller.principal, ctx.id(), &q.plan, Some(&back), Some(&back))
+        .await?;
+    Ok(redirect(&session.url))
+}
+
+/// `POST /o/{org}/billing/portal`.
+pub async fn portal(state: Data<AppState>, post: Post<super::Empty>, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &post.session, org.into_inner()).await?;
+    let back = format!("{}{}", state.console_url.trim_end_matches('/'), ctx.at("/settings"));
+    let url = state.sluice.billing.portal(&post.session.caller.principal, ctx.id(), Some(&back)).await?;
+    Ok(redirect(&url))
+}
+
+#[derive(Deserialize)]
+pub struct RuleForm {
+    name: String,
+    event: String,
+    channel_type: String,
+    url: String,
+}
+
+/// `POST /o/{org}/rules`: shows a webhook's signing secret once.
+pub async fn create_rule(state: Data<AppState>, post: Post<RuleForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let f = &post.form;
+    let input = sluice_domain::monitoring::rule::RuleInput {
+        name: f.name.clone(),
+        event: f.event.clone(),
+        flow_id: None,
+        channel_type: f.channel_type.clone(),
+        url: f.url.clone(),
+        secret: None,
+        enabled: Some(true),
+    };
+    let saved = state.sluice.monitoring.create_rule(&s.caller.principal, ctx.id(), input).await?;
+    let shown = match saved.generated_secret {
+        Some(secret) => html! {
+            div.once role="status" {
+                p { "Rule " strong { (saved.rule.name) } " created. Its signing secret, shown once:" }
+                code.secret { (secret.expose()) }
+            }
+        },
+        None => notice(&format!("Rule {} created.", saved.rule.name)),
+    };
+    settings_page(&state, s, ctx, Some(shown)).await
+}
+
+/// `POST /o/{org}/rules/{id}/delete`.
+pub async fn delete_rule(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &post.session, org).await?;
+    state.sluice.monitoring.delete_rule(&post.session.caller.principal, ctx.id(), RuleId::from(id)).await?;
+    Ok(redirect(&ctx.at("/settings")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_per_day_covers_two_weeks_ending_today() {
+        let days = rows_per_day(&[], time::macros::date!(2026 - 11 - 23));
+        assert_eq!(days.len(), 14);
+        assert_eq!(days.last().map(|d| d.0.as_str()), Some("11-23"));
+        assert_eq!(days[0].0, "11-10");
+    }
+}

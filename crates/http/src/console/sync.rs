@@ -1,0 +1,462 @@
+//! Flows, runs (with live progress), cursors, the topology and traces.
+
+use super::orgs::{duration, recent_runs, runs_table};
+use super::{
+    OrgCtx, PageError, PageResult, Post, Session, badge, button, count, csrf, json_block, notice, page, redirect, svg,
+    when, when_opt,
+};
+use crate::AppState;
+use crate::error::ApiError;
+use actix_web::web::{Data, Path, Query};
+use maud::{Markup, html};
+use serde::Deserialize;
+use sluice_domain::FieldError;
+use sluice_domain::connect::connection::Connection;
+use sluice_domain::shared::ids::{ConnectionId, FlowId, RunId};
+use sluice_domain::shared::page::PageRequest;
+use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, Mapping, Run, Trigger};
+use sluice_domain::sync::mode::SyncMode;
+use sluice_domain::sync::service::{FlowUpdate, NewFlow};
+use uuid::Uuid;
+
+const ALL: PageRequest = PageRequest { limit: 200, after: None };
+
+async fn connections(state: &AppState, s: &Session, ctx: &OrgCtx) -> Result<Vec<Connection>, PageError> {
+    Ok(state.sluice.connect.list_connections(&s.caller.principal, ctx.id(), ALL).await?.items)
+}
+
+fn name_of(conns: &[Connection], id: ConnectionId) -> String {
+    conns.iter().find(|c| c.id == id).map_or_else(|| id.to_string(), |c| c.name.clone())
+}
+
+/// `GET /o/{org}/flows`.
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let p = &s.caller.principal;
+    let flows = state.sluice.sync.list_flows(p, ctx.id(), None, ALL).await?.items;
+    let conns = connections(&state, &s, &ctx).await?;
+    let runs = recent_runs(&state, &s, &ctx, &flows).await;
+    let body = html! {
+        @if ctx.can_write() { p { a.button.primary href=(ctx.at("/flows/new")) { "New flow" } } }
+        @if flows.is_empty() { p.muted { "No flows yet. Discover a connection's entities, or create one here." } } @else {
+            table {
+                thead { tr { th { "Name" } th { "Source → destination" } th { "Schedule" } th { "Status" } th { "Last run" } th { "Next run" } } }
+                tbody { @for f in &flows {
+                    @let last = runs.iter().find(|r| r.flow_id == f.id);
+                    tr {
+                        td { a href=(ctx.at(&format!("/flows/{}", f.id))) { (f.name) } }
+                        td { (name_of(&conns, f.source_connection_id)) " → " (name_of(&conns, f.destination_connection_id)) }
+                        td { code { (f.schedule.clone().unwrap_or_else(|| "manual".into())) } }
+                        td { (badge(f.status.as_str())) }
+                        td { @if let Some(r) = last { a href=(ctx.at(&format!("/runs/{}", r.id))) { (badge(r.status.as_str())) } " " (when(r.queued_at)) } @else { "—" } }
+                        td { (when_opt(f.next_run_at)) }
+                    }
+                } }
+            }
+        }
+    };
+    Ok(page(&ctx, &s, "/flows", "Flows", body))
+}
+
+#[derive(Deserialize, Default)]
+pub struct NewFlowQuery {
+    source: Option<Uuid>,
+    entity: Option<String>,
+}
+
+/// `GET /o/{org}/flows/new`.
+pub async fn new_flow(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<NewFlowQuery>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let form = FlowForm {
+        source: q.source.map(|u| u.to_string()).unwrap_or_default(),
+        source_entity: q.entity.clone().unwrap_or_default(),
+        name: q.entity.clone().map(|e| format!("sync {e}")).unwrap_or_default(),
+        sync_mode: "full_refresh_overwrite".into(),
+        ..Default::default()
+    };
+    new_flow_page(&state, &s, &ctx, &form, None).await
+}
+
+async fn new_flow_page(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    f: &FlowForm,
+    error: Option<&ApiError>,
+) -> PageResult {
+    let conns = connections(state, s, ctx).await?;
+    let modes = ["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
+    let body = html! {
+        @if let Some(e) = error { div.error role="alert" { p { (e.message) }
+            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
+                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
+            } } }
+        form.grid method="post" action=(ctx.at("/flows")) {
+            (csrf(s))
+            label for="flow-name" { "Name" } input #flow-name name="name" required value=(f.name);
+            label for="flow-source" { "Source" }
+            select #flow-source name="source" required {
+                @for c in &conns { option value=(c.id) selected[c.id.to_string() == f.source] { (c.name) " (" (c.connector_type) ")" } }
+            }
+            label for="flow-destination" { "Destination" }
+            select #flow-destination name="destination" required {
+                @for c in &conns { option value=(c.id) selected[c.id.to_string() == f.destination] { (c.name) " (" (c.connector_type) ")" } }
+            }
+            label for="flow-entity" { "Source entity" } input #flow-entity name="source_entity" required value=(f.source_entity) placeholder="public.orders";
+            label for="flow-dest-entity" { "Destination entity" } input #flow-dest-entity name="dest_entity" value=(f.dest_entity) placeholder="same as the source";
+            label for="flow-mode" { "Sync mode" }
+            select #flow-mode name="sync_mode" { @for m in modes { option selected[m == f.sync_mode] { (m) } } }
+            label for="flow-cursor" { "Cursor field" } input #flow-cursor name="cursor_field" value=(f.cursor_field) placeholder="updated_at (incremental modes)";
+            label for="flow-pk" { "Primary key" } input #flow-pk name="primary_key" value=(f.primary_key) placeholder="id (deduped mode)";
+            label for="flow-schedule" { "Schedule" } input #flow-schedule name="schedule" value=(f.schedule) placeholder="cron, e.g. 0 * * * * — empty for manual runs";
+            span {} button.primary { "Create flow" }
+        }
+        p.hint { "More entities, transforms and dependencies can be added on the flow's page, or with IaC." }
+    };
+    Ok(page(ctx, s, "/flows", "New flow", body))
+}
+
+#[derive(Deserialize, Default)]
+pub struct FlowForm {
+    name: String,
+    source: String,
+    #[serde(default)]
+    destination: String,
+    source_entity: String,
+    #[serde(default)]
+    dest_entity: String,
+    sync_mode: String,
+    #[serde(default)]
+    cursor_field: String,
+    #[serde(default)]
+    primary_key: String,
+    #[serde(default)]
+    schedule: String,
+}
+
+fn nonempty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn connection_id(field: &str, s: &str) -> Result<ConnectionId, ApiError> {
+    s.parse::<Uuid>()
+        .map(ConnectionId::from)
+        .map_err(|_| ApiError::validation(vec![FieldError::new(field, "pick a connection")]))
+}
+
+/// `POST /o/{org}/flows`.
+pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let f = &post.form;
+    let built = (|| {
+        let sync_mode = SyncMode::parse(&f.sync_mode)
+            .ok_or_else(|| ApiError::validation(vec![FieldError::new("sync_mode", "pick a sync mode")]))?;
+        let mapping = Mapping {
+            source_entity: f.source_entity.trim().to_string(),
+            dest_entity: nonempty(&f.dest_entity),
+            sync_mode,
+            cursor_field: nonempty(&f.cursor_field),
+            primary_key: nonempty(&f.primary_key),
+            transform: vec![],
+            schema_policy: Default::default(),
+            asset: None,
+            cursor_lookback: None,
+        };
+        Ok::<_, ApiError>(NewFlow {
+            name: f.name.clone(),
+            source_connection_id: connection_id("source", &f.source)?,
+            destination_connection_id: connection_id("destination", &f.destination)?,
+            schedule: nonempty(&f.schedule),
+            config: FlowConfig { mappings: vec![mapping], depends_on: vec![] },
+            status: FlowStatus::Active,
+        })
+    })();
+    let result = match built {
+        Ok(new) => state.sluice.sync.create_flow(&s.caller.principal, ctx.id(), new).await.map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(flow) => Ok(redirect(&ctx.at(&format!("/flows/{}", flow.id)))),
+        Err(e) => new_flow_page(&state, s, &ctx, f, Some(&e)).await,
+    }
+}
+
+async fn flow_page(state: &AppState, s: &Session, ctx: &OrgCtx, flow: Flow, shown: Option<Markup>) -> PageResult {
+    let p = &s.caller.principal;
+    let conns = connections(state, s, ctx).await?;
+    let runs =
+        state.sluice.sync.list_runs(p, ctx.id(), flow.id, None, PageRequest { limit: 20, after: None }).await?.items;
+    let cursors = state.sluice.sync.cursors(p, ctx.id(), flow.id).await?;
+    let at = ctx.at(&format!("/flows/{}", flow.id));
+    let config = serde_json::to_string_pretty(&flow.config).unwrap_or_default();
+    let name = flow.name.clone();
+    let body = html! {
+        @if let Some(m) = shown { (m) }
+        dl.facts {
+            dt { "Source" } dd { a href=(ctx.at(&format!("/connections/{}", flow.source_connection_id))) { (name_of(&conns, flow.source_connection_id)) } }
+            dt { "Destination" } dd { a href=(ctx.at(&format!("/connections/{}", flow.destination_connection_id))) { (name_of(&conns, flow.destination_connection_id)) } }
+            dt { "Schedule" } dd { code { (flow.schedule.clone().unwrap_or_else(|| "manual".into())) } }
+            dt { "Status" } dd { (badge(flow.status.as_str())) }
+            dt { "Next run" } dd { (when_opt(flow.next_run_at)) }
+        }
+        @if ctx.can_write() {
+            div.row {
+                (button(s, &format!("{at}/run"), "Run now", "primary", None))
+                @if flow.status == FlowStatus::Active {
+                    form.inline method="post" action=(format!("{at}/status")) { (csrf(s)) input type="hidden" name="status" value="paused"; button { "Pause" } }
+                } @else {
+                    form.inline method="post" action=(format!("{at}/status")) { (csrf(s)) input type="hidden" name="status" value="active"; button { "Resume" } }
+                }
+            }
+        }
+        h2 { "Runs" }
+        (runs_table(ctx, &runs, |_| name.clone()))
+        h2 { "Cursors" }
+        @if cursors.is_empty() { p.muted { "No incremental entities." } } @else {
+            table {
+                thead { tr { th { "Entity" } th { "Field" } th { "Value" } th { "Updated" } @if ctx.can_write() { th { "Change" } } } }
+                tbody { @for c in &cursors { tr {
+                    td { code { (c.entity) } } td { (c.cursor_field.clone().unwrap_or_default()) }
+                    td { code.cursor { (c.cursor_value.clone().unwrap_or_else(|| "— (from the start)".into())) } }
+                    td { (when(c.updated_at)) }
+                    @if ctx.can_write() { td {
+                        form.inline method="post" action=(format!("{at}/cursors/set")) data-confirm="Set this cursor? The next run reads from the new value." {
+                            (csrf(s))
+                            input type="hidden" name="entity" value=(c.entity);
+                            label.sr for=(format!("cursor-{}", c.entity)) { "New value" }
+                            input.cursorinput id=(format!("cursor-{}", c.entity)) name="value" required placeholder="new value" value=[c.cursor_value.as_deref()];
+                            button { "Set" }
+                        }
+                        form.inline method="post" action=(format!("{at}/cursors/reset")) data-confirm="Reset this cursor? The next run reads everything again." {
+                            (csrf(s)) input type="hidden" name="entity" value=(c.entity); button.danger { "Reset" }
+                        }
+                    } }
+                } } }
+            }
+        }
+        h2 { "Configuration" }
+        @if ctx.can_write() {
+            form.stack method="post" action=(at) {
+                (csrf(s))
+                label for="flow-edit-name" { "Name" } input #flow-edit-name name="name" value=(flow.name);
+                label for="flow-edit-schedule" { "Schedule (cron; empty for manual)" } input #flow-edit-schedule name="schedule" value=(flow.schedule.clone().unwrap_or_default());
+                label for="flow-edit-config" { "Mappings and dependencies (JSON)" }
+                textarea #flow-edit-config name="config" rows="12" spellcheck="false" { (config) }
+                button.primary { "Save" }
+            }
+        } @else {
+            pre.json { (config) }
+        }
+    };
+    Ok(page(ctx, s, "/flows", &flow.name, body))
+}
+
+async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Flow), PageError> {
+    let ctx = OrgCtx::load(state, s, org).await?;
+    let f = state.sluice.sync.get_flow(&s.caller.principal, ctx.id(), FlowId::from(id)).await?;
+    Ok((ctx, f))
+}
+
+/// `GET /o/{org}/flows/{id}`.
+pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let (ctx, f) = load(&state, &s, org, id).await?;
+    flow_page(&state, &s, &ctx, f, None).await
+}
+
+#[derive(Deserialize)]
+pub struct EditForm {
+    name: String,
+    schedule: String,
+    config: String,
+}
+
+/// `POST /o/{org}/flows/{id}`: saves name, schedule and configuration.
+pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, flow) = load(&state, s, org, id).await?;
+    let f = &post.form;
+    let config: FlowConfig = match serde_json::from_str(&f.config) {
+        Ok(c) => c,
+        Err(e) => {
+            let shown = html! { p.error role="alert" { "The configuration is not valid: " (e) } };
+            return flow_page(&state, s, &ctx, flow, Some(shown)).await;
+        }
+    };
+    let update = FlowUpdate {
+        name: Some(f.name.clone()),
+        source_connection_id: None,
+        destination_connection_id: None,
+        schedule: Some(nonempty(&f.schedule)),
+        config: Some(config),
+        status: None,
+    };
+    match state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), flow.id, update).await {
+        Ok(saved) => flow_page(&state, s, &ctx, saved, Some(notice("Saved."))).await,
+        Err(e) => {
+            let e = ApiError::from(e);
+            let shown = html! { p.error role="alert" { (e.message) } };
+            flow_page(&state, s, &ctx, flow, Some(shown)).await
+        }
+    }
+}
+
+/// `POST /o/{org}/flows/{id}/run`: to the run's page.
+pub async fn run(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let r = state.sluice.sync.trigger_run(&s.caller.principal, ctx.id(), FlowId::from(id), Trigger::Manual).await?;
+    Ok(redirect(&ctx.at(&format!("/runs/{}", r.id))))
+}
+
+#[derive(Deserialize)]
+pub struct StatusForm {
+    status: String,
+}
+
+/// `POST /o/{org}/flows/{id}/status`: pause or resume.
+pub async fn set_status(state: Data<AppState>, post: Post<StatusForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let status = FlowStatus::parse(&post.form.status)
+        .ok_or_else(|| ApiError::validation(vec![FieldError::new("status", "must be active or paused")]))?;
+    let update = FlowUpdate { status: Some(status), ..FlowUpdate::default() };
+    state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), FlowId::from(id), update).await?;
+    Ok(redirect(&ctx.at(&format!("/flows/{id}"))))
+}
+
+#[derive(Deserialize)]
+pub struct CursorForm {
+    entity: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// `POST /o/{org}/flows/{id}/cursors/set`.
+pub async fn set_cursor(state: Data<AppState>, post: Post<CursorForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, flow) = load(&state, s, org, id).await?;
+    let f = &post.form;
+    let c = state.sluice.sync.set_cursor(&s.caller.principal, ctx.id(), flow.id, &f.entity, &f.value).await?;
+    let shown = notice(&format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default()));
+    flow_page(&state, s, &ctx, flow, Some(shown)).await
+}
+
+/// `POST /o/{org}/flows/{id}/cursors/reset`.
+pub async fn reset_cursor(state: Data<AppState>, post: Post<CursorForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, flow) = load(&state, s, org, id).await?;
+    state.sluice.sync.reset_cursor(&s.caller.principal, ctx.id(), flow.id, &post.form.entity).await?;
+    let shown = notice(&format!("Cursor of {} reset; the next run reads from the start.", post.form.entity));
+    flow_page(&state, s, &ctx, flow, Some(shown)).await
+}
+
+/// The per-entity progress rows of a run (the script redraws them from
+/// the event stream).
+fn entity_rows(r: &Run) -> Markup {
+    html! {
+        @for e in &r.entities { tr {
+            td { code { (e.entity) } } td { (badge(&e.status)) }
+            td.num { (count(e.rows_read)) } td.num { (count(e.rows_written)) }
+            td.num { (e.rows_per_second.map_or("—".to_string(), |r| format!("{} rows/s", count(r.round() as u64)))) }
+            td { (when_opt(e.checkpoint_at)) }
+        } }
+    }
+}
+
+/// `GET /o/{org}/runs/{id}`: the run with live progress and log.
+pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &s, org).await?;
+    let p = &s.caller.principal;
+    let r = state.sluice.sync.get_run(p, ctx.id(), RunId::from(id)).await?;
+    let flow = state.sluice.sync.get_flow(p, ctx.id(), r.flow_id).await?;
+    let logs = state.sluice.sync.run_logs(p, ctx.id(), r.id).await?;
+    let events = format!("/v1/organizations/{}/runs/{}/events", ctx.id(), r.id);
+    let body = html! {
+        div #run data-events=(events) data-finished=(r.status.finished()) {
+            dl.facts {
+                dt { "Flow" } dd { a href=(ctx.at(&format!("/flows/{}", flow.id))) { (flow.name) } }
+                dt { "Status" } dd #run-status { (badge(r.status.as_str())) }
+                dt { "Trigger" } dd { (r.trigger.as_str()) " · attempt " (r.attempt) }
+                dt { "Queued" } dd { (when(r.queued_at)) }
+                dt { "Started" } dd #run-started { (when_opt(r.started_at)) }
+                dt { "Duration" } dd #run-duration { (duration(&r)) }
+                dt { "Trace" } dd { a href=(ctx.at(&format!("/traces/{}", r.trace_id))) { "timeline" } }
+            }
+            p.error #run-error role="alert" hidden[r.error.is_none()] { (r.error.clone().unwrap_or_default()) }
+            h2 { "Progress" }
+            table #run-entities {
+                thead { tr { th { "Entity" } th { "Status" } th.num { "Rows read" } th.num { "Rows written" } th.num { "Rate" } th { "Last checkpoint" } } }
+                tbody { (entity_rows(&r)) }
+            }
+            h2 { "Log" }
+            ol.log #run-log aria-live="polite" {
+                @for l in &logs {
+                    li class=(l.level) { time { (when(l.ts)) } " " @if let Some(e) = &l.entity { code { (e) } " " } (l.message) }
+                }
+            }
+            @if r.status.as_str() == "queued" || r.status.as_str() == "running" {
+                p.hint #run-live { "Live: this page follows the run until it ends." }
+            }
+        }
+    };
+    Ok(page(&ctx, &s, "/flows", &format!("Run {}", &r.id.to_string()[..8]), body))
+}
+
+/// `GET /o/{org}/topology`: the flows as a graph of their dependencies.
+pub async fn topology(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    let flows = state.sluice.sync.topology(&s.caller.principal, ctx.id()).await?;
+    let edges = sluice_domain::sync::flow::edges(&flows);
+    let nodes: Vec<svg::Node> = flows
+        .iter()
+        .map(|f| svg::Node {
+            id: f.id.to_string(),
+            label: f.name.clone(),
+            href: ctx.at(&format!("/flows/{}", f.id)),
+            status: f.status.as_str().into(),
+        })
+        .collect();
+    let edges: Vec<(String, String, String)> =
+        edges.iter().map(|e| (e.from.to_string(), e.to.to_string(), e.on.as_str().to_string())).collect();
+    let body = html! {
+        @if nodes.is_empty() { p.muted { "No flows yet." } } @else {
+            div.scroll { (svg::graph(&nodes, &edges)) }
+            p.hint { "An arrow runs from a flow to the flows that run after it (on success, failure or completion). Click a flow to open it." }
+        }
+    };
+    Ok(page(&ctx, &s, "/topology", "Topology", body))
+}
+
+/// `GET /o/{org}/traces/{id}`: a trace's runs as a timeline.
+pub async fn trace(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &s, org).await?;
+    let p = &s.caller.principal;
+    let runs = state.sluice.sync.trace(p, ctx.id(), id).await?;
+    let flows = state.sluice.sync.list_flows(p, ctx.id(), None, ALL).await?.items;
+    let flow_name = |fid| flows.iter().find(|f| f.id == fid).map_or_else(|| "?".to_string(), |f| f.name.clone());
+    let origin = runs.iter().filter_map(|r| r.started_at).min();
+    let items: Vec<(String, f64, f64, String)> = runs
+        .iter()
+        .filter_map(|r| {
+            let (o, a) = (origin?, r.started_at?);
+            let b = r.finished_at.unwrap_or_else(|| state.sluice.identity.now());
+            Some((flow_name(r.flow_id), (a - o).as_seconds_f64(), (b - o).as_seconds_f64(), r.status.as_str().into()))
+        })
+        .collect();
+    let body = html! {
+        @if items.is_empty() { p.muted { "No run of this trace has started yet." } } @else { (svg::timeline(&items)) }
+        (runs_table(&ctx, &runs, flow_name))
+        details { summary { "Trace id" } (json_block(&serde_json::json!(id))) }
+    };
+    Ok(page(&ctx, &s, "/flows", "Trace", body))
+}

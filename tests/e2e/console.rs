@@ -1,0 +1,306 @@
+//! The web console over HTTP, on both metadata stores: signing in (a
+//! pasted token, a one-time link), the cookie's flags, CSRF and origin
+//! checks, the cookie's reach into the API (reads only), every page
+//! rendering, and roles (a Viewer sees no write buttons and is refused
+//! anyway). The browser tests (`crates/sluice/tests/console.rs`) drive the
+//! same pages in Chromium.
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sluice_tests::{Auth, Backend, TestApp, check, spawn_app};
+use std::time::Duration;
+
+/// A browser-like client of the console: keeps no redirects, sends the
+/// session cookie and this server's `Origin`.
+struct Browser<'a> {
+    app: &'a TestApp,
+    client: reqwest::Client,
+    cookie: Option<String>,
+}
+
+impl<'a> Browser<'a> {
+    fn new(app: &'a TestApp) -> Self {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Self { app, client, cookie: None }
+    }
+
+    fn origin(&self) -> String {
+        self.app.base.clone()
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, String, reqwest::header::HeaderMap) {
+        let mut req = self.client.get(format!("{}{path}", self.app.base));
+        if let Some(c) = &self.cookie {
+            req = req.header("Cookie", format!("sluice_session={c}"));
+        }
+        let res = req.send().await.unwrap();
+        let (status, headers) = (res.status(), res.headers().clone());
+        (status, res.text().await.unwrap(), headers)
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> (StatusCode, String, reqwest::header::HeaderMap) {
+        let mut req = self
+            .client
+            .post(format!("{}{path}", self.app.base))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string(form).unwrap());
+        if let Some(c) = &self.cookie {
+            req = req.header("Cookie", format!("sluice_session={c}"));
+        }
+        if let Some(o) = origin {
+            req = req.header("Origin", o);
+        }
+        let res = req.send().await.unwrap();
+        let (status, headers) = (res.status(), res.headers().clone());
+        (status, res.text().await.unwrap(), headers)
+    }
+
+    /// Signs in with a pasted token; keeps the cookie the server sets.
+    async fn sign_in(&mut self, token: &str) {
+        let origin = self.origin();
+        let (status, _, headers) = self.post("/login", &[("token", token), ("next", "/")], Some(&origin)).await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        self.cookie = Some(session_cookie(&headers));
+    }
+
+    /// The CSRF token of the page at `path`.
+    async fn csrf(&self, path: &str) -> String {
+        let (status, html, _) = self.get(path).await;
+        assert_eq!(status, StatusCode::OK, "{html}");
+        let at =
+            html.find(r#"name="csrf" value=""#).expect("a form with a CSRF token") + r#"name="csrf" value=""#.len();
+        html[at..at + 32].to_string()
+    }
+}
+
+fn session_cookie(headers: &reqwest::header::HeaderMap) -> String {
+    let set = headers.get("set-cookie").expect("a cookie is set").to_str().unwrap().to_string();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(flag), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP gets no Secure flag: {set}");
+    set.split(';').next().unwrap().trim_start_matches("sluice_session=").to_string()
+}
+
+fn token_of(auth: &Auth) -> String {
+    match auth {
+        Auth::Token(t) => t.clone(),
+        _ => unreachable!(),
+    }
+}
+
+async fn signing_in_and_csrf(app: TestApp) {
+    let ann = app.token("ann@example.com");
+    let mut b = Browser::new(&app);
+
+    // Signed out: pages send to the sign-in page, which keeps the way back.
+    let (status, _, headers) = b.get("/o/00000000-0000-0000-0000-000000000000/flows").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/login?next=%2Fo%2F00000000-0000-0000-0000-000000000000%2Fflows");
+    let (status, html, _) = b.get("/login").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("sluice login-link"), "links are offered when the server can mint sessions");
+
+    // A bad token and a sign-in posted from another site are refused.
+    let origin = b.origin();
+    let (status, html, _) = b.post("/login", &[("token", "not-a-token")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(html.contains("does not sign in"), "{html}");
+    let (status, _, _) = b.post("/login", &[("token", &token_of(&ann))], Some("https://evil.example")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = b.post("/login", &[("token", &token_of(&ann))], None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // `next` only ever leads to this server.
+    let (_, _, headers) =
+        b.post("/login", &[("token", &token_of(&ann)), ("next", "//evil.example")], Some(&origin)).await;
+    assert_eq!(headers["location"], "/");
+
+    b.sign_in(&token_of(&ann)).await;
+    let (status, html, headers) = b.get("/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("New organization"));
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert!(headers["content-security-policy"].to_str().unwrap().contains("default-src 'self'"));
+
+    // A form without the CSRF token, with another's, or from another
+    // origin changes nothing.
+    let csrf = b.csrf("/").await;
+    for (form, origin) in [
+        (vec![("name", "Acme")], Some(origin.as_str())),
+        (vec![("name", "Acme"), ("csrf", "0123456789abcdef0123456789abcdef")], Some(origin.as_str())),
+        (vec![("name", "Acme"), ("csrf", csrf.as_str())], Some("https://evil.example")),
+        (vec![("name", "Acme"), ("csrf", csrf.as_str())], None),
+    ] {
+        let (status, html, _) = b.post("/orgs", &form, origin).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{html}");
+        assert!(html.contains("reload the page"), "{html}");
+    }
+    assert_eq!(check!(app.get("/v1/organizations", &ann).await, 200).body["data"].as_array().unwrap().len(), 0);
+
+    // With both, the organization is made.
+    let (status, _, headers) = b.post("/orgs", &[("name", "Acme"), ("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let org = headers["location"].to_str().unwrap().trim_start_matches("/o/").to_string();
+    check!(app.get(&format!("/v1/organizations/{org}"), &ann).await, 200);
+
+    // The cookie reads the API (the run page's event stream needs it) but
+    // writes nothing there: a page of another site cannot post JSON with it.
+    let api = format!("{}/v1/organizations/{org}", app.base);
+    let cookie = format!("sluice_session={}", b.cookie.clone().unwrap());
+    let read = b.client.get(&api).header("Cookie", &cookie).send().await.unwrap();
+    assert_eq!(read.status(), StatusCode::OK);
+    let write = b.client.put(&api).header("Cookie", &cookie).json(&json!({"name": "x"})).send().await.unwrap();
+    assert_eq!(write.status(), StatusCode::UNAUTHORIZED);
+
+    // Signing out clears the cookie.
+    let csrf = b.csrf(&format!("/o/{org}")).await;
+    let (status, _, headers) = b.post("/logout", &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(headers["set-cookie"].to_str().unwrap().contains("Max-Age=0"), "{:?}", headers["set-cookie"]);
+}
+
+async fn a_login_link_signs_in_once(app: TestApp) {
+    let b = Browser::new(&app);
+    let link = app.login_link("lin@example.com", Duration::from_secs(600));
+    let token = link.split_once("token=").unwrap().1.to_string();
+    // Opening the link asks first: a link previewer does not spend it.
+    let (status, html, _) = b.get(&link).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("lin@example.com"), "{html}");
+    let origin = b.origin();
+    let (status, _, headers) = b.post("/login/link", &[("token", &token)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{headers:?}");
+    let cookie = session_cookie(&headers);
+    assert!(headers["set-cookie"].to_str().unwrap().contains("Max-Age=43200"));
+    let signed = Browser { app: &app, client: b.client.clone(), cookie: Some(cookie) };
+    assert_eq!(signed.get("/").await.0, StatusCode::OK);
+    // Once only; a forged or expired link is refused too.
+    let (status, _, _) = b.post("/login/link", &[("token", &token)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let forged = token.replacen("bGlu", "YW5u", 1);
+    assert_eq!(b.get(&format!("/login/link?token={forged}")).await.0, StatusCode::UNAUTHORIZED);
+    let expired = app.login_link("lin@example.com", Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(b.get(&expired).await.0, StatusCode::UNAUTHORIZED);
+}
+
+async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
+    let ann = app.token("ann@example.com");
+    let vic = app.token("vic@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let base = format!("/v1/organizations/{org}");
+    let inv = check!(
+        app.post(&format!("{base}/invitations"), &ann, json!({"email": "vic@example.com", "role": "Viewer"})).await,
+        201
+    );
+    check!(app.post("/v1/invitations/accept", &vic, json!({"token": inv.body["token"]})).await, 200);
+    let dir = app.org_files(&org);
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+    let file = |name: &str, path: &str| json!({"name": name, "type": "file", "capability": "both", "config": {"path": path, "format": "jsonl"}});
+    let src = check!(app.post(&format!("{base}/connections"), &ann, file("in", "in")).await, 201).id();
+    let dst = check!(app.post(&format!("{base}/connections"), &ann, file("out", "out")).await, 201).id();
+    let flow = check!(
+        app.post(
+            &format!("{base}/flows"),
+            &ann,
+            json!({"name": "items", "source_connection_id": src, "destination_connection_id": dst,
+            "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let run = check!(app.post(&format!("{base}/flows/{flow}/run"), &ann, json!({})).await, 202).id();
+
+    let mut admin = Browser::new(&app);
+    admin.sign_in(&token_of(&ann)).await;
+    let mut viewer = Browser::new(&app);
+    viewer.sign_in(&token_of(&vic)).await;
+    let pages = [
+        String::new(),
+        "/connections".into(),
+        format!("/connections/{src}"),
+        "/flows".into(),
+        "/flows/new".into(),
+        format!("/flows/{flow}"),
+        format!("/runs/{run}"),
+        "/topology".into(),
+        "/catalog".into(),
+        "/gateway".into(),
+        "/iac".into(),
+        "/audit".into(),
+        "/settings".into(),
+    ];
+    for page in &pages {
+        for b in [&admin, &viewer] {
+            let (status, html, _) = b.get(&format!("/o/{org}{page}")).await;
+            assert_eq!(status, StatusCode::OK, "{page}: {html}");
+            assert!(html.starts_with("<!DOCTYPE html>"), "{page}");
+        }
+    }
+    // The run page follows the API's event stream.
+    let (_, html, _) = admin.get(&format!("/o/{org}/runs/{run}")).await;
+    assert!(html.contains(&format!("data-events=\"{base}/runs/{run}/events\"")), "{html}");
+
+    // The Admin sees write buttons; the Viewer sees none.
+    let (_, html, _) = admin.get(&format!("/o/{org}/flows/{flow}")).await;
+    assert!(html.contains("Run now") && html.contains("Pause"), "{html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/flows/{flow}")).await;
+    assert!(!html.contains("Run now") && !html.contains("Pause"), "{html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/connections")).await;
+    assert!(!html.contains("New connection"), "{html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/settings")).await;
+    assert!(!html.contains("Create key") && !html.contains("Invite"), "{html}");
+
+    // And the server refuses the Viewer's writes anyway.
+    let csrf = viewer.csrf(&format!("/o/{org}")).await;
+    let origin = viewer.origin();
+    let (status, html, _) = viewer.post(&format!("/o/{org}/flows/{flow}/run"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{html}");
+    let (status, _, _) = viewer
+        .post(&format!("/o/{org}/flows/{flow}/cursors/reset"), &[("csrf", &csrf), ("entity", "items")], Some(&origin))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Another organization's pages are not found, as in the API.
+    let eve = app.token("eve@example.com");
+    let mut stranger = Browser::new(&app);
+    stranger.sign_in(&token_of(&eve)).await;
+    let (status, _, _) = stranger.get(&format!("/o/{org}/flows/{flow}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // The Admin runs the flow from the console and lands on its page.
+    let csrf = admin.csrf(&format!("/o/{org}")).await;
+    let (status, _, headers) =
+        admin.post(&format!("/o/{org}/flows/{flow}/run"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(headers["location"].to_str().unwrap().starts_with(&format!("/o/{org}/runs/")));
+}
+
+mod sqlite_only {
+    use super::*;
+
+    #[tokio::test]
+    async fn assets_are_served_from_the_binary() {
+        let app = spawn_app(Backend::Sqlite).await.unwrap();
+        let b = Browser::new(&app);
+        for (path, kind) in [("/assets/console.css", "text/css"), ("/assets/console.js", "text/javascript")] {
+            let (status, body, headers) = b.get(path).await;
+            assert_eq!(status, StatusCode::OK);
+            assert!(headers["content-type"].to_str().unwrap().starts_with(kind));
+            assert!(body.len() > 1000);
+        }
+    }
+}
+
+sluice_tests::on_both_backends!(
+    signing_in_and_csrf,
+    a_login_link_signs_in_once,
+    every_page_renders_and_a_viewer_cannot_write
+);
