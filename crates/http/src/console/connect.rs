@@ -211,9 +211,7 @@ async fn detail_page(s: &Session, ctx: &OrgCtx, c: Connection, panel: Panel) -> 
                             input type="hidden" name="entity" value=(e.name);
                             button { "Preview rows" }
                         }
-                        @if ctx.can_write() {
-                            a.button href=(ctx.at(&format!("/flows/new?source={}&entity={}", c.id, super::urlencode(&e.name)))) { "Sync this entity…" }
-                        }
+                        @if ctx.can_write() { (sync_link(ctx, &c, &e.name)) }
                     }
                 }
             }
@@ -226,10 +224,18 @@ async fn detail_page(s: &Session, ctx: &OrgCtx, c: Connection, panel: Panel) -> 
                     }
                 }
                 p.hint { (p.batch.rows.len()) " sample rows." }
+                @if ctx.can_write() { p { (sync_link(ctx, &c, &p.entity)) } }
             }
         }
     };
     Ok(page(ctx, s, "/connections", &c.name.clone(), body))
+}
+
+/// To a new flow reading `entity` from this connection.
+fn sync_link(ctx: &OrgCtx, c: &Connection, entity: &str) -> Markup {
+    html! {
+        a.button.sync-entity href=(ctx.at(&format!("/flows/new?source={}&entity={}", c.id, super::urlencode(entity)))) { "Sync this entity…" }
+    }
 }
 
 fn cell(v: &Value) -> String {

@@ -188,6 +188,7 @@ pub async fn iac(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResu
 
 fn iac_page(s: &Session, ctx: &OrgCtx, text: &str, result: Option<Markup>) -> PageResult {
     let body = html! {
+        @if let Some(r) = &result { section #iac-result { (r) } }
         p.hint { "The organization's integrations, connections and flows as one YAML document (secrets as ***). Edit it, see the plan, then apply. " a href="/docs/" { "API docs" } }
         form.stack method="post" action=(ctx.at("/iac")) enctype="application/x-www-form-urlencoded" {
             (csrf(s))
@@ -200,7 +201,6 @@ fn iac_page(s: &Session, ctx: &OrgCtx, text: &str, result: Option<Markup>) -> Pa
                 @if ctx.can_write() { button.primary name="action" value="apply" data-confirm="Apply this document?" { "Apply" } }
             }
         }
-        @if let Some(r) = result { section #iac-result { (r) } }
     };
     Ok(page(ctx, s, "/iac", "Infrastructure as code", body))
 }

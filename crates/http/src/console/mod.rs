@@ -412,7 +412,7 @@ pub fn bare(title: &str, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · Sluice" }
                 link rel="stylesheet" href="/assets/console.css";
-                link rel="icon" href=(format!("data:image/svg+xml,{}", urlencode(ICON)));
+                link rel="icon" href=(format!("data:image/svg+xml,{}", urlencode(ICON).replace('+', "%20")));
                 script src="/assets/console.js" defer {}
             }
             body { (body) }

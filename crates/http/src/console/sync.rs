@@ -105,7 +105,7 @@ async fn new_flow_page(
             label for="flow-entity" { "Source entity" } input #flow-entity name="source_entity" required value=(f.source_entity) placeholder="public.orders";
             label for="flow-dest-entity" { "Destination entity" } input #flow-dest-entity name="dest_entity" value=(f.dest_entity) placeholder="same as the source";
             label for="flow-mode" { "Sync mode" }
-            select #flow-mode name="sync_mode" { @for m in modes { option selected[m == f.sync_mode] { (m) } } }
+            select #flow-mode name="sync_mode" { @for m in modes { option value=(m) selected[m == f.sync_mode] { (m) } } }
             label for="flow-cursor" { "Cursor field" } input #flow-cursor name="cursor_field" value=(f.cursor_field) placeholder="updated_at (incremental modes)";
             label for="flow-pk" { "Primary key" } input #flow-pk name="primary_key" value=(f.primary_key) placeholder="id (deduped mode)";
             label for="flow-schedule" { "Schedule" } input #flow-schedule name="schedule" value=(f.schedule) placeholder="cron, e.g. 0 * * * * — empty for manual runs";
