@@ -12,3 +12,4 @@ mod monitoring;
 mod oauth;
 mod organizations;
 mod rules;
+mod sso;

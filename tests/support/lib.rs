@@ -184,6 +184,8 @@ pub struct Options {
     pub stripe: Option<sluice::settings::StripeSettings>,
     /// Deliveries may reach loopback (the tests' receivers).
     pub webhook_allow_private: bool,
+    /// Console sign-in with OpenID Connect (a fake provider in the test).
+    pub oidc: Option<sluice_clients::oidc::OidcConfig>,
 }
 
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
@@ -266,6 +268,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         stripe: options.stripe.clone(),
         // The tests' receivers listen on loopback.
         webhook_allow_private: options.webhook_allow_private,
+        oidc: options.oidc.clone(),
     };
     let sessions = sluice::ConsoleSessions::from_settings(&settings);
     let app = Application::build(settings).await.expect("the application starts");

@@ -4,6 +4,7 @@
 
 pub mod aws;
 pub mod oauth;
+pub mod oidc;
 pub mod stripe;
 pub mod webhooks;
 

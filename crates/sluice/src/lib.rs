@@ -257,6 +257,10 @@ impl Application {
             console: sluice_http::console::ConsoleConfig {
                 sessions: ConsoleSessions::from_settings(&settings)
                     .map(|c| Arc::new(c) as Arc<dyn sluice_http::console::Sessions>),
+                oidc: settings.oidc.clone().map(|c| {
+                    Arc::new(sluice_clients::oidc::Oidc::new(c, &settings.console_url))
+                        as Arc<dyn sluice_domain::identity::ports::IdentityProvider>
+                }),
             },
         };
         let port = listener.local_addr()?.port();

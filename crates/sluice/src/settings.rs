@@ -54,6 +54,9 @@ pub struct Settings {
     /// Notification deliveries may reach loopback, private and link-local
     /// addresses (`SLUICE_WEBHOOK_ALLOW_PRIVATE`, default false).
     pub webhook_allow_private: bool,
+    /// Console sign-in with OpenID Connect (`SLUICE_OIDC_ISSUER`,
+    /// `SLUICE_OIDC_CLIENT_ID`, `SLUICE_OIDC_CLIENT_SECRET`).
+    pub oidc: Option<sluice_clients::oidc::OidcConfig>,
 }
 
 /// Stripe: the secret key, the webhook signing secret, the API base (tests
@@ -179,7 +182,17 @@ impl Settings {
             Some("true" | "1" | "on") => true,
             Some(other) => bail!("SLUICE_WEBHOOK_ALLOW_PRIVATE must be true or false, not '{other}'"),
         };
+        let oidc = match (var("SLUICE_OIDC_ISSUER"), var("SLUICE_OIDC_CLIENT_ID"), var("SLUICE_OIDC_CLIENT_SECRET")) {
+            (None, None, None) => None,
+            (Some(issuer), Some(client_id), Some(secret)) => {
+                let c = sluice_clients::oidc::OidcConfig { issuer, client_id, client_secret: Secret::new(secret) };
+                c.check().map_err(|e| anyhow::anyhow!(e))?;
+                Some(c)
+            }
+            _ => bail!("set all of SLUICE_OIDC_ISSUER, SLUICE_OIDC_CLIENT_ID and SLUICE_OIDC_CLIENT_SECRET, or none"),
+        };
         Ok(Self {
+            oidc,
             webhook_allow_private,
             stripe,
             run_lease,
@@ -390,6 +403,7 @@ mod tests {
             rate_limits: Some(Default::default()),
             stripe: None,
             webhook_allow_private: false,
+            oidc: None,
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

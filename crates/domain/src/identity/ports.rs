@@ -109,3 +109,28 @@ pub trait TokenVerifier: Send + Sync {
     /// issuer or audience, malformed).
     async fn verify(&self, token: &str) -> Result<VerifiedClaims>;
 }
+
+/// Who an identity provider says signed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvidedIdentity {
+    pub email: String,
+    pub name: Option<String>,
+}
+
+/// An OpenID Connect provider the console signs users in with (the
+/// authorization-code flow with PKCE and a nonce).
+#[async_trait]
+pub trait IdentityProvider: Send + Sync {
+    /// Where to send the browser to sign in.
+    ///
+    /// # Errors
+    /// `Unavailable` when the provider cannot be reached or described.
+    async fn authorize_url(&self, state: &str, nonce: &str, code_challenge: &str) -> Result<String>;
+    /// The identity behind an authorization `code`.
+    ///
+    /// # Errors
+    /// `Unauthenticated` when the provider refuses the code or its ID
+    /// token does not hold (issuer, audience, expiry, nonce, e-mail);
+    /// `Unavailable` when it cannot be reached.
+    async fn exchange(&self, code: &str, verifier: &str, nonce: &str) -> Result<ProvidedIdentity>;
+}

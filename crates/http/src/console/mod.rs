@@ -58,6 +58,9 @@ pub struct ConsoleConfig {
     /// `None` when the server cannot mint sessions (no HS256 secret): then
     /// only a pasted token signs in.
     pub sessions: Option<Arc<dyn Sessions>>,
+    /// The OpenID Connect provider users sign in with, when configured
+    /// (it needs `sessions` too: the console mints its own session).
+    pub oidc: Option<Arc<dyn sluice_domain::identity::ports::IdentityProvider>>,
 }
 
 /// A login link's token: `<base64url e-mail>.<expiry>.<nonce>.<hmac>`.
@@ -92,6 +95,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/login", web::post().to(signin::with_token))
         .route("/login/link", web::get().to(signin::link_page))
         .route("/login/link", web::post().to(signin::with_link))
+        .route("/login/oidc", web::get().to(signin::oidc_start))
+        .route("/login/oidc/callback", web::get().to(signin::oidc_callback))
         .route("/logout", web::post().to(signin::logout))
         .route("/orgs", web::post().to(orgs::create))
         .service(

@@ -25,13 +25,17 @@ pub struct NextQuery {
     next: Option<String>,
 }
 
-fn signin_page(next: &str, error: Option<&str>, links: bool) -> HttpResponse {
+fn signin_page(next: &str, error: Option<&str>, links: bool, oidc: bool) -> HttpResponse {
     let body = bare(
         "Sign in",
         html! {
             main.narrow.signin {
                 h1 { "Sign in to Sluice" }
                 @if let Some(e) = error { p.error role="alert" { (e) } }
+                @if oidc {
+                    p { a.button.primary #sso href=(format!("/login/oidc?next={}", super::urlencode(next))) { "Sign in with single sign-on" } }
+                    p.hint { "Or paste a session token:" }
+                }
                 form method="post" action="/login" {
                     input type="hidden" name="next" value=(next);
                     label for="token" { "Session token" }
@@ -59,7 +63,7 @@ pub async fn page(req: HttpRequest, state: Data<AppState>, q: Query<NextQuery>) 
     if matches!(req.extensions().get::<AuthOutcome>(), Some(AuthOutcome::Ok(_))) {
         return redirect(&next);
     }
-    signin_page(&next, None, state.console.sessions.is_some())
+    signin_page(&next, None, state.console.sessions.is_some(), oidc_on(&state))
 }
 
 fn session_cookie(req: &HttpRequest, token: &str, max_age: Option<std::time::Duration>) -> Cookie<'static> {
@@ -98,9 +102,12 @@ pub async fn with_token(req: HttpRequest, state: Data<AppState>, form: Form<Toke
             .cookie(session_cookie(&req, token, None))
             .insert_header(("Location", next))
             .finish()),
-        Err(e) => {
-            Ok(signin_page(&next, Some(&format!("That token does not sign in: {e}")), state.console.sessions.is_some()))
-        }
+        Err(e) => Ok(signin_page(
+            &next,
+            Some(&format!("That token does not sign in: {e}")),
+            state.console.sessions.is_some(),
+            oidc_on(&state),
+        )),
     }
 }
 
@@ -176,6 +183,110 @@ pub async fn with_link(req: HttpRequest, state: Data<AppState>, form: Form<LinkQ
         .cookie(session_cookie(&req, &token, Some(SESSION_TTL)))
         .insert_header(("Location", "/"))
         .finish())
+}
+
+fn oidc_on(state: &AppState) -> bool {
+    state.console.oidc.is_some() && state.console.sessions.is_some()
+}
+
+/// The short-lived cookie that carries an OpenID Connect sign-in's state,
+/// nonce, PKCE verifier and destination from the start to the callback.
+const OIDC_COOKIE: &str = "sluice_oidc";
+const OIDC_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn sso_off() -> PageError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "single sign-on is not configured on this server").into()
+}
+
+/// `GET /login/oidc?next=`: on to the provider, with a fresh state, nonce
+/// and PKCE verifier kept (signed) in a cookie of this path.
+pub async fn oidc_start(req: HttpRequest, state: Data<AppState>, q: Query<NextQuery>) -> PageResult {
+    let (Some(provider), Some(sessions)) = (state.console.oidc.clone(), state.console.sessions.clone()) else {
+        return Err(sso_off());
+    };
+    use base64::Engine;
+    use sluice_domain::shared::secret::random_base62;
+    let (st, nonce, verifier) = (random_base62(32), random_base62(32), random_base62(64));
+    let next = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(local(q.next.as_deref()));
+    let url = provider.authorize_url(&st, &nonce, &sluice_domain::connect::oauth::challenge(&verifier)).await?;
+    let value =
+        sluice_domain::shared::secret::sign(sessions.link_key(), &format!("oidc.{st}.{nonce}.{verifier}.{next}"));
+    // Lax, not Strict: the provider sends the browser back from its site.
+    let cookie = Cookie::build(OIDC_COOKIE, value)
+        .path("/login/oidc")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(req.connection_info().scheme() == "https")
+        .max_age(actix_web::cookie::time::Duration::seconds(OIDC_TTL.as_secs() as i64))
+        .finish();
+    Ok(HttpResponse::SeeOther().cookie(cookie).insert_header(("Location", url)).finish())
+}
+
+#[derive(Deserialize)]
+pub struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+/// `GET /login/oidc/callback`: checks the state against the cookie,
+/// exchanges the code, and signs in as the provider's verified e-mail.
+pub async fn oidc_callback(req: HttpRequest, state: Data<AppState>, q: Query<CallbackQuery>) -> PageResult {
+    let (Some(provider), Some(sessions)) = (state.console.oidc.clone(), state.console.sessions.clone()) else {
+        return Err(sso_off());
+    };
+    let refuse = |m: String| -> PageError { ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", m).into() };
+    if let Some(e) = &q.error {
+        return Err(refuse(format!(
+            "the provider did not sign you in: {}",
+            q.error_description.as_deref().unwrap_or(e)
+        )));
+    }
+    let kept = req
+        .cookie(OIDC_COOKIE)
+        .and_then(|c| sluice_domain::shared::secret::verify(sessions.link_key(), c.value()))
+        .ok_or_else(|| {
+            refuse("this sign-in was not started here, or took longer than 10 minutes; start again".into())
+        })?;
+    let parts: Vec<&str> = kept.split('.').collect();
+    let [_, st, nonce, verifier, next] = parts.as_slice() else {
+        return Err(refuse("this sign-in's state is unreadable; start again".into()));
+    };
+    let (Some(code), Some(sent)) = (q.code.as_deref(), q.state.as_deref()) else {
+        return Err(refuse("the provider sent no code or state".into()));
+    };
+    if !sluice_domain::shared::secret::constant_time_eq(sent.as_bytes(), st.as_bytes()) {
+        return Err(refuse("the state does not match this sign-in; start again".into()));
+    }
+    let who = provider.exchange(code, verifier, nonce).await?;
+    let token = sessions.mint(&who.email, SESSION_TTL).map_err(|e| {
+        tracing::error!(error = %e, "minting a console session failed");
+        ApiError::internal()
+    })?;
+    tracing::info!(email = %who.email, "signed in with OpenID Connect");
+    use base64::Engine;
+    let next = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(next)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .map_or_else(|| "/".to_string(), |n| local(Some(&n)));
+    let mut spent = Cookie::build(OIDC_COOKIE, "").path("/login/oidc").finish();
+    spent.make_removal();
+    // A page, not a redirect: the session cookie is SameSite=Strict, and
+    // the browser arrived from the provider's site; the page's own
+    // navigation is same-site, so the cookie goes with it.
+    let page = bare(
+        "Signed in",
+        html! {
+            meta http-equiv="refresh" content=(format!("0;url={next}"));
+            main.narrow { p { "Signed in as " strong { (who.email) } ". " a #continue href=(next) { "Continue" } } }
+        },
+    );
+    let mut res = html_response(page);
+    res.add_cookie(&session_cookie(&req, &token, Some(SESSION_TTL))).map_err(|_| ApiError::internal())?;
+    res.add_cookie(&spent).map_err(|_| ApiError::internal())?;
+    Ok(res)
 }
 
 /// `POST /logout`.
