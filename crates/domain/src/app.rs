@@ -180,6 +180,7 @@ impl Sluice {
             audit: p.audit,
             clock: clock.clone(),
             lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::schedule::LEASE),
+            stopping: Arc::default(),
         };
         let catalog = CatalogService {
             identity: identity.clone(),

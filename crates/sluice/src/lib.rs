@@ -290,7 +290,10 @@ impl Application {
             _ = shutdown_signal() => {}
         }
         let _ = stop.send(true);
-        tracing::info!(grace_s = SHUTDOWN_GRACE.as_secs(), "stopping: waiting for the run in progress");
+        tracing::info!(
+            grace_s = SHUTDOWN_GRACE.as_secs(),
+            "stopping: the run in progress pauses at its next checkpoint"
+        );
         match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
             Ok(_) => tracing::info!("stopped"),
             Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),
@@ -323,7 +326,10 @@ impl Application {
         let served = self.server.await;
         let _ = stop.send(true);
         if let Some(worker) = self.worker {
-            tracing::info!(grace_s = SHUTDOWN_GRACE.as_secs(), "stopping: waiting for the run in progress");
+            tracing::info!(
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "stopping: the run in progress pauses at its next checkpoint"
+            );
             match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
                 Ok(_) => tracing::info!("stopped"),
                 Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),

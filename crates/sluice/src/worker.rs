@@ -17,7 +17,8 @@ pub fn worker_id() -> String {
 }
 
 /// Claims, executes, repeats, until `stop` turns true: then it claims no
-/// more and returns once the run in progress (if any) has ended.
+/// more, the run in progress (if any) pauses at its next checkpoint and
+/// goes back to the queue, and it returns.
 pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>) {
     let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
     tracing::info!(worker = %id, "worker started");
@@ -51,14 +52,36 @@ pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Recei
                         }
                     })
                 };
-                tokio::select! {
-                    done = sluice.sync.execute_run(run) => {
-                        let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
-                        tracing::info!(worker = %id, run = %run_id, status = done.status.as_str(), rows, "run finished");
-                    }
-                    Ok(()) = lost => {
-                        tracing::warn!(worker = %id, run = %run_id, attempt = fence.attempt,
-                            "the run is no longer this worker's (its lease was taken over); execution stopped");
+                let execution = sluice.sync.execute_run(run);
+                tokio::pin!(execution);
+                let mut lost = lost;
+                let mut told = *stop.borrow();
+                loop {
+                    tokio::select! {
+                        done = &mut execution => {
+                            let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
+                            let status = done.status.as_str();
+                            if done.finished_at.is_some() {
+                                tracing::info!(worker = %id, run = %run_id, status, rows, "run finished");
+                            } else {
+                                tracing::info!(worker = %id, run = %run_id, status, rows, "run paused at a checkpoint; queued again");
+                            }
+                            break;
+                        }
+                        Ok(()) = &mut lost => {
+                            tracing::warn!(worker = %id, run = %run_id, attempt = fence.attempt,
+                                "the run is no longer this worker's (its lease was taken over); execution stopped");
+                            break;
+                        }
+                        changed = stop.changed(), if !told => {
+                            // Told to stop (or the sender is gone): the run
+                            // pauses at its next checkpoint.
+                            told = changed.is_err() || *stop.borrow();
+                            if told {
+                                sluice.sync.stop_at_checkpoint();
+                                tracing::info!(worker = %id, run = %run_id, "stopping: the run pauses at its next checkpoint");
+                            }
+                        }
                     }
                 }
                 beat.abort();

@@ -88,11 +88,23 @@ fn destination_schema(
     Ok(EntitySchema { name: m.destination().to_string(), fields: out_fields })
 }
 
+/// Carries an earlier attempt's progress of the entities this attempt did
+/// not reach, so that the next attempt still counts their rows.
+fn keep_earlier(run: &mut Run, earlier: &[EntityStats]) {
+    for e in earlier {
+        if !run.entities.iter().any(|x| x.entity == e.entity) {
+            run.entities.push(e.clone());
+        }
+    }
+}
+
 /// How one entity's sync (or the run's entities) ended.
 enum EntityOutcome {
     Done,
     Drift,
     Canceled,
+    /// Paused at a checkpoint because the process is stopping.
+    Stopped,
 }
 
 /// Why an entity or a run failed, and whether trying again later may help
@@ -154,6 +166,17 @@ impl SyncService {
         }
     }
 
+    /// Asks every run this process executes to pause at its next
+    /// checkpoint (or before its next entity) and go back to the queue,
+    /// to resume from there: the process is stopping.
+    pub fn stop_at_checkpoint(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     async fn canceled(&self, run: &Run) -> bool {
         matches!(self.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
     }
@@ -169,6 +192,27 @@ impl SyncService {
         run.started_at.get_or_insert(self.clock.now());
         let mut transient = Vec::new();
         let result = self.execute_entities(&mut run, &mut transient).await;
+        if let Ok(EntityOutcome::Stopped) = &result {
+            // Back to the queue in a new attempt (the fence keeps this one
+            // from writing more), to resume from the stored cursors.
+            let message = "the worker is stopping: paused at a checkpoint; queued again to resume from it";
+            self.log(&run, "warn", None, message.into()).await;
+            // The progress so far, so that the next attempt counts its rows.
+            if let Err(e) = self.runs.progress(run.fence(), &run.entities).await {
+                tracing::warn!(run = %run.id, error = %e, "storing a paused run's progress failed");
+            }
+            match self.queue.requeue(run.fence(), run.claimed_by.clone()).await {
+                Ok(true) => {
+                    run.status = RunStatus::Queued;
+                    run.attempt += 1;
+                }
+                // Not held any more, or the store is down: lease recovery
+                // takes the run over as for a crash.
+                Ok(false) => {}
+                Err(e) => tracing::error!(run = %run.id, error = %e, "queueing a paused run again failed"),
+            }
+            return run;
+        }
         if let Err(f) = &result
             && f.lost
         {
@@ -215,6 +259,8 @@ impl SyncService {
                 RunStatus::Failed
             }
             Ok(EntityOutcome::Canceled) => RunStatus::Canceled,
+            // Handled above.
+            Ok(EntityOutcome::Stopped) => RunStatus::Queued,
             Ok(EntityOutcome::Drift) => RunStatus::DriftDetected,
             Ok(EntityOutcome::Done) => {
                 let failed: Vec<&str> =
@@ -297,6 +343,11 @@ impl SyncService {
             if self.canceled(run).await {
                 return Ok(EntityOutcome::Canceled);
             }
+            // Between entities (a run, once begun, does its first).
+            if self.stopping() && !std::ptr::eq(m, &flow.config.mappings[0]) {
+                keep_earlier(run, &earlier);
+                return Ok(EntityOutcome::Stopped);
+            }
             let started = Instant::now();
             let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
             let mut stats = EntityStats {
@@ -326,6 +377,12 @@ impl SyncService {
                     stats.status = "canceled".into();
                     run.entities.push(stats);
                     return Ok(EntityOutcome::Canceled);
+                }
+                Ok(EntityOutcome::Stopped) => {
+                    stats.status = "paused".into();
+                    run.entities.push(stats);
+                    keep_earlier(run, &earlier);
+                    return Ok(EntityOutcome::Stopped);
                 }
                 Err(f) if f.lost => return Err(f),
                 Err(f) => {
@@ -563,6 +620,9 @@ impl SyncService {
             if canceled {
                 return Ok(self.cancel_after_checkpoint(step.run, &step.m.source_entity, writer).await);
             }
+            if self.stopping() {
+                return Ok(self.stop_after_checkpoint(step.run, &step.m.source_entity, writer).await);
+            }
         }
         let w = self.commit(step, writer, stats).await?;
         stats.bytes = w.bytes;
@@ -618,6 +678,9 @@ impl SyncService {
                 since_checkpoint = 0;
                 if canceled {
                     return Ok(self.cancel_after_checkpoint(step.run, &m.source_entity, writer).await);
+                }
+                if self.stopping() {
+                    return Ok(self.stop_after_checkpoint(step.run, &m.source_entity, writer).await);
                 }
             }
         }
@@ -685,6 +748,14 @@ impl SyncService {
         writer.abort().await;
         self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into()).await;
         EntityOutcome::Canceled
+    }
+
+    /// A run paused at a checkpoint because the process is stopping:
+    /// nothing is left uncommitted, the cursor holds the place.
+    async fn stop_after_checkpoint(&self, run: &Run, entity: &str, writer: Box<dyn EntityWriter>) -> EntityOutcome {
+        writer.abort().await;
+        self.log(run, "info", Some(entity), "paused after a checkpoint: the process is stopping".into()).await;
+        EntityOutcome::Stopped
     }
 
     async fn store_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {

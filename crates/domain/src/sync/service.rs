@@ -39,6 +39,9 @@ pub struct SyncService {
     pub(crate) clock: Arc<dyn Clock>,
     /// How long a worker holds a run without renewing its heartbeat.
     pub(crate) lease: time::Duration,
+    /// Set when the process is stopping: runs pause at their next
+    /// checkpoint and go back to the queue (shared by every clone).
+    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A flow to create; connections are named by id.
