@@ -57,6 +57,7 @@ pub async fn status(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> 
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"plan": "pro", "success_url": "https://sluice.example.com/billing?checkout=success", "cancel_url": "https://sluice.example.com/billing"})))]
 pub struct CheckoutBody {
     /// `pro` or `enterprise`.
     pub plan: String,
@@ -96,6 +97,7 @@ pub async fn checkout(
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"return_url": "https://sluice.example.com/billing"})))]
 pub struct PortalBody {
     /// Where the portal sends the user back; by default the console.
     pub return_url: Option<String>,

@@ -73,6 +73,7 @@ pub async fn capabilities(state: Data<AppState>) -> Json<CapabilitiesResponse> {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "warehouse-creds", "type": "postgres", "credentials": {"password": "s3cret"}})))]
 pub struct CreateIntegrationBody {
     pub name: String,
     #[serde(rename = "type")]
@@ -84,6 +85,7 @@ pub struct CreateIntegrationBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"credentials": {"password": "n3w-s3cret"}})))]
 pub struct UpdateIntegrationBody {
     pub name: Option<String>,
     /// Merged into the stored credentials: `"***"` keeps a value, `null` removes it.
@@ -240,6 +242,7 @@ pub async fn delete_integration(
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "app-db", "type": "postgres", "capability": "source", "config": {"host": "db.internal", "port": 5432, "database": "app", "user": "reader", "password": "s3cret", "schema": "public", "sslmode": "require"}})))]
 pub struct CreateConnectionBody {
     pub name: String,
     pub integration_id: Option<Uuid>,
@@ -253,6 +256,7 @@ pub struct CreateConnectionBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"type": "mysql", "config": {"host": "mysql.internal", "port": 3306, "database": "shop", "user": "reader", "password": "s3cret"}})))]
 pub struct TestConnectionBody {
     pub name: Option<String>,
     pub integration_id: Option<Uuid>,
@@ -266,6 +270,7 @@ pub struct TestConnectionBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"config": {"host": "db-replica.internal"}})))]
 pub struct UpdateConnectionBody {
     pub name: Option<String>,
     /// A UUID, or `null` to detach the integration.
@@ -373,6 +378,7 @@ pub struct DiscoverResponse {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"entity": "public.orders", "limit": 20})))]
 pub struct PreviewBody {
     pub entity: String,
     /// 1–1000, default 20.
@@ -387,6 +393,7 @@ impl PreviewBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"entity": "public.customers", "limit": 5, "transform": [{"op": "mask", "field": "email"}, {"op": "rename", "from": "id", "to": "customer_id"}]})))]
 pub struct PreviewTransformBody {
     pub entity: String,
     pub limit: Option<i64>,

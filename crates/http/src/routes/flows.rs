@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "orders", "source_connection_id": "01a20900-0000-7000-8000-000000000001", "destination_connection_id": "01a20900-0000-7000-8000-000000000002", "schedule": "*/15 * * * *", "config": {"mappings": [{"source_entity": "public.orders", "sync_mode": "incremental_deduped", "cursor_field": "updated_at", "primary_key": "id"}]}})))]
 pub struct CreateFlowBody {
     pub name: String,
     pub source_connection_id: Uuid,
@@ -38,6 +39,7 @@ pub struct CreateFlowBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"schedule": null, "status": "paused"})))]
 pub struct UpdateFlowBody {
     pub name: Option<String>,
     pub source_connection_id: Option<Uuid>,
@@ -60,6 +62,35 @@ fn status_of(s: Option<&str>) -> Result<Option<FlowStatus>, ApiError> {
     }
 }
 
+/// One entity's progress in a run, as `RunResponse.entities` holds it (the
+/// domain's `EntityStats`, described for the OpenAPI document).
+#[derive(ToSchema)]
+#[schema(examples(json!({"entity": "public.orders", "status": "running", "rows_read": 150000, "rows_written": 150000,
+    "bytes": 9830400, "cursor_before": "2026-11-22T00:00:00Z", "cursor_after": "2026-11-23T09:12:44Z", "duration_ms": 1840,
+    "checkpoint_at": "2026-11-23T10:00:01Z", "rows_per_second": 81521.7})))]
+#[allow(dead_code)] // a schema only
+pub struct EntityProgress {
+    pub entity: String,
+    /// `running`, `succeeded`, `failed`, `drift_detected`, `canceled` or `paused`.
+    pub status: String,
+    pub rows_read: u64,
+    /// Rows committed to the destination, earlier attempts' included.
+    pub rows_written: u64,
+    pub bytes: u64,
+    /// The cursor the run started from.
+    pub cursor_before: Option<String>,
+    /// The cursor stored at the last checkpoint (or the end).
+    pub cursor_after: Option<String>,
+    pub duration_ms: u64,
+    /// When the last checkpoint committed.
+    #[schema(format = DateTime)]
+    pub checkpoint_at: Option<String>,
+    /// Rows written per second so far.
+    pub rows_per_second: Option<f64>,
+    /// Why the entity failed.
+    pub error: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RunResponse {
     pub id: Uuid,
@@ -75,8 +106,8 @@ pub struct RunResponse {
     pub started_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub finished_at: Option<OffsetDateTime>,
-    /// Per entity: rows_read, rows_written, bytes, cursor_before, cursor_after, duration_ms, status.
-    #[schema(value_type = Vec<Object>)]
+    /// Per entity, updated at each checkpoint while the run goes on.
+    #[schema(value_type = Vec<EntityProgress>)]
     pub entities: Vec<EntityStats>,
     pub error: Option<String>,
     /// The attempt executing (or that executed) the run: 1, then one more
@@ -511,6 +542,7 @@ pub async fn get_state(
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"cursor_value": "2026-01-01T00:00:00Z"})))]
 pub struct SetCursorBody {
     /// ISO 8601 for a timestamp cursor, an integer for an id.
     pub cursor_value: String,
@@ -727,6 +759,7 @@ pub async fn activity(
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"flow_id": "01a20900-0000-7000-8000-000000000003", "run_id": "01a20900-0000-7000-8000-000000000004", "status": "succeeded"})))]
 pub struct OrchestrateBody {
     pub flow_id: Uuid,
     pub run_id: Uuid,

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"asset_id": "01a20900-0000-7000-8000-000000000005", "payload_raw": "Sure! Here it is: {'user_id': '42', 'email': 'ann@example.com',}"})))]
 pub struct ValidateBody {
     /// The catalog asset whose contract applies.
     pub asset_id: String,

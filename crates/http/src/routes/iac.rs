@@ -112,6 +112,7 @@ pub async fn export(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> 
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"flow_id": "orders", "entity_name": "public.orders", "proposed_schema": [{"name": "id", "type": "integer", "required": true}, {"name": "total", "type": "string"}]})))]
 pub struct DriftBody {
     /// The flow's id or name.
     pub flow_id: String,

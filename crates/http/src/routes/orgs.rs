@@ -334,6 +334,7 @@ impl OrganizationResponse {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "Acme Data", "slug": "acme-data"})))]
 pub struct CreateOrganizationBody {
     pub name: String,
     /// Derived from the name when absent.
@@ -342,6 +343,7 @@ pub struct CreateOrganizationBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "Acme Analytics"})))]
 pub struct UpdateOrganizationBody {
     pub name: Option<String>,
     pub slug: Option<String>,
@@ -365,12 +367,14 @@ impl From<Member> for MemberResponse {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"role": "Editor"})))]
 pub struct UpdateMemberBody {
     pub role: RoleDto,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"email": "ann@example.com", "role": "Viewer"})))]
 pub struct CreateInvitationBody {
     pub email: String,
     pub role: RoleDto,
@@ -410,6 +414,7 @@ impl InvitationResponse {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "ci-deploy", "roles": ["Editor"]})))]
 pub struct CreateApiKeyBody {
     pub name: String,
     pub roles: Vec<RoleDto>,

@@ -104,6 +104,7 @@ impl From<User> for UserResponse {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "Ann Lee"})))]
 pub struct UpdateMeBody {
     pub name: Option<String>,
     pub email: Option<String>,
@@ -111,6 +112,7 @@ pub struct UpdateMeBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"token": "inv_3kT9xQ2mZp7RwL5nV8cJ"})))]
 pub struct AcceptInvitationBody {
     pub token: String,
 }
