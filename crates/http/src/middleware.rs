@@ -60,7 +60,8 @@ pub async fn handle(
                     let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".into());
                     state.metrics.request(res.request().method().as_str(), &route, status, elapsed);
                 }
-                let ms = elapsed * 1000.0;
+                // Rounded to 0.01 ms: log lines stay short and readable.
+                let ms = (elapsed * 100_000.0).round() / 100.0;
                 if res.status().is_server_error() {
                     tracing::error!(status, latency_ms = ms, "request failed");
                 } else {
