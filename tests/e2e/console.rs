@@ -115,10 +115,25 @@ async fn signing_in_and_csrf(app: TestApp) {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _, _) = b.post("/login", &[("token", &token_of(&ann))], None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    // `next` only ever leads to this server.
-    let (_, _, headers) =
-        b.post("/login", &[("token", &token_of(&ann)), ("next", "//evil.example")], Some(&origin)).await;
-    assert_eq!(headers["location"], "/");
+    // `next` only ever leads to this server, and a control character in it
+    // is no 500.
+    for next in ["//evil.example", "/\t/evil.example", "/\n/x", "/\\evil.example"] {
+        let (status, _, headers) = b.post("/login", &[("token", &token_of(&ann)), ("next", next)], Some(&origin)).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{next:?}");
+        assert_eq!(headers["location"], "/", "{next:?}");
+    }
+    // A spoofed forwarded host does not make another origin this server's.
+    let spoofed = b
+        .client
+        .post(format!("{}/login", app.base))
+        .header("Origin", "http://evil.example")
+        .header("X-Forwarded-Host", "evil.example")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={}", token_of(&ann)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), StatusCode::FORBIDDEN);
 
     b.sign_in(&token_of(&ann)).await;
     let (status, html, headers) = b.get("/").await;
@@ -156,6 +171,20 @@ async fn signing_in_and_csrf(app: TestApp) {
     assert_eq!(read.status(), StatusCode::OK);
     let write = b.client.put(&api).header("Cookie", &cookie).json(&json!({"name": "x"})).send().await.unwrap();
     assert_eq!(write.status(), StatusCode::UNAUTHORIZED);
+    // Nor through another spelling of the path that routes to the API.
+    let encoded = format!("{}/%761/organizations/{org}/api-keys", app.base);
+    let write = b
+        .client
+        .post(&encoded)
+        .header("Cookie", &cookie)
+        .header("Content-Type", "text/plain")
+        .body(r#"{"name": "stolen", "roles": ["Admin"]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(write.status(), StatusCode::UNAUTHORIZED);
+    let keys = check!(app.get(&format!("/v1/organizations/{org}/api-keys"), &ann).await, 200);
+    assert_eq!(keys.body["data"].as_array().unwrap().len(), 0, "{}", keys.body);
 
     // Signing out clears the cookie.
     let csrf = b.csrf(&format!("/o/{org}")).await;
@@ -257,6 +286,25 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     assert!(!html.contains("New connection"), "{html}");
     let (_, html, _) = viewer.get(&format!("/o/{org}/settings")).await;
     assert!(!html.contains("Create key") && !html.contains("Invite"), "{html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/connections/{src}")).await;
+    assert!(!html.contains(">Test<") && html.contains(">Discover<"), "{html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/iac")).await;
+    assert!(!html.contains("value=\"apply\"") && !html.contains("value=\"plan\""), "{html}");
+
+    // The gateway playground validates for a signed-in member.
+    let asset = check!(
+        app.post(&format!("{base}/data-assets"), &ann, json!({"name": "customer", "fields": [
+            {"name": "user_id", "type": "integer", "required": true}, {"name": "email", "type": "string", "tags": ["PII.Sensitive"]}]})).await,
+        201
+    )
+    .id();
+    let csrf = viewer.csrf(&format!("/o/{org}/gateway")).await;
+    let payload = "Sure! {'user_id': '42', 'email': 'ann@example.com',}";
+    let form = [("csrf", csrf.as_str()), ("asset", asset.as_str()), ("payload", payload)];
+    let (status, html, _) = viewer.post(&format!("/o/{org}/gateway"), &form, Some(&viewer.origin())).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("The cleaned object") && html.contains("&quot;user_id&quot;: 42"), "{html}");
+    assert!(!html.contains("&quot;ann@example.com&quot;"), "the tagged field is masked: {html}");
 
     // And the server refuses the Viewer's writes anyway.
     let csrf = viewer.csrf(&format!("/o/{org}")).await;

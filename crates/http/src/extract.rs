@@ -40,6 +40,12 @@ impl FromRequest for Caller {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let reading = matches!(*req.method(), actix_web::http::Method::GET | actix_web::http::Method::HEAD);
+        if !reading && req.extensions().get::<crate::console::CookieSession>().is_some() {
+            return ready(Err(ApiError::unauthenticated(
+                "the console's session cookie does not write through the API: send 'Authorization: Bearer <token>' or 'X-Api-Key: <key>'",
+            )));
+        }
         ready(match req.extensions().get::<AuthOutcome>() {
             Some(AuthOutcome::Ok(c)) => Ok(c.clone()),
             Some(AuthOutcome::Failed { status, code, message }) => Err(ApiError::new(*status, code, message.clone())),

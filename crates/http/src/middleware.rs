@@ -200,15 +200,12 @@ async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutco
     })
 }
 
-/// The console's session cookie, on console pages and on the API's reads
-/// only: the API's writes need a header, so no page of another site can
-/// make a browser write through the API. A cookie that no longer signs in
-/// counts as none (the console asks to sign in again).
+/// The console's session cookie. Console pages take it (their forms carry
+/// a CSRF token); the API's [`Caller`] takes it for reads only, whatever
+/// the path's spelling, so no page can make a browser write through the
+/// API. A cookie that no longer signs in counts as none (the console asks
+/// to sign in again).
 async fn cookie_session(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutcome> {
-    let api = req.path().starts_with("/v1/");
-    if api && !matches!(*req.method(), Method::GET | Method::HEAD) {
-        return None;
-    }
     let token = req.cookie(crate::console::SESSION_COOKIE)?.value().to_string();
     let (principal, claims) = sluice.identity.authenticate_session(&token).await.ok()?;
     req.extensions_mut().insert(crate::console::CookieSession(token));

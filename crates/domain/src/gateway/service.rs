@@ -11,7 +11,7 @@ use crate::identity::{Permission, Principal};
 use crate::monitoring::activity::ActivityEvent;
 use crate::monitoring::service::MonitoringService;
 use crate::shared::clock::Clock;
-use crate::shared::ids::AssetId;
+use crate::shared::ids::{AssetId, OrgId};
 use crate::shared::offload::Offload;
 use crate::{Error, Result};
 use serde_json::json;
@@ -49,7 +49,13 @@ impl GatewayService {
         let Principal::ApiKey { org_id, .. } = p else {
             return Err(Error::Unauthenticated("the gateway takes an organization API key (X-Api-Key)".into()));
         };
-        let org = *org_id;
+        self.validate_in(p, *org_id, asset, raw).await
+    }
+
+    /// The same pipeline for any member of `org` (the console's
+    /// playground): it reads the organization's contract and counts
+    /// against its monthly quota like a call with its API key.
+    pub async fn validate_in(&self, p: &Principal, org: OrgId, asset: AssetId, raw: &str) -> Result<GatewayResult> {
         self.identity.access(p, org, Permission::Read).await?;
         let asset = self.catalog.contract(org, asset).await?;
         if let Err(e) = self.billing.consume_validation(org).await {

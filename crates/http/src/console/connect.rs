@@ -180,7 +180,7 @@ async fn detail_page(s: &Session, ctx: &OrgCtx, c: Connection, panel: Panel) -> 
         }
         details { summary { "Configuration" } (super::json_block(&config)) p.hint { "Credentials are stored encrypted and never shown." } }
         div.row {
-            (button(s, &format!("{at}/test"), "Test", "primary", None))
+            @if ctx.can_write() { (button(s, &format!("{at}/test"), "Test", "primary", None)) }
             (button(s, &format!("{at}/discover"), "Discover", "", None))
             @if ctx.can_write() {
                 (button(s, &format!("{at}/delete"), "Delete", "danger", Some("Delete this connection? Flows using it stop working.")))

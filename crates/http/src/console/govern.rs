@@ -32,7 +32,7 @@ fn fields_table(fields: &[ContractField]) -> Markup {
 fn field_row(f: &ContractField, depth: usize) -> Markup {
     html! {
         tr {
-            td { span style=(format!("padding-left:{}em", depth)) {} code { (f.name) } }
+            td { span.muted { ("· ".repeat(depth)) } code { (f.name) } }
             td { (serde_json::to_value(f.field_type).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()) }
             td { (if f.required { "yes" } else { "" }) }
             td { @for t in &f.tags { span.tag { (t) } " " } }
@@ -151,7 +151,12 @@ pub async fn gateway_validate(state: Data<AppState>, post: Post<GatewayForm>, or
     let f = &post.form;
     let result = match f.asset.parse::<Uuid>() {
         Err(_) => html! { p.error { "Pick an asset." } },
-        Ok(asset) => match state.sluice.gateway.validate(&s.caller.principal, AssetId::from(asset), &f.payload).await {
+        Ok(asset) => match state
+            .sluice
+            .gateway
+            .validate_in(&s.caller.principal, ctx.id(), AssetId::from(asset), &f.payload)
+            .await
+        {
             Ok(GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings })) => html! {
                 p { (badge("valid")) " The cleaned object:" }
                 (json_block(&serde_json::Value::Object(data)))
@@ -196,9 +201,11 @@ fn iac_page(s: &Session, ctx: &OrgCtx, text: &str, result: Option<Markup>) -> Pa
             textarea #iac-doc name="document" rows="18" spellcheck="false" { (text) }
             label for="iac-file" { "…or load a file" }
             input #iac-file type="file" accept=".yaml,.yml,text/yaml" data-load-into="iac-doc";
-            div.row {
-                button name="action" value="plan" { "Plan" }
-                @if ctx.can_write() { button.primary name="action" value="apply" data-confirm="Apply this document?" { "Apply" } }
+            @if ctx.can_write() {
+                div.row {
+                    button name="action" value="plan" { "Plan" }
+                    button.primary name="action" value="apply" data-confirm="Apply this document?" { "Apply" }
+                }
             }
         }
     };

@@ -201,11 +201,13 @@ impl ResponseError for PageError {
                             @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
                                 ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
                             }
-                            p { a href="javascript:history.back()" { "← Back" } " · " a href="/" { "Home" } }
+                            p { a href="/" { "Home" } }
                         }
                     },
                 );
-                HttpResponse::build(e.status).content_type("text/html; charset=utf-8").body(body.into_string())
+                let mut res = html_response(body);
+                *res.status_mut() = e.status;
+                res
             }
         }
     }
@@ -252,11 +254,20 @@ impl FromRequest for Session {
 /// Whether the request's `Origin` (or, without one, `Referer`) is this
 /// server: browsers send one with every POST.
 fn same_origin(req: &HttpRequest) -> bool {
-    let host = req.connection_info().host().to_string();
     let from = req.headers().get(header::ORIGIN).or_else(|| req.headers().get(header::REFERER));
     let Some(from) = from.and_then(|v| v.to_str().ok()) else { return false };
-    let rest = from.split_once("://").map_or("", |(_, r)| r);
-    rest.split('/').next() == Some(host.as_str())
+    let Some((scheme, rest)) = from.split_once("://") else { return false };
+    let origin = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // The console's configured address (behind a proxy that rewrites
+    // Host), or the Host the browser itself sent with this request's own
+    // scheme; never X-Forwarded-Host, which any client can send.
+    let configured = req
+        .app_data::<web::Data<AppState>>()
+        .map(|s| s.console_url.trim_end_matches('/').to_string())
+        .is_some_and(|c| !c.is_empty() && c == format!("{scheme}://{origin}"));
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let direct = !host.is_empty() && origin == host && scheme == req.connection_info().scheme();
+    configured || direct
 }
 
 /// A console form of type `T` from a signed-in user: its CSRF token and
@@ -280,10 +291,10 @@ impl<T: DeserializeOwned + 'static> FromRequest for Post<T> {
         let session = Session::from_request(req, payload).into_inner();
         let cookie = req.extensions().get::<CookieSession>().is_some();
         let origin_ok = same_origin(req);
-        let body = web::Bytes::from_request(req, payload);
+        let mut payload = payload.take();
         Box::pin(async move {
             let session = session?;
-            let bytes = body.await.map_err(|_| ApiError::payload_too_large(MAX_FORM))?;
+            let bytes = crate::middleware::read_body(&mut payload, MAX_FORM).await?;
             if cookie {
                 let sent: CsrfField = serde_urlencoded::from_bytes(&bytes).unwrap_or(CsrfField { csrf: String::new() });
                 if !origin_ok || !constant_time_eq(sent.csrf.as_bytes(), session.csrf.as_bytes()) {
@@ -400,9 +411,10 @@ pub fn html_response(markup: Markup) -> HttpResponse {
         .content_type("text/html; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header(("X-Frame-Options", "DENY"))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
         .insert_header((
             header::CONTENT_SECURITY_POLICY,
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self' https:",
         ))
         .body(markup.into_string())
 }

@@ -14,9 +14,43 @@ use serde::Deserialize;
 
 /// Where to go after signing in: a path of this server only.
 fn local(next: Option<&str>) -> String {
+    // Browsers drop tabs and newlines from URLs (`/\t/evil` becomes
+    // `//evil`) and read `\` as `/`: none of them, nor any other control
+    // character or space, passes; nor does a second leading slash.
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && n.len() <= 2048
+                && n.chars().all(|c| !c.is_control() && !c.is_whitespace() && c != '\\') =>
+        {
+            n.to_string()
+        }
         _ => "/".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local;
+
+    #[test]
+    fn next_leads_to_this_server_only() {
+        assert_eq!(local(Some("/o/1/flows?x=1")), "/o/1/flows?x=1");
+        for bad in [
+            "//evil.example",
+            "/\\evil",
+            "/\t/evil.example",
+            "/\n/x",
+            "/\r/x",
+            "/ /x",
+            "https://evil",
+            "evil",
+            "/\u{7f}x",
+        ] {
+            assert_eq!(local(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(local(None), "/");
     }
 }
 
