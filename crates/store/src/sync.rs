@@ -305,6 +305,18 @@ impl RunRepository for Store {
         crate::keyset_page(&self.db, q, runs::Column::Id, page, run_from, |r| r.id.as_uuid()).await
     }
 
+    async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<Run>> {
+        let rows = runs::Entity::find()
+            .filter(runs::Column::OrgId.eq(org.as_uuid()))
+            .filter(runs::Column::QueuedAt.gte(since))
+            .order_by_desc(runs::Column::QueuedAt)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?;
+        rows.into_iter().map(run_from).collect()
+    }
+
     async fn running_for_flow(&self, flow: FlowId) -> Result<bool> {
         Ok(runs::Entity::find()
             .filter(runs::Column::FlowId.eq(flow.as_uuid()))

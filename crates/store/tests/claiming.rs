@@ -233,3 +233,40 @@ async fn a_process_frozen_inside_a_transaction_does_not_block_the_take_over() {
     );
     assert!(tx.commit().await.is_err(), "the frozen transaction was ended");
 }
+
+/// `recent`: the organization's runs since a time, newest first, bounded,
+/// and none of another organization's.
+async fn recent_runs_are_the_organizations_newest(store: &Store) {
+    let (org, flows) = seed(store, 2).await;
+    let (other, other_flows) = seed(store, 1).await;
+    let now = time::OffsetDateTime::now_utc();
+    for (i, f) in flows.iter().chain(flows.iter()).enumerate() {
+        let at = now - time::Duration::days(i as i64 * 3);
+        RunRepository::enqueue(store, &new_run(f, Trigger::Manual, uuid::Uuid::now_v7(), at)).await.unwrap();
+    }
+    RunRepository::enqueue(store, &new_run(&other_flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now)).await.unwrap();
+    let recent = RunRepository::recent(store, org, now - time::Duration::days(7), 10).await.unwrap();
+    let ages: Vec<i64> = recent.iter().map(|r| (now - r.queued_at).whole_days()).collect();
+    assert_eq!(ages, vec![0, 3, 6], "newest first, within the week");
+    assert!(recent.iter().all(|r| r.org_id == org));
+    assert_eq!(RunRepository::recent(store, org, now - time::Duration::days(30), 2).await.unwrap().len(), 2);
+    assert_eq!(RunRepository::recent(store, other, now - time::Duration::days(1), 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn recent_runs_on_sqlite() {
+    let file =
+        std::env::temp_dir().join(format!("sluice-recent-{}.db", sluice_domain::shared::secret::random_base62(8)));
+    let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
+    recent_runs_are_the_organizations_newest(&store).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
+#[tokio::test]
+async fn recent_runs_on_postgres() {
+    let Some((_db, url)) = fresh("sluice_recent").await else { return };
+    let store = Store::connect(&url, &[9u8; 32]).await.unwrap();
+    recent_runs_are_the_organizations_newest(&store).await;
+}

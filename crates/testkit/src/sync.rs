@@ -186,6 +186,14 @@ impl RunRepository for InMemoryFlows {
         Ok(page_of(items, page, |r| r.id.as_uuid()))
     }
 
+    async fn recent(&self, org: OrgId, since: time::OffsetDateTime, limit: u64) -> Result<Vec<Run>> {
+        let mut items: Vec<Run> =
+            self.s().runs.iter().filter(|r| r.org_id == org && r.queued_at >= since).cloned().collect();
+        items.sort_by_key(|r| std::cmp::Reverse(r.queued_at));
+        items.truncate(limit as usize);
+        Ok(items)
+    }
+
     async fn running_for_flow(&self, flow: FlowId) -> Result<bool> {
         Ok(self.s().runs.iter().any(|r| r.flow_id == flow && r.status == RunStatus::Running))
     }

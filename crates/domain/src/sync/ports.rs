@@ -59,6 +59,9 @@ pub trait RunRepository: Send + Sync {
         status: Option<RunStatus>,
         page: PageRequest,
     ) -> Result<Page<Run>>;
+    /// The organization's runs queued at or after `since`, newest first,
+    /// at most `limit` (the console's overview and plots).
+    async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<Run>>;
     async fn running_for_flow(&self, flow: FlowId) -> Result<bool>;
     /// Appends a log line; with a `fence`, only while that attempt still
     /// holds the run (a worker's lines), else unconditionally (the

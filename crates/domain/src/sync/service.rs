@@ -368,6 +368,13 @@ impl SyncService {
         self.runs.list_for_flow(org, flow, status, page).await
     }
 
+    /// The organization's runs of the last `days` days, newest first, at
+    /// most `limit`: one query, for overviews and plots.
+    pub async fn recent_runs(&self, p: &Principal, org: OrgId, days: i64, limit: u64) -> Result<Vec<Run>> {
+        self.identity.access(p, org, Permission::Read).await?;
+        self.runs.recent(org, self.clock.now() - time::Duration::days(days), limit).await
+    }
+
     pub async fn get_run(&self, p: &Principal, org: OrgId, id: RunId) -> Result<Run> {
         self.identity.access(p, org, Permission::Read).await?;
         self.runs.get(org, id).await?.ok_or(Error::not_found("run"))

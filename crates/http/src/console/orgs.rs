@@ -65,18 +65,13 @@ pub async fn create(state: Data<AppState>, post: Post<NameForm>) -> PageResult {
     Ok(redirect(&format!("/o/{}", org.id)))
 }
 
-/// The runs of the organization's flows, newest first, a bounded number
-/// per flow.
-pub(super) async fn recent_runs(state: &AppState, s: &Session, ctx: &OrgCtx, flows: &[Flow]) -> Vec<Run> {
-    let mut runs = Vec::new();
-    for f in flows {
-        let page = PageRequest { limit: 50, after: None };
-        if let Ok(p) = state.sluice.sync.list_runs(&s.caller.principal, ctx.id(), f.id, None, page).await {
-            runs.extend(p.items);
-        }
-    }
-    runs.sort_by_key(|r| std::cmp::Reverse(r.queued_at));
-    runs
+/// How far back the overview looks, and how many runs it reads at most.
+const RECENT_DAYS: i64 = 14;
+const RECENT_RUNS: u64 = 5_000;
+
+/// The organization's runs of the last two weeks, newest first (one query).
+pub(super) async fn recent_runs(state: &AppState, s: &Session, ctx: &OrgCtx) -> Vec<Run> {
+    state.sluice.sync.recent_runs(&s.caller.principal, ctx.id(), RECENT_DAYS, RECENT_RUNS).await.unwrap_or_default()
 }
 
 /// Rows written per day over the last two weeks.
@@ -117,7 +112,7 @@ pub async fn overview(state: Data<AppState>, s: Session, org: Path<Uuid>) -> Pag
     let p = &s.caller.principal;
     let d = state.sluice.monitoring.dashboard(p, ctx.id()).await?;
     let flows = state.sluice.sync.list_flows(p, ctx.id(), None, ALL).await?.items;
-    let runs = recent_runs(&state, &s, &ctx, &flows).await;
+    let runs = recent_runs(&state, &s, &ctx).await;
     let name_of = |id| flows.iter().find(|f| f.id == id).map_or("?", |f| f.name.as_str());
     let today = state.sluice.identity.now().date();
     let stat = |label: &str, value: u64, href: String| {
