@@ -416,5 +416,17 @@ flows:
         browser.wait_text("h1", title, 10).await;
         browser.screenshot(shot).await;
     }
+    // On a phone's width the same pages still read: no horizontal scroll
+    // of the page itself (wide tables scroll in their own box).
+    browser.call(reqwest::Method::POST, "/window/rect", Some(json!({"width": 390, "height": 844}))).await;
+    for (page, shot) in [(format!("/runs/{run}"), "phone-run"), ("/flows".to_string(), "phone-flows")] {
+        browser.go(&format!("{base}/o/{org}{page}")).await;
+        browser.find("h1").await;
+        let script = "return document.documentElement.scrollWidth <= window.innerWidth + 1;";
+        let fits =
+            browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": []}))).await;
+        assert_eq!(fits, true, "{page} is wider than a phone");
+        browser.screenshot(shot).await;
+    }
     let _ = std::fs::remove_dir_all(&data);
 }

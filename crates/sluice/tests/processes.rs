@@ -415,6 +415,22 @@ async fn count_rows(pg: &mut sqlx::PgConnection, sql: &str) -> i64 {
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to a process.
+/// Sends SIGTERM and waits (up to 60 s) for a clean exit; answers the
+/// process's log.
+async fn terminate(p: &mut Proc, log: &std::path::Path) -> String {
+    signal(p, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the process did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "a clean exit: {status:?}");
+    std::fs::read_to_string(log).unwrap()
+}
+
 fn signal(p: &Proc, signal: &str) {
     let ok = std::process::Command::new("kill").args([&format!("-{signal}"), &p.0.id().to_string()]).status().unwrap();
     assert!(ok.success(), "kill -{signal}");
@@ -552,17 +568,7 @@ async fn sigterm_pauses_an_incremental_run_at_its_next_checkpoint_and_it_resumes
         assert!(Instant::now() < deadline, "no checkpoint within 120 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    signal(&first, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = first.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the process did not stop");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(status.success(), "a clean exit: {status:?}");
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = terminate(&mut first, &log).await;
     assert!(text.contains("run paused at a checkpoint; queued again"), "{text}");
     assert!(!text.contains("stopped with a run in progress"), "it did not wait out the grace: {text}");
     let copied = count_rows(&mut pg, &format!("SELECT count(*) FROM {}.events", dst.name)).await;
@@ -621,17 +627,7 @@ async fn sigterm_lets_the_run_in_progress_end_and_takes_no_more() {
         assert!(Instant::now() < deadline, "the run did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    signal(&first, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = first.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the process did not stop");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(status.success(), "a clean exit: {status:?}");
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = terminate(&mut first, &log).await;
     assert!(text.contains("pauses at its next checkpoint") && text.contains("stopped"), "{text}");
 
     // Started again: the run ended succeeded before the stop, whole; the

@@ -57,7 +57,7 @@ pub async fn status(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> 
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"plan": "pro", "success_url": "https://sluice.example.com/billing?checkout=success", "cancel_url": "https://sluice.example.com/billing"})))]
+#[schema(examples(json!({"cancel_url": "https://sluice.example.com/billing", "plan": "pro", "success_url": "https://sluice.example.com/billing?checkout=success"})))]
 pub struct CheckoutBody {
     /// `pro` or `enterprise`.
     pub plan: String,

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"name": "customer", "description": "A customer as the CRM extractor returns it", "fields": [{"name": "user_id", "type": "integer", "required": true}, {"name": "email", "type": "string", "tags": ["PII.Sensitive"]}]})))]
+#[schema(examples(json!({"description": "A customer as the CRM extractor returns it", "fields": [{"name": "user_id", "required": true, "type": "integer"}, {"name": "email", "tags": ["PII.Sensitive"], "type": "string"}], "name": "customer"})))]
 pub struct CreateAssetBody {
     pub name: String,
     /// `[{name, type, required?, tags?, fields?}]`; types `string, integer,
@@ -33,7 +33,7 @@ pub struct CreateAssetBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"fields": [{"name": "user_id", "type": "integer", "required": true}, {"name": "email", "type": "string", "tags": ["PII.Sensitive"]}, {"name": "plan", "type": "string"}]})))]
+#[schema(examples(json!({"fields": [{"name": "user_id", "required": true, "type": "integer"}, {"name": "email", "tags": ["PII.Sensitive"], "type": "string"}, {"name": "plan", "type": "string"}]})))]
 pub struct UpdateAssetBody {
     pub name: Option<String>,
     /// Fields that differ from the current ones make version n+1.

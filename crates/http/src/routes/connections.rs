@@ -73,7 +73,7 @@ pub async fn capabilities(state: Data<AppState>) -> Json<CapabilitiesResponse> {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"name": "warehouse-creds", "type": "postgres", "credentials": {"password": "s3cret"}})))]
+#[schema(examples(json!({"credentials": {"password": "s3cret"}, "name": "warehouse-creds", "type": "postgres"})))]
 pub struct CreateIntegrationBody {
     pub name: String,
     #[serde(rename = "type")]
@@ -242,7 +242,7 @@ pub async fn delete_integration(
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"name": "app-db", "type": "postgres", "capability": "source", "config": {"host": "db.internal", "port": 5432, "database": "app", "user": "reader", "password": "s3cret", "schema": "public", "sslmode": "require"}})))]
+#[schema(examples(json!({"capability": "source", "config": {"database": "app", "host": "db.internal", "password": "s3cret", "port": 5432, "schema": "public", "sslmode": "require", "user": "reader"}, "name": "app-db", "type": "postgres"})))]
 pub struct CreateConnectionBody {
     pub name: String,
     pub integration_id: Option<Uuid>,
@@ -256,7 +256,7 @@ pub struct CreateConnectionBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"type": "mysql", "config": {"host": "mysql.internal", "port": 3306, "database": "shop", "user": "reader", "password": "s3cret"}})))]
+#[schema(examples(json!({"config": {"database": "shop", "host": "mysql.internal", "password": "s3cret", "port": 3306, "user": "reader"}, "type": "mysql"})))]
 pub struct TestConnectionBody {
     pub name: Option<String>,
     pub integration_id: Option<Uuid>,
@@ -393,7 +393,7 @@ impl PreviewBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"entity": "public.customers", "limit": 5, "transform": [{"op": "mask", "field": "email"}, {"op": "rename", "from": "id", "to": "customer_id"}]})))]
+#[schema(examples(json!({"entity": "public.customers", "limit": 5, "transform": [{"field": "email", "op": "mask"}, {"from": "id", "op": "rename", "to": "customer_id"}]})))]
 pub struct PreviewTransformBody {
     pub entity: String,
     pub limit: Option<i64>,

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"name": "orders", "source_connection_id": "01a20900-0000-7000-8000-000000000001", "destination_connection_id": "01a20900-0000-7000-8000-000000000002", "schedule": "*/15 * * * *", "config": {"mappings": [{"source_entity": "public.orders", "sync_mode": "incremental_deduped", "cursor_field": "updated_at", "primary_key": "id"}]}})))]
+#[schema(examples(json!({"config": {"mappings": [{"cursor_field": "updated_at", "primary_key": "id", "source_entity": "public.orders", "sync_mode": "incremental_deduped"}]}, "destination_connection_id": "01a20900-0000-7000-8000-000000000002", "name": "orders", "schedule": "*/15 * * * *", "source_connection_id": "01a20900-0000-7000-8000-000000000001"})))]
 pub struct CreateFlowBody {
     pub name: String,
     pub source_connection_id: Uuid,
@@ -65,9 +65,7 @@ fn status_of(s: Option<&str>) -> Result<Option<FlowStatus>, ApiError> {
 /// One entity's progress in a run, as `RunResponse.entities` holds it (the
 /// domain's `EntityStats`, described for the OpenAPI document).
 #[derive(ToSchema)]
-#[schema(examples(json!({"entity": "public.orders", "status": "running", "rows_read": 150000, "rows_written": 150000,
-    "bytes": 9830400, "cursor_before": "2026-11-22T00:00:00Z", "cursor_after": "2026-11-23T09:12:44Z", "duration_ms": 1840,
-    "checkpoint_at": "2026-11-23T10:00:01Z", "rows_per_second": 81521.7})))]
+#[schema(examples(json!({"bytes": 9830400, "checkpoint_at": "2026-11-23T10:00:01Z", "cursor_after": "2026-11-23T09:12:44Z", "cursor_before": "2026-11-22T00:00:00Z", "duration_ms": 1840, "entity": "public.orders", "rows_per_second": 81521.7, "rows_read": 150000, "rows_written": 150000, "status": "running"})))]
 #[allow(dead_code)] // a schema only
 pub struct EntityProgress {
     pub entity: String,

@@ -112,7 +112,7 @@ pub async fn export(state: Data<AppState>, caller: Caller, path: Path<Uuid>) -> 
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"flow_id": "orders", "entity_name": "public.orders", "proposed_schema": [{"name": "id", "type": "integer", "required": true}, {"name": "total", "type": "string"}]})))]
+#[schema(examples(json!({"entity_name": "public.orders", "flow_id": "orders", "proposed_schema": [{"name": "id", "required": true, "type": "integer"}, {"name": "total", "type": "string"}]})))]
 pub struct DriftBody {
     /// The flow's id or name.
     pub flow_id: String,

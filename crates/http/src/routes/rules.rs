@@ -39,7 +39,7 @@ pub struct ChannelBody {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"name": "failed runs", "event": "run.failed", "filter": {"flow_id": "01a20900-0000-7000-8000-000000000003"}, "channel": {"type": "webhook", "url": "https://hooks.example.com/sluice"}, "enabled": true})))]
+#[schema(examples(json!({"channel": {"type": "webhook", "url": "https://hooks.example.com/sluice"}, "enabled": true, "event": "run.failed", "filter": {"flow_id": "01a20900-0000-7000-8000-000000000003"}, "name": "failed runs"})))]
 pub struct RuleBody {
     pub name: String,
     /// `run.succeeded`, `run.failed`, `run.drift_detected`, `schema.drift`,
@@ -246,7 +246,7 @@ pub async fn deliveries(
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"organization_id": "01a20900-0000-7000-8000-000000000006", "event": "run.failed", "message": "nightly export failed", "data": {"source": "scheduler"}})))]
+#[schema(examples(json!({"data": {"source": "scheduler"}, "event": "run.failed", "message": "nightly export failed", "organization_id": "01a20900-0000-7000-8000-000000000006"})))]
 pub struct NotificationBody {
     pub organization_id: Uuid,
     /// The event's type, e.g. `run.failed`; rules naming it deliver it.
