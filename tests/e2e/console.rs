@@ -273,6 +273,30 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
             assert!(html.starts_with("<!DOCTYPE html>"), "{page}");
         }
     }
+    // A malformed id or query is a page too, not the API's JSON.
+    for (path, code) in [
+        ("/o/not-a-uuid".to_string(), StatusCode::NOT_FOUND),
+        ("/?org=bad".into(), StatusCode::UNPROCESSABLE_ENTITY),
+        (format!("/o/{org}/flows/new?source=x"), StatusCode::UNPROCESSABLE_ENTITY),
+        ("/login/link".into(), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let (status, html, _) = admin.get(&path).await;
+        assert_eq!(status, code, "{path}: {html}");
+        assert!(html.starts_with("<!DOCTYPE html>"), "{path}: {html}");
+    }
+    // A failed save keeps what the user typed and names the problem.
+    let csrf = admin.csrf(&format!("/o/{org}/flows/{flow}")).await;
+    let config = r#"{"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}"#;
+    let (status, html, _) = admin
+        .post(
+            &format!("/o/{org}/flows/{flow}"),
+            &[("csrf", &csrf), ("name", "items"), ("schedule", "every tuesday"), ("config", config)],
+            Some(&admin.origin()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(r#"value="every tuesday""#) && html.contains(r#"<div class="error" role="alert">"#), "{html}");
+
     // The run page follows the API's event stream.
     let (_, html, _) = admin.get(&format!("/o/{org}/runs/{run}")).await;
     assert!(html.contains(&format!("data-events=\"{base}/runs/{run}/events\"")), "{html}");

@@ -1,7 +1,7 @@
 //! Connections: the list, a new connection, and one connection's page
 //! with test, discovery and preview.
 
-use super::{OrgCtx, PageResult, Post, Session, badge, button, csrf, notice, page, redirect, when_opt};
+use super::{OrgCtx, PageResult, Post, Session, badge, button, csrf, error_box, notice, page, redirect, when_opt};
 use crate::AppState;
 use crate::error::ApiError;
 use actix_web::web::{Data, Path};
@@ -94,17 +94,6 @@ async fn list_page(
         }
     };
     Ok(page(ctx, s, "/connections", "Connections", body))
-}
-
-fn error_box(e: &ApiError) -> Markup {
-    html! {
-        div.error role="alert" {
-            p { (e.message) }
-            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
-                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
-            }
-        }
-    }
 }
 
 #[derive(Deserialize)]

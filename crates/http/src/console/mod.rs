@@ -88,19 +88,35 @@ pub(crate) fn open_login_link(key: &[u8], token: &str) -> Option<(String, String
 
 /// The console's routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(orgs::home))
+    // Malformed ids, queries and forms get an HTML page here, not the
+    // API's JSON.
+    let page = |path: &str| {
+        web::resource(path.to_string())
+            .app_data(
+                web::PathConfig::default()
+                    .error_handler(|_, _| PageError::Api(ApiError::not_found("no such page")).into()),
+            )
+            .app_data(web::QueryConfig::default().error_handler(|e, _| input_error("query", e.to_string())))
+            .app_data(
+                web::FormConfig::default().limit(MAX_FORM).error_handler(|e, _| input_error("form", e.to_string())),
+            )
+    };
+    cfg.service(page("/").route(web::get().to(orgs::home)))
         .route("/assets/console.css", web::get().to(css))
         .route("/assets/console.js", web::get().to(js))
-        .route("/login", web::get().to(signin::page))
-        .route("/login", web::post().to(signin::with_token))
-        .route("/login/link", web::get().to(signin::link_page))
-        .route("/login/link", web::post().to(signin::with_link))
-        .route("/login/oidc", web::get().to(signin::oidc_start))
-        .route("/login/oidc/callback", web::get().to(signin::oidc_callback))
+        .service(page("/login").route(web::get().to(signin::page)).route(web::post().to(signin::with_token)))
+        .service(page("/login/link").route(web::get().to(signin::link_page)).route(web::post().to(signin::with_link)))
+        .service(page("/login/oidc").route(web::get().to(signin::oidc_start)))
+        .service(page("/login/oidc/callback").route(web::get().to(signin::oidc_callback)))
         .route("/logout", web::post().to(signin::logout))
         .route("/orgs", web::post().to(orgs::create))
         .service(
             web::scope("/o/{org}")
+                .app_data(
+                    web::PathConfig::default()
+                        .error_handler(|_, _| PageError::Api(ApiError::not_found("no such page")).into()),
+                )
+                .app_data(web::QueryConfig::default().error_handler(|e, _| input_error("query", e.to_string())))
                 .route("", web::get().to(orgs::overview))
                 .route("/settings", web::get().to(orgs::settings))
                 .route("/invitations", web::post().to(orgs::invite))
@@ -137,6 +153,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/iac", web::post().to(govern::iac_apply))
                 .route("/audit", web::get().to(govern::audit)),
         );
+}
+
+/// A malformed query or form, as a console page.
+fn input_error(what: &str, message: String) -> actix_web::Error {
+    PageError::Api(ApiError::validation(vec![sluice_domain::FieldError::new(what, message)])).into()
 }
 
 async fn css() -> HttpResponse {
@@ -498,6 +519,19 @@ pub fn count(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// A use case's error in a form's page: its message and each field's
+/// problem.
+pub fn error_box(e: &ApiError) -> Markup {
+    html! {
+        div.error role="alert" {
+            p { (e.message) }
+            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
+                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
+            }
+        }
+    }
 }
 
 /// A notice at the top of a page.

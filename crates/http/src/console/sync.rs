@@ -99,10 +99,7 @@ async fn new_flow_page(
     let conns = connections(state, s, ctx).await?;
     let modes = ["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
     let body = html! {
-        @if let Some(e) = error { div.error role="alert" { p { (e.message) }
-            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
-                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
-            } } }
+        @if let Some(e) = error { (super::error_box(e)) }
         form.grid method="post" action=(ctx.at("/flows")) {
             (csrf(s))
             label for="flow-name" { "Name" } input #flow-name name="name" required value=(f.name);
@@ -196,13 +193,29 @@ pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>
 }
 
 async fn flow_page(state: &AppState, s: &Session, ctx: &OrgCtx, flow: Flow, shown: Option<Markup>) -> PageResult {
+    flow_page_with(state, s, ctx, flow, shown, None).await
+}
+
+/// A flow's page; `draft` refills the edit form with what the user sent
+/// when saving it failed.
+async fn flow_page_with(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    flow: Flow,
+    shown: Option<Markup>,
+    draft: Option<&EditForm>,
+) -> PageResult {
     let p = &s.caller.principal;
     let conns = connections(state, s, ctx).await?;
     let runs =
         state.sluice.sync.list_runs(p, ctx.id(), flow.id, None, PageRequest { limit: 20, after: None }).await?.items;
     let cursors = state.sluice.sync.cursors(p, ctx.id(), flow.id).await?;
     let at = ctx.at(&format!("/flows/{}", flow.id));
-    let config = serde_json::to_string_pretty(&flow.config).unwrap_or_default();
+    let config =
+        draft.map_or_else(|| serde_json::to_string_pretty(&flow.config).unwrap_or_default(), |d| d.config.clone());
+    let edit_name = draft.map_or_else(|| flow.name.clone(), |d| d.name.clone());
+    let edit_schedule = draft.map_or_else(|| flow.schedule.clone().unwrap_or_default(), |d| d.schedule.clone());
     let name = flow.name.clone();
     let body = html! {
         @if let Some(m) = shown { (m) }
@@ -252,8 +265,8 @@ async fn flow_page(state: &AppState, s: &Session, ctx: &OrgCtx, flow: Flow, show
         @if ctx.can_write() {
             form.stack method="post" action=(at) {
                 (csrf(s))
-                label for="flow-edit-name" { "Name" } input #flow-edit-name name="name" value=(flow.name);
-                label for="flow-edit-schedule" { "Schedule (cron; empty for manual)" } input #flow-edit-schedule name="schedule" value=(flow.schedule.clone().unwrap_or_default());
+                label for="flow-edit-name" { "Name" } input #flow-edit-name name="name" value=(edit_name);
+                label for="flow-edit-schedule" { "Schedule (cron; empty for manual)" } input #flow-edit-schedule name="schedule" value=(edit_schedule);
                 label for="flow-edit-config" { "Mappings and dependencies (JSON)" }
                 textarea #flow-edit-config name="config" rows="12" spellcheck="false" { (config) }
                 button.primary { "Save" }
@@ -294,8 +307,8 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
     let config: FlowConfig = match serde_json::from_str(&f.config) {
         Ok(c) => c,
         Err(e) => {
-            let shown = html! { p.error role="alert" { "The configuration is not valid: " (e) } };
-            return flow_page(&state, s, &ctx, flow, Some(shown)).await;
+            let shown = html! { p.error role="alert" { "The configuration is not valid JSON of a flow: " (e) } };
+            return flow_page_with(&state, s, &ctx, flow, Some(shown), Some(f)).await;
         }
     };
     let update = FlowUpdate {
@@ -308,11 +321,7 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
     };
     match state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), flow.id, update).await {
         Ok(saved) => flow_page(&state, s, &ctx, saved, Some(notice("Saved."))).await,
-        Err(e) => {
-            let e = ApiError::from(e);
-            let shown = html! { p.error role="alert" { (e.message) } };
-            flow_page(&state, s, &ctx, flow, Some(shown)).await
-        }
+        Err(e) => flow_page_with(&state, s, &ctx, flow, Some(super::error_box(&e.into())), Some(f)).await,
     }
 }
 
