@@ -295,7 +295,10 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(html.contains(r#"value="every tuesday""#) && html.contains(r#"<div class="error" role="alert">"#), "{html}");
+    assert!(
+        html.contains(r#"value="every tuesday""#) && html.contains(r#"<div class="error" role="alert">"#),
+        "{html}"
+    );
 
     // The run page follows the API's event stream.
     let (_, html, _) = admin.get(&format!("/o/{org}/runs/{run}")).await;

@@ -41,7 +41,7 @@ enum Command {
         /// The user's e-mail address.
         #[arg(long)]
         email: String,
-        /// How long the link stays usable: 15m, 1h or seconds.
+        /// How long the link stays usable: 15m, 1h or seconds (24h at most).
         #[arg(long, default_value = "15m")]
         ttl: String,
     },
@@ -147,6 +147,12 @@ async fn run() -> anyhow::Result<()> {
         Command::LoginLink { email, ttl } => {
             let email = checked_email(&email)?;
             let ttl = parse_ttl(&ttl)?;
+            // A spent link is remembered as long as idempotency keys are:
+            // no link may outlive that.
+            let most = sluice_domain::shared::idempotency::RETENTION.unsigned_abs();
+            if ttl > most {
+                anyhow::bail!("--ttl is at most {} hours for a login link", most.as_secs() / 3600);
+            }
             settings.ensure_secrets()?;
             let sessions = sluice::ConsoleSessions::from_settings(&settings).context("no HS256 secret")?;
             println!("{}", sessions.login_link(&settings.public_url, &email, ttl));
