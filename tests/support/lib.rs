@@ -69,7 +69,14 @@ pub async fn pg_schema() -> Option<PgSchema> {
                     "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
                 );
             }
-            eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+            {
+                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\n!!! SKIPPED {}: PostgreSQL is unreachable ({e})\n",
+                    std::thread::current().name().unwrap_or("a test")
+                );
+            };
             None
         }
     }
@@ -224,9 +231,14 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
                             "PostgreSQL at {admin_url} is unreachable ({why}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
                         );
                     }
-                    eprintln!(
-                        "\n!!! SKIPPED: PostgreSQL at {admin_url} is unreachable ({why}); start it to run this test\n"
-                    );
+                    {
+                        use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "\n!!! SKIPPED {}: PostgreSQL at {admin_url} is unreachable ({why}); start it to run this test\n",
+                            std::thread::current().name().unwrap_or("a test")
+                        );
+                    };
                     return None;
                 }
             };

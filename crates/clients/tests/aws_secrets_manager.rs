@@ -39,7 +39,14 @@ async fn start_moto() -> Option<(Moto, String)> {
                 !services_required(),
                 "moto_server cannot be started ({e}): install it with `pip install 'moto[server]'` (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
             );
-            eprintln!("\n!!! SKIPPED: moto_server is not installed ({e}); pip install 'moto[server]'\n");
+            {
+                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\n!!! SKIPPED {}: moto_server is not installed ({e}); pip install 'moto[server]'\n",
+                    std::thread::current().name().unwrap_or("a test")
+                );
+            };
             return None;
         }
     };

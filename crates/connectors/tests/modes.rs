@@ -18,7 +18,14 @@ async fn reachable(what: &str, ok: bool, why: String) -> bool {
                 "{what} is unreachable ({why}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
             );
         }
-        eprintln!("\n!!! SKIPPED: {what} is unreachable ({why})\n");
+        {
+            use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!! SKIPPED {}: {what} is unreachable ({why})\n",
+                std::thread::current().name().unwrap_or("a test")
+            );
+        };
     }
     ok
 }

@@ -16,7 +16,11 @@ use common::*;
 
 fn skip(why: &str) {
     assert!(!services_required(), "{why}; set SLUICE_TEST_SKIP_SERVICES=1 to skip");
-    eprintln!("\n!!! SKIPPED: {why}\n");
+    {
+        use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+        let _ =
+            writeln!(std::io::stderr(), "\n!!! SKIPPED {}: {why}\n", std::thread::current().name().unwrap_or("a test"));
+    };
 }
 
 fn run(cmd: &mut Command) {

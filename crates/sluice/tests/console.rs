@@ -38,7 +38,14 @@ impl Browser {
                 !services_required(),
                 "the browser tests need Debian's chromium and chromium-driver: `apt-get install chromium chromium-driver` (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip them"
             );
-            eprintln!("\n!!! SKIPPED: chromium or chromedriver is not installed\n");
+            {
+                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\n!!! SKIPPED {}: chromium or chromedriver is not installed\n",
+                    std::thread::current().name().unwrap_or("a test")
+                );
+            };
             return None;
         }
         let port = free_port();
@@ -215,7 +222,14 @@ impl Schemas {
                     !services_required(),
                     "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip the tests that need it"
                 );
-                eprintln!("\n!!! SKIPPED: PostgreSQL is unreachable ({e})\n");
+                {
+                    use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "\n!!! SKIPPED {}: PostgreSQL is unreachable ({e})\n",
+                        std::thread::current().name().unwrap_or("a test")
+                    );
+                };
                 return None;
             }
         };
