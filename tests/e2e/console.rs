@@ -343,6 +343,33 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 
+    // The Admin manages members: Vic becomes an Editor, the last Admin
+    // stays, and a removed member's pages are gone.
+    let vic_id = check!(app.get("/v1/users/me", &vic).await, 200).id();
+    let ann_id = check!(app.get("/v1/users/me", &ann).await, 200).id();
+    let csrf = admin.csrf(&format!("/o/{org}/settings")).await;
+    let (status, html, _) = admin
+        .post(&format!("/o/{org}/members/{vic_id}/role"), &[("csrf", &csrf), ("role", "Editor")], Some(&origin))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("vic@example.com is now Editor"), "{html}");
+    let (status, html, _) = admin
+        .post(&format!("/o/{org}/members/{ann_id}/role"), &[("csrf", &csrf), ("role", "Viewer")], Some(&origin))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    let (status, _, _) = viewer
+        .post(
+            &format!("/o/{org}/members/{ann_id}/remove"),
+            &[("csrf", &viewer.csrf(&format!("/o/{org}")).await)],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "an Editor cannot remove members");
+    let (status, _, _) =
+        admin.post(&format!("/o/{org}/members/{vic_id}/remove"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(viewer.get(&format!("/o/{org}")).await.0, StatusCode::NOT_FOUND);
+
     // Another organization's pages are not found, as in the API.
     let eve = app.token("eve@example.com");
     let mut stranger = Browser::new(&app);

@@ -120,6 +120,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("", web::get().to(orgs::overview))
                 .route("/settings", web::get().to(orgs::settings))
                 .route("/invitations", web::post().to(orgs::invite))
+                .route("/members/{user}/role", web::post().to(orgs::member_role))
+                .route("/members/{user}/remove", web::post().to(orgs::remove_member))
                 .route("/api-keys", web::post().to(orgs::create_key))
                 .route("/api-keys/{id}/revoke", web::post().to(orgs::revoke_key))
                 .route("/billing/checkout", web::post().to(orgs::checkout))

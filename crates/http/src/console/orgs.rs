@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use sluice_domain::identity::access::Role;
 use sluice_domain::identity::service::NewOrganization;
-use sluice_domain::shared::ids::{ApiKeyId, RuleId};
+use sluice_domain::shared::ids::{ApiKeyId, RuleId, UserId};
 use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, Run, RunStatus};
 use uuid::Uuid;
@@ -200,10 +200,26 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
         section {
             h2 { "Members" }
             table {
-                thead { tr { th { "Name" } th { "E-mail" } th { "Role" } th { "Joined" } } }
+                thead { tr { th { "Name" } th { "E-mail" } th { "Role" } th { "Joined" } @if ctx.is_admin() { th { "" } } } }
                 tbody { @for m in &members { tr {
                     td { (m.name.clone().unwrap_or_default()) } td { (m.email.clone().unwrap_or_default()) }
-                    td { (m.role.as_str()) } td { (when(m.joined_at)) }
+                    td {
+                        @if ctx.is_admin() {
+                            form.inline method="post" action=(ctx.at(&format!("/members/{}/role", m.user_id))) {
+                                (csrf(s))
+                                label.sr for=(format!("role-{}", m.user_id)) { "Role" }
+                                select id=(format!("role-{}", m.user_id)) name="role" {
+                                    @for r in Role::ALL { option selected[r == m.role] { (r.as_str()) } }
+                                }
+                                button { "Change" }
+                            }
+                        } @else { (m.role.as_str()) }
+                    }
+                    td { (when(m.joined_at)) }
+                    @if ctx.is_admin() { td {
+                        (button(s, &ctx.at(&format!("/members/{}/remove", m.user_id)), "Remove", "danger",
+                            Some("Remove this member? They lose access to the organization.")))
+                    } }
                 } } }
             }
             @if ctx.is_admin() {
@@ -337,6 +353,31 @@ pub async fn invite(state: Data<AppState>, post: Post<InviteForm>, org: Path<Uui
         }
     };
     settings_page(&state, s, ctx, Some(shown)).await
+}
+
+#[derive(Deserialize)]
+pub struct RoleForm {
+    role: String,
+}
+
+/// `POST /o/{org}/members/{user}/role` (Admin; the last Admin stays).
+pub async fn member_role(state: Data<AppState>, post: Post<RoleForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, user) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let role: Role = post.form.role.parse()?;
+    let m = state.sluice.identity.update_member_role(&s.caller.principal, ctx.id(), UserId::from(user), role).await?;
+    let who = m.email.clone().or(m.name.clone()).unwrap_or_else(|| "The member".into());
+    settings_page(&state, s, ctx, Some(notice(&format!("{who} is now {}.", m.role.as_str())))).await
+}
+
+/// `POST /o/{org}/members/{user}/remove` (Admin; the last Admin stays).
+pub async fn remove_member(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, user) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    state.sluice.identity.remove_member(&s.caller.principal, ctx.id(), UserId::from(user)).await?;
+    Ok(redirect(&ctx.at("/settings")))
 }
 
 /// `POST /o/{org}/api-keys`: shows the key once.
