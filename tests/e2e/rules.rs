@@ -124,7 +124,14 @@ async fn rules_deliver_signed_and_retry(backend: Backend) {
         .await,
         201
     );
-    assert_eq!(check!(app.get(&rules, &viewer).await, 200).body["data"].as_array().unwrap().len(), 2);
+    let listed = check!(app.get(&rules, &viewer).await, 200).body;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 2);
+    // A Slack URL is a credential: a Viewer sees its host, an Admin all of it.
+    let chat = |body: &Value| {
+        body["data"].as_array().unwrap().iter().find(|r| r["name"] == "chat").unwrap()["channel"]["url"].clone()
+    };
+    assert_eq!(chat(&listed), format!("{}/***", url.split('/').take(3).collect::<Vec<_>>().join("/")));
+    assert_eq!(chat(&check!(app.get(&rules, &ann).await, 200).body), format!("{url}/slack"));
     // PUT without a secret keeps it; the audit log never shows it.
     let put = check!(
         app.put(

@@ -228,9 +228,46 @@ pub fn slack_body(event: &ActivityEvent) -> String {
     json!({"text": text}).to_string()
 }
 
+/// Hides a Slack URL's path (the credential) from a role that cannot
+/// write rules; webhook URLs are addresses, not credentials, and stay.
+pub fn mask_for(role: crate::identity::access::Role, rule: &mut NotificationRule) {
+    if rule.channel.kind == ChannelKind::Slack && !role.allows(crate::identity::Permission::Write) {
+        let (scheme, rest) = rule.channel.url.split_once("://").unwrap_or(("https", rule.channel.url.as_str()));
+        let host = rest.split('/').next().unwrap_or("");
+        rule.channel.url = format!("{scheme}://{host}/{}", crate::shared::audit::REDACTED);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slack_url_is_masked_for_viewers_only() {
+        use crate::identity::access::Role;
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let rule = |kind, url: &str| NotificationRule {
+            id: RuleId::new(),
+            org_id: crate::shared::ids::OrgId::new(),
+            name: "r".into(),
+            event: "run.failed".into(),
+            flow_id: None,
+            channel: Channel { kind, url: url.into(), secret: None },
+            enabled: true,
+            created_at: now,
+            updated_at: now,
+        };
+        let slack = "https://hooks.slack.com/services/T000/B000/XXXX";
+        let mut r = rule(ChannelKind::Slack, slack);
+        mask_for(Role::Viewer, &mut r);
+        assert_eq!(r.channel.url, format!("https://hooks.slack.com/{}", crate::shared::audit::REDACTED));
+        let mut r = rule(ChannelKind::Slack, slack);
+        mask_for(Role::Editor, &mut r);
+        assert_eq!(r.channel.url, slack);
+        let mut r = rule(ChannelKind::Webhook, "https://hooks.example.com/sluice");
+        mask_for(Role::Viewer, &mut r);
+        assert_eq!(r.channel.url, "https://hooks.example.com/sluice");
+    }
 
     #[test]
     fn signatures_match_the_standard_webhooks_test_vector() {

@@ -98,14 +98,22 @@ impl MonitoringService {
 
     // ---- notification rules ---------------------------------------------
 
+    /// The organization's rules. A Slack URL is a credential (whoever
+    /// holds it posts to the channel): Viewers see its host only.
     pub async fn list_rules(&self, p: &Principal, org: OrgId, page: PageRequest) -> Result<Page<NotificationRule>> {
-        self.identity.access(p, org, Permission::Read).await?;
-        self.rules.list(org, page).await
+        let role = self.identity.access(p, org, Permission::Read).await?;
+        let mut page = self.rules.list(org, page).await?;
+        for r in &mut page.items {
+            rule::mask_for(role, r);
+        }
+        Ok(page)
     }
 
     pub async fn get_rule(&self, p: &Principal, org: OrgId, id: RuleId) -> Result<NotificationRule> {
-        self.identity.access(p, org, Permission::Read).await?;
-        self.rules.get(org, id).await?.ok_or(Error::not_found("rule"))
+        let role = self.identity.access(p, org, Permission::Read).await?;
+        let mut r = self.rules.get(org, id).await?.ok_or(Error::not_found("rule"))?;
+        rule::mask_for(role, &mut r);
+        Ok(r)
     }
 
     /// The channel of a checked rule: a webhook keeps `existing`'s secret
