@@ -102,6 +102,13 @@ async fn signing_in_and_csrf(app: TestApp) {
     let (status, _, headers) = b.get("/o/00000000-0000-0000-0000-000000000000/flows").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers["location"], "/login?next=%2Fo%2F00000000-0000-0000-0000-000000000000%2Fflows");
+    // A form posted while signed out leads back to the start, not to the
+    // form's target; HEAD answers like GET.
+    let (status, _, headers) = b.post("/o/00000000-0000-0000-0000-000000000000/flows", &[("name", "x")], None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/login?next=%2F");
+    let head = b.client.head(format!("{}/login", app.base)).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
     let (status, html, _) = b.get("/login").await;
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("sluice login-link"), "links are offered when the server can mint sessions");

@@ -101,13 +101,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 web::FormConfig::default().limit(MAX_FORM).error_handler(|e, _| input_error("form", e.to_string())),
             )
     };
-    cfg.service(page("/").route(web::get().to(orgs::home)))
-        .route("/assets/console.css", web::get().to(css))
-        .route("/assets/console.js", web::get().to(js))
-        .service(page("/login").route(web::get().to(signin::page)).route(web::post().to(signin::with_token)))
-        .service(page("/login/link").route(web::get().to(signin::link_page)).route(web::post().to(signin::with_link)))
-        .service(page("/login/oidc").route(web::get().to(signin::oidc_start)))
-        .service(page("/login/oidc/callback").route(web::get().to(signin::oidc_callback)))
+    cfg.service(page("/").route(read().to(orgs::home)))
+        .route("/assets/console.css", read().to(css))
+        .route("/assets/console.js", read().to(js))
+        .service(page("/login").route(read().to(signin::page)).route(web::post().to(signin::with_token)))
+        .service(page("/login/link").route(read().to(signin::link_page)).route(web::post().to(signin::with_link)))
+        .service(page("/login/oidc").route(read().to(signin::oidc_start)))
+        .service(page("/login/oidc/callback").route(read().to(signin::oidc_callback)))
         .route("/logout", web::post().to(signin::logout))
         .route("/orgs", web::post().to(orgs::create))
         .service(
@@ -117,8 +117,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                         .error_handler(|_, _| PageError::Api(ApiError::not_found("no such page")).into()),
                 )
                 .app_data(web::QueryConfig::default().error_handler(|e, _| input_error("query", e.to_string())))
-                .route("", web::get().to(orgs::overview))
-                .route("/settings", web::get().to(orgs::settings))
+                .route("", read().to(orgs::overview))
+                .route("/settings", read().to(orgs::settings))
                 .route("/invitations", web::post().to(orgs::invite))
                 .route("/members/{user}/role", web::post().to(orgs::member_role))
                 .route("/members/{user}/remove", web::post().to(orgs::remove_member))
@@ -128,33 +128,39 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/billing/portal", web::post().to(orgs::portal))
                 .route("/rules", web::post().to(orgs::create_rule))
                 .route("/rules/{id}/delete", web::post().to(orgs::delete_rule))
-                .route("/connections", web::get().to(connect::list))
+                .route("/connections", read().to(connect::list))
                 .route("/connections", web::post().to(connect::create))
-                .route("/connections/{id}", web::get().to(connect::detail))
+                .route("/connections/{id}", read().to(connect::detail))
                 .route("/connections/{id}/test", web::post().to(connect::test))
                 .route("/connections/{id}/discover", web::post().to(connect::discover))
                 .route("/connections/{id}/preview", web::post().to(connect::preview))
                 .route("/connections/{id}/delete", web::post().to(connect::delete))
-                .route("/flows", web::get().to(sync::list))
+                .route("/flows", read().to(sync::list))
                 .route("/flows", web::post().to(sync::create))
-                .route("/flows/new", web::get().to(sync::new_flow))
-                .route("/flows/{id}", web::get().to(sync::detail))
+                .route("/flows/new", read().to(sync::new_flow))
+                .route("/flows/{id}", read().to(sync::detail))
                 .route("/flows/{id}", web::post().to(sync::update))
                 .route("/flows/{id}/run", web::post().to(sync::run))
                 .route("/flows/{id}/status", web::post().to(sync::set_status))
                 .route("/flows/{id}/cursors/set", web::post().to(sync::set_cursor))
                 .route("/flows/{id}/cursors/reset", web::post().to(sync::reset_cursor))
-                .route("/runs/{id}", web::get().to(sync::run_page))
-                .route("/topology", web::get().to(sync::topology))
-                .route("/traces/{id}", web::get().to(sync::trace))
-                .route("/catalog", web::get().to(govern::catalog))
-                .route("/catalog/{id}", web::get().to(govern::asset))
-                .route("/gateway", web::get().to(govern::gateway))
+                .route("/runs/{id}", read().to(sync::run_page))
+                .route("/topology", read().to(sync::topology))
+                .route("/traces/{id}", read().to(sync::trace))
+                .route("/catalog", read().to(govern::catalog))
+                .route("/catalog/{id}", read().to(govern::asset))
+                .route("/gateway", read().to(govern::gateway))
                 .route("/gateway", web::post().to(govern::gateway_validate))
-                .route("/iac", web::get().to(govern::iac))
+                .route("/iac", read().to(govern::iac))
                 .route("/iac", web::post().to(govern::iac_apply))
-                .route("/audit", web::get().to(govern::audit)),
+                .route("/audit", read().to(govern::audit)),
         );
+}
+
+/// GET, and HEAD (answered without a body) for checks and proxies.
+fn read() -> actix_web::Route {
+    use actix_web::guard;
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }
 
 /// A malformed query or form, as a console page.
@@ -264,7 +270,13 @@ impl FromRequest for Session {
     type Future = std::future::Ready<Result<Self, PageError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let next = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        // Back to the page after signing in; a form's target is no page.
+        let next = match *req.method() {
+            actix_web::http::Method::GET | actix_web::http::Method::HEAD => {
+                req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string()
+            }
+            _ => "/".to_string(),
+        };
         let caller = match req.extensions().get::<AuthOutcome>() {
             Some(AuthOutcome::Ok(c)) => c.clone(),
             _ => return std::future::ready(Err(PageError::SignIn(next))),
