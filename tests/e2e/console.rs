@@ -384,6 +384,22 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     let (status, _, _) = stranger.get(&format!("/o/{org}/flows/{flow}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
+    // The activity feed filters by event type (or its first part) and
+    // severity: the finished run is there under `run`, not under `schema`.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, html, _) = admin.get(&format!("/o/{org}/audit?event=run&severity=info")).await;
+        if html.contains("run.succeeded") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no run.succeeded in the feed: {html}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, html, _) = admin.get(&format!("/o/{org}/audit?event=schema")).await;
+    assert!(!html.contains("run.succeeded") && html.contains("No events."), "{html}");
+    let (_, html, _) = admin.get(&format!("/o/{org}/audit?event=run&severity=error")).await;
+    assert!(!html.contains("run.succeeded"), "{html}");
+
     // The Admin runs the flow from the console and lands on its page.
     let csrf = admin.csrf(&format!("/o/{org}")).await;
     let (status, _, headers) =

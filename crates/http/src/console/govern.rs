@@ -262,6 +262,10 @@ pub async fn iac_apply(state: Data<AppState>, post: Post<IacForm>, org: Path<Uui
 pub struct AuditQuery {
     action: Option<String>,
     resource_type: Option<String>,
+    /// The activity feed's filter: an event type, or its first part
+    /// (`run` takes `run.failed` and `run.succeeded`).
+    event: Option<String>,
+    severity: Option<String>,
 }
 
 /// `GET /o/{org}/audit`: the audit log (filtered) and the activity feed.
@@ -280,7 +284,20 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
         .list_audit_logs(p, ctx.id(), &filter, PageRequest { limit: 100, after: None })
         .await?
         .items;
-    let activity = state.sluice.monitoring.activity(p, ctx.id(), None, 50).await?;
+    let event = nonempty(&q.event);
+    let severity = nonempty(&q.severity);
+    let activity: Vec<_> = state
+        .sluice
+        .monitoring
+        .activity(p, ctx.id(), None, 200)
+        .await?
+        .into_iter()
+        .filter(|a| {
+            event.as_deref().is_none_or(|e| a.event_type == e || a.event_type.starts_with(&format!("{e}.")))
+                && severity.as_deref().is_none_or(|s| a.severity == s)
+        })
+        .take(50)
+        .collect();
     let body = html! {
         div.columns {
             section {
@@ -290,6 +307,8 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                     input #f-action name="action" placeholder="action, e.g. flow.create" value=[q.action.as_deref()];
                     label.sr for="f-type" { "Resource type" }
                     input #f-type name="resource_type" placeholder="resource type" value=[q.resource_type.as_deref()];
+                    @if let Some(e) = &q.event { input type="hidden" name="event" value=(e); }
+                    @if let Some(v) = &q.severity { input type="hidden" name="severity" value=(v); }
                     button { "Filter" }
                 }
                 @if entries.is_empty() { p.muted { "Nothing recorded." } } @else {
@@ -306,7 +325,19 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
             }
             section {
                 h2 { "Activity" }
-                @if activity.is_empty() { p.muted { "No events yet." } }
+                form.row method="get" action=(ctx.at("/audit")) {
+                    @if let Some(a) = &q.action { input type="hidden" name="action" value=(a); }
+                    @if let Some(r) = &q.resource_type { input type="hidden" name="resource_type" value=(r); }
+                    label.sr for="f-event" { "Event" }
+                    input #f-event name="event" placeholder="event, e.g. run.failed or run" value=[q.event.as_deref()];
+                    label.sr for="f-severity" { "Severity" }
+                    select #f-severity name="severity" {
+                        option value="" { "any severity" }
+                        @for sev in ["info", "warning", "error"] { option value=(sev) selected[severity.as_deref() == Some(sev)] { (sev) } }
+                    }
+                    button { "Filter" }
+                }
+                @if activity.is_empty() { p.muted { "No events." } }
                 ul.feed { @for a in &activity {
                     li { (badge(&a.severity)) " " code { (a.event_type) } " " (a.message) br; time.muted { (when(a.created_at)) } }
                 } }

@@ -515,8 +515,8 @@ pub fn when_opt(t: Option<OffsetDateTime>) -> String {
 pub fn badge(status: &str) -> Markup {
     let tone = match status {
         "succeeded" | "healthy" | "active" | "valid" | "compatible" | "create" => "ok",
-        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" => "bad",
-        "running" | "queued" | "update" => "live",
+        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" | "error" => "bad",
+        "running" | "queued" | "update" | "warning" | "paused" => "live",
         _ => "plain",
     };
     html! { span class={"badge " (tone)} { (status) } }
