@@ -99,6 +99,16 @@ pub struct Application {
 /// it the run is left to be resumed from its last checkpoint.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Once the worker was told to stop: its run in progress pauses at the
+/// next checkpoint; a run with none inside gets [`SHUTDOWN_GRACE`].
+async fn wait_for_worker(worker: tokio::task::JoinHandle<()>) {
+    tracing::info!(grace_s = SHUTDOWN_GRACE.as_secs(), "stopping: the run in progress pauses at its next checkpoint");
+    match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
+        Ok(_) => tracing::info!("stopped"),
+        Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),
+    }
+}
+
 /// An exclusive lock on the embedded SQLite store, held while the process
 /// runs: a second process on the same store would re-queue the first one's
 /// live runs as orphans, so it refuses to start instead.
@@ -290,14 +300,7 @@ impl Application {
             _ = shutdown_signal() => {}
         }
         let _ = stop.send(true);
-        tracing::info!(
-            grace_s = SHUTDOWN_GRACE.as_secs(),
-            "stopping: the run in progress pauses at its next checkpoint"
-        );
-        match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
-            Ok(_) => tracing::info!("stopped"),
-            Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),
-        }
+        wait_for_worker(worker).await;
         Ok(())
     }
 
@@ -326,14 +329,7 @@ impl Application {
         let served = self.server.await;
         let _ = stop.send(true);
         if let Some(worker) = self.worker {
-            tracing::info!(
-                grace_s = SHUTDOWN_GRACE.as_secs(),
-                "stopping: the run in progress pauses at its next checkpoint"
-            );
-            match tokio::time::timeout(SHUTDOWN_GRACE, worker).await {
-                Ok(_) => tracing::info!("stopped"),
-                Err(_) => tracing::warn!("stopped with a run in progress; it resumes from its last checkpoint"),
-            }
+            wait_for_worker(worker).await;
         }
         served
     }

@@ -218,18 +218,7 @@ impl Schemas {
         let mut pg = match sqlx::PgConnection::connect(PG_TEST_URL).await {
             Ok(c) => c,
             Err(e) => {
-                assert!(
-                    !services_required(),
-                    "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip the tests that need it"
-                );
-                {
-                    use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "\n!!! SKIPPED {}: PostgreSQL is unreachable ({e})\n",
-                        std::thread::current().name().unwrap_or("a test")
-                    );
-                };
+                postgres_unreachable(e);
                 return None;
             }
         };

@@ -339,12 +339,12 @@ impl SyncService {
         // Rows earlier attempts of this run committed (their last progress),
         // so that `rows_written` counts every attempt.
         let earlier = std::mem::take(&mut run.entities);
-        for m in &flow.config.mappings {
+        for (i, m) in flow.config.mappings.iter().enumerate() {
             if self.canceled(run).await {
                 return Ok(EntityOutcome::Canceled);
             }
             // Between entities (a run, once begun, does its first).
-            if self.stopping() && !std::ptr::eq(m, &flow.config.mappings[0]) {
+            if i > 0 && self.stopping() {
                 keep_earlier(run, &earlier);
                 return Ok(EntityOutcome::Stopped);
             }
