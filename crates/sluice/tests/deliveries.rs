@@ -79,7 +79,21 @@ async fn a_failed_delivery_is_retried_after_a_restart() {
     assert_eq!(res.status(), 202);
 
     // The first attempt gets a 503; the process dies before the retry.
+    // It is killed once that attempt is stored: killed while sending, the
+    // delivery would stay claimed for `CLAIM` (60 s) before another
+    // process may take it, which is a different case.
     wait("the first attempt", 20, || rx.ids.lock().unwrap().len() == 1).await;
+    let deliveries = format!("/v1/organizations/{org}/rules/{rule}/deliveries");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = api.get(&deliveries).await;
+        if d["data"][0]["attempts"] == 1 {
+            assert_eq!((d["data"][0]["status"].as_str(), d["data"][0]["response_code"].as_i64()), (Some("pending"), Some(503)));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first attempt not stored: {d}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drop(first); // SIGKILL
     *rx.accept.lock().unwrap() = true;
     let _second = spawn(&["serve"], &vars);
@@ -88,7 +102,6 @@ async fn a_failed_delivery_is_retried_after_a_restart() {
     let ids = rx.ids.lock().unwrap().clone();
     assert_eq!(ids[0], ids[1], "the retry carries the same webhook-id");
     assert!(ids[0].starts_with("msg_"));
-    let deliveries = format!("/v1/organizations/{org}/rules/{rule}/deliveries");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let d = api.get(&deliveries).await;
