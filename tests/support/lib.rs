@@ -22,13 +22,7 @@ pub fn postgres_admin_url() -> String {
     std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
-/// Whether this is a CI run, where an unreachable server fails the test.
-/// Whether the servers the tests use must be up: always, unless
-/// `SLUICE_TEST_SKIP_SERVICES=1` says to skip the tests that need them.
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-pub fn services_required() -> bool {
-    !std::env::var("SLUICE_TEST_SKIP_SERVICES").is_ok_and(|v| v == "1")
-}
+pub use sluice_testkit::services::required as services_required;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -64,19 +58,7 @@ pub async fn pg_schema() -> Option<PgSchema> {
             Some(PgSchema { name })
         }
         Err(e) => {
-            if services_required() {
-                panic!(
-                    "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
-                );
-            }
-            {
-                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\n!!! SKIPPED {}: PostgreSQL is unreachable ({e})\n",
-                    std::thread::current().name().unwrap_or("a test")
-                );
-            };
+            sluice_testkit::services::unavailable("PostgreSQL on 127.0.0.1:5432", e, "start it");
             None
         }
     }
@@ -226,19 +208,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
                         Ok(Err(e)) => e.to_string(),
                         _ => "timed out".into(),
                     };
-                    if services_required() {
-                        panic!(
-                            "PostgreSQL at {admin_url} is unreachable ({why}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
-                        );
-                    }
-                    {
-                        use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-                        let _ = writeln!(
-                            std::io::stderr(),
-                            "\n!!! SKIPPED {}: PostgreSQL at {admin_url} is unreachable ({why}); start it to run this test\n",
-                            std::thread::current().name().unwrap_or("a test")
-                        );
-                    };
+                    sluice_testkit::services::unavailable(&format!("PostgreSQL at {admin_url}"), why, "start it");
                     return None;
                 }
             };

@@ -9,13 +9,6 @@ use sluice_domain::connect::ports::SecretResolver;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether the servers the tests use must be up: always, unless
-/// `SLUICE_TEST_SKIP_SERVICES=1` says to skip the tests that need them.
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn services_required() -> bool {
-    !std::env::var("SLUICE_TEST_SKIP_SERVICES").is_ok_and(|v| v == "1")
-}
-
 struct Moto(Child);
 
 impl Drop for Moto {
@@ -35,18 +28,7 @@ async fn start_moto() -> Option<(Moto, String)> {
     {
         Ok(c) => c,
         Err(e) => {
-            assert!(
-                !services_required(),
-                "moto_server cannot be started ({e}): install it with `pip install 'moto[server]'` (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
-            );
-            {
-                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\n!!! SKIPPED {}: moto_server is not installed ({e}); pip install 'moto[server]'\n",
-                    std::thread::current().name().unwrap_or("a test")
-                );
-            };
+            sluice_testkit::services::unavailable("moto_server", e, "install it with `pip install 'moto[server]'`");
             return None;
         }
     };

@@ -13,19 +13,7 @@ use common::*;
 
 async fn reachable(what: &str, ok: bool, why: String) -> bool {
     if !ok {
-        if services_required() {
-            panic!(
-                "{what} is unreachable ({why}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip"
-            );
-        }
-        {
-            use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!! SKIPPED {}: {what} is unreachable ({why})\n",
-                std::thread::current().name().unwrap_or("a test")
-            );
-        };
+        unavailable(what, why, "start it");
     }
     ok
 }

@@ -14,13 +14,8 @@ use std::time::{Duration, Instant};
 mod common;
 use common::*;
 
-fn skip(why: &str) {
-    assert!(!services_required(), "{why}; set SLUICE_TEST_SKIP_SERVICES=1 to skip");
-    {
-        use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-        let _ =
-            writeln!(std::io::stderr(), "\n!!! SKIPPED {}: {why}\n", std::thread::current().name().unwrap_or("a test"));
-    };
+fn skip(what: &str, why: impl std::fmt::Display, start: &str) {
+    unavailable(what, why, start);
 }
 
 fn run(cmd: &mut Command) {
@@ -108,12 +103,12 @@ fn postgres_bin() -> Option<PathBuf> {
 
 async fn start_tls_postgres() -> Option<TlsPostgres> {
     let Some(bin) = postgres_bin() else {
-        skip("no PostgreSQL server binaries under /usr/lib/postgresql");
+        skip("the PostgreSQL server binaries", "none under /usr/lib/postgresql", "install Debian's postgresql package");
         return None;
     };
     for tool in ["openssl", "runuser"] {
         if Command::new("which").arg(tool).output().map(|o| !o.status.success()).unwrap_or(true) {
-            skip(&format!("{tool} is missing"));
+            skip(tool, "not on the PATH", &format!("install {tool}"));
             return None;
         }
     }
@@ -208,7 +203,7 @@ async fn an_unverifiable_server_fails_a_verified_connection_and_mysql_takes_ssl_
             let e = check(&registry, c).await.unwrap_err();
             assert!(matches!(e, ConnectorError::Tls(_)), "{e:?}");
         }
-        Err(e) => skip(&format!("PostgreSQL is unreachable ({e})")),
+        Err(e) => skip("PostgreSQL on 127.0.0.1:5432", e, "start it"),
     }
     match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
         Ok(_) => {
@@ -221,6 +216,6 @@ async fn an_unverifiable_server_fails_a_verified_connection_and_mysql_takes_ssl_
             let Err(e) = registry.source(&config("mysql", my("sometimes"))).await else { panic!("accepted") };
             assert!(matches!(e, ConnectorError::InvalidConfig(_)), "{e:?}");
         }
-        Err(e) => skip(&format!("MariaDB is unreachable ({e})")),
+        Err(e) => skip("MariaDB on 127.0.0.1:3306", e, "start it"),
     }
 }

@@ -34,18 +34,11 @@ struct Browser {
 impl Browser {
     async fn start() -> Option<Self> {
         if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-            assert!(
-                !services_required(),
-                "the browser tests need Debian's chromium and chromium-driver: `apt-get install chromium chromium-driver` (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip them"
+            sluice_testkit::services::unavailable(
+                "Chromium (Debian's chromium and chromium-driver)",
+                format!("{CHROMIUM} or {CHROMEDRIVER} is missing"),
+                "install them with `apt-get install chromium chromium-driver`",
             );
-            {
-                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\n!!! SKIPPED {}: chromium or chromedriver is not installed\n",
-                    std::thread::current().name().unwrap_or("a test")
-                );
-            };
             return None;
         }
         let port = free_port();

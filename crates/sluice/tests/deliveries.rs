@@ -88,7 +88,10 @@ async fn a_failed_delivery_is_retried_after_a_restart() {
     loop {
         let d = api.get(&deliveries).await;
         if d["data"][0]["attempts"] == 1 {
-            assert_eq!((d["data"][0]["status"].as_str(), d["data"][0]["response_code"].as_i64()), (Some("pending"), Some(503)));
+            assert_eq!(
+                (d["data"][0]["status"].as_str(), d["data"][0]["response_code"].as_i64()),
+                (Some("pending"), Some(503))
+            );
             break;
         }
         assert!(Instant::now() < deadline, "the first attempt not stored: {d}");

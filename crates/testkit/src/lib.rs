@@ -37,6 +37,7 @@ mod connector;
 mod iac;
 mod identity;
 mod monitoring;
+pub mod services;
 mod sync;
 
 pub use billing::*;

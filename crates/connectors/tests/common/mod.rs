@@ -5,13 +5,8 @@
 use sluice_domain::connect::connector::ResolvedConfig;
 use std::collections::BTreeMap;
 
-/// On CI a server that is down fails the test; elsewhere it is skipped loudly.
-/// Whether the servers the tests use must be up: always, unless
-/// `SLUICE_TEST_SKIP_SERVICES=1` says to skip the tests that need them.
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-pub fn services_required() -> bool {
-    !std::env::var("SLUICE_TEST_SKIP_SERVICES").is_ok_and(|v| v == "1")
-}
+#[allow(unused_imports)] // each test file uses its part
+pub use sluice_testkit::services::{required as services_required, unavailable};
 
 /// A short random suffix for schema and database names.
 pub fn tag() -> String {

@@ -18,27 +18,12 @@ pub fn sluice_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
 }
 
-/// Whether the servers the tests use must be up: always, unless
-/// `SLUICE_TEST_SKIP_SERVICES=1` says to skip the tests that need them.
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-pub fn services_required() -> bool {
-    !std::env::var("SLUICE_TEST_SKIP_SERVICES").is_ok_and(|v| v == "1")
-}
-
 /// PostgreSQL is down: fails the test naming it and how to start it, or,
-/// with `SLUICE_TEST_SKIP_SERVICES=1`, says on the terminal (past libtest's
-/// capture) that the test is skipped; the caller then returns.
+/// with `SLUICE_TEST_SKIP_SERVICES=1`, records the skip; the caller then
+/// returns.
+#[track_caller]
 pub fn postgres_unreachable(e: impl std::fmt::Display) {
-    assert!(
-        !services_required(),
-        "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip the tests that need it"
-    );
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n!!! SKIPPED {}: PostgreSQL is unreachable ({e})\n",
-        std::thread::current().name().unwrap_or("a test")
-    );
+    sluice_testkit::services::unavailable("PostgreSQL on 127.0.0.1:5432", e, "start it");
 }
 
 pub struct Proc(pub Child);

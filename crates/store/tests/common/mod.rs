@@ -7,13 +7,6 @@ use sea_orm::{ConnectionTrait, Database};
 
 const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
-/// Whether the servers the tests use must be up: always, unless
-/// `SLUICE_TEST_SKIP_SERVICES=1` says to skip the tests that need them.
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn services_required() -> bool {
-    !std::env::var("SLUICE_TEST_SKIP_SERVICES").is_ok_and(|v| v == "1")
-}
-
 pub struct Db(String);
 
 impl Drop for Db {
@@ -37,18 +30,7 @@ pub async fn fresh(prefix: &str) -> Option<(Db, String)> {
     let admin = match Database::connect(ADMIN).await {
         Ok(a) => a,
         Err(e) => {
-            assert!(
-                !services_required(),
-                "PostgreSQL on 127.0.0.1:5432 is unreachable ({e}): start it (.ci/run does), or set SLUICE_TEST_SKIP_SERVICES=1 to skip the tests that need it"
-            );
-            {
-                use std::io::Write as _; // Straight to the terminal: cargo shows no captured output of a passing test.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\n!!! SKIPPED {}: PostgreSQL is unreachable ({e})\n",
-                    std::thread::current().name().unwrap_or("a test")
-                );
-            };
+            sluice_testkit::services::unavailable("PostgreSQL on 127.0.0.1:5432", e, "start it");
             return None;
         }
     };
