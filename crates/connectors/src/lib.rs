@@ -24,7 +24,8 @@ const SYNC_MODES: [&str; 4] =
 ///
 /// Connectors to database servers are kept and shared while they are in
 /// use, so that runs, previews and discoveries of one connection reuse one
-/// bounded pool of connections instead of opening their own: a warm worker
+/// bounded pool of connections per tokio runtime (the worker's, and each
+/// HTTP worker thread's) instead of opening their own: a warm worker
 /// starts a run without connecting, and a busy organization cannot open an
 /// unbounded number of connections to its source.
 ///
@@ -133,7 +134,13 @@ impl<T> std::fmt::Debug for Shared<T> {
 
 impl<T> Shared<T> {
     fn get_or(&self, c: &ResolvedConfig, build: impl FnOnce() -> ConnectorResult<T>) -> ConnectorResult<Arc<T>> {
-        let key = config_key(c);
+        // Per runtime: a pool's connections are sockets of the runtime that
+        // opened them, and die with it. The HTTP server's worker threads
+        // each run a runtime that stops with the server, while the run in
+        // progress goes on to its end on the main one: a connection opened
+        // by a request (a test, a discovery) must not serve that run.
+        let runtime = tokio::runtime::Handle::try_current().map(|h| h.id().to_string()).unwrap_or_default();
+        let key = format!("{runtime}:{}", config_key(c));
         let now = Instant::now();
         let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.retain(|_, (used, _)| now.duration_since(*used) < SHARED_IDLE);
@@ -429,6 +436,25 @@ mod tests {
         bad.values.insert("sslmode".into(), json!("sometimes"));
         assert!(r.postgres(&bad).is_err());
         assert_eq!(r.postgres.len(), 3);
+    }
+
+    /// A runtime's connector is its own: connections opened on one that
+    /// stops (an HTTP worker's at shutdown) never serve another.
+    #[test]
+    fn each_runtime_has_its_own_connectors() {
+        let r = Registry::new(std::env::temp_dir());
+        let on = |r: &Registry| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let (a, b) = rt.block_on(async {
+                (r.postgres(&pg("pw", "public")).unwrap(), r.postgres(&pg("pw", "public")).unwrap())
+            });
+            assert!(Arc::ptr_eq(&a, &b), "one runtime shares one connector");
+            a
+        };
+        let first = on(&r);
+        let second = on(&r);
+        assert!(!Arc::ptr_eq(&first, &second), "another runtime, another connector");
+        assert_eq!(r.postgres.len(), 2);
     }
 
     #[tokio::test]
