@@ -262,6 +262,7 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         String::new(),
         "/connections".into(),
         format!("/connections/{src}"),
+        "/integrations".into(),
         "/flows".into(),
         "/flows/new".into(),
         format!("/flows/{flow}"),
@@ -408,6 +409,138 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     assert!(headers["location"].to_str().unwrap().starts_with(&format!("/o/{org}/runs/")));
 }
 
+/// Integrations from the console: created with credentials that no page
+/// shows again (but to an Admin who asks), used by a connection, renamed
+/// with the stored password kept, refused to a Viewer, and deleted once no
+/// connection uses it. Long lists page.
+async fn integrations_and_long_lists(app: TestApp) {
+    let ann = app.token("ann@example.com");
+    let vic = app.token("vic@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let base = format!("/v1/organizations/{org}");
+    let inv = check!(
+        app.post(&format!("{base}/invitations"), &ann, json!({"email": "vic@example.com", "role": "Viewer"})).await,
+        201
+    );
+    check!(app.post("/v1/invitations/accept", &vic, json!({"token": inv.body["token"]})).await, 200);
+    let mut admin = Browser::new(&app);
+    admin.sign_in(&token_of(&ann)).await;
+    let mut viewer = Browser::new(&app);
+    viewer.sign_in(&token_of(&vic)).await;
+    let origin = admin.origin();
+    const SECRET: &str = "s3cret-Pw-not-shown";
+
+    // Created: the page shows the key, never the value.
+    let csrf = admin.csrf(&format!("/o/{org}/integrations")).await;
+    let credentials = format!(r#"{{"password": "{SECRET}"}}"#);
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("name", "warehouse"),
+        ("integration_type", "postgres"),
+        ("credentials", &credentials),
+    ];
+    let (status, html, headers) = admin.post(&format!("/o/{org}/integrations"), &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let at = headers["location"].to_str().unwrap().to_string();
+    let id = at.rsplit('/').next().unwrap().to_string();
+    for page in [at.clone(), format!("/o/{org}/integrations")] {
+        let (status, html, _) = admin.get(&page).await;
+        assert_eq!(status, StatusCode::OK, "{page}: {html}");
+        assert!(html.contains("warehouse") && html.contains("<code>password</code>"), "{page}: {html}");
+        assert!(!html.contains(SECRET), "{page} shows the secret");
+    }
+    // A bad credentials document keeps the form and names the field.
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("name", "other"),
+        ("integration_type", "postgres"),
+        ("credentials", r#"{"password": 5}"#),
+    ];
+    let (status, html, _) = admin.post(&format!("/o/{org}/integrations"), &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(html.contains("credentials.password") && html.contains("value=\"other\""), "{html}");
+
+    // A connection on it, made in the console; each page links the other.
+    let csrf = admin.csrf(&format!("/o/{org}/connections")).await;
+    let config = r#"{"host": "127.0.0.1", "port": 1, "database": "x", "user": "postgres"}"#;
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("name", "on-warehouse"),
+        ("connector_type", "postgres"),
+        ("integration_id", id.as_str()),
+        ("config", config),
+        ("action", "create"),
+    ];
+    let (status, html, headers) = admin.post(&format!("/o/{org}/connections"), &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let conn_at = headers["location"].to_str().unwrap().to_string();
+    let conn = conn_at.rsplit('/').next().unwrap().to_string();
+    let c = check!(app.get(&format!("{base}/connections/{conn}"), &ann).await, 200);
+    assert_eq!(c.body["integration_id"], id.as_str());
+    let (_, html, _) = admin.get(&conn_at).await;
+    assert!(html.contains(&format!("href=\"{at}\"")), "{html}");
+    let (_, html, _) = admin.get(&at).await;
+    assert!(html.contains(&format!("href=\"{conn_at}\"")) && html.contains("on-warehouse"), "{html}");
+
+    // Renamed, with the placeholder keeping the stored password.
+    let csrf = admin.csrf(&at).await;
+    let form = [("csrf", csrf.as_str()), ("name", "warehouse-2"), ("credentials", r#"{"password": "***"}"#)];
+    let (status, html, _) = admin.post(&at, &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Saved.") && html.contains("warehouse-2"), "{html}");
+    let details = check!(app.get(&format!("{base}/integrations/{id}/details"), &ann).await, 200);
+    assert_eq!(details.body["credentials"]["password"], SECRET, "{}", details.body);
+
+    // Revealed to the Admin who asks; never to a Viewer, who sees no
+    // write buttons either and is refused anyway.
+    let (status, html, headers) = admin.post(&format!("{at}/reveal"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(SECRET), "{html}");
+    assert!(headers["cache-control"].to_str().unwrap().contains("no-store"));
+    let (status, html, _) = viewer.get(&at).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!html.contains("Reveal") && !html.contains(">Save<") && !html.contains(">Delete<"), "{html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/integrations")).await;
+    assert!(!html.contains("New integration"), "{html}");
+    let vcsrf = viewer.csrf(&format!("/o/{org}")).await;
+    for action in ["/reveal", "/delete", ""] {
+        let form = [("csrf", vcsrf.as_str()), ("name", "mine"), ("credentials", "{}")];
+        let (status, html, _) = viewer.post(&format!("{at}{action}"), &form, Some(&origin)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{action}: {html}");
+        assert!(!html.contains(SECRET));
+    }
+
+    // In use, it stays; unused, it goes.
+    let (status, html, _) = admin.post(&format!("{at}/delete"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(html.contains("use this integration"), "{html}");
+    let (status, _, _) = admin.post(&format!("{conn_at}/delete"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (status, _, headers) = admin.post(&format!("{at}/delete"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(
+        (status, headers["location"].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, format!("/o/{org}/integrations").as_str())
+    );
+    assert_eq!(admin.get(&at).await.0, StatusCode::NOT_FOUND);
+
+    // 101 connections: the list shows the newest 100, then the rest.
+    for i in 0..101 {
+        let c = json!({"name": format!("c{i:03}"), "type": "file", "capability": "both", "config": {"path": "d", "format": "jsonl"}});
+        check!(app.post(&format!("{base}/connections"), &ann, c).await, 201);
+    }
+    let (_, html, _) = admin.get(&format!("/o/{org}/connections")).await;
+    assert!(html.contains(">c100<") && !html.contains(">c000<"), "the newest first, 100 of them");
+    let next = html
+        .split("href=\"")
+        .filter_map(|s| s.split('"').next())
+        .find(|h| h.contains("after="))
+        .expect("a link to older ones");
+    let (status, html, _) = admin.get(&next.replace("&amp;", "&")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(">c000<") && !html.contains(">c100<") && html.contains("Newest"), "{html}");
+    assert!(!html.contains("after="), "the last page links no further");
+}
+
 mod sqlite_only {
     use super::*;
 
@@ -427,5 +560,6 @@ mod sqlite_only {
 sluice_tests::on_both_backends!(
     signing_in_and_csrf,
     a_login_link_signs_in_once,
-    every_page_renders_and_a_viewer_cannot_write
+    every_page_renders_and_a_viewer_cannot_write,
+    integrations_and_long_lists
 );

@@ -136,7 +136,7 @@ impl ConnectService {
     }
 
     /// The names of the configured OAuth providers.
-    pub(crate) fn oauth_providers(&self) -> Vec<String> {
+    pub fn oauth_providers(&self) -> Vec<String> {
         self.oauth.as_ref().map(|o| o.providers()).unwrap_or_default()
     }
 

@@ -4,7 +4,7 @@
 use super::{OrgCtx, PageResult, Post, Session, badge, button, csrf, error_box, notice, page, redirect, when_opt};
 use crate::AppState;
 use crate::error::ApiError;
-use actix_web::web::{Data, Path};
+use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,12 +12,9 @@ use sluice_domain::FieldError;
 use sluice_domain::connect::connection::Connection;
 use sluice_domain::connect::connector::ConnectorSpec;
 use sluice_domain::connect::service::{NewConnection, PreviewRequest};
-use sluice_domain::shared::ids::ConnectionId;
-use sluice_domain::shared::page::PageRequest;
+use sluice_domain::shared::ids::{ConnectionId, IntegrationId};
 use std::collections::BTreeMap;
 use uuid::Uuid;
-
-const ALL: PageRequest = PageRequest { limit: 200, after: None };
 
 /// A config template for a connector: its fields with their defaults.
 fn template(spec: &ConnectorSpec) -> String {
@@ -31,25 +28,31 @@ fn template(spec: &ConnectorSpec) -> String {
 }
 
 /// `GET /o/{org}/connections`.
-pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
-    list_page(&state, &s, &ctx, None, None).await
+    list_page(&state, &s, &ctx, &q, None, None).await
 }
 
 async fn list_page(
     state: &AppState,
     s: &Session,
     ctx: &OrgCtx,
+    q: &super::Paging,
     error: Option<&ApiError>,
     form: Option<&ConnectionForm>,
 ) -> PageResult {
-    let connections = state.sluice.connect.list_connections(&s.caller.principal, ctx.id(), ALL).await?.items;
+    let p = &s.caller.principal;
+    let listed = state.sluice.connect.list_connections(p, ctx.id(), q.request()).await?;
+    let connections = listed.items;
+    let integrations = state.sluice.connect.list_integrations(p, ctx.id(), super::LOOKUP).await?.items;
+    let picked_integration = form.and_then(|f| f.integration_id);
     let specs = state.sluice.connect.connector_specs();
     let picked = form.map_or("postgres", |f| f.connector_type.as_str());
     let config = form.map(|f| f.config.clone()).unwrap_or_else(|| {
         specs.iter().find(|sp| sp.connector_type == picked).map(template).unwrap_or_else(|| "{}".into())
     });
     let body = html! {
+        (super::integrations::tabs(ctx, "/connections"))
         @if connections.is_empty() { p.muted { "No connections yet." } } @else {
             table {
                 thead { tr { th { "Name" } th { "Type" } th { "Use" } th { "Status" } th { "Last tested" } } }
@@ -59,6 +62,7 @@ async fn list_page(
                     td { (badge(c.status.as_str())) } td { (when_opt(c.last_tested_at)) }
                 } } }
             }
+            (super::pager(&ctx.at("/connections"), q.after, listed.next_cursor.as_deref()))
         }
         @if ctx.can_write() {
             h2 #new { "New connection" }
@@ -71,6 +75,13 @@ async fn list_page(
                 select #conn-type name="connector_type" data-templates {
                     @for sp in &specs {
                         option value=(sp.connector_type) data-template=(template(sp)) selected[sp.connector_type == picked] { (sp.title) }
+                    }
+                }
+                label for="conn-integration" { "Integration" }
+                select #conn-integration name="integration_id" {
+                    option value="" { "None: credentials in the configuration" }
+                    @for i in &integrations {
+                        option value=(i.id) selected[picked_integration == Some(i.id.as_uuid())] { (i.name) " (" (i.integration_type) ")" }
                     }
                 }
                 label for="conn-config" { "Configuration (JSON)" }
@@ -101,8 +112,17 @@ pub struct ConnectionForm {
     name: String,
     connector_type: String,
     config: String,
+    /// Empty for none.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    integration_id: Option<Uuid>,
     #[serde(default)]
     action: String,
+}
+
+/// A `<select>`'s empty option as no value.
+fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Uuid>, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() { Ok(None) } else { Uuid::parse_str(&s).map(Some).map_err(serde::de::Error::custom) }
 }
 
 fn parse_config(text: &str) -> Result<BTreeMap<String, Value>, ApiError> {
@@ -116,13 +136,14 @@ pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     let f = &post.form;
+    let q = super::Paging::default();
     let config = match parse_config(&f.config) {
         Ok(c) => c,
-        Err(e) => return list_page(&state, s, &ctx, Some(&e), Some(f)).await,
+        Err(e) => return list_page(&state, s, &ctx, &q, Some(&e), Some(f)).await,
     };
     let new = NewConnection {
         name: f.name.clone(),
-        integration_id: None,
+        integration_id: f.integration_id.map(IntegrationId::from),
         connector_type: f.connector_type.clone(),
         capability: state.sluice.connect.default_capability(&f.connector_type),
         config,
@@ -140,11 +161,11 @@ pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path
             ),
             Err(e) => e.into(),
         };
-        return list_page(&state, s, &ctx, Some(&e), Some(f)).await;
+        return list_page(&state, s, &ctx, &q, Some(&e), Some(f)).await;
     }
     match state.sluice.connect.create_connection(&s.caller.principal, ctx.id(), new).await {
         Ok(c) => Ok(redirect(&ctx.at(&format!("/connections/{}", c.id)))),
-        Err(e) => list_page(&state, s, &ctx, Some(&e.into()), Some(f)).await,
+        Err(e) => list_page(&state, s, &ctx, &q, Some(&e.into()), Some(f)).await,
     }
 }
 
@@ -156,12 +177,20 @@ enum Panel {
     Preview(Result<sluice_domain::connect::service::Preview, ApiError>),
 }
 
-async fn detail_page(s: &Session, ctx: &OrgCtx, c: Connection, panel: Panel) -> PageResult {
+async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection, panel: Panel) -> PageResult {
     let at = ctx.at(&format!("/connections/{}", c.id));
+    let integration = match c.integration_id {
+        Some(i) => state.sluice.connect.get_integration(&s.caller.principal, ctx.id(), i).await.ok(),
+        None => None,
+    };
     let config = serde_json::to_value(&c.config).unwrap_or_default();
     let body = html! {
+        (super::integrations::tabs(ctx, "/connections"))
         dl.facts {
             dt { "Type" } dd { (c.connector_type) }
+            @if let Some(i) = &integration {
+                dt { "Integration" } dd { a href=(ctx.at(&format!("/integrations/{}", i.id))) { (i.name) } }
+            }
             dt { "Use" } dd { (c.capability.as_str()) }
             dt { "Status" } dd { (badge(c.status.as_str())) }
             dt { "Last tested" } dd { (when_opt(c.last_tested_at)) }
@@ -245,7 +274,7 @@ async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(Org
 pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let (ctx, c) = load(&state, &s, org, id).await?;
-    detail_page(&s, &ctx, c, Panel::None).await
+    detail_page(&state, &s, &ctx, c, Panel::None).await
 }
 
 /// `POST /o/{org}/connections/{id}/test`.
@@ -256,7 +285,7 @@ pub async fn test(state: Data<AppState>, post: Post<super::Empty>, path: Path<(U
     let outcome = state.sluice.connect.test_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await;
     // Reloaded: the test recorded its outcome on the connection.
     let c = state.sluice.connect.get_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await?;
-    detail_page(s, &ctx, c, Panel::Tested(outcome.map_err(Into::into))).await
+    detail_page(&state, s, &ctx, c, Panel::Tested(outcome.map_err(Into::into))).await
 }
 
 /// `POST /o/{org}/connections/{id}/discover`.
@@ -265,7 +294,7 @@ pub async fn discover(state: Data<AppState>, post: Post<super::Empty>, path: Pat
     let s = &post.session;
     let (ctx, c) = load(&state, s, org, id).await?;
     let found = state.sluice.connect.discover(&s.caller.principal, ctx.id(), c.id).await;
-    detail_page(s, &ctx, c, Panel::Discovered(found.map_err(Into::into))).await
+    detail_page(&state, s, &ctx, c, Panel::Discovered(found.map_err(Into::into))).await
 }
 
 #[derive(Deserialize)]
@@ -280,7 +309,7 @@ pub async fn preview(state: Data<AppState>, post: Post<PreviewForm>, path: Path<
     let (ctx, c) = load(&state, s, org, id).await?;
     let request = PreviewRequest { connection: c.id, entity: post.form.entity.clone(), limit: Some(20) };
     let p = state.sluice.connect.preview(&s.caller.principal, ctx.id(), &request).await;
-    detail_page(s, &ctx, c, Panel::Preview(p.map_err(Into::into))).await
+    detail_page(&state, s, &ctx, c, Panel::Preview(p.map_err(Into::into))).await
 }
 
 /// `POST /o/{org}/connections/{id}/delete`.

@@ -42,9 +42,10 @@ fn field_row(f: &ContractField, depth: usize) -> Markup {
 }
 
 /// `GET /o/{org}/catalog`.
-pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
-    let assets = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), ALL).await?.items;
+    let listed = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), q.request()).await?;
+    let assets = listed.items;
     let body = html! {
         @if assets.is_empty() { p.muted { "No assets yet: discovery and runs catalogue what they see, and contracts can be added through the API or IaC." } } @else {
             table {
@@ -57,6 +58,7 @@ pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>) -> Page
                     td { (when(a.updated_at)) }
                 } } }
             }
+            (super::pager(&ctx.at("/catalog"), q.after, listed.next_cursor.as_deref()))
         }
     };
     Ok(page(&ctx, &s, "/catalog", "Catalog", body))

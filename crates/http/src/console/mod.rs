@@ -11,6 +11,7 @@
 
 mod connect;
 mod govern;
+mod integrations;
 mod orgs;
 mod signin;
 mod svg;
@@ -128,6 +129,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/billing/portal", web::post().to(orgs::portal))
                 .route("/rules", web::post().to(orgs::create_rule))
                 .route("/rules/{id}/delete", web::post().to(orgs::delete_rule))
+                .route("/integrations", read().to(integrations::list))
+                .route("/integrations", web::post().to(integrations::create))
+                .route("/integrations/{id}", read().to(integrations::detail))
+                .route("/integrations/{id}", web::post().to(integrations::update))
+                .route("/integrations/{id}/reveal", web::post().to(integrations::reveal))
+                .route("/integrations/{id}/delete", web::post().to(integrations::delete))
                 .route("/connections", read().to(connect::list))
                 .route("/connections", web::post().to(connect::create))
                 .route("/connections/{id}", read().to(connect::detail))
@@ -371,6 +378,11 @@ impl OrgCtx {
             .await
             .map(|p| p.items)
             .unwrap_or_default();
+        // The switcher lists the first 50; this one is in it even past them.
+        let mut orgs = orgs;
+        if !orgs.iter().any(|o| o.id == org.id) {
+            orgs.push(org.clone());
+        }
         Ok(Self { org, role, orgs })
     }
 
@@ -556,6 +568,40 @@ pub fn notice(text: &str) -> Markup {
 /// Pretty JSON in a `<pre>`.
 pub fn json_block(v: &serde_json::Value) -> Markup {
     html! { pre.json { (serde_json::to_string_pretty(v).unwrap_or_default()) } }
+}
+
+/// Rows on one page of a long list.
+pub const PAGE_SIZE: u64 = 100;
+/// What a form's pick list or a lookup loads: the first 200 (the API's
+/// largest page).
+pub const LOOKUP: sluice_domain::shared::page::PageRequest =
+    sluice_domain::shared::page::PageRequest { limit: sluice_domain::shared::page::MAX_LIMIT, after: None };
+
+/// A list page's position: `?after=<the last id of the page before>`.
+#[derive(serde::Deserialize, Default)]
+pub struct Paging {
+    #[serde(default)]
+    pub after: Option<uuid::Uuid>,
+}
+
+impl Paging {
+    pub fn request(&self) -> sluice_domain::shared::page::PageRequest {
+        sluice_domain::shared::page::PageRequest { limit: PAGE_SIZE, after: self.after }
+    }
+}
+
+/// "Older →" to the next page of a list at `base`, when there is one;
+/// "Newest" back to the first when this is not it.
+pub fn pager(base: &str, after: Option<uuid::Uuid>, next: Option<&str>) -> Markup {
+    let sep = if base.contains('?') { '&' } else { '?' };
+    html! {
+        @if after.is_some() || next.is_some() {
+            nav.pager aria-label="Pages" {
+                @if after.is_some() { a href=(base) { "← Newest" } }
+                @if let Some(n) = next { a href=(format!("{base}{sep}after={}", urlencode(n))) rel="next" { "Older →" } }
+            }
+        }
+    }
 }
 
 pub(crate) fn redirect(to: &str) -> HttpResponse {

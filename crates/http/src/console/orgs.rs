@@ -21,6 +21,7 @@ const ALL: PageRequest = PageRequest { limit: 200, after: None };
 #[derive(Deserialize)]
 pub struct HomeQuery {
     org: Option<Uuid>,
+    after: Option<Uuid>,
 }
 
 /// `GET /`: the caller's organizations; straight to the one picked.
@@ -28,7 +29,9 @@ pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> Pag
     if let Some(org) = q.org {
         return Ok(redirect(&format!("/o/{org}")));
     }
-    let orgs = state.sluice.identity.list_organizations(&s.caller.principal, ALL).await?.items;
+    let paging = super::Paging { after: q.after };
+    let listed = state.sluice.identity.list_organizations(&s.caller.principal, paging.request()).await?;
+    let orgs = listed.items;
     Ok(html_response(bare(
         "Organizations",
         html! {
@@ -40,6 +43,7 @@ pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> Pag
                         li { a href=(format!("/o/{}", o.id)) { strong { (o.name) } span.muted { " " (o.slug) } } }
                     }
                 }
+                (super::pager("/", q.after, listed.next_cursor.as_deref()))
                 h2 { "New organization" }
                 form.stack method="post" action="/orgs" {
                     (csrf(&s))

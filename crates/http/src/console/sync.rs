@@ -30,10 +30,11 @@ fn name_of(conns: &[Connection], id: ConnectionId) -> String {
 }
 
 /// `GET /o/{org}/flows`.
-pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageResult {
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
     let p = &s.caller.principal;
-    let flows = state.sluice.sync.list_flows(p, ctx.id(), None, ALL).await?.items;
+    let listed = state.sluice.sync.list_flows(p, ctx.id(), None, q.request()).await?;
+    let flows = listed.items;
     let conns = connections(&state, &s, &ctx).await?;
     // The last run of each flow: the recent ones in one query, then one
     // query for each flow that had none lately.
@@ -65,6 +66,7 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>) -> PageRes
                     }
                 } }
             }
+            (super::pager(&ctx.at("/flows"), q.after, listed.next_cursor.as_deref()))
         }
     };
     Ok(page(&ctx, &s, "/flows", "Flows", body))

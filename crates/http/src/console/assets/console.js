@@ -14,9 +14,12 @@ for (const select of document.querySelectorAll("select[data-autosubmit]")) {
   select.addEventListener("change", () => select.form.submit());
 }
 
-// A new connection's type fills its configuration template, unless edited.
+// A new connection's (or integration's) type fills its configuration
+// (or credentials) template, unless edited.
 for (const select of document.querySelectorAll("select[data-templates]")) {
-  const area = select.form.querySelector("textarea[name=config]");
+  const area = select.dataset.target
+    ? document.getElementById(select.dataset.target)
+    : select.form.querySelector("textarea[name=config]");
   let edited = false;
   area.addEventListener("input", () => { edited = true; });
   select.addEventListener("change", () => {
