@@ -10,6 +10,7 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod middleware;
+mod openapi_docs;
 pub mod ratelimit;
 pub mod routes;
 
@@ -175,7 +176,11 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .openapi(ApiDoc::openapi())
         .service(utoipa_actix_web::scope("/v1").configure(v1))
         .split_for_parts();
-    api
+    // What the annotations leave out (response descriptions, examples),
+    // completed on the document as JSON.
+    let mut doc = serde_json::to_value(&api).unwrap_or_default();
+    openapi_docs::complete(&mut doc);
+    serde_json::from_value(doc).unwrap_or(api)
 }
 
 /// `GET /metrics`: unauthenticated, like every Prometheus target.
