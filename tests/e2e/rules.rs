@@ -106,7 +106,11 @@ async fn rules_deliver_signed_and_retry(backend: Backend) {
     let creds = check!(app.post(&rules, &ann, json!({"name": "c", "event": "run.failed", "channel": {"type": "slack", "url": "https://user:pw@hooks.example/x"}})).await, 422);
     assert_eq!(creds.body["details"]["errors"][0]["field"], "channel.url");
     check!(app.post(&rules, &ann, json!(["r", "run.failed"])).await, 422);
-    let flow = uuid_like();
+    // A flow filter names a flow of this organization.
+    let stray = json!({"name": "ops", "event": "run.failed", "filter": {"flow_id": uuid_like()}, "channel": {"type": "webhook", "url": format!("{url}/hook")}});
+    let refused = check!(app.post(&rules, &ann, stray).await, 422);
+    assert_eq!(refused.body["details"]["errors"][0]["field"], "filter.flow_id", "{}", refused.body);
+    let flow = a_flow(&app, &ann, &org).await;
     let hook = json!({"name": "ops", "event": "run.failed", "filter": {"flow_id": flow}, "channel": {"type": "webhook", "url": format!("{url}/hook")}});
     check!(app.post(&rules, &viewer, hook.clone()).await, 403);
     let created = check!(app.post(&rules, &ann, hook).await, 201);
@@ -189,6 +193,20 @@ async fn rules_deliver_signed_and_retry(backend: Backend) {
     check!(app.delete(&format!("{rules}/{rule}"), &viewer).await, 403);
     check!(app.delete(&format!("{rules}/{rule}"), &ann).await, 204);
     check!(app.get(&format!("{rules}/{rule}/deliveries"), &ann).await, 404);
+}
+
+/// A flow between two file connections of `org`.
+async fn a_flow(app: &TestApp, who: &Auth, org: &str) -> String {
+    let dir = app.org_files(org);
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/items.jsonl"), "{\"id\": 1}\n").unwrap();
+    let base = format!("/v1/organizations/{org}");
+    let file = |name: &str| json!({"name": name, "type": "file", "capability": "both", "config": {"path": name, "format": "jsonl"}});
+    let src = check!(app.post(&format!("{base}/connections"), who, file("in")).await, 201).id();
+    let dst = check!(app.post(&format!("{base}/connections"), who, file("out")).await, 201).id();
+    let flow = json!({"name": "items", "source_connection_id": src, "destination_connection_id": dst,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}});
+    check!(app.post(&format!("{base}/flows"), who, flow).await, 201).id()
 }
 
 fn uuid_like() -> String {

@@ -144,6 +144,7 @@ impl Sluice {
             metrics: options.metrics,
             clock: clock.clone(),
             rules: p.rules,
+            flows: Arc::new(FlowsOf(p.flows.clone())),
             deliveries: p.deliveries,
             sender: p.webhooks,
         };
@@ -207,6 +208,20 @@ impl Sluice {
             clock,
         };
         Sluice { identity, monitoring, billing, connect, sync, catalog, gateway, iac }
+    }
+}
+
+/// Monitoring's view of the flows (sync's repository, above it).
+struct FlowsOf(Arc<dyn FlowRepository>);
+
+#[async_trait::async_trait]
+impl crate::monitoring::ports::FlowDirectory for FlowsOf {
+    async fn flow_exists(
+        &self,
+        org: crate::shared::ids::OrgId,
+        flow: crate::shared::ids::FlowId,
+    ) -> crate::Result<bool> {
+        Ok(self.0.get(org, flow).await?.is_some())
     }
 }
 

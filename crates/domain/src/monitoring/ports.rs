@@ -24,6 +24,14 @@ pub trait ActivityRepository: Send + Sync {
     async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
 }
 
+/// Whether a flow is one of an organization's: a rule's filter must name
+/// one. (Flows belong to sync, above this context; the facade adapts.)
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait FlowDirectory: Send + Sync {
+    async fn flow_exists(&self, org: OrgId, flow: crate::shared::ids::FlowId) -> Result<bool>;
+}
+
 /// Liveness of the metadata store.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]

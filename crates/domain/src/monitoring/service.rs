@@ -38,6 +38,8 @@ pub struct MonitoringService {
     pub(crate) metrics: Arc<dyn Metrics>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rules: Arc<dyn RuleRepository>,
+    /// To check a rule's flow filter names a flow of its organization.
+    pub(crate) flows: Arc<dyn super::ports::FlowDirectory>,
     pub(crate) deliveries: Arc<dyn DeliveryQueue>,
     pub(crate) sender: Arc<dyn WebhookSender>,
 }
@@ -133,10 +135,21 @@ impl MonitoringService {
         (Channel { kind: checked.kind, url: checked.url.clone(), secret }, generated)
     }
 
+    /// A rule's flow filter must name a flow of the rule's organization.
+    async fn check_flow(&self, org: OrgId, flow: Option<crate::shared::ids::FlowId>) -> Result<()> {
+        match flow {
+            Some(f) if !self.flows.flow_exists(org, f).await? => {
+                Err(Error::invalid("filter.flow_id", "names no flow of this organization"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Creates a rule (Editor); a webhook without a secret gets one.
     pub async fn create_rule(&self, p: &Principal, org: OrgId, input: RuleInput) -> Result<SavedRule> {
         self.identity.access(p, org, Permission::Write).await?;
         let checked = rule::check(&input)?;
+        self.check_flow(org, checked.flow_id).await?;
         let now = self.clock.now();
         let (channel, generated_secret) = Self::channel(&checked, None);
         let rule = NotificationRule {
@@ -166,6 +179,7 @@ impl MonitoringService {
         }
         let checked = rule::check(&input)?;
         let before = self.rules.get(org, id).await?.ok_or(Error::not_found("rule"))?;
+        self.check_flow(org, checked.flow_id).await?;
         let (channel, generated_secret) = Self::channel(&checked, Some(&before.channel));
         let after = NotificationRule {
             name: checked.name,
