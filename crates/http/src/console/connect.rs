@@ -185,7 +185,6 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
     };
     let config = serde_json::to_value(&c.config).unwrap_or_default();
     let body = html! {
-        (super::integrations::tabs(ctx, "/connections"))
         dl.facts {
             dt { "Type" } dd { (c.connector_type) }
             @if let Some(i) = &integration {

@@ -188,7 +188,7 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, i: Integration
         _ => serde_json::to_string_pretty(&i.credentials.masked()).unwrap_or_default(),
     };
     let body = html! {
-        (tabs(ctx, "/integrations"))
+        p { a href=(ctx.at("/integrations")) { "← Integrations" } }
         dl.facts {
             dt { "Type" } dd { (i.integration_type) }
             dt { "Credentials" } dd { (keys(&i.credentials.masked())) }
