@@ -225,16 +225,40 @@ async fn a_login_link_signs_in_once(app: TestApp) {
     assert_eq!(b.get(&expired).await.0, StatusCode::UNAUTHORIZED);
 }
 
-async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
+/// An organization "Acme" of Ann (Admin) with Vic as a Viewer, and each
+/// signed in to the console.
+struct Team<'a> {
+    org: String,
+    ann: Auth,
+    vic: Auth,
+    admin: Browser<'a>,
+    viewer: Browser<'a>,
+}
+
+async fn team(app: &TestApp) -> Team<'_> {
     let ann = app.token("ann@example.com");
     let vic = app.token("vic@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let base = format!("/v1/organizations/{org}");
     let inv = check!(
-        app.post(&format!("{base}/invitations"), &ann, json!({"email": "vic@example.com", "role": "Viewer"})).await,
+        app.post(
+            &format!("/v1/organizations/{org}/invitations"),
+            &ann,
+            json!({"email": "vic@example.com", "role": "Viewer"})
+        )
+        .await,
         201
     );
     check!(app.post("/v1/invitations/accept", &vic, json!({"token": inv.body["token"]})).await, 200);
+    let mut admin = Browser::new(app);
+    admin.sign_in(&token_of(&ann)).await;
+    let mut viewer = Browser::new(app);
+    viewer.sign_in(&token_of(&vic)).await;
+    Team { org, ann, vic, admin, viewer }
+}
+
+async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
+    let Team { org, ann, vic, admin, viewer } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
     let dir = app.org_files(&org);
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/items.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
@@ -254,10 +278,6 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     .id();
     let run = check!(app.post(&format!("{base}/flows/{flow}/run"), &ann, json!({})).await, 202).id();
 
-    let mut admin = Browser::new(&app);
-    admin.sign_in(&token_of(&ann)).await;
-    let mut viewer = Browser::new(&app);
-    viewer.sign_in(&token_of(&vic)).await;
     let pages = [
         String::new(),
         "/connections".into(),
@@ -414,19 +434,8 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
 /// with the stored password kept, refused to a Viewer, and deleted once no
 /// connection uses it. Long lists page.
 async fn integrations_and_long_lists(app: TestApp) {
-    let ann = app.token("ann@example.com");
-    let vic = app.token("vic@example.com");
-    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
     let base = format!("/v1/organizations/{org}");
-    let inv = check!(
-        app.post(&format!("{base}/invitations"), &ann, json!({"email": "vic@example.com", "role": "Viewer"})).await,
-        201
-    );
-    check!(app.post("/v1/invitations/accept", &vic, json!({"token": inv.body["token"]})).await, 200);
-    let mut admin = Browser::new(&app);
-    admin.sign_in(&token_of(&ann)).await;
-    let mut viewer = Browser::new(&app);
-    viewer.sign_in(&token_of(&vic)).await;
     let origin = admin.origin();
     const SECRET: &str = "s3cret-Pw-not-shown";
 
