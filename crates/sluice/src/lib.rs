@@ -251,9 +251,10 @@ impl Application {
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let worker = if settings.run_worker {
+            store.listen();
             let id = worker::worker_id();
-            tokio::spawn(worker::deliver(sluice.clone(), id.clone()));
-            Some(tokio::spawn(worker::run(sluice.clone(), id, stopped)))
+            tokio::spawn(worker::deliver(sluice.clone(), id.clone(), store.wake()));
+            Some(tokio::spawn(worker::run(sluice.clone(), id, stopped, store.wake())))
         } else {
             None
         };
@@ -287,14 +288,15 @@ impl Application {
     pub async fn worker_only(mut settings: Settings) -> anyhow::Result<()> {
         let _lock = settings.sqlite_file().map(|f| StoreLock::take(&f)).transpose()?;
         // A worker alone serves no /metrics; its counters go nowhere.
-        let (sluice, _store) = Self::wire(&mut settings, Default::default()).await?;
+        let (sluice, store) = Self::wire(&mut settings, Default::default()).await?;
+        store.listen();
         tokio::spawn(worker::schedule(sluice.clone()));
         let id = worker::worker_id();
-        tokio::spawn(worker::deliver(sluice.clone(), id.clone()));
+        tokio::spawn(worker::deliver(sluice.clone(), id.clone(), store.wake()));
         // Stops like `serve`: on SIGTERM or SIGINT, no more runs, and the
         // run in progress gets a bounded time to end.
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut worker = tokio::spawn(worker::run(sluice, id, stopped));
+        let mut worker = tokio::spawn(worker::run(sluice, id, stopped, store.wake()));
         tokio::select! {
             _ = &mut worker => return Ok(()),
             _ = shutdown_signal() => {}

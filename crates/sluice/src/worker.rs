@@ -2,9 +2,13 @@
 //! them, renewing its lease with a heartbeat while a run lasts.
 
 use sluice_domain::app::Sluice;
+use sluice_store::wake::Wake;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// How often an idle worker looks for queued runs.
+/// How often an idle worker looks for queued runs, when no wake came: a
+/// run queued by this process, or by another on a PostgreSQL store, wakes
+/// it at once (see `sluice_store::wake`).
 pub const POLL: Duration = Duration::from_millis(250);
 /// How often a busy worker renews its lease, as a part of the lease: a
 /// lost lease is noticed within this much of it.
@@ -19,7 +23,7 @@ pub fn worker_id() -> String {
 /// Claims, executes, repeats, until `stop` turns true: then it claims no
 /// more, the run in progress (if any) pauses at its next checkpoint and
 /// goes back to the queue, and it returns.
-pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>, wake: Arc<Wake>) {
     let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
     tracing::info!(worker = %id, "worker started");
     loop {
@@ -87,8 +91,13 @@ pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Recei
                 beat.abort();
             }
             Ok(None) => {
-                // Idle: wait for the next poll or for the stop, whichever comes first.
-                let _ = tokio::time::timeout(POLL, stop.changed()).await;
+                // Idle: wait for a queued run, the next poll or the stop,
+                // whichever comes first.
+                tokio::select! {
+                    _ = wake.run_queued() => {}
+                    _ = stop.changed() => {}
+                    _ = tokio::time::sleep(POLL) => {}
+                }
             }
             Err(e) => {
                 tracing::error!(worker = %id, error = %e, "claiming runs failed");
@@ -119,14 +128,15 @@ pub async fn schedule(sluice: Sluice) {
     }
 }
 
-/// How often a process looks for notification deliveries that are due.
+/// How often a process looks for notification deliveries that are due
+/// (retries), when no new one woke it.
 pub const DELIVERY_POLL: Duration = Duration::from_secs(1);
 /// Deliveries one process sends at once.
 pub const DELIVERY_BATCH: u64 = 16;
 
 /// Runs forever: sends the notification deliveries that are due, apart
 /// from runs and requests, so a slow or dead receiver slows neither.
-pub async fn deliver(sluice: Sluice, id: String) {
+pub async fn deliver(sluice: Sluice, id: String, wake: Arc<Wake>) {
     loop {
         match sluice.monitoring.deliver_due(&id, DELIVERY_BATCH).await {
             // A full batch: there may be more due at once.
@@ -134,6 +144,9 @@ pub async fn deliver(sluice: Sluice, id: String) {
             Ok(_) => {}
             Err(e) => tracing::error!(worker = %id, error = %e, "sending notification deliveries failed"),
         }
-        tokio::time::sleep(DELIVERY_POLL).await;
+        tokio::select! {
+            _ = wake.delivery_queued() => {}
+            _ = tokio::time::sleep(DELIVERY_POLL) => {}
+        }
     }
 }

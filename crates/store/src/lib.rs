@@ -40,6 +40,7 @@ mod identity;
 mod meter;
 mod monitoring;
 mod sync;
+pub mod wake;
 
 use anyhow::Context;
 use sea_orm::{
@@ -209,6 +210,7 @@ pub struct Store {
     write_lock: Option<Arc<Mutex<()>>>,
     cipher: crypto::Cipher,
     meter: Arc<meter::Meter>,
+    wake: Arc<wake::Wake>,
 }
 
 impl std::fmt::Debug for Store {
@@ -248,7 +250,25 @@ impl Store {
             write_lock: sqlite.then(|| Arc::new(Mutex::new(()))),
             cipher: crypto::Cipher::new(master_key),
             meter: Arc::default(),
+            wake: Arc::default(),
         })
+    }
+
+    /// What this process's worker and sender wait on besides their poll:
+    /// woken when this process queues work, and, once [`Store::listen`]
+    /// runs, when another process sharing a PostgreSQL store does.
+    pub fn wake(&self) -> Arc<wake::Wake> {
+        self.wake.clone()
+    }
+
+    /// On PostgreSQL, hears the work other processes queue (one `LISTEN`
+    /// connection, kept until the process ends); nothing to do on SQLite,
+    /// whose store has one process.
+    pub fn listen(&self) {
+        if self.backend() == DbBackend::Postgres {
+            let pool = self.db.get_postgres_connection_pool().clone();
+            tokio::spawn(wake::listen(pool, self.wake.clone()));
+        }
     }
 
     pub fn backend(&self) -> DbBackend {
@@ -331,7 +351,7 @@ impl Store {
     async fn write(&self) -> Result<Tx, Error> {
         let guard = self.lock_writes().await;
         let txn = self.db.begin().await.map_err(db_err)?;
-        Ok(Tx { txn, _guard: guard })
+        Ok(Tx { txn, _guard: guard, queued: wake::Pending::default(), wake: self.wake.clone() })
     }
 }
 
@@ -339,6 +359,9 @@ impl Store {
 struct Tx {
     txn: DatabaseTransaction,
     _guard: Option<OwnedMutexGuard<()>>,
+    /// The work this transaction queues, woken once it commits.
+    queued: wake::Pending,
+    wake: Arc<wake::Wake>,
 }
 
 impl Tx {
@@ -346,11 +369,24 @@ impl Tx {
         &self.txn
     }
 
+    /// Notes that this transaction queues `work`: on PostgreSQL a `NOTIFY`
+    /// the database sends to every listening process when (and only if)
+    /// it commits; in this process, a wake after the commit.
+    async fn queues(&self, work: wake::Work) -> Result<(), Error> {
+        use sea_orm::ConnectionTrait;
+        if self.txn.get_database_backend() == DbBackend::Postgres {
+            self.txn.execute_unprepared(&format!("NOTIFY {}", work.channel())).await.map_err(db_err)?;
+        }
+        self.queued.add(work);
+        Ok(())
+    }
+
     /// Commits when `result` is `Ok`, rolls back otherwise.
     async fn finish<T>(self, result: Result<T, Error>) -> Result<T, Error> {
         match result {
             Ok(v) => {
                 self.txn.commit().await.map_err(db_err)?;
+                self.queued.wake(&self.wake);
                 Ok(v)
             }
             Err(e) => {

@@ -73,6 +73,7 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
                 .exec_without_returning(tx.c())
                 .await
                 .map_err(db_err)?;
+                tx.queues(crate::wake::Work::Deliveries).await?;
             }
             Ok(())
         })

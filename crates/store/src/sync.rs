@@ -159,6 +159,10 @@ impl RunRepository for Store {
         .await
         .map(|_| ())
         .map_err(db_err);
+        let r = match r {
+            Ok(()) => tx.queues(crate::wake::Work::Runs).await,
+            e => e,
+        };
         tx.finish(r).await
     }
 
@@ -516,6 +520,7 @@ impl sluice_domain::sync::ports::QueueRepository for Store {
                     .await
                     .map_err(db_err)?;
             }
+            tx.queues(crate::wake::Work::Runs).await?;
             Ok(true)
         }
         .await;
@@ -547,7 +552,11 @@ impl sluice_domain::sync::ports::QueueRepository for Store {
             if let Some(w) = worker {
                 q = q.filter(runs::Column::ClaimedBy.eq(w));
             }
-            Ok(q.exec(tx.c()).await.map_err(db_err)?.rows_affected == 1)
+            let requeued = q.exec(tx.c()).await.map_err(db_err)?.rows_affected == 1;
+            if requeued {
+                tx.queues(crate::wake::Work::Runs).await?;
+            }
+            Ok(requeued)
         })
     }
 

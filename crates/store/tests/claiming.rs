@@ -270,3 +270,48 @@ async fn recent_runs_on_postgres() {
     let store = Store::connect(&url, &[9u8; 32]).await.unwrap();
     recent_runs_are_the_organizations_newest(&store).await;
 }
+
+/// Work queued wakes the workers: this process's at once after the commit
+/// (a failed write wakes nobody), and on PostgreSQL another process's
+/// through LISTEN/NOTIFY, without waiting for its poll.
+#[tokio::test]
+async fn queued_runs_wake_this_process_and_others_on_postgres() {
+    use std::time::Duration;
+    let Some((_db, url)) = fresh("sluice_wake").await else { return };
+    let key = [9u8; 32];
+    let a = Store::connect(&url, &key).await.unwrap();
+    let b = Store::connect(&url, &key).await.unwrap();
+    b.listen();
+    let (_org, flows) = seed(&a, 1).await;
+    let now = time::OffsetDateTime::now_utc();
+    let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now);
+
+    // This process: woken by its own commit.
+    RunRepository::enqueue(&a, &run).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), a.wake().run_queued()).await.expect("the enqueuing process is woken");
+    // A write that fails (the same run again) wakes nobody here.
+    assert!(RunRepository::enqueue(&a, &run).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), a.wake().run_queued()).await.is_err(),
+        "a rolled-back enqueue woke the worker"
+    );
+
+    // Another process: woken through PostgreSQL once its LISTEN is up (a
+    // notification sent before that is lost, as the poll covers).
+    let mut heard = false;
+    for _ in 0..50 {
+        let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), time::OffsetDateTime::now_utc());
+        RunRepository::enqueue(&a, &run).await.unwrap();
+        if tokio::time::timeout(Duration::from_millis(200), b.wake().run_queued()).await.is_ok() {
+            heard = true;
+            break;
+        }
+    }
+    assert!(heard, "the other store never heard of a queued run");
+    // A requeue after a pause is work too.
+    let claimed = a.claim("w", time::OffsetDateTime::now_utc()).await.unwrap().expect("a queued run");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while tokio::time::timeout(Duration::from_millis(50), b.wake().run_queued()).await.is_ok() {}
+    assert!(a.requeue(claimed.fence(), Some("w".into())).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(10), b.wake().run_queued()).await.expect("a requeued run wakes others");
+}

@@ -1,0 +1,126 @@
+//! Waking the workers when work is queued, instead of leaving it to their
+//! next poll: in this process at once (after the commit), and on PostgreSQL
+//! in every process sharing the store, through `NOTIFY` (sent by the
+//! database at commit, so a listener never hears of uncommitted work) and
+//! one `LISTEN` connection per process. Polling stays, as the fallback for
+//! a notification lost with a connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// What a committed write queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// A run to start.
+    Runs,
+    /// A notification delivery to send.
+    Deliveries,
+}
+
+impl Work {
+    const ALL: [Work; 2] = [Work::Runs, Work::Deliveries];
+
+    /// The PostgreSQL channel of this kind of work.
+    pub fn channel(self) -> &'static str {
+        match self {
+            Work::Runs => "sluice_runs_queued",
+            Work::Deliveries => "sluice_deliveries_queued",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            Work::Runs => 1,
+            Work::Deliveries => 2,
+        }
+    }
+}
+
+/// The signals a process's worker and sender wait on, besides their poll.
+#[derive(Debug, Default)]
+pub struct Wake {
+    runs: Notify,
+    deliveries: Notify,
+}
+
+impl Wake {
+    fn notify(&self, work: Work) {
+        // One stored permit: a wake while nobody waits is not lost.
+        match work {
+            Work::Runs => self.runs.notify_one(),
+            Work::Deliveries => self.deliveries.notify_one(),
+        }
+    }
+
+    /// Resolves when a run was queued since the last wait (or is, now).
+    pub async fn run_queued(&self) {
+        self.runs.notified().await;
+    }
+
+    /// Resolves when a notification delivery was queued.
+    pub async fn delivery_queued(&self) {
+        self.deliveries.notified().await;
+    }
+}
+
+/// The kinds of work one transaction queued, to wake after it commits.
+#[derive(Debug, Default)]
+pub(crate) struct Pending(AtomicU8);
+
+impl Pending {
+    pub(crate) fn add(&self, work: Work) {
+        self.0.fetch_or(work.bit(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn wake(&self, wake: &Wake) {
+        let bits = self.0.load(Ordering::Relaxed);
+        for w in Work::ALL {
+            if bits & w.bit() != 0 {
+                wake.notify(w);
+            }
+        }
+    }
+}
+
+/// Listens on PostgreSQL for work other processes queue, until the process
+/// ends; reconnects after a lost connection (and wakes everything then, as
+/// a notification may have gone with it).
+pub(crate) async fn listen(pool: sea_orm::sqlx::PgPool, wake: Arc<Wake>) {
+    use sea_orm::sqlx::postgres::PgListener;
+    let channels: Vec<&str> = Work::ALL.iter().map(|w| w.channel()).collect();
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "listening for queued work failed; polling meanwhile");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen_all(channels.iter().copied()).await {
+            tracing::warn!(error = %e, "listening for queued work failed; polling meanwhile");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            continue;
+        }
+        tracing::debug!("listening for queued work");
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) => {
+                    if let Some(w) = Work::ALL.into_iter().find(|w| w.channel() == n.channel()) {
+                        wake.notify(w);
+                    }
+                }
+                // The connection was lost (the next call reconnects): what
+                // was sent meanwhile is unknown, so look now.
+                Ok(None) => Work::ALL.into_iter().for_each(|w| wake.notify(w)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listening for queued work failed; polling meanwhile");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    break;
+                }
+            }
+        }
+    }
+}
