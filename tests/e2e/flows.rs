@@ -99,7 +99,31 @@ async fn scenario(backend: Backend) {
         let r = run(&app, &ann, &org, flow).await;
         assert_eq!(r["status"], "succeeded", "{name}: {r}");
         assert_eq!(r["entities"][0]["rows_read"], 3, "{name}");
+        assert_eq!(r["entities"][0]["cursor_after"], "2026-01-03T00:00:00.000000Z", "{name}: the greatest cursor");
         assert_eq!(ids(&dest_rows(&app, &ann, &org, conn, "people").await), [1, 2, 3], "{name}");
+        if *name == "postgres" {
+            // No target yet: loaded like a full refresh, keys built after.
+            let logs = check!(
+                app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), &ann).await,
+                200
+            );
+            let first = logs.body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["message"] == "bulk copy (postgres-binary): a first load into a fresh table");
+            assert!(first, "{}", logs.body);
+            let mut c = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+            let key: String = sqlx::query_scalar(
+                "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid \
+                 JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = $1 AND t.relname = 'people' AND c.contype = 'p'",
+            )
+            .bind(&dst.name)
+            .fetch_one(&mut c)
+            .await
+            .expect("the target has its primary key");
+            assert_eq!(key, "PRIMARY KEY (id)");
+        }
     }
 
     // A change, an insert at the boundary value, an insert past it.

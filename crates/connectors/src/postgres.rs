@@ -542,6 +542,17 @@ impl Source for PgConnector {
         Ok(Arc::new(self.table(entity).await?.fields))
     }
 
+    async fn max_cursor(&self, entity: &str, cursor: &Field) -> ConnectorResult<Option<Value>> {
+        // The column's max under its own name, so that the select
+        // expression that decodes the column decodes it.
+        let c = quote_dq(&cursor.name);
+        let sql =
+            format!("SELECT {} FROM (SELECT max({c}) AS {c} FROM {}) m", select_expr(cursor), self.qualified(entity));
+        let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(|e| self.e(&e))?;
+        let v = decode(&row, 0, cursor.field_type).map_err(|e| self.e(&e))?;
+        Ok((v != Value::Null).then_some(v))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();

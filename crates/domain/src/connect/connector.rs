@@ -181,6 +181,15 @@ pub trait Source: Send + Sync {
     async fn write_horizon(&self, _cursor: &Field) -> ConnectorResult<Option<OffsetDateTime>> {
         Ok(None)
     }
+
+    /// The greatest value of `cursor` in the entity: `None` when it holds
+    /// no rows, or when this source cannot tell (the default). A first
+    /// incremental load reads it before an unordered bulk copy, and stores
+    /// it as the cursor once the copy is in: rows changed meanwhile carry
+    /// greater values, and the next run reads them again.
+    async fn max_cursor(&self, _entity: &str, _cursor: &Field) -> ConnectorResult<Option<Value>> {
+        Ok(None)
+    }
 }
 
 /// Writes one entity inside a transaction.

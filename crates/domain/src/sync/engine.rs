@@ -11,7 +11,7 @@
 
 use super::service::SyncService;
 use crate::connect::connector::{
-    CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteStats,
+    CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteMode, WriteStats,
 };
 use crate::sync::flow::*;
 use crate::sync::transform;
@@ -430,13 +430,22 @@ impl SyncService {
         // The source's fields first: the stored cursor is typed by them.
         let source_fields = source.io.entity_fields(entity).await?;
         self.record_source_schema(&source.conn, entity, &source_fields).await;
-        let read = self.plan_read(run, flow, m, source, &source_fields, stats).await?;
+        let mut read = self.plan_read(run, flow, m, source, &source_fields, stats).await?;
         let schema = destination_schema(m, &source_fields)?;
         if self.blocked_by_policy(run, m, dest, &schema).await? {
             return Ok(EntityOutcome::Drift);
         }
-        let writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
         let step = Step { run, flow, m, prior, started: Instant::now() };
+        if self.first_load(m, dest, &schema, &source_fields, stats).await? {
+            // The target is not there yet: loaded like a full refresh (a
+            // fresh table, keys built after), when both sides can.
+            let writer = dest.open(&schema, WriteMode::Overwrite).await?;
+            match self.bulk_first_load(&step, writer, source, &source_fields, read, stats).await? {
+                Ok(outcome) => return Ok(outcome),
+                Err(unloaded) => read = unloaded,
+            }
+        }
+        let writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
         // Same engine on both sides and nothing to transform: the source's
         // bulk stream goes straight in, undecoded (a fresh table, or a
         // stage merged at each checkpoint).
@@ -565,6 +574,80 @@ impl SyncService {
         )
         .await;
         Ok(true)
+    }
+
+    /// Whether an incremental upsert starts from nothing: no cursor stored,
+    /// no target table, nothing to transform, and keys the source itself
+    /// keeps unique (its primary key), so that they can be built after the
+    /// load.
+    async fn first_load(
+        &self,
+        m: &Mapping,
+        dest: &Arc<dyn Destination>,
+        schema: &EntitySchema,
+        source_fields: &[crate::connect::connector::Field],
+        stats: &EntityStats,
+    ) -> Result<bool, Failure> {
+        if m.sync_mode != SyncMode::IncrementalDeduped || !m.transform.is_empty() || stats.cursor_before.is_some() {
+            return Ok(false);
+        }
+        let keys = |fields: &[crate::connect::connector::Field]| {
+            let mut k: Vec<String> = fields.iter().filter(|f| f.primary_key).map(|f| f.name.clone()).collect();
+            k.sort();
+            k
+        };
+        let target_keys = keys(&schema.fields);
+        if target_keys.is_empty() || target_keys != keys(source_fields) {
+            return Ok(false);
+        }
+        Ok(dest.describe(&schema.name).await?.is_none())
+    }
+
+    /// The first load of an incremental upsert, as a full refresh: the
+    /// source's greatest cursor read first, then its unordered bulk stream
+    /// into a fresh table with the keys built after, swapped in once, then
+    /// that cursor stored (capped by the source's open transactions). Rows
+    /// changed during the copy carry greater cursors and are read again by
+    /// the next run. `Err(read)` hands the read back when either side has
+    /// no bulk path (the fresh table is dropped).
+    async fn bulk_first_load(
+        &self,
+        step: &Step<'_>,
+        writer: Box<dyn EntityWriter>,
+        source: &RunSource,
+        source_fields: &[crate::connect::connector::Field],
+        mut read: Read,
+        stats: &mut EntityStats,
+    ) -> Result<Result<EntityOutcome, Read>, Failure> {
+        let entity = step.m.source_entity.as_str();
+        let (Some(format), Some(ci)) = (writer.bulk_format(), read.cursor_idx) else {
+            writer.abort().await;
+            return Ok(Err(read));
+        };
+        let max = match source.io.max_cursor(entity, &source_fields[ci]).await {
+            Ok(max) => max,
+            Err(e) => {
+                writer.abort().await;
+                return Err(e.into());
+            }
+        };
+        let stream = match source.io.bulk_out(entity, format, source_fields, None).await {
+            Ok(Some(stream)) => stream,
+            Ok(None) => {
+                writer.abort().await;
+                return Ok(Err(read));
+            }
+            Err(e) => {
+                writer.abort().await;
+                return Err(e.into());
+            }
+        };
+        self.log(step.run, "info", Some(entity), format!("bulk copy ({format}): a first load into a fresh table"))
+            .await;
+        let outcome = self.bulk_overwrite(step, writer, stream, stats).await?;
+        read.cursor = max;
+        self.end_cursor(step, read.capped(), stats).await?;
+        Ok(Ok(outcome))
     }
 
     /// A fresh table loaded from the source's bulk stream, swapped in once.
