@@ -89,6 +89,13 @@ async fn org_with_pg_flow(api: &Api, name: &str, src: &str, dst: &str, mapping: 
     (org, flow)
 }
 
+/// An empty `events` table in `dst` shaped like the source's: a load into
+/// an existing table stages and checkpoints, where a first load into no
+/// table copies in bulk with no checkpoint to stop at.
+async fn existing_target(pg: &mut sqlx::PgConnection, src: &str, dst: &str) {
+    exec(pg, format!("CREATE TABLE {dst}.events (LIKE {src}.events INCLUDING ALL)")).await;
+}
+
 #[tokio::test]
 async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once() {
     let Some(src) = pg_schema().await else { return };
@@ -96,6 +103,7 @@ async fn a_sync_killed_with_sigkill_resumes_after_restart_with_every_record_once
     const ROWS: i64 = 400_000;
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
     seed_events(&mut pg, &src.name, ROWS).await;
+    existing_target(&mut pg, &src.name, &dst.name).await;
 
     let (data, db, port, api) = sqlite_service("crash");
     let first = serve(&["serve"], &env(&data, &db, port), &api).await;
@@ -538,6 +546,7 @@ async fn sigterm_pauses_an_incremental_run_at_its_next_checkpoint_and_it_resumes
     const ROWS: i64 = 600_000;
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
     seed_events(&mut pg, &src.name, ROWS).await;
+    existing_target(&mut pg, &src.name, &dst.name).await;
     let (data, db, port, api) = sqlite_service("pause");
     let log = data.join("serve.log");
     let mut first = spawn_logged(&["serve"], &env(&data, &db, port), &log);
