@@ -18,7 +18,6 @@ wait for the next poll).
 """
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -26,37 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import datetime
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("BIN", os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "sluice"))
-
-
-def call(base, token, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method)
-    req.add_header("Authorization", "Bearer " + token)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=30) as res:
-        text = res.read()
-        return json.loads(text) if text else None
+from sluicebench import BIN, Api, wait_healthy
 
 
 def parse(ts):
     # 2026-11-23T18:24:09.866171Z, to microseconds.
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
-
-
-def wait_healthy(base):
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(base + "/v1/health", timeout=1)
-            return
-        except Exception:
-            time.sleep(0.05)
-    sys.exit("the server did not start")
 
 
 def psql(sql, db="postgres"):
@@ -107,28 +83,22 @@ def main():
             time.sleep(1.0)  # the worker connects and listens
         token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
                                capture_output=True, text=True).stdout.strip()
-        org = call(base, token, "POST", "/v1/organizations", {"name": "Pickup"})["id"]
+        api = Api(base, token)
+        org = api.call("POST", "/v1/organizations", {"name": "Pickup"})["id"]
         src_dir = os.path.join(env["SLUICE_FILE_ROOT"], org, "in")
         os.makedirs(src_dir, exist_ok=True)
         with open(os.path.join(src_dir, "items.jsonl"), "w") as f:
             f.write('{"id": 1}\n')
-        conn = lambda name: call(base, token, "POST", f"/v1/organizations/{org}/connections", {
+        conn = lambda name: api.call("POST", f"/v1/organizations/{org}/connections", {
             "name": name, "type": "file", "capability": "both", "config": {"path": name, "format": "jsonl"}})["id"]
         src, dst = conn("in"), conn("out")
-        flow = call(base, token, "POST", f"/v1/organizations/{org}/flows", {
+        flow = api.call("POST", f"/v1/organizations/{org}/flows", {
             "name": "one row", "source_connection_id": src, "destination_connection_id": dst,
             "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}})["id"]
         waits = []
         for _ in range(args.runs):
             time.sleep(args.pause)
-            run = call(base, token, "POST", f"/v1/organizations/{org}/flows/{flow}/run", {})
-            while True:
-                r = call(base, token, "GET", f"/v1/organizations/{org}/runs/{run['id']}")
-                if r["finished_at"]:
-                    break
-                time.sleep(0.005)
-            if r["status"] != "succeeded":
-                sys.exit(f"a run did not succeed: {r}")
+            _, r = api.run(org, flow)
             waits.append((parse(r["started_at"]) - parse(r["queued_at"])).total_seconds() * 1000)
         waits.sort()
         store = "PostgreSQL" if args.postgres else "SQLite"

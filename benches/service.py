@@ -23,6 +23,12 @@ After each Sluice run the destination is checked equal to the source
     benches/service.py                 # 1,000,000 rows, 3 rounds
     benches/service.py --rows 200000 --rounds 1
 
+Sling (PyPI `sling-linux-amd64`, or $SLING) and ingestr (PyPI
+`ingestr==1.1.22`) run on the same table, pair and checks when installed
+(--no-peers skips them): full refresh, first incremental load (merge on
+`id` by `updated`), and the 1% incremental (ingestr is handed the previous
+greatest `updated` as --interval-start; Sling finds it in its target).
+
 Needs the PostgreSQL server binaries (/usr/lib/postgresql/*/bin), psql, and
 the release binary. Run as root, the cluster is made and run as the
 `postgres` OS user (initdb refuses root).
@@ -30,7 +36,6 @@ the release binary. Run as root, the cluster is made and run as the
 
 import argparse
 import glob
-import json
 import os
 import shutil
 import socket
@@ -39,10 +44,26 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("BIN", os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "sluice"))
+from sluicebench import BIN, Api, wait_healthy
+
+
+def sling_binary():
+    """Sling's binary: $SLING, `sling` on the PATH, or the one PyPI's
+    `sling-linux-amd64` ships."""
+    if os.environ.get("SLING"):
+        return os.environ["SLING"]
+    found = shutil.which("sling")
+    if found:
+        return found
+    try:
+        import sling_linux_amd64  # noqa: PLC0415 (optional)
+
+        path = os.path.join(os.path.dirname(sling_linux_amd64.__file__), "bin", "sling-linux-amd64")
+        os.chmod(path, 0o755)
+        return path
+    except ImportError:
+        return None
 
 
 def free_port():
@@ -97,41 +118,11 @@ class Cluster:
         return f'psql -q -h 127.0.0.1 -p {self.port} -U postgres -d bench -c "{sql}"'
 
 
-class Api:
-    def __init__(self, base, token):
-        self.base, self.token = base, token
-
-    def call(self, method, path, body=None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method)
-        req.add_header("Authorization", "Bearer " + self.token)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=600) as res:
-                text = res.read()
-                return json.loads(text) if text else None
-        except urllib.error.HTTPError as e:
-            sys.exit(f"{method} {path}: {e.code} {e.read().decode()}")
-
-    def run(self, org, flow):
-        """Triggers the flow and waits for its run: (seconds, the run)."""
-        start = time.perf_counter()
-        run = self.call("POST", f"/v1/organizations/{org}/flows/{flow}/run", {})
-        while True:
-            r = self.call("GET", f"/v1/organizations/{org}/runs/{run['id']}")
-            if r["finished_at"]:
-                secs = time.perf_counter() - start
-                if r["status"] != "succeeded":
-                    sys.exit(f"a run did not succeed: {json.dumps(r)}")
-                return secs, r
-            time.sleep(0.01)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-peers", action="store_true", help="skip Sling and ingestr even when installed")
     args = ap.parse_args()
     if not os.access(BIN, os.X_OK):
         sys.exit(f"no release binary at {BIN}: cargo build --release")
@@ -180,12 +171,7 @@ def main():
         log = open(os.path.join(work, "serve.log"), "w")
         sluice = subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
         base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(base + "/v1/health", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.05)
+        wait_healthy(base)
         token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
                                capture_output=True, text=True).stdout.strip()
         api = Api(base, token)
@@ -200,6 +186,39 @@ def main():
             return api.call("POST", f"/v1/organizations/{org}/flows", {
                 "name": name, "source_connection_id": src, "destination_connection_id": dst,
                 "config": {"mappings": [mapping]}})["id"]
+
+        # The peers, when installed: the same table, pair and checks.
+        uri = f"postgresql://postgres@127.0.0.1:{pg.port}/bench?sslmode=disable"
+        sling = None if args.no_peers else sling_binary()
+        ingestr = None if args.no_peers else shutil.which("ingestr")
+        peer_env = dict(os.environ, PG_SRC=uri, PG_DST=uri, SLING_DISABLE_TELEMETRY="true")
+
+        def peer(argv):
+            start = time.perf_counter()
+            out = subprocess.run(argv, env=peer_env, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"{argv[0]} failed: {out.stdout[-2000:]} {out.stderr[-2000:]}")
+            return time.perf_counter() - start
+
+        def sling_run(table, incremental):
+            argv = [sling, "run", "--src-conn", "PG_SRC", "--src-stream", "src.t", "--tgt-conn", "PG_DST",
+                    "--tgt-object", f"dst.{table}"]
+            argv += ["--mode", "incremental", "--primary-key", "id", "--update-key", "updated"] if incremental else ["--mode", "full-refresh"]
+            return peer(argv)
+
+        def ingestr_run(table, incremental, start=None):
+            argv = [ingestr, "ingest", "--source-uri", uri, "--source-table", "src.t", "--dest-uri", uri,
+                    "--dest-table", f"dst.{table}", "--yes"]
+            if incremental:
+                argv += ["--incremental-strategy", "merge", "--incremental-key", "updated", "--primary-key", "id"]
+            if start:
+                argv += ["--interval-start", start]
+            return peer(argv)
+
+        peers = [(n, f) for n, f in [("Sling", sling_run if sling else None), ("ingestr", ingestr_run if ingestr else None)] if f]
+        peer_full = {n: [] for n, _ in peers}
+        peer_first = {n: [] for n, _ in peers}
+        peer_inc = {n: [] for n, _ in peers}
 
         full_flow = flow("full", {"source_entity": "t", "dest_entity": "full", "sync_mode": "full_refresh_overwrite"})
         full = []
@@ -218,9 +237,21 @@ def main():
             secs, _ = api.run(org, f)
             first.append(secs)
             same(f"inc_{i}")
+        # The peers after Sluice (each load leaves autovacuum work behind
+        # on this 2-core machine, which the next measurement shares).
+        for n, run in peers:
+            for i in range(rounds):
+                pg.psql("CHECKPOINT")
+                peer_full[n].append(run(f"{n.lower()}_full", False))
+                same(f"{n.lower()}_full")
+                pg.psql(f"DROP TABLE IF EXISTS dst.{n.lower()}_inc_{i}")
+                pg.psql("CHECKPOINT")
+                peer_first[n].append(run(f"{n.lower()}_inc_{i}", True))
+                same(f"{n.lower()}_inc_{i}")
         raw, ours = [], []
         for _ in range(rounds):
             frm = pg.psql("SELECT max(updated) FROM src.t")
+            frm_iso = pg.psql("SELECT to_char(max(updated) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM src.t")
             pg.psql(f"UPDATE src.t SET a = a + 1, updated = timestamptz '{frm}' + interval '1 second' "
                     f"+ id * interval '1 microsecond' WHERE id % 100 = 0")
             pg.psql("CHECKPOINT")
@@ -238,6 +269,13 @@ def main():
             ours.append(secs)
             same("inc_0")
             same("pipe")
+            for n, run in peers:
+                pg.psql("CHECKPOINT")
+                # ingestr is handed the cursor (its state would re-read all);
+                # Sling finds it in its target.
+                extra = {"start": frm_iso} if n == "ingestr" else {}
+                peer_inc[n].append(run(f"{n.lower()}_inc_0", True, **extra))
+                same(f"{n.lower()}_inc_0")
 
         med = statistics.median
         pipe_rate = rows / med(pipe)
@@ -248,7 +286,15 @@ def main():
             print(f"{what:<58} {med(t):>9.2f} {rows / med(t):>11,.0f} {rows / med(t) / pipe_rate:>8.2f}×")
         print(f"{'raw incremental, 1% spread (COPY out, stage, ON CONFLICT)':<58} {med(raw):>9.3f} {changed / med(raw):>11,.0f} {'1.00×':>9}")
         print(f"{'Sluice 1% incremental, through the API (× raw time)':<58} {med(ours):>9.3f} {changed / med(ours):>11,.0f} {med(ours) / med(raw):>8.2f}×")
-        print("\nevery Sluice destination equals the source (count, distinct keys, sum(a), sum(n))")
+        for n, _ in peers:
+            print(f"{n + ' full refresh':<58} {med(peer_full[n]):>9.2f} {rows / med(peer_full[n]):>11,.0f} {rows / med(peer_full[n]) / pipe_rate:>8.2f}×")
+            print(f"{n + ' first incremental load':<58} {med(peer_first[n]):>9.2f} {rows / med(peer_first[n]):>11,.0f} {rows / med(peer_first[n]) / pipe_rate:>8.2f}×")
+            print(f"{n + ' 1% incremental (× raw time)':<58} {med(peer_inc[n]):>9.3f} {changed / med(peer_inc[n]):>11,.0f} {med(peer_inc[n]) / med(raw):>8.2f}×")
+        if args.no_peers:
+            print("(Sling and ingestr skipped: --no-peers)")
+        elif not peers:
+            print("(Sling and ingestr are not installed: pip install sling-linux-amd64 'ingestr==1.1.22')")
+        print("\nevery destination equals the source (count, distinct keys, sum(a), sum(n))")
         rss = open(f"/proc/{sluice.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()
         print(f"peak RSS of sluice serve: {rss}")
     finally:

@@ -1,0 +1,57 @@
+"""What the Python benchmarks share: the release binary's path, a small
+client of the API, and waiting for a server to answer."""
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("BIN", os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "sluice"))
+
+
+def wait_healthy(base):
+    """Waits up to 15 s for `base` to answer its health check."""
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(base + "/v1/health", timeout=1)
+            return
+        except Exception:
+            time.sleep(0.05)
+    sys.exit("the server did not start")
+
+
+class Api:
+    """The JSON API with a bearer token; a refused call ends the bench."""
+
+    def __init__(self, base, token):
+        self.base, self.token = base, token
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.token)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=600) as res:
+                text = res.read()
+                return json.loads(text) if text else None
+        except urllib.error.HTTPError as e:
+            sys.exit(f"{method} {path}: {e.code} {e.read().decode()}")
+
+    def run(self, org, flow):
+        """Triggers the flow and waits for its run to end: (seconds from the
+        call to the record saying it finished, the run)."""
+        start = time.perf_counter()
+        run = self.call("POST", f"/v1/organizations/{org}/flows/{flow}/run", {})
+        while True:
+            r = self.call("GET", f"/v1/organizations/{org}/runs/{run['id']}")
+            if r["finished_at"]:
+                secs = time.perf_counter() - start
+                if r["status"] != "succeeded":
+                    sys.exit(f"a run did not succeed: {json.dumps(r)}")
+                return secs, r
+            time.sleep(0.005)
