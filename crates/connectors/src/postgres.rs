@@ -548,7 +548,8 @@ impl Source for PgConnector {
         let c = quote_dq(&cursor.name);
         let sql =
             format!("SELECT {} FROM (SELECT max({c}) AS {c} FROM {}) m", select_expr(cursor), self.qualified(entity));
-        let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.pool).await.map_err(|e| self.e(&e))?;
+        let row = sqlx::query(AssertSqlSafe(sql)).fetch_optional(&self.pool).await.map_err(|e| self.e(&e))?;
+        let Some(row) = row else { return Ok(None) };
         let v = decode(&row, 0, cursor.field_type).map_err(|e| self.e(&e))?;
         Ok((v != Value::Null).then_some(v))
     }
@@ -840,6 +841,10 @@ impl Destination for PgConnector {
 
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         Ok(self.schemas(Some(entity)).await?.pop())
+    }
+
+    fn loads_in_bulk(&self) -> bool {
+        true
     }
 
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {

@@ -226,6 +226,14 @@ pub trait Destination: Send + Sync {
     /// Creates the entity from `schema` or adds the columns it lacks, then
     /// opens a writer.
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>>;
+    /// Whether a fresh table here (an [`WriteMode::Overwrite`] writer) can
+    /// load a source's bulk stream: only then does a first incremental
+    /// load open one, since opening it has effects of its own (a table
+    /// made and dropped) that a destination without that path should not
+    /// pay.
+    fn loads_in_bulk(&self) -> bool {
+        false
+    }
 }
 
 /// Whether a connector type reads, writes, or both.

@@ -436,13 +436,16 @@ impl SyncService {
             return Ok(EntityOutcome::Drift);
         }
         let step = Step { run, flow, m, prior, started: Instant::now() };
-        if self.first_load(m, dest, &schema, &source_fields, stats).await? {
+        if self.first_load(run, m, dest, &schema, &source_fields, stats).await? {
             // The target is not there yet: loaded like a full refresh (a
-            // fresh table, keys built after), when both sides can.
-            let writer = dest.open(&schema, WriteMode::Overwrite).await?;
-            match self.bulk_first_load(&step, writer, source, &source_fields, read, stats).await? {
-                Ok(outcome) => return Ok(outcome),
-                Err(unloaded) => read = unloaded,
+            // fresh table, keys built after), when both sides can; else,
+            // or when that cannot begin, the checkpointed way below.
+            match dest.open(&schema, WriteMode::Overwrite).await {
+                Ok(writer) => match self.bulk_first_load(&step, writer, source, &source_fields, read, stats).await? {
+                    Ok(outcome) => return Ok(outcome),
+                    Err(unloaded) => read = unloaded,
+                },
+                Err(e) => tracing::warn!(run = %run.id, entity, error = %e, "no fresh table for a first load"),
             }
         }
         let writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
@@ -579,16 +582,25 @@ impl SyncService {
     /// Whether an incremental upsert starts from nothing: no cursor stored,
     /// no target table, nothing to transform, and keys the source itself
     /// keeps unique (its primary key), so that they can be built after the
-    /// load.
+    /// load; on a destination that loads in bulk, and on the run's first
+    /// attempt only. A first load has no checkpoint: an attempt after a
+    /// stop (or after a failure, such as keys that turned out not unique)
+    /// takes the checkpointed way, which resumes and de-duplicates.
     async fn first_load(
         &self,
+        run: &Run,
         m: &Mapping,
         dest: &Arc<dyn Destination>,
         schema: &EntitySchema,
         source_fields: &[crate::connect::connector::Field],
         stats: &EntityStats,
     ) -> Result<bool, Failure> {
-        if m.sync_mode != SyncMode::IncrementalDeduped || !m.transform.is_empty() || stats.cursor_before.is_some() {
+        if m.sync_mode != SyncMode::IncrementalDeduped
+            || !m.transform.is_empty()
+            || stats.cursor_before.is_some()
+            || run.attempt > 1
+            || !dest.loads_in_bulk()
+        {
             return Ok(false);
         }
         let keys = |fields: &[crate::connect::connector::Field]| {
@@ -627,8 +639,9 @@ impl SyncService {
         let max = match source.io.max_cursor(entity, &source_fields[ci]).await {
             Ok(max) => max,
             Err(e) => {
+                tracing::warn!(run = %step.run.id, entity, error = %e, "no greatest cursor for a first load");
                 writer.abort().await;
-                return Err(e.into());
+                return Ok(Err(read));
             }
         };
         let stream = match source.io.bulk_out(entity, format, source_fields, None).await {
