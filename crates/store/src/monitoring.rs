@@ -36,6 +36,7 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
             .await
             .map_err(db_err)?;
             // The outbox: a delivery per matching rule, in this transaction.
+            let mut queued = false;
             let rules = notification_rules::Entity::find()
                 .filter(notification_rules::Column::OrgId.eq(e.org_id.as_uuid()))
                 .filter(notification_rules::Column::Event.eq(e.event_type.as_str()))
@@ -73,6 +74,9 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
                 .exec_without_returning(tx.c())
                 .await
                 .map_err(db_err)?;
+                queued = true;
+            }
+            if queued {
                 tx.queues(crate::wake::Work::Deliveries).await?;
             }
             Ok(())

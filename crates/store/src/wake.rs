@@ -84,6 +84,10 @@ impl Pending {
     }
 }
 
+/// How long the listener waits in silence before it listens anew on a new
+/// connection (sqlx sets no TCP keepalive, so a dead one may never say so).
+const QUIET: Duration = Duration::from_secs(300);
+
 /// Listens on PostgreSQL for work other processes queue, until the process
 /// ends; reconnects after a lost connection (and wakes everything then, as
 /// a notification may have gone with it).
@@ -105,21 +109,26 @@ pub(crate) async fn listen(pool: sea_orm::sqlx::PgPool, wake: Arc<Wake>) {
             continue;
         }
         tracing::debug!("listening for queued work");
+        // What was sent while no LISTEN was up is unknown: look now.
+        Work::ALL.into_iter().for_each(|w| wake.notify(w));
         loop {
-            match listener.try_recv().await {
-                Ok(Some(n)) => {
+            match tokio::time::timeout(QUIET, listener.try_recv()).await {
+                Ok(Ok(Some(n))) => {
                     if let Some(w) = Work::ALL.into_iter().find(|w| w.channel() == n.channel()) {
                         wake.notify(w);
                     }
                 }
-                // The connection was lost (the next call reconnects): what
-                // was sent meanwhile is unknown, so look now.
-                Ok(None) => Work::ALL.into_iter().for_each(|w| wake.notify(w)),
-                Err(e) => {
+                // The connection was lost and sqlx listens again on a new
+                // one: what was sent in between is unknown, so look now.
+                Ok(Ok(None)) => Work::ALL.into_iter().for_each(|w| wake.notify(w)),
+                Ok(Err(e)) => {
                     tracing::warn!(error = %e, "listening for queued work failed; polling meanwhile");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     break;
                 }
+                // Silence this long may be a connection that died without
+                // a word (a partition, a failover): listen on a new one.
+                Err(_) => break,
             }
         }
     }
