@@ -275,8 +275,14 @@ impl Application {
             },
         };
         let port = listener.local_addr()?.port();
-        let server =
-            HttpServer::new(move || sluice_http::app(state.clone())).listen(listener)?.shutdown_timeout(10).run();
+        // Signals are ours (`run_until_stopped`): the HTTP workers' runtimes
+        // must outlive the run in progress, whose pooled connections may
+        // have been opened on them.
+        let server = HttpServer::new(move || sluice_http::app(state.clone()))
+            .listen(listener)?
+            .shutdown_timeout(10)
+            .disable_signals()
+            .run();
         tracing::info!(version = env!("CARGO_PKG_VERSION"), address = %settings.listen, port, backend = ?store.backend(), "sluice is serving");
         Ok(Self { port, server, store, _lock: lock, stop, worker })
     }
@@ -319,21 +325,33 @@ impl Application {
     /// # Errors
     /// When the server fails.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        // SIGTERM or SIGINT: at once the worker takes no more runs, while
-        // the HTTP server stops taking requests and finishes those in
-        // flight; then the run in progress gets a bounded time to end.
-        let stop = Arc::new(self.stop);
-        let on_signal = stop.clone();
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            let _ = on_signal.send(true);
-        });
-        let served = self.server.await;
-        let _ = stop.send(true);
+        // SIGTERM or SIGINT: at once the worker takes no more runs and the
+        // HTTP server takes no new connections; the run in progress gets a
+        // bounded time to end; then the server finishes the requests in
+        // flight and stops. Its worker threads (and their runtimes, on
+        // which pooled connections of the metadata store and of connectors
+        // were opened) stay up until the run has ended.
+        let handle = self.server.handle();
+        let mut server = tokio::spawn(self.server);
+        let served = tokio::select! {
+            served = &mut server => Some(served),
+            _ = shutdown_signal() => None,
+        };
+        let _ = self.stop.send(true);
+        if served.is_none() {
+            handle.pause().await;
+        }
         if let Some(worker) = self.worker {
             wait_for_worker(worker).await;
         }
-        served
+        let served = match served {
+            Some(s) => s,
+            None => {
+                handle.stop(true).await;
+                server.await
+            }
+        };
+        served.unwrap_or_else(|e| Err(std::io::Error::other(e)))
     }
 }
 
