@@ -543,11 +543,15 @@ impl Source for PgConnector {
     }
 
     async fn max_cursor(&self, entity: &str, cursor: &Field) -> ConnectorResult<Option<Value>> {
-        // The column's max under its own name, so that the select
-        // expression that decodes the column decodes it.
+        // The greatest value under the column's own name, so that the
+        // select expression that decodes the column decodes it; by order,
+        // not max(), which some types (uuid) lack, and an index serves.
         let c = quote_dq(&cursor.name);
-        let sql =
-            format!("SELECT {} FROM (SELECT max({c}) AS {c} FROM {}) m", select_expr(cursor), self.qualified(entity));
+        let sql = format!(
+            "SELECT {} FROM (SELECT {c} FROM {} WHERE {c} IS NOT NULL ORDER BY {c} DESC LIMIT 1) m",
+            select_expr(cursor),
+            self.qualified(entity)
+        );
         let row = sqlx::query(AssertSqlSafe(sql)).fetch_optional(&self.pool).await.map_err(|e| self.e(&e))?;
         let Some(row) = row else { return Ok(None) };
         let v = decode(&row, 0, cursor.field_type).map_err(|e| self.e(&e))?;

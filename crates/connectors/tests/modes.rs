@@ -251,3 +251,49 @@ async fn failures_are_told_apart_and_never_show_the_password() {
     assert!(matches!(e, ConnectorError::Timeout(_)), "{e:?}");
     holder.abort();
 }
+
+/// The greatest cursor a first incremental load stores, for the cursor
+/// types PostgreSQL orders (uuid has no `max()`), and none for an empty
+/// table.
+#[tokio::test]
+async fn postgres_tells_the_greatest_cursor_of_any_ordered_type() {
+    use sqlx::Connection;
+    let mut c = match sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await {
+        Ok(c) => c,
+        Err(e) => {
+            reachable("PostgreSQL", false, e.to_string()).await;
+            return;
+        }
+    };
+    let schema = format!("maxc_{}", tag());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.t (id bigint PRIMARY KEY, u uuid, ts timestamptz, s text);
+         INSERT INTO {schema}.t VALUES
+           (1, '01a209ab-0000-7000-8000-000000000001', '2026-01-01T00:00:00Z', 'a'),
+           (2, '01a209ab-0000-7000-8000-000000000009', '2026-01-03T00:00:00Z', 'c'),
+           (3, NULL, NULL, NULL);
+         CREATE TABLE {schema}.empty (id bigint PRIMARY KEY, u uuid);"
+    )))
+    .execute(&mut c)
+    .await
+    .unwrap();
+    let registry = Registry::new(std::env::temp_dir());
+    let cfg = config(
+        "postgres",
+        json!({"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}),
+    );
+    let src = registry.source(&cfg).await.unwrap();
+    let fields = src.entity_fields("t").await.unwrap();
+    let field = |n: &str| fields.iter().find(|f| f.name == n).unwrap().clone();
+    let max = |e: &'static str, f: Field| {
+        let src = src.clone();
+        async move { src.max_cursor(e, &f).await.unwrap() }
+    };
+    assert_eq!(max("t", field("u")).await, Some(Value::String("01a209ab-0000-7000-8000-000000000009".into())));
+    assert_eq!(max("t", field("ts")).await, Some(ts("2026-01-03T00:00:00Z")));
+    assert_eq!(max("t", field("s")).await, Some(Value::String("c".into())));
+    let empty = src.entity_fields("empty").await.unwrap();
+    assert_eq!(max("empty", empty[1].clone()).await, None, "no rows, no cursor");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut c).await.unwrap();
+}
