@@ -176,8 +176,13 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         .openapi(ApiDoc::openapi())
         .service(utoipa_actix_web::scope("/v1").configure(v1))
         .split_for_parts();
-    // What the annotations leave out (response descriptions, examples),
-    // completed on the document as JSON.
+    completed(api)
+}
+
+/// `api` with what the annotations leave out (response descriptions,
+/// examples, unique operation ids), completed on the document as JSON: the
+/// document served and the one committed are both this.
+fn completed(api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     let mut doc = serde_json::to_value(&api).unwrap_or_default();
     openapi_docs::complete(&mut doc);
     serde_json::from_value(doc).unwrap_or(api)
@@ -274,6 +279,7 @@ pub fn app(
         .app_data(web::QueryConfig::default().error_handler(extract::query_error))
         .service(utoipa_actix_web::scope("/v1").configure(v1))
         .split_for_parts();
+    let api = completed(api);
     let doc = serde_json::to_vec_pretty(&api).unwrap_or_default();
     let routes = Data::new(Routes::of(&api));
     app.app_data(Data::new(OpenApiJson(doc)))

@@ -733,6 +733,9 @@ async fn the_openapi_document_describes_the_api() {
         assert!(paths.contains_key(p), "{p} missing");
     }
     assert!(r.body["components"]["securitySchemes"]["api_key"].is_object());
+    // The document served is the one committed (with its descriptions,
+    // examples and unique operation ids).
+    assert_eq!(r.body, serde_json::to_value(sluice_http::openapi()).unwrap());
     let r = send(&app, request(Method::GET, "/docs/", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::OK);
     // A known path asked with another method is 405 with Allow; an unknown one 404.
