@@ -315,3 +315,25 @@ async fn queued_runs_wake_this_process_and_others_on_postgres() {
     assert!(a.requeue(claimed.fence(), Some("w".into())).await.unwrap());
     tokio::time::timeout(Duration::from_secs(10), b.wake().run_queued()).await.expect("a requeued run wakes others");
 }
+
+/// On the embedded store (one process) a queued run wakes this process's
+/// worker after the commit, and a failed enqueue wakes nobody.
+#[tokio::test]
+async fn queued_runs_wake_this_process_on_sqlite() {
+    use std::time::Duration;
+    let file = std::env::temp_dir().join(format!("sluice-wake-{}.db", sluice_domain::shared::secret::random_base62(8)));
+    let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
+    store.listen(); // nothing to listen to on SQLite
+    let (_org, flows) = seed(&store, 1).await;
+    let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), time::OffsetDateTime::now_utc());
+    RunRepository::enqueue(&store, &run).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), store.wake().run_queued()).await.expect("woken by its own commit");
+    assert!(RunRepository::enqueue(&store, &run).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), store.wake().run_queued()).await.is_err(),
+        "a rolled-back enqueue woke the worker"
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
