@@ -712,10 +712,12 @@ impl FileWriter {
         }
     }
 
-    fn append_rows(&mut self, rows: &[Vec<Value>]) -> ConnectorResult<()> {
+    /// Appends the rows; answers the bytes written.
+    fn append_rows(&mut self, rows: &[Vec<Value>]) -> ConnectorResult<u64> {
         let bytes = self.encode(rows);
         let out = self.out.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
-        out.write_all(&bytes).map_err(|e| io("file", e))
+        out.write_all(&bytes).map_err(|e| io("file", e))?;
+        Ok(bytes.len() as u64)
     }
 
     /// Writes the upsert map to the temporary file and renames it into place.
@@ -738,11 +740,11 @@ impl EntityWriter for FileWriter {
                 let k = self.key_of(&r);
                 self.upserts.insert(k, r);
             }
+            self.pending.bytes += batch.approx_bytes();
         } else {
-            self.append_rows(&rows)?;
+            self.pending.bytes += self.append_rows(&rows)?;
         }
         self.pending.rows_written += batch.len() as u64;
-        self.pending.bytes += batch.approx_bytes();
         let _ = &self.fields;
         Ok(())
     }

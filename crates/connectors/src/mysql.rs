@@ -3,8 +3,9 @@
 //! Sessions run in UTC (`time_zone = '+00:00'`), so `TIMESTAMP` columns read
 //! and write as UTC; `DATETIME` values are taken as UTC. Reading casts each
 //! column to a decodable form (decimals, temporal and JSON values as text).
-//! Writing uses multi-row `INSERT`s inside a transaction, `ON DUPLICATE KEY
-//! UPDATE` for upsert, and for overwrite a fresh table swapped in with one
+//! Writing uses multi-row `INSERT`s inside a transaction, executed by a
+//! task of their own so that the next statement is encoded while the
+//! server runs the last, `ON DUPLICATE KEY UPDATE` for upsert, and for overwrite a fresh table swapped in with one
 //! atomic `RENAME TABLE`. MariaDB's `JSON` is `LONGTEXT` with a
 //! `json_valid` check; discovery recognises it.
 
@@ -244,9 +245,22 @@ fn decode(row: &MySqlRow, i: usize, t: FieldType) -> Result<Value, sqlx::Error> 
         FieldType::Boolean => row.try_get::<Option<i64>, _>(i)?.map(|n| Value::Bool(n != 0)),
         FieldType::Number => row.try_get::<Option<f64>, _>(i)?.map(Value::Float),
         FieldType::Binary => row.try_get::<Option<Vec<u8>>, _>(i)?.map(Value::Bytes),
+        FieldType::Timestamp | FieldType::Date => row.try_get::<Option<String>, _>(i)?.and_then(|s| {
+            // MySQL's zero dates ('0000-00-00', or a zero month or day,
+            // which non-strict modes store) name no time: NULL, as
+            // MySQL's own drivers read them (zeroDateTimeBehavior).
+            if zero_date(&s) { None } else { Some(text_value(s, t)) }
+        }),
         other => row.try_get::<Option<String>, _>(i)?.map(|s| text_value(s, other)),
     }
     .unwrap_or(Value::Null))
+}
+
+/// A date whose year, month or day is zero (`0000-00-00`, `2024-00-10`).
+fn zero_date(s: &str) -> bool {
+    let mut parts = s.get(..10).unwrap_or("").split('-');
+    let (Some(y), Some(m), Some(d)) = (parts.next(), parts.next(), parts.next()) else { return false };
+    [y, m, d].iter().any(|p| !p.is_empty() && p.bytes().all(|b| b == b'0'))
 }
 
 type MyQuery<'q> = sqlx::query::Query<'q, MySql, <MySql as sqlx::Database>::Arguments>;
@@ -395,9 +409,21 @@ impl Destination for MySqlConnector {
             String::new()
         };
         let tx = self.pool.begin().await.map_err(|e| self.e(&e))?;
+        let (commands, rx) = tokio::sync::mpsc::channel(1);
+        let failed = Arc::new(std::sync::Mutex::new(None));
+        let session = tokio::spawn(run_session(
+            tx,
+            self.pool.clone(),
+            rx,
+            failed.clone(),
+            self.host.clone(),
+            self.database.clone(),
+        ));
         Ok(Box::new(MySqlWriter {
             pool: self.pool.clone(),
-            tx: Some(tx),
+            commands: Some(commands),
+            failed,
+            session: Some(session),
             mode,
             insert_head: format!("INSERT INTO {} ({}) VALUES ", quote_bt(&target), cols.join(", ")),
             on_dup,
@@ -413,9 +439,75 @@ impl Destination for MySqlConnector {
     }
 }
 
+type Insert = sqlx::query::Query<'static, MySql, <MySql as sqlx::Database>::Arguments>;
+
+/// What a writer asks of its session task.
+enum Command {
+    Execute(Insert),
+    /// Commit (and begin again when `reopen`), answering once done.
+    Commit {
+        reopen: bool,
+        done: tokio::sync::oneshot::Sender<ConnectorResult<()>>,
+    },
+    Rollback,
+}
+
+/// Runs a writer's statements in order inside its transaction. A failed
+/// statement is kept in `failed` (the writer reports it at its next call)
+/// and every later statement skipped. When the writer goes away without a
+/// commit the transaction is dropped, which rolls it back.
+async fn run_session(
+    tx: Transaction<'static, MySql>,
+    pool: MySqlPool,
+    mut commands: tokio::sync::mpsc::Receiver<Command>,
+    failed: Arc<std::sync::Mutex<Option<ConnectorError>>>,
+    host: String,
+    database: String,
+) {
+    let failure = || failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let mut tx = Some(tx);
+    while let Some(command) = commands.recv().await {
+        match command {
+            Command::Execute(q) => {
+                if failure().is_some() {
+                    continue;
+                }
+                let Some(t) = tx.as_mut() else { continue };
+                if let Err(e) = q.execute(&mut **t).await {
+                    *failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(err(&e, &host, &database));
+                }
+            }
+            Command::Commit { reopen, done } => {
+                let result = async {
+                    if let Some(e) = failure() {
+                        return Err(e);
+                    }
+                    let t = tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+                    t.commit().await.map_err(|e| err(&e, &host, &database))?;
+                    if reopen {
+                        tx = Some(pool.begin().await.map_err(|e| err(&e, &host, &database))?);
+                    }
+                    Ok(())
+                }
+                .await;
+                let _ = done.send(result);
+            }
+            Command::Rollback => {
+                if let Some(t) = tx.take() {
+                    let _ = t.rollback().await;
+                }
+                return;
+            }
+        }
+    }
+}
+
 struct MySqlWriter {
     pool: MySqlPool,
-    tx: Option<Transaction<'static, MySql>>,
+    /// To the session task, which holds the transaction.
+    commands: Option<tokio::sync::mpsc::Sender<Command>>,
+    failed: Arc<std::sync::Mutex<Option<ConnectorError>>>,
+    session: Option<tokio::task::JoinHandle<()>>,
     mode: WriteMode,
     insert_head: String,
     on_dup: String,
@@ -433,6 +525,30 @@ impl MySqlWriter {
     fn e(&self, e: &sqlx::Error) -> ConnectorError {
         err(e, &self.host, &self.database)
     }
+
+    /// The failure of an earlier statement, if any.
+    fn check(&self) -> ConnectorResult<()> {
+        match self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn gone() -> ConnectorError {
+        ConnectorError::Other("the writer's session ended".into())
+    }
+
+    async fn send(&self, command: Command) -> ConnectorResult<()> {
+        let commands = self.commands.as_ref().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        commands.send(command).await.map_err(|_| Self::gone())
+    }
+
+    /// Commits everything sent so far; begins again when `reopen`.
+    async fn commit(&self, reopen: bool) -> ConnectorResult<()> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.send(Command::Commit { reopen, done }).await?;
+        answer.await.map_err(|_| Self::gone())?
+    }
 }
 
 #[async_trait::async_trait]
@@ -441,6 +557,7 @@ impl EntityWriter for MySqlWriter {
         if batch.is_empty() {
             return Ok(());
         }
+        self.check()?;
         let rows = align(batch, &self.order);
         let per_stmt = (MAX_PARAMS / self.width.max(1)).clamp(1, 2_000);
         let placeholder = format!("({})", vec!["?"; self.width].join(", "));
@@ -453,9 +570,8 @@ impl EntityWriter for MySqlWriter {
                     q = bind(q, v);
                 }
             }
-            let (host, db) = (self.host.clone(), self.database.clone());
-            let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
-            q.execute(&mut **tx).await.map_err(|e| err(&e, &host, &db))?;
+            // Encoded here, executed by the session while the next one is.
+            self.send(Command::Execute(q)).await?;
         }
         self.pending.rows_written += batch.len() as u64;
         self.pending.bytes += batch.approx_bytes();
@@ -466,9 +582,7 @@ impl EntityWriter for MySqlWriter {
         if self.mode == WriteMode::Overwrite {
             return Ok(self.stats);
         }
-        let tx = self.tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
-        tx.commit().await.map_err(|e| self.e(&e))?;
-        self.tx = Some(self.pool.begin().await.map_err(|e| self.e(&e))?);
+        self.commit(true).await?;
         self.stats.rows_written += self.pending.rows_written;
         self.stats.bytes += self.pending.bytes;
         self.pending = WriteStats::default();
@@ -476,8 +590,8 @@ impl EntityWriter for MySqlWriter {
     }
 
     async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
-        let tx = self.tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
-        tx.commit().await.map_err(|e| self.e(&e))?;
+        self.commit(false).await?;
+        self.commands = None;
         if self.mode == WriteMode::Overwrite {
             let (t, n, old) =
                 (quote_bt(&self.table), quote_bt(&self.new_table), quote_bt(&format!("{}__sluice_old", self.table)));
@@ -505,8 +619,10 @@ impl EntityWriter for MySqlWriter {
     }
 
     async fn abort(mut self: Box<Self>) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.rollback().await;
+        let _ = self.send(Command::Rollback).await;
+        self.commands = None;
+        if let Some(session) = self.session.take() {
+            let _ = session.await;
         }
     }
 }

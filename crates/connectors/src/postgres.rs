@@ -1,9 +1,11 @@
 //! The PostgreSQL connector.
 //!
-//! Reading casts each column to a type sqlx decodes (numerics and unknown
+//! Reading casts each column to a decodable type (numerics and unknown
 //! types as text, JSON and arrays as JSON text, timestamps without a zone
-//! as UTC) and streams rows through a channel. Writing uses
-//! `COPY … FROM STDIN (FORMAT csv)`: straight into the table for append;
+//! as UTC), copies them out in binary and decodes them here ([`binary`]),
+//! streaming batches through a channel. Writing uses `COPY … FROM STDIN`,
+//! in binary encoded here for the landing table's types (CSV when one of
+//! them is a type we do not encode): straight into the table for append;
 //! into a session-local staging table merged with one
 //! `INSERT … ON CONFLICT` per checkpoint for upsert (the last staged row of
 //! a key wins); into a fresh table that replaces the old one in the same
@@ -28,10 +30,8 @@ pub const BULK_FORMAT: &str = "postgres-binary";
 /// The records of a binary COPY without its header and trailer, in chunks
 /// that end on a record's end: what a cursor read streams into a stage.
 pub const BULK_ROWS_FORMAT: &str = "postgres-binary-rows";
-/// The header of a binary COPY with no flags and no extension.
-const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
-/// The trailer of a binary COPY.
-const COPY_TRAILER: &[u8] = &[0xff, 0xff];
+pub mod binary;
+use binary::{HEADER as COPY_HEADER, TRAILER as COPY_TRAILER};
 /// The size a chunk of records grows to before it is passed on.
 const ROWS_CHUNK: usize = 256 * 1024;
 const COPY_CHUNK: usize = 1 << 20;
@@ -558,33 +558,70 @@ impl Source for PgConnector {
         Ok((v != Value::Null).then_some(v))
     }
 
+    /// Reads through a binary COPY of the select expressions, decoded here:
+    /// no row protocol, and no text parsed for numbers and times.
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
+        use sqlx::postgres::PgPoolCopyExt;
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
-        let (sql, bound) = select_sql(&schema, &cols, &self.qualified(&schema.name), &req, quote_dq, |f| {
-            format!("CAST($1 AS {})", native_for_field(f))
+        // COPY takes no parameters: the cursor's bound is a quoted literal.
+        let from = req.cursor.as_ref().and_then(|c| c.from.as_ref()).map(|v| match literal(v) {
+            Some(text) => dollar_quoted(&text),
+            None => "NULL".to_string(),
+        });
+        let (sql, _) = select_sql(&schema, &cols, &self.qualified(&schema.name), &req, quote_dq, |f| {
+            format!("CAST({} AS {})", from.as_deref().unwrap_or("NULL"), native_for_field(f))
         })?;
-        let bound = bound.as_ref().and_then(literal);
+        let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
         let fields = Arc::new(schema.fields);
-        let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
-        let pool = self.pool.clone();
+        let wires: Vec<binary::Wire> = fields.iter().map(|f| binary::Wire::of(f.field_type)).collect();
+        let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
+        let mut stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
         let (host, db) = (self.host.clone(), self.database.clone());
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
-        let (host2, db2) = (host.clone(), db.clone());
-        Ok(select_reader(
-            fields,
-            pool,
-            sql,
-            move |q| match bound {
-                Some(b) => q.bind(b),
-                None => q,
-            },
-            batch_size,
-            move |row| {
-                types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
-            },
-            move |e| err(e, &host2, &db2),
-        ))
+        let batch_fields = fields.clone();
+        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
+            use futures_util::StreamExt;
+            let mut decoder = binary::Decoder::default();
+            let mut batch = Vec::with_capacity(batch_size);
+            let bad = |e: String| ConnectorError::Other(format!("reading {host}/{db}: {e}"));
+            loop {
+                let piece = stream.next().await;
+                match piece {
+                    Some(Ok(bytes)) => decoder.feed(&bytes),
+                    Some(Err(e)) => {
+                        send(&tx, Err(err(&e, &host, &db))).await;
+                        return;
+                    }
+                    None if decoder.has_partial() => {
+                        send(&tx, Err(bad("the binary COPY stream ended inside a record".into()))).await;
+                        return;
+                    }
+                    None => break,
+                }
+                loop {
+                    match decoder.next(&wires, &names) {
+                        Ok(binary::Step::Record(r)) => {
+                            batch.push(r);
+                            if batch.len() >= batch_size {
+                                let rows = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
+                                if !send(&tx, Ok(RecordBatch { fields: batch_fields.clone(), rows })).await {
+                                    return;
+                                }
+                            }
+                        }
+                        Ok(binary::Step::NeedMore | binary::Step::End) => break,
+                        Err(e) => {
+                            send(&tx, Err(bad(e))).await;
+                            return;
+                        }
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                send(&tx, Ok(RecordBatch { fields: batch_fields, rows: batch })).await;
+            }
+        })))
     }
 }
 
@@ -906,8 +943,29 @@ impl Destination for PgConnector {
         let bulk_copy = (exact
             && matches!((&stage, mode), (None, WriteMode::Overwrite) | (Some(_), WriteMode::Upsert)))
         .then(|| format!("COPY {copy_target} ({col_list}) FROM STDIN (FORMAT binary)"));
+        // Records from any source go in as binary COPY too, encoded here
+        // for the types of the table they land in (the stage's and a new
+        // table's are the schema's; an existing one's are its own), when
+        // every one of them is a type we encode; else as CSV.
+        let landing: Vec<String> = schema
+            .fields
+            .iter()
+            .map(|f| match (&stage, mode, existing.as_ref().and_then(|e| e.field(&f.name))) {
+                (None, m, Some(current)) if m != WriteMode::Overwrite => {
+                    native_for(current, ENGINE).map_or_else(|| native_for_field(f), str::to_string)
+                }
+                _ => native_for_field(f),
+            })
+            .collect();
+        let mut encoders: Option<Vec<binary::Column>> = landing.iter().map(|n| binary::Column::of(n)).collect();
+        if let (Some(e), Some(_)) = (encoders.as_mut(), &stage) {
+            e.push(binary::Column::Int8); // the sequence
+        }
+        let records_copy =
+            encoders.map(|e| (format!("COPY {copy_target} ({col_list}{seq_column}) FROM STDIN (FORMAT binary)"), e));
         Ok(Box::new(PgWriter {
             bulk_copy,
+            records_copy,
             tx: Some(tx),
             mode,
             copy_sql: format!("COPY {copy_target} ({col_list}{seq_column}) FROM STDIN (FORMAT csv)"),
@@ -1022,6 +1080,9 @@ struct Swap {
 struct PgWriter {
     /// The binary COPY statement, when the table can load a bulk stream.
     bulk_copy: Option<String>,
+    /// The binary COPY statement for records, and each column's encoder
+    /// (`None`: records go as CSV).
+    records_copy: Option<(String, Vec<binary::Column>)>,
     /// The writer's connection, inside a transaction while `Some`.
     tx: Option<PoolConnection<Postgres>>,
     mode: WriteMode,
@@ -1055,6 +1116,47 @@ impl PgWriter {
         err(e, &self.host, &self.database)
     }
 
+    /// Writes records as one binary COPY, encoded for the landing table's
+    /// types; a value its column cannot hold fails the write, naming both.
+    async fn write_binary(&mut self, rows: &[Vec<Value>], batch: &RecordBatch) -> ConnectorResult<()> {
+        let Some((sql, encoders)) = &self.records_copy else { return Ok(()) };
+        let (host, db) = (self.host.clone(), self.database.clone());
+        let staging = self.stage.is_some();
+        let width =
+            i16::try_from(encoders.len()).map_err(|_| ConnectorError::Unsupported("over 32767 columns".into()))?;
+        let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        let mut copy = tx.copy_in_raw(sql).await.map_err(|e| err(&e, &host, &db))?;
+        let mut buf = Vec::with_capacity(COPY_CHUNK + 4096);
+        let mut sent = 0u64;
+        buf.extend_from_slice(COPY_HEADER);
+        for row in rows {
+            buf.extend_from_slice(&width.to_be_bytes());
+            for (i, (enc, v)) in encoders.iter().zip(row).enumerate() {
+                if let Err(e) = enc.encode(&mut buf, v) {
+                    let _ = copy.abort("a value does not fit its column").await;
+                    let column = self.order.get(i).map(String::as_str).unwrap_or("?");
+                    return Err(ConnectorError::Other(format!("column {column}: {e}")));
+                }
+            }
+            if staging {
+                self.seq += 1;
+                binary::Column::Int8.encode(&mut buf, &Value::Int(self.seq)).ok();
+            }
+            if buf.len() >= COPY_CHUNK {
+                sent += buf.len() as u64;
+                copy.send(std::mem::take(&mut buf)).await.map_err(|e| err(&e, &host, &db))?;
+            }
+        }
+        buf.extend_from_slice(COPY_TRAILER);
+        sent += buf.len() as u64;
+        copy.send(buf).await.map_err(|e| err(&e, &host, &db))?;
+        copy.finish().await.map_err(|e| err(&e, &host, &db))?;
+        self.staged = true;
+        self.pending.rows_written += batch.len() as u64;
+        self.pending.bytes += sent;
+        Ok(())
+    }
+
     async fn merge_stage(&mut self) -> ConnectorResult<()> {
         if let (Some(sql), true) = (self.merge.clone(), self.staged) {
             let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
@@ -1073,6 +1175,9 @@ impl EntityWriter for PgWriter {
             return Ok(());
         }
         let rows = crate::sqlite::align(batch, &self.order);
+        if self.records_copy.is_some() {
+            return self.write_binary(&rows, batch).await;
+        }
         let copy_sql = self.copy_sql.clone();
         let (host, db) = (self.host.clone(), self.database.clone());
         let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;

@@ -399,3 +399,30 @@ async fn exact_decimals_and_zoneless_timestamps_keep_their_types_between_databas
         }
     }
 }
+
+/// MySQL's zero dates (kept by non-strict modes, common in old schemas)
+/// read as NULL instead of failing the run at the destination.
+#[tokio::test]
+async fn mysql_zero_dates_read_as_null() {
+    use sqlx::Connection;
+    let Some(db) = mariadb().await else { return };
+    let name = db.config.str("database").unwrap().to_string();
+    let mut c = sqlx::MySqlConnection::connect(&format!("mysql://root@127.0.0.1:3306/{name}")).await.unwrap();
+    for sql in [
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE z (id int PRIMARY KEY, d date, t datetime(6))",
+        "INSERT INTO z VALUES (1, '0000-00-00', '0000-00-00 00:00:00'), (2, '2024-00-10', '2024-05-01 10:00:00.25'), (3, '2024-05-01', NULL)",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+    }
+    let root = std::env::temp_dir().join(format!("sluice-zero-{}", tag()));
+    let registry = Registry::new(root);
+    let src = registry.source(&db.config).await.unwrap();
+    let (fields, rows) = read_all(&src, "z").await;
+    let at = |n: &str| fields.iter().position(|f| f.name == n).unwrap();
+    let (d, t) = (at("d"), at("t"));
+    assert_eq!((&rows[0][d], &rows[0][t]), (&Value::Null, &Value::Null), "zero date and zero datetime");
+    assert_eq!(rows[1][d], Value::Null, "a zero month");
+    assert_eq!(rows[1][t], Value::Timestamp(time::macros::datetime!(2024-05-01 10:00:00.25 UTC)));
+    assert_eq!(rows[2][d], Value::Date(time::macros::date!(2024 - 05 - 01)));
+}

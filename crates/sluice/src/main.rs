@@ -103,7 +103,10 @@ enum Command {
     },
 }
 
-#[actix_web::main]
+// A multi-threaded runtime: a run's reader (its own task) decodes the next
+// batch while the writer encodes the last one, on another core. The HTTP
+// server's workers keep their own single-threaded runtimes either way.
+#[tokio::main]
 async fn main() -> std::process::ExitCode {
     match run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,

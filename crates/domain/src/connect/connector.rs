@@ -437,7 +437,28 @@ mod tests {
             assert_eq!(parse_timestamp(s), Some(want), "{s}");
         }
         assert_eq!(parse_timestamp("2026-01-02T03:04:05.250Z").unwrap().millisecond(), 250);
-        for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "12"] {
+        // The common shape's own path agrees with the general parsers.
+        for s in [
+            "2026-01-02 03:04:05.123456789Z",
+            "2026-01-02T03:04:05.000001Z",
+            "0001-01-01T00:00:00Z",
+            "2024-02-29T23:59:59.5Z",
+        ] {
+            let general =
+                time::OffsetDateTime::parse(&s.replacen(' ', "T", 1), &time::format_description::well_known::Rfc3339);
+            assert_eq!(parse_timestamp(s), general.ok(), "{s}");
+        }
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "12",
+            "2026-02-30T00:00:00Z",
+            "2026-01-02T24:00:00Z",
+            "2026-01-02T03:04:05.Z",
+            "2026-01-0xT03:04:05Z",
+            "+026-01-02T03:04:05Z",
+        ] {
             assert_eq!(parse_timestamp(bad), None, "{bad}");
         }
         assert_eq!(format_timestamp(want), "2026-01-02T03:04:05.000000Z");

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Every other connector pair, as users run them, against Sling and ingestr:
+the benchmark table of `service.py` (bigint key, bigint, text, json,
+numeric(12,2), two timestamps) in a throwaway PostgreSQL cluster with
+deployment settings, the same rows in the machine's MariaDB (a database of
+this run), in a SQLite file, and in CSV and JSON Lines files; `sluice serve`
+on its embedded store; one full refresh (full_refresh_overwrite) per pair
+through the API, timed from the call that triggers the run to the run's
+record saying it finished.
+
+Pairs: PostgreSQL → MariaDB, SQLite, CSV, JSON Lines, and each of those →
+PostgreSQL. Each timing is the median of --rounds; after every load the
+destination is checked equal to the source (count, distinct keys, sum of a
+bigint column, sum of the numeric one). The peers run the same pairs when
+installed (Sling from PyPI `sling-linux-amd64` or $SLING, ingestr from PyPI
+`ingestr==1.1.22`); a pair a peer cannot do is shown as such.
+
+    cargo build --release
+    benches/pairs.py                        # 1,000,000 rows, 3 rounds
+    benches/pairs.py --rows 200000 --rounds 1 --only mariadb
+
+The target (issue 18): Sluice at least 2× the rows/s of the faster peer on
+every pair. Needs what `service.py` needs, and MariaDB at 127.0.0.1:3306
+(root, no password) with the `mariadb` client.
+"""
+
+import argparse
+import csv
+import decimal
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from service import Cluster, free_port, sling_binary
+from sluicebench import BIN, Api, wait_healthy
+
+MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+COLUMNS = ["id", "a", "s", "j", "n", "ts1", "updated"]
+
+
+def mariadb(sql, db=None):
+    argv = ["mariadb", "-h", MARIADB["host"], "-P", str(MARIADB["port"]), "-u", MARIADB["user"], "--local-infile=1", "-N", "-B"]
+    if db:
+        argv += ["-D", db]
+    return subprocess.run(argv + ["-e", sql], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def fingerprint(rows):
+    """(count, distinct ids, sum(a), sum(n)) of an iterable of (id, a, n)."""
+    count, ids, sum_a, sum_n = 0, set(), 0, decimal.Decimal(0)
+    for i, a, n in rows:
+        count += 1
+        ids.add(int(i))
+        sum_a += int(a)
+        sum_n += decimal.Decimal(str(n))
+    return (count, len(ids), sum_a, sum_n.quantize(decimal.Decimal("0.01")))
+
+
+def norm(count, ids, sum_a, sum_n):
+    return (int(count), int(ids), int(decimal.Decimal(sum_a)), decimal.Decimal(str(sum_n)).quantize(decimal.Decimal("0.01")))
+
+
+def close(got, want):
+    """A peer's load equals the source: counts and sum(a) exactly, sum(n)
+    within a cent per 10,000 rows (a peer that loads the numeric column as
+    a float sums it with rounding error). Sluice's loads must be exact."""
+    return got[:3] == want[:3] and abs(got[3] - want[3]) <= decimal.Decimal(want[0]) / 1_000_000
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-peers", action="store_true", help="skip Sling and ingestr even when installed")
+    ap.add_argument("--only", help="only the pairs whose name contains this (e.g. mariadb, csv)")
+    args = ap.parse_args()
+    if not os.access(BIN, os.X_OK):
+        sys.exit(f"no release binary at {BIN}: cargo build --release")
+    rows, rounds = args.rows, args.rounds
+    work = tempfile.mkdtemp(prefix="sluice-pairs-bench-")
+    os.chmod(work, 0o755)
+    tag = os.path.basename(work).split("-")[-1].lower().replace("_", "")
+    src_db, dst_db = f"pairs_src_{tag}", f"pairs_dst_{tag}"
+    pg, sluice, made_dbs = None, None, False
+    try:
+        pg = Cluster(work)
+        pg.psql("CREATE DATABASE bench", db="postgres")
+        pg.psql(f"""
+            SET TimeZone = 'UTC';
+            CREATE SCHEMA src; CREATE SCHEMA dst;
+            CREATE TABLE src.t (id bigint PRIMARY KEY, a bigint NOT NULL, s text, j jsonb, n numeric(12,2),
+                ts1 timestamptz, updated timestamptz NOT NULL);
+            INSERT INTO src.t SELECT g, g * 7, 'row ' || g || ' some text of moderate length',
+                jsonb_build_object('k', g, 'tag', 'x' || (g % 100)), (g % 100000) / 100.0,
+                timestamptz '2025-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 millisecond'
+              FROM generate_series(1, {rows}) g;""")
+        pg.psql("VACUUM ANALYZE src.t")
+        want = norm(*pg.psql("SELECT count(*), count(DISTINCT id), sum(a), sum(n) FROM src.t").split("|"))
+
+        # The same rows in every other kind of source.
+        port = free_port()
+        data, files = os.path.join(work, "data"), os.path.join(work, "files")
+        iso = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        flat = f"SELECT id, a, s, j, n, {iso.format('ts1')} AS ts1, {iso.format('updated')} AS updated FROM src.t ORDER BY id"
+        plain_csv = os.path.join(work, "plain.csv")
+        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-d", "bench", "-v", "ON_ERROR_STOP=1",
+                        "-c", f"\\copy ({flat}) TO '{plain_csv}' (FORMAT csv, HEADER)"], check=True)
+        mariadb(f"CREATE DATABASE {src_db}; CREATE DATABASE {dst_db}")
+        made_dbs = True
+        mariadb("""CREATE TABLE t (id bigint PRIMARY KEY, a bigint NOT NULL, s text, j json, n decimal(12,2),
+                   ts1 datetime(6), updated datetime(6) NOT NULL)""", db=src_db)
+        need = lambda kind: not args.only or kind in args.only.lower()
+        if need("mariadb"):  # (--only builds only the sources its pairs read)
+            mariadb(f"""LOAD DATA LOCAL INFILE '{plain_csv}' INTO TABLE t FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '"'
+                        IGNORE 1 LINES (id, a, s, j, n, @ts1, @up)
+                        SET ts1 = STR_TO_DATE(@ts1, '%Y-%m-%dT%H:%i:%s.%fZ'), updated = STR_TO_DATE(@up, '%Y-%m-%dT%H:%i:%s.%fZ')""",
+                    db=src_db)
+            loaded = norm(*mariadb("SELECT count(*), count(DISTINCT id), sum(a), sum(n) FROM t", db=src_db).split("\t"))
+            zero = mariadb("SELECT count(*) FROM t WHERE updated < '2000-01-01' OR ts1 < '2000-01-01'", db=src_db)
+            if loaded != want or zero != "0":
+                sys.exit(f"MariaDB's copy of the table differs: {loaded} against {want}, {zero} dates lost")
+        with open(plain_csv, newline="") as f:
+            records = list(csv.DictReader(f))
+        print(f"table: {rows:,} rows in PostgreSQL {pg.bin.split('/')[-2]} (port {pg.port}, shared_buffers 1GB), "
+              f"MariaDB ({src_db}), SQLite, CSV and JSON Lines; {rounds} round(s) each\n", flush=True)
+
+        # The service, on its embedded store.
+        env = dict(os.environ, SLUICE_LISTEN=f"127.0.0.1:{port}", SLUICE_DATA_DIR=data, SLUICE_FILE_ROOT=files,
+                   SLUICE_JWT_HS256_SECRET="service-bench-secret-service-bench-secret",
+                   SLUICE_MASTER_KEY="BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", RUST_LOG="warn")
+        env.pop("SLUICE_DATABASE_URL", None)
+        log = open(os.path.join(work, "serve.log"), "w")
+        sluice = subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(base)
+        token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
+                               capture_output=True, text=True).stdout.strip()
+        api = Api(base, token)
+        org = api.call("POST", f"/v1/organizations", {"name": "Pairs bench"})["id"]
+        home = os.path.join(files, org)
+        os.makedirs(os.path.join(home, "in_csv"))
+        os.makedirs(os.path.join(home, "in_jsonl"))
+        shutil.copy(plain_csv, os.path.join(home, "in_csv", "t.csv"))
+        in_jsonl = os.path.join(home, "in_jsonl", "t.jsonl")
+        with open(in_jsonl, "w") as out:
+            for r in records if need("json") else []:
+                out.write(json.dumps({"id": int(r["id"]), "a": int(r["a"]), "s": r["s"], "j": json.loads(r["j"]),
+                                      "n": float(r["n"]), "ts1": r["ts1"], "updated": r["updated"]}) + "\n")
+        in_sqlite = os.path.join(home, "src.db")
+        lite = sqlite3.connect(in_sqlite)
+        lite.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER NOT NULL, s TEXT, j TEXT, n NUMERIC, ts1 TEXT, updated TEXT NOT NULL)")
+        lite.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         ((int(r["id"]), int(r["a"]), r["s"], r["j"], r["n"], r["ts1"], r["updated"])
+                          for r in (records if need("sqlite") else [])))
+        lite.commit()
+        lite.close()
+        del records
+
+        def conn(name, kind, config):
+            return api.call("POST", f"/v1/organizations/{org}/connections",
+                            {"name": name, "type": kind, "capability": "both", "config": config})["id"]
+
+        pg_cfg = {"host": "127.0.0.1", "port": pg.port, "database": "bench", "user": "postgres", "sslmode": "disable"}
+        c = {
+            "pg_src": conn("pg-src", "postgres", dict(pg_cfg, schema="src")),
+            "pg_dst": conn("pg-dst", "postgres", dict(pg_cfg, schema="dst")),
+            "my_src": conn("my-src", "mysql", dict(MARIADB, database=src_db)),
+            "my_dst": conn("my-dst", "mysql", dict(MARIADB, database=dst_db)),
+            "lite_src": conn("lite-src", "sqlite", {"path": "src.db"}),
+            "lite_dst": conn("lite-dst", "sqlite", {"path": "dst.db"}),
+            "csv_src": conn("csv-src", "file", {"path": "in_csv", "format": "csv"}),
+            "csv_dst": conn("csv-dst", "file", {"path": "out_csv", "format": "csv"}),
+            "jsonl_src": conn("jsonl-src", "file", {"path": "in_jsonl", "format": "jsonl"}),
+            "jsonl_dst": conn("jsonl-dst", "file", {"path": "out_jsonl", "format": "jsonl"}),
+        }
+
+        # How each kind of destination is read back.
+        def check_pg(table):
+            # Cast: a peer may load numbers as text (ingestr from CSV).
+            return norm(*pg.psql(f"SELECT count(*), count(DISTINCT id), sum(a::numeric), sum(n::numeric) FROM dst.{table}").split("|"))
+
+        def check_my(table):
+            return norm(*mariadb(f"SELECT count(*), count(DISTINCT id), sum(a), sum(n) FROM {table}", db=dst_db).split("\t"))
+
+        def check_lite(path, table):
+            with sqlite3.connect(path) as db:
+                return fingerprint(db.execute(f"SELECT id, a, CAST(n AS TEXT) FROM {table}"))
+
+        def check_csv(path):
+            with open(path, newline="") as f:
+                return fingerprint((r["id"], r["a"], r["n"]) for r in csv.DictReader(f))
+
+        def check_jsonl(path):
+            with open(path) as f:
+                return fingerprint((r["id"], r["a"], r["n"]) for r in map(json.loads, f))
+
+        pg_uri = f"postgresql://postgres@127.0.0.1:{pg.port}/bench?sslmode=disable"
+        my = lambda db: f"mysql://root@127.0.0.1:3306/{db}"
+        # name: (source, destination, Sluice's destination check, Sling's
+        # source, target and check, ingestr's source, target and check).
+        out_dir = os.path.join(work, "peers")
+        os.makedirs(out_dir)
+        pairs = {
+            "PostgreSQL → MariaDB": dict(
+                src="pg_src", entity="t", dst="my_dst", check=lambda t: check_my(t),
+                sling=(("PG", pg_uri, "src.t"), ("MY", my(dst_db), f"{dst_db}.sling_t"), lambda: check_my("sling_t")),
+                ingestr=((pg_uri, "src.t"), (my(dst_db), f"{dst_db}.ingestr_t"), lambda: check_my("ingestr_t"))),
+            "PostgreSQL → SQLite": dict(
+                src="pg_src", entity="t", dst="lite_dst", check=lambda t: check_lite(os.path.join(home, "dst.db"), t),
+                sling=(("PG", pg_uri, "src.t"), ("LITE", f"sqlite://{out_dir}/sling.db", "main.sling_t"),
+                       lambda: check_lite(f"{out_dir}/sling.db", "sling_t")),
+                ingestr=((pg_uri, "src.t"), (f"sqlite:///{out_dir}/ingestr.db", "main.ingestr_t"),
+                         lambda: check_lite(f"{out_dir}/ingestr.db", "ingestr_t"))),
+            "PostgreSQL → CSV": dict(
+                src="pg_src", entity="t", dst="csv_dst", check=lambda t: check_csv(os.path.join(home, "out_csv", f"{t}.csv")),
+                sling=(("PG", pg_uri, "src.t"), (None, None, f"file://{out_dir}/sling.csv"), lambda: check_csv(f"{out_dir}/sling.csv")),
+                ingestr=((pg_uri, "src.t"), (f"csv://{out_dir}/ingestr.csv", "ingestr"), lambda: check_csv(f"{out_dir}/ingestr.csv"))),
+            "PostgreSQL → JSON Lines": dict(
+                src="pg_src", entity="t", dst="jsonl_dst", check=lambda t: check_jsonl(os.path.join(home, "out_jsonl", f"{t}.jsonl")),
+                sling=(("PG", pg_uri, "src.t"), (None, None, f"file://{out_dir}/sling.jsonl"), lambda: check_jsonl(f"{out_dir}/sling.jsonl")),
+                ingestr=None),
+            "MariaDB → PostgreSQL": dict(
+                src="my_src", entity="t", dst="pg_dst", check=check_pg,
+                sling=(("MY", my(src_db), f"{src_db}.t"), ("PG", pg_uri, "dst.sling_my"), lambda: check_pg("sling_my")),
+                ingestr=((my(src_db), f"{src_db}.t"), (pg_uri, "dst.ingestr_my"), lambda: check_pg("ingestr_my"))),
+            "SQLite → PostgreSQL": dict(
+                src="lite_src", entity="t", dst="pg_dst", check=check_pg,
+                sling=(("LITE", f"sqlite://{in_sqlite}", "main.t"), ("PG", pg_uri, "dst.sling_lite"), lambda: check_pg("sling_lite")),
+                ingestr=((f"sqlite:///{in_sqlite}", "t"), (pg_uri, "dst.ingestr_lite"), lambda: check_pg("ingestr_lite"))),
+            "CSV → PostgreSQL": dict(
+                src="csv_src", entity="t", dst="pg_dst", check=check_pg,
+                sling=((None, None, f"file://{home}/in_csv/t.csv"), ("PG", pg_uri, "dst.sling_csv"), lambda: check_pg("sling_csv")),
+                ingestr=((f"csv://{home}/in_csv/t.csv", "t"), (pg_uri, "dst.ingestr_csv"), lambda: check_pg("ingestr_csv"))),
+            "JSON Lines → PostgreSQL": dict(
+                src="jsonl_src", entity="t", dst="pg_dst", check=check_pg,
+                sling=((None, None, f"file://{in_jsonl}"), ("PG", pg_uri, "dst.sling_jsonl"), lambda: check_pg("sling_jsonl")),
+                ingestr=None),
+        }
+        if args.only:
+            pairs = {k: v for k, v in pairs.items() if args.only.lower() in k.lower()}
+
+        sling = None if args.no_peers else sling_binary()
+        ingestr = None if args.no_peers else shutil.which("ingestr")
+
+        def peer(argv, extra_env):
+            start = time.perf_counter()
+            out = subprocess.run(argv, env=dict(os.environ, SLING_DISABLE_TELEMETRY="true", **extra_env),
+                                 capture_output=True, text=True)
+            secs = time.perf_counter() - start
+            return secs, None if out.returncode == 0 else (out.stdout + out.stderr).strip().splitlines()[-1:]
+
+        def sling_run(spec):
+            (sname, suri, stream), (tname, turi, obj), _ = spec
+            argv = [sling, "run", "--src-stream", stream, "--tgt-object", obj, "--mode", "full-refresh"]
+            if stream.endswith(".jsonl"):
+                argv += ["--src-options", '{"flatten": true}']  # else one jsonb column of whole records
+            extra = {}
+            for flag, name, uri in (("--src-conn", sname, suri), ("--tgt-conn", tname, turi)):
+                if name:
+                    argv += [flag, name]
+                    extra[name] = uri
+            return peer(argv, extra)
+
+        def ingestr_run(spec):
+            (suri, stable), (duri, dtable), _ = spec
+            return peer([ingestr, "ingest", "--source-uri", suri, "--source-table", stable, "--dest-uri", duri,
+                         "--dest-table", dtable, "--yes"], {})
+
+        results = []
+        for name, p in pairs.items():
+            entity = "t_" + p["src"].split("_")[0]
+            flow = api.call("POST", f"/v1/organizations/{org}/flows", {
+                "name": name, "source_connection_id": c[p["src"]], "destination_connection_id": c[p["dst"]],
+                "config": {"mappings": [{"source_entity": p["entity"], "dest_entity": entity,
+                                         "sync_mode": "full_refresh_overwrite"}]}})["id"]
+            ours = []
+            for _ in range(rounds):
+                pg.psql("CHECKPOINT")
+                secs, _ = api.run(org, flow)
+                ours.append(secs)
+                got = p["check"](entity)
+                if got != want:
+                    sys.exit(f"{name}: Sluice's destination differs from the source: {got} against {want}")
+            peers = {}
+            for peer_name, binary, run, spec in (("Sling", sling, sling_run, p["sling"]), ("ingestr", ingestr, ingestr_run, p["ingestr"])):
+                if not binary:
+                    continue
+                if spec is None:
+                    peers[peer_name] = "cannot"
+                    continue
+                times = []
+                for _ in range(rounds):
+                    pg.psql("CHECKPOINT")
+                    secs, failed = run(spec)
+                    if failed:
+                        times = f"failed: {failed[0][:120] if failed else ''}"
+                        break
+                    try:
+                        got = spec[2]()
+                    except Exception as e:  # noqa: BLE001 (a peer's missing or unreadable output)
+                        times = f"no readable output: {str(e)[:120]}"
+                        break
+                    if not close(got, want):
+                        times = f"differs: {got}"
+                        break
+                    times.append(secs)
+                peers[peer_name] = times
+            results.append((name, ours, peers))
+            line = f"{name:<26} Sluice {statistics.median(ours):7.2f} s"
+            for n, t in peers.items():
+                line += f" | {n} " + (f"{statistics.median(t):7.2f} s" if isinstance(t, list) else t)
+            print(line, flush=True)
+
+        print(f"\n{'pair (full refresh)':<26} {'Sluice s':>9} {'rows/s':>11} {'Sling s':>9} {'ingestr s':>10} {'× faster peer':>14}")
+        for name, ours, peers in results:
+            o = statistics.median(ours)
+            cells, best = [], None
+            for n in ("Sling", "ingestr"):
+                t = peers.get(n)
+                if isinstance(t, list):
+                    m = statistics.median(t)
+                    best = m if best is None else min(best, m)
+                    cells.append(f"{m:.2f}")
+                else:
+                    cells.append("—" if t is None else ("n/a" if t == "cannot" else "fails"))
+            ratio = f"{best / o:.2f}×" if best else "—"
+            print(f"{name:<26} {o:>9.2f} {rows / o:>11,.0f} {cells[0]:>9} {cells[1]:>10} {ratio:>14}")
+        for name, _, peers in results:
+            for n, t in peers.items():
+                if isinstance(t, str) and t != "cannot":
+                    print(f"  {n} on {name}: {t}")
+        if args.no_peers:
+            print("(Sling and ingestr skipped: --no-peers)")
+        print("\nevery Sluice destination equals the source (count, distinct keys, sum(a), sum(n)); "
+              "n/a: the peer has no such source or destination")
+        rss = open(f"/proc/{sluice.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()
+        print(f"peak RSS of sluice serve over every pair: {rss}")
+    finally:
+        if sluice:
+            sluice.terminate()
+            try:
+                sluice.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                sluice.kill()
+        if made_dbs:
+            mariadb(f"DROP DATABASE IF EXISTS {src_db}; DROP DATABASE IF EXISTS {dst_db}")
+        if pg:
+            pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
