@@ -12,6 +12,43 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+/// The bulk format of a CSV file as the file connector writes it (header
+/// apart): a source that can produce it directly (PostgreSQL's `COPY … TO
+/// STDOUT (FORMAT csv)` of expressions that format each value as the file
+/// writer would) skips decoding records.
+pub const SLUICE_CSV: &str = "sluice-csv";
+
+/// Counts the records of a CSV stream fed in pieces: a line end outside
+/// quotes ends one (a doubled quote inside a field toggles twice).
+#[derive(Debug, Default)]
+pub struct CsvRecords {
+    pub records: u64,
+    quoted: bool,
+    line_open: bool,
+}
+
+impl CsvRecords {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            match b {
+                b'"' => self.quoted = !self.quoted,
+                b'\n' if !self.quoted => {
+                    self.records += 1;
+                    self.line_open = false;
+                    continue;
+                }
+                _ => {}
+            }
+            self.line_open = true;
+        }
+    }
+
+    /// Whether the stream so far ends between records.
+    pub fn complete(&self) -> bool {
+        !self.quoted && !self.line_open
+    }
+}
+
 /// How long connecting and metadata queries may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Batches read ahead of the consumer: one in flight, one waiting.
@@ -379,6 +416,19 @@ pub fn db_message(e: &sqlx::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_records_are_counted_across_pieces_and_quoted_line_ends() {
+        let text = b"1,\"two\nlines\",\"say \"\"hi\"\"\"\n2,,x\n";
+        let mut c = CsvRecords::default();
+        for piece in text.chunks(3) {
+            c.feed(piece);
+        }
+        assert_eq!(c.records, 2);
+        assert!(c.complete());
+        c.feed(b"3,\"open");
+        assert!(!c.complete());
+    }
 
     #[test]
     fn identifiers_are_quoted_safely() {

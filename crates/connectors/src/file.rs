@@ -749,6 +749,27 @@ impl EntityWriter for FileWriter {
         Ok(())
     }
 
+    /// An overwrite of a CSV file takes CSV straight from a source that
+    /// formats values as this writer would (PostgreSQL).
+    fn bulk_format(&self) -> Option<&'static str> {
+        (self.format == Format::Csv && self.mode == WriteMode::Overwrite).then_some(SLUICE_CSV)
+    }
+
+    async fn write_bulk(&mut self, stream: &mut dyn BulkStream, _max_records: Option<u64>) -> ConnectorResult<u64> {
+        let mut counted = CsvRecords::default();
+        while let Some(chunk) = stream.next_chunk().await? {
+            counted.feed(&chunk);
+            let out = self.out.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+            out.write_all(&chunk).map_err(|e| io("file", e))?;
+            self.pending.bytes += chunk.len() as u64;
+        }
+        if !counted.complete() {
+            return Err(ConnectorError::Other("the source's CSV ended inside a record".into()));
+        }
+        self.pending.rows_written += counted.records;
+        Ok(counted.records)
+    }
+
     async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
         match self.mode {
             WriteMode::Overwrite => return Ok(self.stats),

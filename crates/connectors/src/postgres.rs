@@ -321,6 +321,31 @@ fn select_expr(f: &Field) -> String {
     }
 }
 
+/// The expression that formats a column in CSV as the file connector
+/// writes the value read from it: integers and shortest round-trip floats
+/// (non-finite ones empty, as JSON has none), `true`/`false`, RFC 3339 UTC
+/// timestamps with microseconds, ISO dates, JSON text, base64 bytes.
+fn csv_expr(f: &Field) -> String {
+    const ISO: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'";
+    let c = quote_dq(&f.name);
+    let native = native_for(f, ENGINE).unwrap_or("").to_ascii_lowercase();
+    match f.field_type {
+        FieldType::Integer => format!("{c}::int8"),
+        FieldType::Number => {
+            format!("CASE WHEN {c}::float8 IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE {c}::float8 END")
+        }
+        FieldType::Boolean => format!("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END"),
+        FieldType::Date => format!("to_char({c}, 'YYYY-MM-DD')"),
+        FieldType::Timestamp if native.starts_with("timestamp without") || native == "timestamp" => {
+            format!("to_char({c}, {ISO})")
+        }
+        FieldType::Timestamp => format!("to_char({c}::timestamptz AT TIME ZONE 'UTC', {ISO})"),
+        FieldType::Object | FieldType::Array => format!("to_json({c})::text"),
+        FieldType::Binary => format!("translate(encode({c}, 'base64'), E'\\n', '')"),
+        FieldType::Decimal | FieldType::String => format!("{c}::text"),
+    }
+}
+
 fn decode(row: &PgRow, i: usize, t: FieldType) -> Result<Value, sqlx::Error> {
     Ok(match t {
         FieldType::Integer => row.try_get::<Option<i64>, _>(i)?.map(Value::Int),
@@ -503,7 +528,25 @@ impl Source for PgConnector {
             (BULK_FORMAT, None) => {
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT binary)");
                 let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
-                Ok(Some(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone() })))
+                Ok(Some(Box::new(PgBulkOut {
+                    stream,
+                    host: self.host.clone(),
+                    database: self.database.clone(),
+                    failed: None,
+                })))
+            }
+            (SLUICE_CSV, None) => {
+                // The values formatted by PostgreSQL as the file writer
+                // would write them: nothing decoded here.
+                let cols = fields.iter().map(csv_expr).collect::<Vec<_>>().join(", ");
+                let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT csv)");
+                let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
+                Ok(Some(Box::new(PgBulkOut {
+                    stream,
+                    host: self.host.clone(),
+                    database: self.database.clone(),
+                    failed: None,
+                })))
             }
             (BULK_ROWS_FORMAT, Some(c)) => {
                 let Some(at) = fields.iter().position(|f| f.name == c.field) else {
@@ -629,17 +672,38 @@ struct PgBulkOut {
     stream: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, sqlx::Error>>,
     host: String,
     database: String,
+    /// A failure met while joining ready pieces, told at the next call.
+    failed: Option<ConnectorError>,
 }
 
 #[async_trait::async_trait]
 impl BulkStream for PgBulkOut {
+    /// The next piece, with every piece already received joined to it (up
+    /// to [`COPY_CHUNK`]): PostgreSQL sends a message per record, and a
+    /// writer is faster with fewer, larger pieces.
     async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
-        use futures_util::StreamExt;
-        match self.stream.next().await {
-            None => Ok(None),
-            Some(Ok(b)) => Ok(Some(b.to_vec())),
-            Some(Err(e)) => Err(err(&e, &self.host, &self.database)),
+        use futures_util::{FutureExt, StreamExt};
+        if let Some(e) = self.failed.take() {
+            return Err(e);
         }
+        let mut out = match self.stream.next().await {
+            None => return Ok(None),
+            Some(Ok(b)) => b.to_vec(),
+            Some(Err(e)) => return Err(err(&e, &self.host, &self.database)),
+        };
+        // Only what is ready: a failure is told at the next call, and the
+        // end is met by it.
+        while out.len() < COPY_CHUNK {
+            match self.stream.next().now_or_never() {
+                Some(Some(Ok(b))) => out.extend_from_slice(&b),
+                Some(Some(Err(e))) => {
+                    self.failed = Some(err(&e, &self.host, &self.database));
+                    break;
+                }
+                Some(None) | None => break,
+            }
+        }
+        Ok(Some(out))
     }
 }
 
