@@ -37,8 +37,8 @@ import sys
 import tempfile
 import time
 
-from service import Cluster, free_port, sling_binary
-from sluicebench import BIN, Api, wait_healthy
+from service import Cluster, sling_binary
+from sluicebench import BIN, serve
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
 COLUMNS = ["id", "a", "s", "j", "n", "ts1", "updated"]
@@ -104,8 +104,7 @@ def main():
         want = norm(*pg.psql("SELECT count(*), count(DISTINCT id), sum(a), sum(n) FROM src.t").split("|"))
 
         # The same rows in every other kind of source.
-        port = free_port()
-        data, files = os.path.join(work, "data"), os.path.join(work, "files")
+        files = os.path.join(work, "files")
         iso = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
         flat = f"SELECT id, a, s, j, n, {iso.format('ts1')} AS ts1, {iso.format('updated')} AS updated FROM src.t ORDER BY id"
         plain_csv = os.path.join(work, "plain.csv")
@@ -131,17 +130,7 @@ def main():
               f"MariaDB ({src_db}), SQLite, CSV and JSON Lines; {rounds} round(s) each\n", flush=True)
 
         # The service, on its embedded store.
-        env = dict(os.environ, SLUICE_LISTEN=f"127.0.0.1:{port}", SLUICE_DATA_DIR=data, SLUICE_FILE_ROOT=files,
-                   SLUICE_JWT_HS256_SECRET="service-bench-secret-service-bench-secret",
-                   SLUICE_MASTER_KEY="BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", RUST_LOG="warn")
-        env.pop("SLUICE_DATABASE_URL", None)
-        log = open(os.path.join(work, "serve.log"), "w")
-        sluice = subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(base)
-        token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
-                               capture_output=True, text=True).stdout.strip()
-        api = Api(base, token)
+        sluice, api = serve(work)
         org = api.call("POST", f"/v1/organizations", {"name": "Pairs bench"})["id"]
         home = os.path.join(files, org)
         os.makedirs(os.path.join(home, "in_csv"))

@@ -38,14 +38,13 @@ import argparse
 import glob
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from sluicebench import BIN, Api, wait_healthy
+from sluicebench import BIN, free_port, serve
 
 
 def sling_binary():
@@ -64,12 +63,6 @@ def sling_binary():
         return path
     except ImportError:
         return None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:
@@ -162,19 +155,7 @@ def main():
         same("pipe")
 
         # The service, on its embedded store.
-        port = free_port()
-        env = dict(os.environ, SLUICE_LISTEN=f"127.0.0.1:{port}", SLUICE_DATA_DIR=os.path.join(work, "data"),
-                   SLUICE_FILE_ROOT=os.path.join(work, "files"),
-                   SLUICE_JWT_HS256_SECRET="service-bench-secret-service-bench-secret",
-                   SLUICE_MASTER_KEY="BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", RUST_LOG="warn")
-        env.pop("SLUICE_DATABASE_URL", None)
-        log = open(os.path.join(work, "serve.log"), "w")
-        sluice = subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(base)
-        token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
-                               capture_output=True, text=True).stdout.strip()
-        api = Api(base, token)
+        sluice, api = serve(work)
         org = api.call("POST", "/v1/organizations", {"name": "Service bench"})["id"]
         conn = lambda name, schema: api.call("POST", f"/v1/organizations/{org}/connections", {
             "name": name, "type": "postgres", "capability": "both",

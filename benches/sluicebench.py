@@ -4,6 +4,8 @@ client of the API, and waiting for a server to answer."""
 import datetime
 import json
 import os
+import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -60,3 +62,28 @@ class Api:
                     sys.exit(f"a run did not succeed: {json.dumps(r)}")
                 return secs, r
             time.sleep(0.05)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(work):
+    """`sluice serve` on its embedded store, its data in `work/data` and its
+    file root `work/files`, on a free port: (the process, an Api with a
+    fresh user's token)."""
+    port = free_port()
+    env = dict(os.environ, SLUICE_LISTEN=f"127.0.0.1:{port}", SLUICE_DATA_DIR=os.path.join(work, "data"),
+               SLUICE_FILE_ROOT=os.path.join(work, "files"),
+               SLUICE_JWT_HS256_SECRET="service-bench-secret-service-bench-secret",
+               SLUICE_MASTER_KEY="BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=", RUST_LOG="warn")
+    env.pop("SLUICE_DATABASE_URL", None)
+    log = open(os.path.join(work, "serve.log"), "w")
+    sluice = subprocess.Popen([BIN, "serve"], env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base)
+    token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    return sluice, Api(base, token)

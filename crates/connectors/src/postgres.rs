@@ -253,6 +253,13 @@ impl PgConnector {
         })
     }
 
+    /// A `COPY … TO STDOUT` as a bulk stream.
+    async fn copy_out(&self, sql: &str) -> ConnectorResult<Box<dyn BulkStream>> {
+        use sqlx::postgres::PgPoolCopyExt;
+        let stream = self.pool.copy_out_raw(sql).await.map_err(|e| self.e(&e))?;
+        Ok(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None }))
+    }
+
     fn qualified(&self, table: &str) -> String {
         format!("{}.{}", quote_dq(&self.schema), quote_dq(table))
     }
@@ -527,26 +534,14 @@ impl Source for PgConnector {
         match (format, cursor) {
             (BULK_FORMAT, None) => {
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT binary)");
-                let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
-                Ok(Some(Box::new(PgBulkOut {
-                    stream,
-                    host: self.host.clone(),
-                    database: self.database.clone(),
-                    failed: None,
-                })))
+                self.copy_out(&sql).await.map(Some)
             }
             (SLUICE_CSV, None) => {
                 // The values formatted by PostgreSQL as the file writer
                 // would write them: nothing decoded here.
                 let cols = fields.iter().map(csv_expr).collect::<Vec<_>>().join(", ");
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT csv)");
-                let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
-                Ok(Some(Box::new(PgBulkOut {
-                    stream,
-                    host: self.host.clone(),
-                    database: self.database.clone(),
-                    failed: None,
-                })))
+                self.copy_out(&sql).await.map(Some)
             }
             (BULK_ROWS_FORMAT, Some(c)) => {
                 let Some(at) = fields.iter().position(|f| f.name == c.field) else {
