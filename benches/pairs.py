@@ -38,7 +38,7 @@ import tempfile
 import time
 
 from service import Cluster, sling_binary
-from sluicebench import BIN, serve
+from sluicebench import BIN, peak_rss, serve, stop
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
 COLUMNS = ["id", "a", "s", "j", "n", "ts1", "updated"]
@@ -90,16 +90,7 @@ def main():
     pg, sluice, made_dbs = None, None, False
     try:
         pg = Cluster(work)
-        pg.psql("CREATE DATABASE bench", db="postgres")
-        pg.psql(f"""
-            SET TimeZone = 'UTC';
-            CREATE SCHEMA src; CREATE SCHEMA dst;
-            CREATE TABLE src.t (id bigint PRIMARY KEY, a bigint NOT NULL, s text, j jsonb, n numeric(12,2),
-                ts1 timestamptz, updated timestamptz NOT NULL);
-            INSERT INTO src.t SELECT g, g * 7, 'row ' || g || ' some text of moderate length',
-                jsonb_build_object('k', g, 'tag', 'x' || (g % 100)), (g % 100000) / 100.0,
-                timestamptz '2025-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 millisecond'
-              FROM generate_series(1, {rows}) g;""")
+        pg.bench_table(rows)
         pg.psql("VACUUM ANALYZE src.t")
         want = norm(*pg.psql("SELECT count(*), count(DISTINCT id), sum(a), sum(n) FROM src.t").split("|"))
 
@@ -328,15 +319,10 @@ def main():
             print("(Sling and ingestr skipped: --no-peers)")
         print("\nevery Sluice destination equals the source (count, distinct keys, sum(a), sum(n)); "
               "n/a: the peer has no such source or destination")
-        rss = open(f"/proc/{sluice.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()
-        print(f"peak RSS of sluice serve over every pair: {rss}")
+        print(f"peak RSS of sluice serve over every pair: {peak_rss(sluice)}")
     finally:
         if sluice:
-            sluice.terminate()
-            try:
-                sluice.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                sluice.kill()
+            stop(sluice)
         if made_dbs:
             mariadb(f"DROP DATABASE IF EXISTS {src_db}; DROP DATABASE IF EXISTS {dst_db}")
         if pg:

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 
-from sluicebench import BIN, free_port, serve
+from sluicebench import BIN, free_port, peak_rss, serve, stop
 
 
 def sling_binary():
@@ -96,6 +96,20 @@ class Cluster:
         except subprocess.CalledProcessError:
             pass
 
+    def bench_table(self, rows):
+        """Database `bench`, schemas `src` and `dst`, and the benchmark
+        table `src.t` of `rows` rows (times made in UTC)."""
+        self.psql("CREATE DATABASE bench", db="postgres")
+        self.psql(f"""
+            SET TimeZone = 'UTC';
+            CREATE SCHEMA src; CREATE SCHEMA dst;
+            CREATE TABLE src.t (id bigint PRIMARY KEY, a bigint NOT NULL, s text, j jsonb, n numeric(12,2),
+                ts1 timestamptz, updated timestamptz NOT NULL);
+            INSERT INTO src.t SELECT g, g * 7, 'row ' || g || ' some text of moderate length',
+                jsonb_build_object('k', g, 'tag', 'x' || (g % 100)), (g % 100000) / 100.0,
+                timestamptz '2025-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 millisecond'
+              FROM generate_series(1, {rows}) g;""")
+
     def psql(self, sql, db="bench"):
         out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", db,
                               "-v", "ON_ERROR_STOP=1", "-qAtc", sql], check=True, capture_output=True, text=True)
@@ -126,16 +140,8 @@ def main():
     pg, sluice = None, None
     try:
         pg = Cluster(work)
-        pg.psql("CREATE DATABASE bench", db="postgres")
-        pg.psql(f"""
-            CREATE SCHEMA src; CREATE SCHEMA dst;
-            CREATE TABLE src.t (id bigint PRIMARY KEY, a bigint NOT NULL, s text, j jsonb, n numeric(12,2),
-                ts1 timestamptz, updated timestamptz NOT NULL);
-            INSERT INTO src.t SELECT g, g * 7, 'row ' || g || ' some text of moderate length',
-                jsonb_build_object('k', g, 'tag', 'x' || (g % 100)), (g % 100000) / 100.0,
-                timestamptz '2025-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 millisecond'
-              FROM generate_series(1, {rows}) g;
-            CREATE INDEX ON src.t (updated);""")
+        pg.bench_table(rows)
+        pg.psql("CREATE INDEX ON src.t (updated)")
         pg.psql("VACUUM ANALYZE src.t")
         print(f"table: {rows:,} rows; 1% = {changed:,} rows; PostgreSQL {pg.bin.split('/')[-2]} on port {pg.port} "
               f"(shared_buffers 1GB, max_wal_size 8GB); {rounds} round(s) each\n", flush=True)
@@ -276,15 +282,10 @@ def main():
         elif not peers:
             print("(Sling and ingestr are not installed: pip install sling-linux-amd64 'ingestr==1.1.22')")
         print("\nevery destination equals the source (count, distinct keys, sum(a), sum(n))")
-        rss = open(f"/proc/{sluice.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()
-        print(f"peak RSS of sluice serve: {rss}")
+        print(f"peak RSS of sluice serve: {peak_rss(sluice)}")
     finally:
         if sluice:
-            sluice.terminate()
-            try:
-                sluice.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                sluice.kill()
+            stop(sluice)
         if pg:
             pg.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -87,3 +87,17 @@ def serve(work):
     token = subprocess.run([BIN, "token", "--email", "bench@example.com"], env=env, check=True,
                            capture_output=True, text=True).stdout.strip()
     return sluice, Api(base, token)
+
+
+def peak_rss(proc):
+    """The process's peak resident set (`VmHWM`), as /proc shows it."""
+    return open(f"/proc/{proc.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()
+
+
+def stop(proc):
+    """SIGTERM, then SIGKILL after 40 s (the grace of a run in progress)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
