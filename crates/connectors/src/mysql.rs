@@ -439,6 +439,30 @@ impl Destination for MySqlConnector {
     }
 }
 
+/// About the most bytes of values one `INSERT` carries: far under
+/// `max_allowed_packet` (16 MB by default in MariaDB, 64 MB in MySQL 8), so
+/// that large rows do not make a statement the server refuses.
+const STATEMENT_BYTES: usize = 4 << 20;
+
+/// Consecutive runs of `rows`, each at most `most` rows and, past its
+/// first row, about `bytes` of values.
+fn statements(rows: &[Vec<Value>], most: usize, bytes: usize) -> Vec<&[Vec<Value>]> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, row) in rows.iter().enumerate() {
+        let n: usize = row.iter().map(Value::approx_size).sum();
+        if i > start && (i - start >= most || size + n > bytes) {
+            out.push(&rows[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += n;
+    }
+    if start < rows.len() {
+        out.push(&rows[start..]);
+    }
+    out
+}
+
 type Insert = sqlx::query::Query<'static, MySql, <MySql as sqlx::Database>::Arguments>;
 
 /// What a writer asks of its session task.
@@ -559,9 +583,9 @@ impl EntityWriter for MySqlWriter {
         }
         self.check()?;
         let rows = align(batch, &self.order);
-        let per_stmt = (MAX_PARAMS / self.width.max(1)).clamp(1, 2_000);
+        let per_stmt = (MAX_PARAMS / self.width.max(1)).clamp(1, 8_000);
         let placeholder = format!("({})", vec!["?"; self.width].join(", "));
-        for chunk in rows.chunks(per_stmt) {
+        for chunk in statements(&rows, per_stmt, STATEMENT_BYTES) {
             let sql =
                 format!("{}{}{}", self.insert_head, vec![placeholder.as_str(); chunk.len()].join(", "), self.on_dup);
             let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -624,5 +648,22 @@ impl EntityWriter for MySqlWriter {
         if let Some(session) = self.session.take() {
             let _ = session.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_cut_by_rows_and_by_bytes() {
+        let row = |n: usize| vec![Value::Int(1), Value::String("x".repeat(n))];
+        let small: Vec<Vec<Value>> = (0..10).map(|_| row(2)).collect();
+        let cut: Vec<usize> = statements(&small, 4, 1 << 20).iter().map(|c| c.len()).collect();
+        assert_eq!(cut, [4, 4, 2]);
+        let large = vec![row(600), row(600), row(10), row(2_000)];
+        let cut: Vec<usize> = statements(&large, 100, 1_000).iter().map(|c| c.len()).collect();
+        assert_eq!(cut, [1, 2, 1], "a row over the bound goes alone, never split");
+        assert!(statements(&[], 4, 10).is_empty());
     }
 }

@@ -458,3 +458,25 @@ async fn postgres_to_csv_in_bulk_reads_back_as_the_records() {
     assert!(dst.open(&copy, WriteMode::Append).await.unwrap().bulk_format().is_none());
     std::fs::remove_dir_all(root).unwrap();
 }
+
+/// One batch of large rows goes to MySQL in statements under the server's
+/// `max_allowed_packet` (16 MB here): 1,200 rows of 20 KB were one 24 MB
+/// `INSERT`, which the server refused.
+#[tokio::test]
+async fn mysql_takes_a_batch_of_large_rows_in_statements_it_accepts() {
+    let Some(db) = mariadb().await else { return };
+    let registry = Registry::new(std::env::temp_dir().join(format!("sluice-large-{}", tag())));
+    let schema = EntitySchema {
+        name: "large".into(),
+        fields: vec![field("id", FieldType::Integer, true), field("body", FieldType::String, false)],
+    };
+    let text = "é".repeat(10_000); // 20,000 bytes
+    let rows: Vec<Vec<Value>> = (0..1_200).map(|i| vec![Value::Int(i), Value::String(text.clone())]).collect();
+    let dst = registry.destination(&db.config).await.unwrap();
+    let mut w = dst.open(&schema, WriteMode::Overwrite).await.unwrap();
+    w.write(&RecordBatch { fields: Arc::new(schema.fields.clone()), rows: rows.clone() }).await.unwrap();
+    assert_eq!(w.finish().await.unwrap().rows_written, 1_200);
+    let (_, back) = read_all(&registry.source(&db.config).await.unwrap(), "large").await;
+    assert_eq!(back.len(), 1_200);
+    assert!(back.iter().all(|r| r[1] == Value::String(text.clone())));
+}
