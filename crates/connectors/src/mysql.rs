@@ -476,6 +476,11 @@ enum Command {
     Rollback,
 }
 
+/// The failure a session kept, if any.
+fn failure_in(failed: &std::sync::Mutex<Option<ConnectorError>>) -> Option<ConnectorError> {
+    failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
 /// Runs a writer's statements in order inside its transaction. A failed
 /// statement is kept in `failed` (the writer reports it at its next call)
 /// and every later statement skipped. When the writer goes away without a
@@ -488,7 +493,7 @@ async fn run_session(
     host: String,
     database: String,
 ) {
-    let failure = || failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let failure = || failure_in(&failed);
     let mut tx = Some(tx);
     while let Some(command) = commands.recv().await {
         match command {
@@ -552,10 +557,7 @@ impl MySqlWriter {
 
     /// The failure of an earlier statement, if any.
     fn check(&self) -> ConnectorResult<()> {
-        match self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        failure_in(&self.failed).map_or(Ok(()), Err)
     }
 
     fn gone() -> ConnectorError {

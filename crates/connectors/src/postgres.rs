@@ -599,7 +599,6 @@ impl Source for PgConnector {
     /// Reads through a binary COPY of the select expressions, decoded here:
     /// no row protocol, and no text parsed for numbers and times.
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
-        use sqlx::postgres::PgPoolCopyExt;
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
         // COPY takes no parameters: the cursor's bound is a quoted literal.
@@ -614,28 +613,26 @@ impl Source for PgConnector {
         let fields = Arc::new(schema.fields);
         let wires: Vec<binary::Wire> = fields.iter().map(|f| binary::Wire::of(f.field_type)).collect();
         let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
-        let mut stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
+        let mut stream = self.copy_out(&sql).await?;
         let (host, db) = (self.host.clone(), self.database.clone());
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
         let batch_fields = fields.clone();
         Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
-            use futures_util::StreamExt;
             let mut decoder = binary::Decoder::default();
             let mut batch = Vec::with_capacity(batch_size);
             let bad = |e: String| ConnectorError::Other(format!("reading {host}/{db}: {e}"));
             loop {
-                let piece = stream.next().await;
-                match piece {
-                    Some(Ok(bytes)) => decoder.feed(&bytes),
-                    Some(Err(e)) => {
-                        send(&tx, Err(err(&e, &host, &db))).await;
+                match stream.next_chunk().await {
+                    Ok(Some(bytes)) => decoder.feed(&bytes),
+                    Err(e) => {
+                        send(&tx, Err(e)).await;
                         return;
                     }
-                    None if decoder.has_partial() => {
+                    Ok(None) if decoder.has_partial() => {
                         send(&tx, Err(bad("the binary COPY stream ended inside a record".into()))).await;
                         return;
                     }
-                    None => break,
+                    Ok(None) => break,
                 }
                 loop {
                     match decoder.next(&wires, &names) {
@@ -764,31 +761,17 @@ impl CursorKind {
         })
     }
 
-    /// A value in binary COPY's representation (big-endian; times in
-    /// microseconds and dates in days since 2000-01-01).
+    /// A value in binary COPY's representation; `None` for ±infinity.
     fn decode(self, b: &[u8]) -> Option<Value> {
-        const EPOCH_2000: i64 = 946_684_800;
-        Some(match self {
-            Self::Int2 => Value::Int(i16::from_be_bytes(b.try_into().ok()?).into()),
-            Self::Int4 => Value::Int(i32::from_be_bytes(b.try_into().ok()?).into()),
-            Self::Int8 => Value::Int(i64::from_be_bytes(b.try_into().ok()?)),
-            Self::Timestamp => {
-                let us = i64::from_be_bytes(b.try_into().ok()?);
-                if us == i64::MAX || us == i64::MIN {
-                    return None; // ±infinity
-                }
-                let nanos = (i128::from(us) + i128::from(EPOCH_2000) * 1_000_000) * 1_000;
-                Value::Timestamp(time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()?)
-            }
-            Self::Date => {
-                let days = i32::from_be_bytes(b.try_into().ok()?);
-                if days == i32::MAX || days == i32::MIN {
-                    return None;
-                }
-                Value::Date(time::Date::from_julian_day(2_451_545 + days).ok()?)
-            }
-            Self::Text => Value::String(std::str::from_utf8(b).ok()?.to_string()),
-        })
+        let wire = match self {
+            Self::Int2 => binary::Wire::Int2,
+            Self::Int4 => binary::Wire::Int4,
+            Self::Int8 => binary::Wire::Int8,
+            Self::Timestamp => binary::Wire::Micros,
+            Self::Date => binary::Wire::Date,
+            Self::Text => binary::Wire::Text(FieldType::String),
+        };
+        wire.decode(b).ok()
     }
 }
 
@@ -1177,7 +1160,7 @@ impl PgWriter {
 
     /// Writes records as one binary COPY, encoded for the landing table's
     /// types; a value its column cannot hold fails the write, naming both.
-    async fn write_binary(&mut self, rows: &[Vec<Value>], batch: &RecordBatch) -> ConnectorResult<()> {
+    async fn write_binary(&mut self, rows: &[Vec<Value>]) -> ConnectorResult<()> {
         let Some((sql, encoders)) = &self.records_copy else { return Ok(()) };
         let (host, db) = (self.host.clone(), self.database.clone());
         let staging = self.stage.is_some();
@@ -1211,7 +1194,7 @@ impl PgWriter {
         copy.send(buf).await.map_err(|e| err(&e, &host, &db))?;
         copy.finish().await.map_err(|e| err(&e, &host, &db))?;
         self.staged = true;
-        self.pending.rows_written += batch.len() as u64;
+        self.pending.rows_written += rows.len() as u64;
         self.pending.bytes += sent;
         Ok(())
     }
@@ -1235,7 +1218,7 @@ impl EntityWriter for PgWriter {
         }
         let rows = crate::sqlite::align(batch, &self.order);
         if self.records_copy.is_some() {
-            return self.write_binary(&rows, batch).await;
+            return self.write_binary(&rows).await;
         }
         let copy_sql = self.copy_sql.clone();
         let (host, db) = (self.host.clone(), self.database.clone());

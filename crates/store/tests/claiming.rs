@@ -286,15 +286,8 @@ async fn queued_runs_wake_this_process_and_others_on_postgres() {
     let now = time::OffsetDateTime::now_utc();
     let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now);
 
-    // This process: woken by its own commit.
-    RunRepository::enqueue(&a, &run).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), a.wake().run_queued()).await.expect("the enqueuing process is woken");
-    // A write that fails (the same run again) wakes nobody here.
-    assert!(RunRepository::enqueue(&a, &run).await.is_err());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), a.wake().run_queued()).await.is_err(),
-        "a rolled-back enqueue woke the worker"
-    );
+    // This process: woken by its own commit, and not by a failed one.
+    woken_by_commits_only(&a, &run).await;
 
     // Another process: woken through PostgreSQL once its LISTEN is up (a
     // notification sent before that is lost, as the poll covers).
@@ -316,23 +309,29 @@ async fn queued_runs_wake_this_process_and_others_on_postgres() {
     tokio::time::timeout(Duration::from_secs(10), b.wake().run_queued()).await.expect("a requeued run wakes others");
 }
 
+/// Enqueuing `run` wakes `store`'s own worker once it commits; enqueuing
+/// it again fails (the same id) and wakes nobody.
+async fn woken_by_commits_only(store: &Store, run: &Run) {
+    use std::time::Duration;
+    RunRepository::enqueue(store, run).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), store.wake().run_queued()).await.expect("woken by its own commit");
+    assert!(RunRepository::enqueue(store, run).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), store.wake().run_queued()).await.is_err(),
+        "a rolled-back enqueue woke the worker"
+    );
+}
+
 /// On the embedded store (one process) a queued run wakes this process's
 /// worker after the commit, and a failed enqueue wakes nobody.
 #[tokio::test]
 async fn queued_runs_wake_this_process_on_sqlite() {
-    use std::time::Duration;
     let file = std::env::temp_dir().join(format!("sluice-wake-{}.db", sluice_domain::shared::secret::random_base62(8)));
     let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
     store.listen(); // nothing to listen to on SQLite
     let (_org, flows) = seed(&store, 1).await;
     let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), time::OffsetDateTime::now_utc());
-    RunRepository::enqueue(&store, &run).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), store.wake().run_queued()).await.expect("woken by its own commit");
-    assert!(RunRepository::enqueue(&store, &run).await.is_err());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), store.wake().run_queued()).await.is_err(),
-        "a rolled-back enqueue woke the worker"
-    );
+    woken_by_commits_only(&store, &run).await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }

@@ -20,6 +20,8 @@ const JULIAN_2000: i32 = 2_451_545;
 /// casts it to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Wire {
+    Int2,
+    Int4,
     Int8,
     Float8,
     Bool,
@@ -46,7 +48,12 @@ impl Wire {
         }
     }
 
-    fn decode(self, b: &[u8]) -> Result<Value, String> {
+    /// The value of one field's bytes.
+    ///
+    /// # Errors
+    /// Bytes of the wrong length, text that is not UTF-8, ±infinity, or a
+    /// time out of range.
+    pub fn decode(self, b: &[u8]) -> Result<Value, String> {
         let fixed = |n: usize| -> Result<[u8; 8], String> {
             if b.len() != n {
                 return Err(format!("a {self:?} value of {} bytes", b.len()));
@@ -56,11 +63,20 @@ impl Wire {
             Ok(out)
         };
         Ok(match self {
+            Wire::Int2 => {
+                let a = fixed(2)?;
+                Value::Int(i16::from_be_bytes([a[0], a[1]]).into())
+            }
+            Wire::Int4 => {
+                let a = fixed(4)?;
+                Value::Int(i32::from_be_bytes([a[0], a[1], a[2], a[3]]).into())
+            }
             Wire::Int8 => Value::Int(i64::from_be_bytes(fixed(8)?)),
             Wire::Float8 => Value::Float(f64::from_be_bytes(fixed(8)?)),
             Wire::Bool => Value::Bool(fixed(1)?[0] != 0),
             Wire::Date => {
-                let days = i32::from_be_bytes(fixed(4)?[..4].try_into().unwrap_or_default());
+                let a = fixed(4)?;
+                let days = i32::from_be_bytes([a[0], a[1], a[2], a[3]]);
                 if days == i32::MAX || days == i32::MIN {
                     return Err("an infinite date has no value to carry".into());
                 }
