@@ -38,7 +38,7 @@ import tempfile
 import time
 
 from service import Cluster, sling_binary
-from sluicebench import BIN, peak_rss, serve, stop
+from sluicebench import BIN, peak_rss, reset_peak_rss, serve, stop
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
 COLUMNS = ["id", "a", "s", "j", "n", "ts1", "updated"]
@@ -115,8 +115,9 @@ def main():
             zero = mariadb("SELECT count(*) FROM t WHERE updated < '2000-01-01' OR ts1 < '2000-01-01'", db=src_db)
             if loaded != want or zero != "0":
                 sys.exit(f"MariaDB's copy of the table differs: {loaded} against {want}, {zero} dates lost")
-        with open(plain_csv, newline="") as f:
-            records = list(csv.DictReader(f))
+        def records():  # streamed: 10M rows do not fit in a list of dicts
+            with open(plain_csv, newline="") as f:
+                yield from csv.DictReader(f)
         print(f"table: {rows:,} rows in PostgreSQL {pg.bin.split('/')[-2]} (port {pg.port}, shared_buffers 1GB), "
               f"MariaDB ({src_db}), SQLite, CSV and JSON Lines; {rounds} round(s) each\n", flush=True)
 
@@ -129,7 +130,7 @@ def main():
         shutil.copy(plain_csv, os.path.join(home, "in_csv", "t.csv"))
         in_jsonl = os.path.join(home, "in_jsonl", "t.jsonl")
         with open(in_jsonl, "w") as out:
-            for r in records if need("json") else []:
+            for r in records() if need("json") else []:
                 out.write(json.dumps({"id": int(r["id"]), "a": int(r["a"]), "s": r["s"], "j": json.loads(r["j"]),
                                       "n": float(r["n"]), "ts1": r["ts1"], "updated": r["updated"]}) + "\n")
         in_sqlite = os.path.join(home, "src.db")
@@ -137,10 +138,9 @@ def main():
         lite.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER NOT NULL, s TEXT, j TEXT, n NUMERIC, ts1 TEXT, updated TEXT NOT NULL)")
         lite.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)",
                          ((int(r["id"]), int(r["a"]), r["s"], r["j"], r["n"], r["ts1"], r["updated"])
-                          for r in (records if need("sqlite") else [])))
+                          for r in (records() if need("sqlite") else [])))
         lite.commit()
         lite.close()
-        del records
 
         def conn(name, kind, config):
             return api.call("POST", f"/v1/organizations/{org}/connections",
@@ -217,6 +217,13 @@ def main():
                 src="csv_src", entity="t", dst="pg_dst", check=check_pg,
                 sling=((None, None, f"file://{home}/in_csv/t.csv"), ("PG", pg_uri, "dst.sling_csv"), lambda: check_pg("sling_csv")),
                 ingestr=((f"csv://{home}/in_csv/t.csv", "t"), (pg_uri, "dst.ingestr_csv"), lambda: check_pg("ingestr_csv"))),
+            # The decoded path with a transform (rename, mask, drop), beside
+            # the same pair without one (the undecoded binary COPY pipe).
+            "PostgreSQL → PostgreSQL": dict(src="pg_src", entity="t", dst="pg_dst", check=check_pg, sling=None, ingestr=None),
+            "PostgreSQL → PostgreSQL, transformed": dict(
+                src="pg_src", entity="t", dst="pg_dst", check=check_pg, sling=None, ingestr=None,
+                transform=[{"op": "rename", "from": "s", "to": "label"}, {"op": "mask", "field": "label"},
+                           {"op": "drop", "field": "ts1"}]),
             "JSON Lines → PostgreSQL": dict(
                 src="jsonl_src", entity="t", dst="pg_dst", check=check_pg,
                 sling=((None, None, f"file://{in_jsonl}"), ("PG", pg_uri, "dst.sling_jsonl"), lambda: check_pg("sling_jsonl")),
@@ -254,12 +261,15 @@ def main():
 
         results = []
         for name, p in pairs.items():
-            entity = "t_" + p["src"].split("_")[0]
+            entity = "t_" + p["src"].split("_")[0] + ("_x" if "transform" in p else "")
+            mapping = {"source_entity": p["entity"], "dest_entity": entity, "sync_mode": "full_refresh_overwrite"}
+            if "transform" in p:
+                mapping["transform"] = p["transform"]
             flow = api.call("POST", f"/v1/organizations/{org}/flows", {
                 "name": name, "source_connection_id": c[p["src"]], "destination_connection_id": c[p["dst"]],
-                "config": {"mappings": [{"source_entity": p["entity"], "dest_entity": entity,
-                                         "sync_mode": "full_refresh_overwrite"}]}})["id"]
+                "config": {"mappings": [mapping]}})["id"]
             ours = []
+            reset_peak_rss(sluice)
             for _ in range(rounds):
                 pg.psql("CHECKPOINT")
                 secs, _ = api.run(org, flow)
@@ -267,6 +277,7 @@ def main():
                 got = p["check"](entity)
                 if got != want:
                     sys.exit(f"{name}: Sluice's destination differs from the source: {got} against {want}")
+            rss = peak_rss(sluice)
             peers = {}
             for peer_name, binary, run, spec in (("Sling", sling, sling_run, p["sling"]), ("ingestr", ingestr, ingestr_run, p["ingestr"])):
                 if not binary:
@@ -291,14 +302,14 @@ def main():
                         break
                     times.append(secs)
                 peers[peer_name] = times
-            results.append((name, ours, peers))
-            line = f"{name:<26} Sluice {statistics.median(ours):7.2f} s"
+            results.append((name, ours, peers, rss))
+            line = f"{name:<26} Sluice {statistics.median(ours):7.2f} s (peak RSS {rss})"
             for n, t in peers.items():
                 line += f" | {n} " + (f"{statistics.median(t):7.2f} s" if isinstance(t, list) else t)
             print(line, flush=True)
 
-        print(f"\n{'pair (full refresh)':<26} {'Sluice s':>9} {'rows/s':>11} {'Sling s':>9} {'ingestr s':>10} {'× faster peer':>14}")
-        for name, ours, peers in results:
+        print(f"\n{'pair (full refresh)':<26} {'Sluice s':>9} {'rows/s':>11} {'Sling s':>9} {'ingestr s':>10} {'× faster peer':>14} {'peak RSS':>12}")
+        for name, ours, peers, rss in results:
             o = statistics.median(ours)
             cells, best = [], None
             for n in ("Sling", "ingestr"):
@@ -310,8 +321,8 @@ def main():
                 else:
                     cells.append("—" if t is None else ("n/a" if t == "cannot" else "fails"))
             ratio = f"{best / o:.2f}×" if best else "—"
-            print(f"{name:<26} {o:>9.2f} {rows / o:>11,.0f} {cells[0]:>9} {cells[1]:>10} {ratio:>14}")
-        for name, _, peers in results:
+            print(f"{name:<26} {o:>9.2f} {rows / o:>11,.0f} {cells[0]:>9} {cells[1]:>10} {ratio:>14} {rss:>12}")
+        for name, _, peers, _ in results:
             for n, t in peers.items():
                 if isinstance(t, str) and t != "cannot":
                     print(f"  {n} on {name}: {t}")
@@ -319,7 +330,7 @@ def main():
             print("(Sling and ingestr skipped: --no-peers)")
         print("\nevery Sluice destination equals the source (count, distinct keys, sum(a), sum(n)); "
               "n/a: the peer has no such source or destination")
-        print(f"peak RSS of sluice serve over every pair: {peak_rss(sluice)}")
+        print("peak RSS: of sluice serve during the pair's own runs (the peak reset before each pair)")
     finally:
         if sluice:
             stop(sluice)

@@ -94,6 +94,13 @@ def peak_rss(proc):
     return open(f"/proc/{proc.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()
 
 
+def reset_peak_rss(proc):
+    """Resets the process's peak resident set to its current one (Linux's
+    `clear_refs` 5), so that the next `peak_rss` is the peak since."""
+    with open(f"/proc/{proc.pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
 def stop(proc):
     """SIGTERM, then SIGKILL after 40 s (the grace of a run in progress)."""
     proc.terminate()

@@ -302,6 +302,107 @@ async fn binary_staging_keeps_the_greatest_cursor_of_a_key() {
     assert_eq!(bulk.count(), 2, "{}", logs.body);
 }
 
+/// One flow of six tables, source and destination on one connection (one
+/// pool of 8): the entities sync at once (4 by default), the large one in
+/// key ranges (2 by default), while every entity's logs and progress go to
+/// the metadata store.
+async fn many_tables_at_once(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some(db) = sluice_tests::pg_schema().await else { return };
+    let s = &db.name;
+    let mut setup = String::new();
+    for t in 0..5 {
+        setup.push_str(&format!(
+            "CREATE TABLE {s}.t{t} (id bigint PRIMARY KEY, v text NOT NULL, updated timestamptz NOT NULL);
+             INSERT INTO {s}.t{t} SELECT g, 't{t}', '2026-01-01Z'::timestamptz + g * interval '1 second'
+             FROM generate_series(1, 2000) g;"
+        ));
+    }
+    // About 45 MB: read in key ranges.
+    setup.push_str(&format!(
+        "CREATE TABLE {s}.big (id bigint PRIMARY KEY, v text NOT NULL);
+         INSERT INTO {s}.big SELECT g * 7 - 1000000, repeat('x', 120) FROM generate_series(1, 300000) g;"
+    ));
+    pg_exec(setup).await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conn = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections"),
+            &ann,
+            json!({"name": "pg", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": s, "sslmode": "disable"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let mode = |t: usize| match t {
+        0 | 1 => json!({"sync_mode": "full_refresh_overwrite"}),
+        2 | 3 => json!({"sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}),
+        _ => json!({"sync_mode": "full_refresh_append"}),
+    };
+    let mut mappings: Vec<Value> = (0..5)
+        .map(|t| {
+            let mut m = mode(t);
+            m["source_entity"] = json!(format!("t{t}"));
+            m["dest_entity"] = json!(format!("copy_t{t}"));
+            m
+        })
+        .collect();
+    mappings
+        .insert(2, json!({"source_entity": "big", "dest_entity": "copy_big", "sync_mode": "full_refresh_overwrite"}));
+    let flow = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            json!({
+                "name": "all", "source_connection_id": conn, "destination_connection_id": conn,
+                "config": {"mappings": mappings}
+            })
+        )
+        .await,
+        201
+    )
+    .id();
+    let mut pg = sqlx::PgConnection::connect(sluice_tests::PG_TEST_URL).await.unwrap();
+    for round in 1..=2i64 {
+        let r = run(&app, &ann, &org, &flow).await;
+        assert_eq!(r["status"], "succeeded", "{backend:?} round {round}: {r}");
+        let entities: Vec<&str> =
+            r["entities"].as_array().unwrap().iter().map(|e| e["entity"].as_str().unwrap()).collect();
+        assert_eq!(entities, ["t0", "t1", "big", "t2", "t3", "t4"], "{backend:?}: in the flow's order");
+        let small = (2000i64, 2000i64, 2001i64 * 1000);
+        for (table, (rows, keys, id_sum)) in [
+            ("copy_big", (300_000i64, 300_000i64, 300_000i64 * 300_001 / 2 * 7 - 300_000 * 1_000_000)),
+            ("copy_t0", small),
+            ("copy_t1", small),
+            ("copy_t2", small),
+            ("copy_t3", small),
+            // Appended once a run.
+            ("copy_t4", (2000 * round, 2000, 2001 * 1000 * round)),
+        ] {
+            let got: (i64, i64, String) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*), count(DISTINCT id), sum(id)::text FROM {s}.{table}"
+            )))
+            .fetch_one(&mut pg)
+            .await
+            .unwrap();
+            assert_eq!(got, (rows, keys, id_sum.to_string()), "{backend:?} round {round}: {table}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_flow_of_many_tables_syncs_them_at_once_with_sqlite_metadata() {
+    many_tables_at_once(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_flow_of_many_tables_syncs_them_at_once_with_postgres_metadata() {
+    many_tables_at_once(Backend::Postgres).await;
+}
+
 #[tokio::test]
 async fn flows_sync_incrementally_into_every_destination_with_sqlite_metadata() {
     scenario(Backend::Sqlite).await;

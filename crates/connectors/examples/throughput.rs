@@ -39,7 +39,7 @@ fn peak_rss_mb() -> f64 {
 async fn read_all(src: &Arc<dyn Source>, entity: &str) -> (Vec<RecordBatch>, f64) {
     let t = Instant::now();
     let mut r =
-        src.read(ReadRequest { entity: entity.into(), cursor: None, limit: None, batch_size: 10_000 }).await.unwrap();
+        src.read(ReadRequest { entity: entity.into(), batch_size: 10_000, ..Default::default() }).await.unwrap();
     let mut out = Vec::new();
     while let Some(b) = r.next_batch().await.unwrap() {
         out.push(b);

@@ -253,6 +253,54 @@ where
     }))
 }
 
+/// The single integer key a read can be split by.
+pub fn split_key(schema: &EntitySchema) -> Option<&Field> {
+    let mut keys = schema.fields.iter().filter(|f| f.primary_key);
+    let key = keys.next()?;
+    (keys.next().is_none() && key.field_type == sluice_domain::connect::connector::FieldType::Integer).then_some(key)
+}
+
+/// `[lo, hi]` cut into `n` ranges of about equal width, as conditions on
+/// `key`: the first open below, the last open above, so that together they
+/// hold every value.
+pub fn key_ranges(key: &str, lo: i64, hi: i64, n: usize) -> Vec<String> {
+    let n = n.max(1) as i128;
+    let width = ((hi as i128 - lo as i128) / n + 1).max(1);
+    let cut = |i: i128| (lo as i128 + i * width).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    (0..n)
+        .map(|i| match (i, i == n - 1) {
+            (0, true) => "TRUE".to_string(),
+            (0, false) => format!("{key} < {}", cut(1)),
+            (_, true) => format!("{key} >= {}", cut(i)),
+            (_, false) => format!("{key} >= {} AND {key} < {}", cut(i), cut(i + 1)),
+        })
+        .collect()
+}
+
+/// The reader of a read split in ranges: each of `parts` sends its range's
+/// batches through the channel, in a task of its own (so decoding uses
+/// every core), the batches of all arriving as they come. A part that
+/// panics fails the read: never fewer records in silence.
+pub fn ranges_reader<F, Fut>(fields: Arc<Vec<Field>>, parts: Vec<F>) -> Box<dyn RecordReader>
+where
+    F: FnOnce(mpsc::Sender<ConnectorResult<RecordBatch>>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    Box::new(ChannelReader::spawn(fields, move |tx| async move {
+        // Dropped with the reader's task: its parts stop with it.
+        let mut set = tokio::task::JoinSet::new();
+        for part in parts {
+            set.spawn(part(tx.clone()));
+        }
+        while let Some(done) = set.join_next().await {
+            if let Err(e) = done {
+                send(&tx, Err(ConnectorError::Other(format!("a range of the read failed: {e}")))).await;
+                return;
+            }
+        }
+    }))
+}
+
 /// Drains a row stream into batches of `batch_size` sent through `tx`: the
 /// producer side of every SQL connector's reader. Stops at the first error
 /// (sent to the reader) or when the reader goes away.

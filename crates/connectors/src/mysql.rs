@@ -306,27 +306,132 @@ impl Source for MySqlConnector {
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
+        let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
+        if req.ranges > 1
+            && req.cursor.is_none()
+            && req.limit.is_none()
+            && let Some(reader) = self.read_in_ranges(&schema, &cols, req.ranges, batch_size).await?
+        {
+            return Ok(reader);
+        }
         let (sql, bound) = select_sql(&schema, &cols, &quote_bt(&schema.name), &req, quote_bt, |_| "?".to_string())?;
         let fields = Arc::new(schema.fields);
-        let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
-        let pool = self.pool.clone();
+        let decode = self.row_decoder(&fields);
         let (host, db) = (self.host.clone(), self.database.clone());
-        let (host2, db2) = (host.clone(), db.clone());
-        let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
         Ok(select_reader(
             fields,
-            pool,
+            self.pool.clone(),
             sql,
             move |q| match &bound {
                 Some(v) => bind(q, v),
                 None => q,
             },
             batch_size,
-            move |row| {
-                types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
-            },
-            move |e| err(e, &host2, &db2),
+            decode,
+            move |e| err(e, &host, &db),
         ))
+    }
+}
+
+/// Tables smaller than this are read in one piece.
+const SPLIT_BYTES: i64 = 32 << 20;
+/// How long a split read waits for each further connection (and for the
+/// table's read lock) before it reads in fewer ranges (or in one).
+const RANGE_ACQUIRE: Duration = Duration::from_secs(1);
+
+impl MySqlConnector {
+    fn row_decoder(&self, fields: &[Field]) -> impl Fn(&MySqlRow) -> ConnectorResult<Vec<Value>> + Send + 'static {
+        let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
+        let (host, db) = (self.host.clone(), self.database.clone());
+        move |row| types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
+    }
+
+    /// A full read of a large table with a single integer key, in up to
+    /// `ranges` key ranges read at once, each on its own connection in a
+    /// consistent snapshot; the snapshots are all taken while the table is
+    /// read-locked (for milliseconds), so they see the same table.
+    /// `None` when the table is small, has no such key, is empty, or the
+    /// lock is not granted within [`RANGE_ACQUIRE`] (no `LOCK TABLES`
+    /// privilege, a long write in progress): then it is read in one piece.
+    /// The connections are closed after, not pooled again.
+    async fn read_in_ranges(
+        &self,
+        schema: &EntitySchema,
+        cols: &[String],
+        ranges: usize,
+        batch_size: usize,
+    ) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        let Some(key) = split_key(schema) else { return Ok(None) };
+        let size: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(DATA_LENGTH AS SIGNED) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+        )
+        .bind(&schema.name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?
+        .flatten();
+        if size.unwrap_or(0) < SPLIT_BYTES {
+            return Ok(None);
+        }
+        let table = quote_bt(&schema.name);
+        let mut lock = self.pool.acquire().await.map_err(|e| self.e(&e))?;
+        lock.close_on_drop();
+        let timeout = RANGE_ACQUIRE.as_secs().max(1);
+        let locked = sqlx::query(AssertSqlSafe(format!("SET SESSION lock_wait_timeout = {timeout}")))
+            .execute(&mut *lock)
+            .await
+            .and(Ok(()));
+        let locked = match locked {
+            Ok(()) => sqlx::query(AssertSqlSafe(format!("LOCK TABLES {table} READ"))).execute(&mut *lock).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = locked {
+            tracing::info!(table = %schema.name, error = %self.e(&e), "reading in one piece: no read lock for a split read");
+            return Ok(None);
+        }
+        let mut readers = Vec::new();
+        while readers.len() < ranges {
+            let Ok(Ok(mut conn)) = tokio::time::timeout(RANGE_ACQUIRE, self.pool.acquire()).await else { break };
+            conn.close_on_drop();
+            let begun = async {
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *conn).await?;
+                sqlx::query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY").execute(&mut *conn).await
+            };
+            if begun.await.is_err() {
+                break;
+            }
+            readers.push(conn);
+        }
+        let k = quote_bt(&key.name);
+        let bounds = match readers.first_mut() {
+            Some(first) => sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(format!(
+                "SELECT CAST(min({k}) AS SIGNED), CAST(max({k}) AS SIGNED) FROM {table}"
+            )))
+            .fetch_one(&mut **first)
+            .await
+            .map_err(|e| self.e(&e)),
+            None => Ok((None, None)),
+        };
+        let _ = sqlx::query("UNLOCK TABLES").execute(&mut *lock).await;
+        drop(lock);
+        let (Some(lo), Some(hi)) = bounds? else { return Ok(None) };
+        if readers.len() < 2 {
+            return Ok(None);
+        }
+        let conditions = key_ranges(&k, lo, hi, readers.len());
+        let fields = Arc::new(schema.fields.clone());
+        let mut parts = Vec::with_capacity(readers.len());
+        for (mut conn, condition) in readers.into_iter().zip(conditions) {
+            let sql = format!("SELECT {} FROM {table} WHERE {condition}", cols.join(", "));
+            let (fields, decode, host, db) =
+                (fields.clone(), self.row_decoder(&fields), self.host.clone(), self.database.clone());
+            parts.push(move |tx: tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>| async move {
+                let rows = sqlx::query(AssertSqlSafe(sql)).fetch(&mut *conn);
+                pump_rows(rows, fields, batch_size, tx, decode, move |e| err(e, &host, &db)).await;
+            });
+        }
+        Ok(Some(ranges_reader(fields, parts)))
     }
 }
 

@@ -257,7 +257,7 @@ impl PgConnector {
     async fn copy_out(&self, sql: &str) -> ConnectorResult<Box<dyn BulkStream>> {
         use sqlx::postgres::PgPoolCopyExt;
         let stream = self.pool.copy_out_raw(sql).await.map_err(|e| self.e(&e))?;
-        Ok(Box::new(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None }))
+        Ok(Box::new(self.bulk_out_of(stream)))
     }
 
     fn qualified(&self, table: &str) -> String {
@@ -609,59 +609,179 @@ impl Source for PgConnector {
         let (sql, _) = select_sql(&schema, &cols, &self.qualified(&schema.name), &req, quote_dq, |f| {
             format!("CAST({} AS {})", from.as_deref().unwrap_or("NULL"), native_for_field(f))
         })?;
-        let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
-        let fields = Arc::new(schema.fields);
-        let wires: Vec<binary::Wire> = fields.iter().map(|f| binary::Wire::of(f.field_type)).collect();
-        let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
-        let mut stream = self.copy_out(&sql).await?;
-        let (host, db) = (self.host.clone(), self.database.clone());
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
-        let batch_fields = fields.clone();
+        if req.ranges > 1
+            && req.cursor.is_none()
+            && req.limit.is_none()
+            && let Some(reader) = self.read_in_ranges(&schema, &cols, req.ranges, batch_size).await?
+        {
+            return Ok(reader);
+        }
+        let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
+        let decoding = Decoding::new(&schema.fields, batch_size, &self.host, &self.database);
+        let fields = decoding.fields.clone();
+        use sqlx::postgres::PgPoolCopyExt;
+        let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
+        let mut stream = self.bulk_out_of(stream);
         Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
-            let mut decoder = binary::Decoder::default();
-            let mut batch = Vec::with_capacity(batch_size);
-            let bad = |e: String| ConnectorError::Other(format!("reading {host}/{db}: {e}"));
-            loop {
-                match stream.next_chunk().await {
-                    Ok(Some(bytes)) => decoder.feed(&bytes),
-                    Err(e) => {
-                        send(&tx, Err(e)).await;
-                        return;
-                    }
-                    Ok(None) if decoder.has_partial() => {
-                        send(&tx, Err(bad("the binary COPY stream ended inside a record".into()))).await;
-                        return;
-                    }
-                    Ok(None) => break,
-                }
-                loop {
-                    match decoder.next(&wires, &names) {
-                        Ok(binary::Step::Record(r)) => {
-                            batch.push(r);
-                            if batch.len() >= batch_size {
-                                let rows = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
-                                if !send(&tx, Ok(RecordBatch { fields: batch_fields.clone(), rows })).await {
-                                    return;
-                                }
-                            }
-                        }
-                        Ok(binary::Step::NeedMore | binary::Step::End) => break,
-                        Err(e) => {
-                            send(&tx, Err(bad(e))).await;
-                            return;
-                        }
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                send(&tx, Ok(RecordBatch { fields: batch_fields, rows: batch })).await;
-            }
+            decoding.pump(&mut stream, &tx).await;
         })))
     }
 }
 
-struct PgBulkOut {
-    stream: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, sqlx::Error>>,
+/// Tables smaller than this are read in one piece.
+const SPLIT_BYTES: i64 = 32 << 20;
+/// How long a split read waits for each further connection before it
+/// reads in fewer ranges.
+const RANGE_ACQUIRE: Duration = Duration::from_secs(1);
+
+/// How a binary COPY of a read's select expressions becomes batches of
+/// records.
+struct Decoding {
+    fields: Arc<Vec<Field>>,
+    wires: Vec<binary::Wire>,
+    names: Vec<String>,
+    batch_size: usize,
+    source: String,
+}
+
+impl Decoding {
+    fn new(fields: &[Field], batch_size: usize, host: &str, database: &str) -> Self {
+        Decoding {
+            wires: fields.iter().map(|f| binary::Wire::of(f.field_type)).collect(),
+            names: fields.iter().map(|f| f.name.clone()).collect(),
+            fields: Arc::new(fields.to_vec()),
+            batch_size,
+            source: format!("{host}/{database}"),
+        }
+    }
+
+    /// Decodes `stream` into batches sent through `tx`, until its end, the
+    /// first failure (sent on) or the reader going away.
+    async fn pump(&self, stream: &mut PgBulkOut<'_>, tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>) {
+        let mut decoder = binary::Decoder::default();
+        let mut batch = Vec::with_capacity(self.batch_size);
+        let bad = |e: String| ConnectorError::Other(format!("reading {}: {e}", self.source));
+        loop {
+            match stream.chunk().await {
+                Ok(Some(bytes)) => decoder.feed(&bytes),
+                Err(e) => {
+                    send(tx, Err(e)).await;
+                    return;
+                }
+                Ok(None) if decoder.has_partial() => {
+                    send(tx, Err(bad("the binary COPY stream ended inside a record".into()))).await;
+                    return;
+                }
+                Ok(None) => break,
+            }
+            loop {
+                match decoder.next(&self.wires, &self.names) {
+                    Ok(binary::Step::Record(r)) => {
+                        batch.push(r);
+                        if batch.len() >= self.batch_size {
+                            let rows = std::mem::replace(&mut batch, Vec::with_capacity(self.batch_size));
+                            if !send(tx, Ok(RecordBatch { fields: self.fields.clone(), rows })).await {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(binary::Step::NeedMore | binary::Step::End) => break,
+                    Err(e) => {
+                        send(tx, Err(bad(e))).await;
+                        return;
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            send(tx, Ok(RecordBatch { fields: self.fields.clone(), rows: batch })).await;
+        }
+    }
+}
+
+impl PgConnector {
+    fn bulk_out_of<'a>(
+        &self,
+        stream: futures_util::stream::BoxStream<'a, Result<bytes::Bytes, sqlx::Error>>,
+    ) -> PgBulkOut<'a> {
+        PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None }
+    }
+
+    /// A full read of a large table with a single integer key, in up to
+    /// `ranges` key ranges copied at once, each on its own connection, all
+    /// in one snapshot (exported by the first, imported by the others, as
+    /// `pg_dump --jobs` does). `None` when the table is small, has no such
+    /// key, or is empty. A further connection that does not come within
+    /// [`RANGE_ACQUIRE`] is done without: the read never waits on a pool
+    /// it holds connections of.
+    async fn read_in_ranges(
+        &self,
+        schema: &EntitySchema,
+        cols: &[String],
+        ranges: usize,
+        batch_size: usize,
+    ) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        let Some(key) = split_key(schema) else { return Ok(None) };
+        let table = self.qualified(&schema.name);
+        let size: Option<i64> = sqlx::query_scalar("SELECT pg_relation_size(to_regclass($1))")
+            .bind(&table)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+        if size.unwrap_or(0) < SPLIT_BYTES {
+            return Ok(None);
+        }
+        const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+        let mut lead = self.pool.begin_with(BEGIN).await.map_err(|e| self.e(&e))?;
+        let k = quote_dq(&key.name);
+        let (lo, hi): (Option<i64>, Option<i64>) =
+            sqlx::query_as(AssertSqlSafe(format!("SELECT min({k})::int8, max({k})::int8 FROM {table}")))
+                .fetch_one(&mut *lead)
+                .await
+                .map_err(|e| self.e(&e))?;
+        let (Some(lo), Some(hi)) = (lo, hi) else { return Ok(None) };
+        let snapshot: String =
+            sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *lead).await.map_err(|e| self.e(&e))?;
+        if !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(None);
+        }
+        let mut readers = vec![lead];
+        while readers.len() < ranges {
+            let Ok(Ok(mut tx)) = tokio::time::timeout(RANGE_ACQUIRE, self.pool.begin_with(BEGIN)).await else { break };
+            let imported =
+                sqlx::query(AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *tx).await;
+            if imported.is_err() {
+                break;
+            }
+            readers.push(tx);
+        }
+        let conditions = key_ranges(&k, lo, hi, readers.len());
+        let decoding = Arc::new(Decoding::new(&schema.fields, batch_size, &self.host, &self.database));
+        let fields = decoding.fields.clone();
+        let mut copies = Vec::with_capacity(readers.len());
+        for (mut tx, condition) in readers.into_iter().zip(conditions) {
+            let sql =
+                format!("COPY (SELECT {} FROM {table} WHERE {condition}) TO STDOUT (FORMAT binary)", cols.join(", "));
+            let (host, database, decoding) = (self.host.clone(), self.database.clone(), decoding.clone());
+            copies.push(move |tx_out: tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>| async move {
+                match tx.copy_out_raw(&sql).await {
+                    Ok(stream) => {
+                        let mut stream = PgBulkOut { stream, host, database, failed: None };
+                        decoding.pump(&mut stream, &tx_out).await;
+                    }
+                    Err(e) => {
+                        send(&tx_out, Err(err(&e, &host, &database))).await;
+                    }
+                }
+            });
+        }
+        Ok(Some(ranges_reader(fields, copies)))
+    }
+}
+
+struct PgBulkOut<'a> {
+    stream: futures_util::stream::BoxStream<'a, Result<bytes::Bytes, sqlx::Error>>,
     host: String,
     database: String,
     /// A failure met while joining ready pieces, told at the next call.
@@ -669,11 +789,17 @@ struct PgBulkOut {
 }
 
 #[async_trait::async_trait]
-impl BulkStream for PgBulkOut {
+impl BulkStream for PgBulkOut<'static> {
+    async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
+        self.chunk().await
+    }
+}
+
+impl PgBulkOut<'_> {
     /// The next piece, with every piece already received joined to it (up
     /// to [`COPY_CHUNK`]): PostgreSQL sends a message per record, and a
     /// writer is faster with fewer, larger pieces.
-    async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
+    async fn chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
         use futures_util::{FutureExt, StreamExt};
         if let Some(e) = self.failed.take() {
             return Err(e);

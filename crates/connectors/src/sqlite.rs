@@ -281,6 +281,12 @@ impl Destination for SqliteConnector {
         self.entity_schema(entity).await
     }
 
+    /// SQLite takes one writing transaction at a time, and a writer holds
+    /// its transaction for the whole entity: entities take turns.
+    fn concurrent_writers(&self) -> usize {
+        1
+    }
+
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
         let mut tx = self.pool.begin().await.map_err(|e| err(&e))?;
         let existing = self.entity_schema(&schema.name).await?;

@@ -49,7 +49,8 @@ fn row(id: i64, v: &str, t: &str) -> Vec<Value> {
 }
 
 async fn read(src: &Arc<dyn Source>, cursor: Option<CursorBound>) -> Vec<BTreeMap<String, Value>> {
-    let mut r = src.read(ReadRequest { entity: "modes".into(), cursor, limit: None, batch_size: 100 }).await.unwrap();
+    let mut r =
+        src.read(ReadRequest { entity: "modes".into(), cursor, batch_size: 100, ..Default::default() }).await.unwrap();
     let fields = r.fields();
     let mut out = Vec::new();
     while let Some(b) = r.next_batch().await.unwrap() {
@@ -142,7 +143,7 @@ async fn exercise(name: &str, cfg: &ResolvedConfig, registry: &Registry) {
 
     // A missing entity is told apart.
     let e = src
-        .read(ReadRequest { entity: "no_such_table".into(), cursor: None, limit: None, batch_size: 10 })
+        .read(ReadRequest { entity: "no_such_table".into(), batch_size: 10, ..Default::default() })
         .await
         .err()
         .unwrap();
@@ -296,4 +297,142 @@ async fn postgres_tells_the_greatest_cursor_of_any_ordered_type() {
     let empty = src.entity_fields("empty").await.unwrap();
     assert_eq!(max("empty", empty[1].clone()).await, None, "no rows, no cursor");
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut c).await.unwrap();
+}
+
+/// Reads `entity` whole with up to `ranges` key ranges: its ids as they
+/// came, and the sum of the lengths of `v`. `reading` answers, once the
+/// first batch is in (the reader's channel full, so every range it reads
+/// at once is still being read), how many reads of the table the server
+/// is running.
+async fn read_ids<F: std::future::Future<Output = usize>>(
+    src: &Arc<dyn Source>,
+    entity: &str,
+    ranges: usize,
+    reading: impl Fn() -> F,
+) -> (Vec<i64>, usize, usize) {
+    let mut r =
+        src.read(ReadRequest { entity: entity.into(), batch_size: 5_000, ranges, ..Default::default() }).await.unwrap();
+    let (mut ids, mut len, mut at_once) = (Vec::new(), 0, 0);
+    while let Some(b) = r.next_batch().await.unwrap() {
+        if ids.is_empty() {
+            // The ranges' queries start as their tasks run: wait for them.
+            for _ in 0..100 {
+                at_once = reading().await;
+                if at_once >= ranges {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        for row in b.rows {
+            let (Value::Int(id), Value::String(v)) = (&row[0], &row[1]) else { panic!("{row:?}") };
+            ids.push(*id);
+            len += v.len();
+        }
+    }
+    (ids, len, at_once)
+}
+
+/// 300,000 rows (about 45 MB) keyed -499,997, -499,994, … : read in three
+/// key ranges at once, every row arrives exactly once.
+async fn splits_a_large_table<F: std::future::Future<Output = usize>>(
+    what: &str,
+    src: Arc<dyn Source>,
+    reading: impl Fn() -> F,
+) {
+    let want: Vec<i64> = (1..=300_000).map(|g| g * 3 - 500_000).collect();
+    let (mut ids, len, at_once) = read_ids(&src, "big", 3, &reading).await;
+    assert_eq!(at_once, 3, "{what}: three ranges read at once");
+    ids.sort_unstable();
+    assert_eq!(ids.len(), want.len(), "{what}");
+    assert!(ids == want, "{what}: every key exactly once");
+    assert_eq!(len, 300_000 * 120, "{what}");
+    // Told to read in one piece, it does.
+    let (mut ids, _, at_once) = read_ids(&src, "big", 1, &reading).await;
+    assert_eq!(at_once, 1, "{what}: one read");
+    ids.sort_unstable();
+    assert!(ids == want, "{what}: one read");
+}
+
+#[tokio::test]
+async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
+    use sqlx::Connection;
+    let registry = Registry::new(std::env::temp_dir());
+    let t = tag();
+    match sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await {
+        Ok(mut c) => {
+            let schema = format!("split_{t}");
+            for sql in [
+                format!("CREATE SCHEMA {schema}"),
+                format!("CREATE TABLE {schema}.big (id bigint PRIMARY KEY, v text NOT NULL)"),
+                format!(
+                    "INSERT INTO {schema}.big SELECT g * 3 - 500000, repeat('x', 120) FROM generate_series(1, 300000) g"
+                ),
+            ] {
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+            }
+            let cfg = config(
+                "postgres",
+                json!({"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}),
+            );
+            let src = registry.source(&cfg).await.unwrap();
+            let watch = sqlx::PgPool::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+            let reading = move || {
+                let watch = watch.clone();
+                async move {
+                    let n: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (SELECT%big%' AND state = 'active'",
+                    )
+                    .fetch_one(&watch)
+                    .await
+                    .unwrap();
+                    n as usize
+                }
+            };
+            let r = tokio::spawn(async move { splits_a_large_table("postgres", src, reading).await }).await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut c).await.unwrap();
+            r.unwrap();
+        }
+        Err(e) => {
+            reachable("PostgreSQL", false, e.to_string()).await;
+        }
+    }
+    match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
+        Ok(mut c) => {
+            let db = format!("split_{t}");
+            for sql in [
+                format!("CREATE DATABASE {db}"),
+                format!("CREATE TABLE {db}.big (id bigint PRIMARY KEY, v text NOT NULL)"),
+                format!(
+                    "INSERT INTO {db}.big SELECT CAST(seq AS SIGNED) * 3 - 500000, repeat('x', 120) FROM seq_1_to_300000"
+                ),
+                format!("ANALYZE TABLE {db}.big"),
+            ] {
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+            }
+            let cfg = config("mysql", json!({"host": "127.0.0.1", "database": db, "user": "root"}));
+            let src = registry.source(&cfg).await.unwrap();
+            let watch = sqlx::MySqlPool::connect("mysql://root@127.0.0.1:3306/test").await.unwrap();
+            let watched = db.clone();
+            let reading = move || {
+                let (watch, db) = (watch.clone(), watched.clone());
+                async move {
+                    let n: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT%big%'",
+                    )
+                    .bind(db)
+                    .fetch_one(&watch)
+                    .await
+                    .unwrap();
+                    n as usize
+                }
+            };
+            let r = tokio::spawn(async move { splits_a_large_table("mysql", src, reading).await }).await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&mut c).await.unwrap();
+            r.unwrap();
+        }
+        Err(e) => {
+            reachable("MariaDB", false, e.to_string()).await;
+        }
+    }
 }

@@ -208,6 +208,7 @@ async fn read_all(src: &Arc<dyn Source>, entity: &str) -> (Arc<Vec<Field>>, Vec<
             cursor: Some(CursorBound { field: "id".into(), from: None }),
             limit: None,
             batch_size: 2,
+            ranges: 1,
         })
         .await
         .unwrap();

@@ -100,6 +100,13 @@ pub struct Options {
     pub billing: BillingConfig,
     /// The operator's counters; by default none.
     pub metrics: Arc<dyn Metrics>,
+    /// How many of a run's entities sync at once (at least 1; a
+    /// destination may allow fewer).
+    pub entity_concurrency: usize,
+    /// Into how many key ranges, read at once, a full refresh of a large
+    /// table may be split (1: one read; sources that cannot split ignore
+    /// it).
+    pub read_ranges: usize,
 }
 
 impl Default for Options {
@@ -110,6 +117,8 @@ impl Default for Options {
             offload: Arc::new(Inline),
             billing: BillingConfig::default(),
             metrics: Arc::new(NoMetrics),
+            entity_concurrency: crate::sync::engine::DEFAULT_ENTITY_CONCURRENCY,
+            read_ranges: crate::sync::engine::DEFAULT_READ_RANGES,
         }
     }
 }
@@ -182,6 +191,8 @@ impl Sluice {
             clock: clock.clone(),
             lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::schedule::LEASE),
             stopping: Arc::default(),
+            entity_concurrency: options.entity_concurrency.max(1),
+            read_ranges: options.read_ranges.max(1),
         };
         let catalog = CatalogService {
             identity: identity.clone(),

@@ -224,6 +224,8 @@ impl Application {
             offload: Arc::new(BlockingPool::new()),
             billing,
             metrics,
+            entity_concurrency: settings.entity_concurrency,
+            read_ranges: settings.read_ranges,
         };
         let sluice = Sluice::with_options(ports, options);
         Ok((sluice, store))

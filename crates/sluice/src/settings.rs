@@ -45,6 +45,14 @@ pub struct Settings {
     /// process takes it over (`SLUICE_RUN_LEASE`, seconds, default 60,
     /// at least 3); workers renew it six times within.
     pub run_lease: std::time::Duration,
+    /// How many of a run's entities sync at once
+    /// (`SLUICE_ENTITY_CONCURRENCY`, 1 to 64, default 4); a SQLite
+    /// destination takes one at a time whatever this says.
+    pub entity_concurrency: usize,
+    /// Into how many key ranges, read at once, a full refresh of a large
+    /// PostgreSQL or MySQL table is split (`SLUICE_READ_RANGES`, 1 to 16,
+    /// default 2; 1 reads each table in one piece).
+    pub read_ranges: usize,
     /// Per-client rate limits (`SLUICE_RATE_LIMITS=off` switches them off;
     /// `SLUICE_RATE_LIMIT_CLIENT`, `_ANONYMOUS`, `_FAILED_AUTH` take
     /// `<per second>[:<burst>]`).
@@ -153,6 +161,20 @@ impl Settings {
                 _ => bail!("SLUICE_RUN_LEASE must be a whole number of seconds, at least 3, not '{v}'"),
             },
         };
+        let entity_concurrency = match var("SLUICE_ENTITY_CONCURRENCY") {
+            None => sluice_domain::sync::engine::DEFAULT_ENTITY_CONCURRENCY,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=64).contains(&n) => n,
+                _ => bail!("SLUICE_ENTITY_CONCURRENCY must be a whole number from 1 to 64, not '{v}'"),
+            },
+        };
+        let read_ranges = match var("SLUICE_READ_RANGES") {
+            None => sluice_domain::sync::engine::DEFAULT_READ_RANGES,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=16).contains(&n) => n,
+                _ => bail!("SLUICE_READ_RANGES must be a whole number from 1 to 16, not '{v}'"),
+            },
+        };
         let rate_limits = match var("SLUICE_RATE_LIMITS").as_deref().map(str::trim) {
             Some("off" | "false" | "0") => None,
             None | Some("on" | "true" | "1") => {
@@ -196,6 +218,8 @@ impl Settings {
             webhook_allow_private,
             stripe,
             run_lease,
+            entity_concurrency,
+            read_ranges,
             rate_limits,
             aws,
             oauth: oauth_providers(&var)?,
@@ -400,6 +424,8 @@ mod tests {
             console_url: String::new(),
             run_worker: false,
             run_lease: DEFAULT_RUN_LEASE,
+            entity_concurrency: sluice_domain::sync::engine::DEFAULT_ENTITY_CONCURRENCY,
+            read_ranges: sluice_domain::sync::engine::DEFAULT_READ_RANGES,
             rate_limits: Some(Default::default()),
             stripe: None,
             webhook_allow_private: false,

@@ -17,6 +17,27 @@ fn a_bad_email_is_one_line_naming_the_option() {
 }
 
 #[test]
+fn a_bad_entity_concurrency_is_one_line_naming_the_variable() {
+    let data = std::env::temp_dir().join(format!("sluice-cli-{}", sluice_domain::shared::secret::random_base62(8)));
+    for bad in ["0", "65", "four"] {
+        let out = std::process::Command::new(common::sluice_bin())
+            .args(["token", "--email", "ann@example.com"])
+            .env("SLUICE_DATA_DIR", &data)
+            .env("SLUICE_ENTITY_CONCURRENCY", bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.trim(),
+            format!("error: SLUICE_ENTITY_CONCURRENCY must be a whole number from 1 to 64, not '{bad}'"),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[test]
 fn a_login_link_names_the_public_url_and_lives_a_day_at_most() {
     let data = std::env::temp_dir().join(format!("sluice-cli-{}", sluice_domain::shared::secret::random_base62(8)));
     let link = |args: &[&str]| {

@@ -14,6 +14,51 @@ pub struct MemoryConnectors {
     pub(crate) passwords: Arc<Mutex<HashMap<String, String>>>,
     /// dataset → (error, how many more opens fail with it)
     pub(crate) faults: Arc<Mutex<HashMap<String, (ConnectorError, u32)>>>,
+    /// Datasets that take one writer at a time.
+    pub(crate) single_writer: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Writers open now, and the most that were open at once.
+    pub(crate) writers: Arc<Gauge>,
+}
+
+/// A count and its high-water mark.
+#[derive(Default)]
+pub struct Gauge {
+    now: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+/// One open writer, counted until dropped.
+struct Counted(Arc<Gauge>);
+
+impl Counted {
+    fn new(g: &Arc<Gauge>) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = g.now.fetch_add(1, SeqCst) + 1;
+        g.peak.fetch_max(now, SeqCst);
+        Counted(g.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Gives way to other tasks once (as a write to a real server would), so
+/// that concurrent syncs interleave.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
 }
 
 impl MemoryConnectors {
@@ -27,6 +72,14 @@ impl MemoryConnectors {
         d.entry(dataset.to_string()).or_default().insert(schema.name.clone(), (schema, rows));
     }
 
+    /// Removes `dataset.entity`.
+    pub fn remove(&self, dataset: &str, entity: &str) {
+        let mut d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = d.get_mut(dataset) {
+            t.remove(entity);
+        }
+    }
+
     pub fn rows(&self, dataset: &str, entity: &str) -> Option<Vec<Vec<Value>>> {
         let d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
         d.get(dataset).and_then(|t| t.get(entity)).map(|(_, r)| r.clone())
@@ -35,6 +88,17 @@ impl MemoryConnectors {
     /// Makes `dataset` require `password`.
     pub fn require_password(&self, dataset: &str, password: &str) {
         self.passwords.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), password.into());
+    }
+
+    /// Makes `dataset` take one writer at a time
+    /// ([`Destination::concurrent_writers`] 1).
+    pub fn one_writer_at_a_time(&self, dataset: &str) {
+        self.single_writer.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into());
+    }
+
+    /// The most writers that were open at once, over every dataset.
+    pub fn peak_writers(&self) -> usize {
+        self.writers.peak.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Makes the next `times` opens of `dataset` fail with `error`.
@@ -55,7 +119,13 @@ impl MemoryConnectors {
         {
             return Err(ConnectorError::AuthFailed(format!("wrong password for dataset {name}")));
         }
-        Ok(Arc::new(MemoryDataset { name: name.to_string(), all: self.datasets.clone() }))
+        let single = self.single_writer.lock().unwrap_or_else(|p| p.into_inner()).contains(name);
+        Ok(Arc::new(MemoryDataset {
+            name: name.to_string(),
+            all: self.datasets.clone(),
+            writers: self.writers.clone(),
+            single_writer: single,
+        }))
     }
 }
 
@@ -109,6 +179,8 @@ impl ConnectorRegistry for MemoryConnectors {
 struct MemoryDataset {
     pub(crate) name: String,
     pub(crate) all: Arc<Mutex<HashMap<String, Tables>>>,
+    pub(crate) writers: Arc<Gauge>,
+    pub(crate) single_writer: bool,
 }
 
 impl MemoryDataset {
@@ -181,6 +253,10 @@ impl Destination for MemoryDataset {
         Ok(self.tables().get(&self.name).and_then(|t| t.get(entity)).map(|(s, _)| s.clone()))
     }
 
+    fn concurrent_writers(&self) -> usize {
+        if self.single_writer { 1 } else { usize::MAX }
+    }
+
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
         let existing = self.describe(&schema.name).await?;
         let mut fields = match (&existing, mode) {
@@ -199,6 +275,7 @@ impl Destination for MemoryDataset {
             mode,
             pending: Vec::new(),
             stats: WriteStats::default(),
+            _open: Counted::new(&self.writers),
         }))
     }
 }
@@ -210,6 +287,7 @@ struct MemoryWriter {
     pub(crate) mode: WriteMode,
     pub(crate) pending: Vec<Vec<Value>>,
     pub(crate) stats: WriteStats,
+    _open: Counted,
 }
 
 impl MemoryWriter {
@@ -243,6 +321,7 @@ impl MemoryWriter {
 #[async_trait]
 impl EntityWriter for MemoryWriter {
     async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
+        YieldOnce(false).await;
         let order: Vec<Option<usize>> =
             self.schema.fields.iter().map(|f| batch.fields.iter().position(|b| b.name == f.name)).collect();
         for r in &batch.rows {

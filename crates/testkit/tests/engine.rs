@@ -43,6 +43,10 @@ fn person(id: i64, name: &str, updated: &str) -> Vec<Value> {
 }
 
 async fn world() -> World {
+    world_with(sluice_domain::app::Options::default()).await
+}
+
+async fn world_with(options: sluice_domain::app::Options) -> World {
     let store = InMemoryStore::new();
     let clock: Arc<dyn Clock> = Arc::new(sluice_domain::shared::clock::SystemClock);
     let mem = MemoryConnectors::new();
@@ -55,7 +59,7 @@ async fn world() -> World {
             person(3, "cy", "2026-01-03T00:00:00Z"),
         ],
     );
-    let sluice = Sluice::new(in_memory_ports_with(&store, clock, &mem, FakeSecrets::default()));
+    let sluice = Sluice::with_options(in_memory_ports_with(&store, clock, &mem, FakeSecrets::default()), options);
     let (p, _) = sluice.identity.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
     let org =
         sluice.identity.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
@@ -194,6 +198,68 @@ async fn append_modes_add_and_overwrite_replaces() {
     let r = w.run(&inc).await;
     assert_eq!(r.entities[0].rows_read, 2);
     assert_eq!(ids(&w.dest("people_inc")), [9, 9, 10], "incremental_append re-delivers the boundary record");
+}
+
+/// A flow of `n` overwrite mappings, `e0` … into `c0` …, over entities
+/// of `rows` people each.
+async fn wide_flow(w: &World, n: usize, rows: i64) -> Flow {
+    let mut mappings = Vec::new();
+    for i in 0..n {
+        let mut schema = people_schema(false);
+        schema.name = format!("e{i}");
+        let people = (0..rows).map(|id| person(id, &format!("p{i}"), "2026-01-01T00:00:00Z")).collect();
+        w.mem.put("crm", schema, people);
+        mappings.push(json!({"source_entity": format!("e{i}"), "dest_entity": format!("c{i}"),
+                             "sync_mode": "full_refresh_overwrite"}));
+    }
+    let config: FlowConfig = serde_json::from_value(json!({"mappings": mappings})).unwrap();
+    w.sluice.sync.create_flow(&w.p, w.org, NewFlow::active("wide", w.src, w.dst, config)).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_runs_entities_sync_concurrently_up_to_the_setting_and_the_destination() {
+    let w = world_with(sluice_domain::app::Options { entity_concurrency: 3, ..Default::default() }).await;
+    let flow = wide_flow(&w, 7, 25).await;
+    let run = w.run(&flow).await;
+    assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.error);
+    assert_eq!(w.mem.peak_writers(), 3, "three entities at once, never more");
+    // Every entity whole, each reported once and in the flow's order.
+    let reported: Vec<&str> = run.entities.iter().map(|e| e.entity.as_str()).collect();
+    assert_eq!(reported, ["e0", "e1", "e2", "e3", "e4", "e5", "e6"]);
+    for (i, e) in run.entities.iter().enumerate() {
+        assert_eq!((e.rows_read, e.rows_written, e.status.as_str()), (25, 25, "succeeded"));
+        assert_eq!(ids(&w.dest(&format!("c{i}"))), (0..25).collect::<Vec<_>>());
+    }
+
+    // A destination that takes one writer at a time gets one.
+    let w = world_with(sluice_domain::app::Options { entity_concurrency: 3, ..Default::default() }).await;
+    w.mem.one_writer_at_a_time("wh");
+    let run = w.run(&wide_flow(&w, 4, 5).await).await;
+    assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.error);
+    assert_eq!(w.mem.peak_writers(), 1);
+    assert_eq!(w.dest("c3").len(), 5);
+
+    // The setting at 1: one after another.
+    let w = world_with(sluice_domain::app::Options { entity_concurrency: 1, ..Default::default() }).await;
+    let run = w.run(&wide_flow(&w, 3, 5).await).await;
+    assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.error);
+    assert_eq!(w.mem.peak_writers(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_entity_fails_alone_while_the_others_sync_beside_it() {
+    let w = world_with(sluice_domain::app::Options { entity_concurrency: 4, ..Default::default() }).await;
+    let flow = wide_flow(&w, 4, 10).await;
+    // The second mapping's entity is gone from the source.
+    w.mem.remove("crm", "e1");
+    let run = w.run(&flow).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.as_deref().unwrap_or(""), "1 of 4 entities failed: e1");
+    let status: Vec<(&str, &str)> = run.entities.iter().map(|e| (e.entity.as_str(), e.status.as_str())).collect();
+    assert_eq!(status, [("e0", "succeeded"), ("e1", "failed"), ("e2", "succeeded"), ("e3", "succeeded")]);
+    for i in [0, 2, 3] {
+        assert_eq!(w.dest(&format!("c{i}")).len(), 10);
+    }
 }
 
 #[tokio::test]

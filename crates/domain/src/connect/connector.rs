@@ -27,6 +27,11 @@ pub struct ReadRequest {
     pub limit: Option<u64>,
     /// Rows per batch.
     pub batch_size: usize,
+    /// When neither `cursor` nor `limit` is set: the read may be split
+    /// into up to this many ranges of an integer key, read at once (in one
+    /// snapshot of the source) and arriving in no order. 0 or 1: one read.
+    /// Sources that cannot split ignore it.
+    pub ranges: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -152,8 +157,9 @@ pub trait Source: Send + Sync {
     /// # Errors
     /// `EntityNotFound` for an unknown entity.
     async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
-        let probe =
-            self.read(ReadRequest { entity: entity.into(), cursor: None, limit: Some(0), batch_size: 1 }).await?;
+        let probe = self
+            .read(ReadRequest { entity: entity.into(), limit: Some(0), batch_size: 1, ..Default::default() })
+            .await?;
         Ok(probe.fields())
     }
 
@@ -233,6 +239,13 @@ pub trait Destination: Send + Sync {
     /// pay.
     fn loads_in_bulk(&self) -> bool {
         false
+    }
+    /// How many entities may be written here at once: a run syncs up to
+    /// this many of its entities concurrently (and no more than the
+    /// service's setting). A database that takes one writer at a time
+    /// (SQLite) answers 1.
+    fn concurrent_writers(&self) -> usize {
+        usize::MAX
     }
 }
 

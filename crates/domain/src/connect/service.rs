@@ -544,6 +544,7 @@ impl ConnectService {
                 cursor: None,
                 limit: Some(limit),
                 batch_size: limit as usize,
+                ranges: 1,
             })
             .await
             .map_err(connector_failure)?;

@@ -8,6 +8,10 @@
 //! resumes from the last checkpoint: nothing is lost, and the re-read
 //! overlap is absorbed by the upsert. Overwrite commits once, at the end,
 //! swapping the new table in.
+//!
+//! A run's entities sync concurrently, up to the service's
+//! [`DEFAULT_ENTITY_CONCURRENCY`] setting and what the destination allows
+//! ([`Destination::concurrent_writers`]), each on its own connections.
 
 use super::service::SyncService;
 use crate::connect::connector::{
@@ -23,6 +27,12 @@ use std::time::Instant;
 pub const CHECKPOINT_ROWS: u64 = 50_000;
 /// Rows per batch read from a source.
 pub const BATCH_ROWS: usize = 10_000;
+/// How many of a run's entities sync at once unless the service is told
+/// otherwise.
+pub const DEFAULT_ENTITY_CONCURRENCY: usize = 4;
+/// Into how many key ranges, read at once, a full refresh of a large table
+/// is split unless the service is told otherwise.
+pub const DEFAULT_READ_RANGES: usize = 2;
 
 /// A run's source: its connection (which names the entities' catalog
 /// assets) and the connector opened on it.
@@ -40,6 +50,43 @@ struct Step<'a> {
     prior: u64,
     /// When this attempt began the entity.
     started: Instant,
+    /// The run's entities' progress, which each checkpoint stores.
+    progress: &'a Progress,
+    /// The mapping's place in the flow.
+    index: usize,
+}
+
+/// The progress of a run's entities in this attempt, by mapping: each
+/// entity's stats as of its last checkpoint or its end. Entities that
+/// sync concurrently store it all at each checkpoint, so a later attempt
+/// counts every entity's committed rows.
+struct Progress(std::sync::Mutex<Vec<Option<EntityStats>>>);
+
+impl Progress {
+    fn new(mappings: usize) -> Self {
+        Progress(std::sync::Mutex::new(vec![None; mappings]))
+    }
+
+    /// Records mapping `index`'s stats; answers every entity's, in order.
+    fn set(&self, index: usize, stats: &EntityStats) -> Vec<EntityStats> {
+        let mut slots = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(slot) = slots.get_mut(index) {
+            *slot = Some(stats.clone());
+        }
+        slots.iter().flatten().cloned().collect()
+    }
+}
+
+/// How far one mapping's turn in a run got.
+enum Turn {
+    /// Not begun: the run was canceled, stopped or lost before it.
+    Skipped,
+    /// Not begun: the run was canceled.
+    Canceled,
+    /// Not begun: the process is stopping.
+    Stopped,
+    /// Synced (or tried to): its stats, status set, and how it ended.
+    Ran(Box<EntityStats>, Result<EntityOutcome, Failure>),
 }
 
 /// Where an entity's read starts and how far its cursor may be stored.
@@ -335,68 +382,148 @@ impl SyncService {
             format!("run started ({}), {} entities", run.trigger.as_str(), flow.config.mappings.len()),
         )
         .await;
-        let mut drift = false;
         // Rows earlier attempts of this run committed (their last progress),
         // so that `rows_written` counts every attempt.
         let earlier = std::mem::take(&mut run.entities);
-        for (i, m) in flow.config.mappings.iter().enumerate() {
-            if self.canceled(run).await {
-                return Ok(EntityOutcome::Canceled);
-            }
-            // Between entities (a run, once begun, does its first).
-            if i > 0 && self.stopping() {
-                keep_earlier(run, &earlier);
-                return Ok(EntityOutcome::Stopped);
-            }
-            let started = Instant::now();
-            let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
-            let mut stats = EntityStats {
-                entity: m.source_entity.clone(),
-                status: "running".into(),
-                rows_written: prior,
-                ..Default::default()
-            };
-            let outcome = self.sync_entity(run, &flow, m, &source, &dest, &mut stats).await;
-            stats.duration_ms = started.elapsed().as_millis() as u64;
-            match outcome {
-                Ok(EntityOutcome::Done) => {
-                    stats.status = "succeeded".into();
-                    self.log(
-                        run,
-                        "info",
-                        Some(&m.source_entity),
-                        format!("{} rows read, {} written", stats.rows_read, stats.rows_written),
-                    )
-                    .await;
-                }
-                Ok(EntityOutcome::Drift) => {
-                    stats.status = "drift_detected".into();
-                    drift = true;
-                }
-                Ok(EntityOutcome::Canceled) => {
-                    stats.status = "canceled".into();
-                    run.entities.push(stats);
-                    return Ok(EntityOutcome::Canceled);
-                }
-                Ok(EntityOutcome::Stopped) => {
-                    stats.status = "paused".into();
-                    run.entities.push(stats);
-                    keep_earlier(run, &earlier);
-                    return Ok(EntityOutcome::Stopped);
-                }
-                Err(f) if f.lost => return Err(f),
-                Err(f) => {
-                    self.log(run, "error", Some(&m.source_entity), f.message.clone()).await;
-                    if f.transient {
-                        transient.push(format!("{}: {}", m.source_entity, f.message));
+        let mappings = &flow.config.mappings;
+        let mut limit = self.entity_concurrency.max(1).min(dest.concurrent_writers().max(1));
+        // Mappings that read one source entity share its cursor and stats:
+        // those take turns.
+        let sources: std::collections::BTreeSet<&str> = mappings.iter().map(|m| m.source_entity.as_str()).collect();
+        if sources.len() < mappings.len() {
+            limit = 1;
+        }
+        let progress = Progress::new(mappings.len());
+        let halt = std::sync::atomic::AtomicBool::new(false);
+        let turns: Vec<Turn> = {
+            use futures_util::{FutureExt, StreamExt};
+            let (shared, flow, source, earlier) = (&*run, &flow, &source, &earlier);
+            let (dest, progress, halt) = (&dest, &progress, &halt);
+            // Boxed as they are made (each begins when first polled), so
+            // that the compiler sees them `Send` with these lifetimes.
+            let turns: Vec<futures_util::future::BoxFuture<'_, Turn>> = mappings
+                .iter()
+                .enumerate()
+                .map(|(index, m)| {
+                    async move {
+                        let turn = self.turn(shared, flow, index, m, source, dest, progress, earlier, halt).await;
+                        let ends_run = match &turn {
+                            Turn::Skipped => false,
+                            Turn::Canceled | Turn::Stopped => true,
+                            Turn::Ran(_, outcome) => match outcome {
+                                Ok(EntityOutcome::Canceled | EntityOutcome::Stopped) => true,
+                                Err(f) => f.lost,
+                                Ok(_) => false,
+                            },
+                        };
+                        if ends_run {
+                            // The entities not begun yet are not begun.
+                            halt.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        turn
                     }
-                    stats.status = "failed".into();
-                    stats.error = Some(f.message);
+                    .boxed()
+                })
+                .collect();
+            futures_util::stream::iter(turns).buffered(limit).collect().await
+        };
+        let (mut drift, mut canceled, mut stopped, mut lost) = (false, false, false, None);
+        for turn in turns {
+            match turn {
+                Turn::Skipped => {}
+                Turn::Canceled => canceled = true,
+                Turn::Stopped => stopped = true,
+                Turn::Ran(stats, outcome) => {
+                    match outcome {
+                        Ok(EntityOutcome::Done) => {}
+                        Ok(EntityOutcome::Drift) => drift = true,
+                        Ok(EntityOutcome::Canceled) => canceled = true,
+                        Ok(EntityOutcome::Stopped) => stopped = true,
+                        Err(f) if f.lost => {
+                            lost = Some(f);
+                            continue;
+                        }
+                        Err(f) => {
+                            if f.transient {
+                                transient.push(format!("{}: {}", stats.entity, f.message));
+                            }
+                        }
+                    }
+                    run.entities.push(*stats);
                 }
             }
-            run.entities.push(stats);
+        }
+        if let Some(f) = lost {
+            return Err(f);
+        }
+        if canceled {
+            return Ok(EntityOutcome::Canceled);
+        }
+        if stopped {
+            keep_earlier(run, &earlier);
+            return Ok(EntityOutcome::Stopped);
         }
         Ok(if drift { EntityOutcome::Drift } else { EntityOutcome::Done })
+    }
+
+    /// One mapping's turn in a run: begun unless the run was canceled, the
+    /// process is stopping (a run, once begun, does its first entity) or
+    /// another entity ended the run; its outcome logged as it ends.
+    #[allow(clippy::too_many_arguments)]
+    async fn turn(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        index: usize,
+        m: &Mapping,
+        source: &RunSource,
+        dest: &Arc<dyn Destination>,
+        progress: &Progress,
+        earlier: &[EntityStats],
+        halt: &std::sync::atomic::AtomicBool,
+    ) -> Turn {
+        if halt.load(std::sync::atomic::Ordering::SeqCst) {
+            return Turn::Skipped;
+        }
+        if self.canceled(run).await {
+            return Turn::Canceled;
+        }
+        if index > 0 && self.stopping() {
+            return Turn::Stopped;
+        }
+        let started = Instant::now();
+        let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
+        let mut stats = EntityStats {
+            entity: m.source_entity.clone(),
+            status: "running".into(),
+            rows_written: prior,
+            ..Default::default()
+        };
+        let outcome = self.sync_entity(run, flow, index, m, source, dest, progress, &mut stats).await;
+        stats.duration_ms = started.elapsed().as_millis() as u64;
+        match &outcome {
+            Ok(EntityOutcome::Done) => {
+                stats.status = "succeeded".into();
+                self.log(
+                    run,
+                    "info",
+                    Some(&m.source_entity),
+                    format!("{} rows read, {} written", stats.rows_read, stats.rows_written),
+                )
+                .await;
+            }
+            Ok(EntityOutcome::Drift) => stats.status = "drift_detected".into(),
+            Ok(EntityOutcome::Canceled) => stats.status = "canceled".into(),
+            Ok(EntityOutcome::Stopped) => stats.status = "paused".into(),
+            Err(f) if f.lost => {}
+            Err(f) => {
+                self.log(run, "error", Some(&m.source_entity), f.message.clone()).await;
+                stats.status = "failed".into();
+                stats.error = Some(f.message.clone());
+            }
+        }
+        progress.set(index, &stats);
+        Turn::Ran(Box::new(stats), outcome)
     }
 
     /// Catalogues the source's schema of `entity` as its discovered asset,
@@ -415,13 +542,16 @@ impl SyncService {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn sync_entity(
         &self,
         run: &Run,
         flow: &Flow,
+        index: usize,
         m: &Mapping,
         source: &RunSource,
         dest: &Arc<dyn Destination>,
+        progress: &Progress,
         stats: &mut EntityStats,
     ) -> Result<EntityOutcome, Failure> {
         let entity = m.source_entity.as_str();
@@ -435,7 +565,7 @@ impl SyncService {
         if self.blocked_by_policy(run, m, dest, &schema).await? {
             return Ok(EntityOutcome::Drift);
         }
-        let step = Step { run, flow, m, prior, started: Instant::now() };
+        let step = Step { run, flow, m, prior, started: Instant::now(), progress, index };
         if self.first_load(run, m, dest, &schema, &source_fields, stats).await? {
             // The target is not there yet: loaded like a full refresh (a
             // fresh table, keys built after), when both sides can; else,
@@ -478,6 +608,10 @@ impl SyncService {
                 cursor: read.bound.clone(),
                 limit: None,
                 batch_size: BATCH_ROWS,
+                // A full refresh commits once, at the end: its records
+                // may come in any order, so a large table is read in key
+                // ranges at once.
+                ranges: if m.sync_mode.incremental() { 1 } else { self.read_ranges },
             })
             .await?;
         self.copy_rows(&step, &schema, writer, reader, read, stats).await
@@ -831,8 +965,7 @@ impl SyncService {
         stats.cursor_after = cursor.as_ref().and_then(cursor_text);
         // Progress, so that a later attempt counts these rows and readers
         // see the run advance.
-        let mut progress = run.entities.clone();
-        progress.push(stats.clone());
+        let progress = step.progress.set(step.index, stats);
         if !self.runs.progress(run.fence(), &progress).await? {
             return Err(Failure::lost());
         }

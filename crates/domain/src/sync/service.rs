@@ -42,6 +42,11 @@ pub struct SyncService {
     /// Set when the process is stopping: runs pause at their next
     /// checkpoint and go back to the queue (shared by every clone).
     pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// How many of a run's entities sync at once (at least 1).
+    pub(crate) entity_concurrency: usize,
+    /// Into how many key ranges a full refresh of a large table may be
+    /// read at once (1: one read).
+    pub(crate) read_ranges: usize,
 }
 
 /// A flow to create; connections are named by id.
