@@ -253,6 +253,24 @@ where
     }))
 }
 
+/// The most connections a PostgreSQL or MySQL connector's pool opens.
+pub const POOL_CONNECTIONS: u32 = 16;
+/// How many connections of a pool split reads may take beyond one each,
+/// all together: the rest stays for the readers and writers of the
+/// entities that sync at once (two each) and for short queries.
+pub const RANGE_EXTRAS: usize = 4;
+
+/// A connector's budget of [`RANGE_EXTRAS`].
+pub fn range_extras() -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(RANGE_EXTRAS))
+}
+
+/// Up to `ranges - 1` permits of `budget`, as many as are free now: a
+/// split read never waits for them.
+pub fn range_permits(budget: &Arc<tokio::sync::Semaphore>, ranges: usize) -> Vec<tokio::sync::OwnedSemaphorePermit> {
+    std::iter::from_fn(|| budget.clone().try_acquire_owned().ok()).take(ranges.saturating_sub(1)).collect()
+}
+
 /// The single integer key a read can be split by.
 pub fn split_key(schema: &EntitySchema) -> Option<&Field> {
     let mut keys = schema.fields.iter().filter(|f| f.primary_key);

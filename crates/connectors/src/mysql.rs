@@ -40,6 +40,8 @@ pub struct MySqlConnector {
     opts: MySqlConnectOptions,
     host: String,
     database: String,
+    /// The connections split reads may take beyond their first.
+    extras: Arc<tokio::sync::Semaphore>,
 }
 
 fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
@@ -91,12 +93,12 @@ impl MySqlConnector {
             opts = opts.ssl_ca_from_pem(check_pem(ca)?);
         }
         let pool = MySqlPoolOptions::new()
-            .max_connections(8)
+            .max_connections(POOL_CONNECTIONS)
             .min_connections(0)
             .acquire_timeout(CONNECT_TIMEOUT)
             .idle_timeout(Some(Duration::from_secs(60)))
             .connect_lazy_with(opts.clone());
-        Ok(Self { pool, opts, host: format!("{}:{}", s.host, s.port), database: s.database })
+        Ok(Self { pool, opts, host: format!("{}:{}", s.host, s.port), database: s.database, extras: range_extras() })
     }
 
     fn e(&self, e: &sqlx::Error) -> ConnectorError {
@@ -346,14 +348,18 @@ impl MySqlConnector {
         move |row| types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
     }
 
-    /// A full read of a large table with a single integer key, in up to
-    /// `ranges` key ranges read at once, each on its own connection in a
-    /// consistent snapshot; the snapshots are all taken while the table is
-    /// read-locked (for milliseconds), so they see the same table.
-    /// `None` when the table is small, has no such key, is empty, or the
-    /// lock is not granted within [`RANGE_ACQUIRE`] (no `LOCK TABLES`
-    /// privilege, a long write in progress): then it is read in one piece.
-    /// The connections are closed after, not pooled again.
+    /// A full read of a large InnoDB table with a single integer key, in up
+    /// to `ranges` key ranges read at once, each on a connection of its own
+    /// in a consistent snapshot; the snapshots are all begun while the table
+    /// is read-locked, so they see the same table. The connections are
+    /// made ready first, so the lock lasts only for the `START
+    /// TRANSACTION`s; those beyond the first come from the connector's
+    /// [`RANGE_EXTRAS`] budget, never waited for, and all are closed after,
+    /// not pooled again. `None` (read in one piece) when the table is small,
+    /// not InnoDB (other engines keep no snapshot), has no such key, is
+    /// empty, or anything before the reads fails, such as a lock not
+    /// granted within a second (no `LOCK TABLES` privilege, a long write in
+    /// progress).
     async fn read_in_ranges(
         &self,
         schema: &EntitySchema,
@@ -362,71 +368,86 @@ impl MySqlConnector {
         batch_size: usize,
     ) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let Some(key) = split_key(schema) else { return Ok(None) };
-        let size: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(DATA_LENGTH AS SIGNED) FROM information_schema.TABLES \
+        let one_piece = |e: sqlx::Error| -> Option<Box<dyn RecordReader>> {
+            tracing::info!(table = %schema.name, error = %self.e(&e), "reading in one piece");
+            None
+        };
+        let table_info: Option<(Option<i64>, Option<String>)> = match sqlx::query_as(
+            "SELECT CAST(DATA_LENGTH AS SIGNED), CAST(ENGINE AS CHAR) FROM information_schema.TABLES \
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
         )
         .bind(&schema.name)
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| self.e(&e))?
-        .flatten();
-        if size.unwrap_or(0) < SPLIT_BYTES {
-            return Ok(None);
-        }
-        let table = quote_bt(&schema.name);
-        let mut lock = self.pool.acquire().await.map_err(|e| self.e(&e))?;
-        lock.close_on_drop();
-        let timeout = RANGE_ACQUIRE.as_secs().max(1);
-        let locked = sqlx::query(AssertSqlSafe(format!("SET SESSION lock_wait_timeout = {timeout}")))
-            .execute(&mut *lock)
-            .await
-            .and(Ok(()));
-        let locked = match locked {
-            Ok(()) => sqlx::query(AssertSqlSafe(format!("LOCK TABLES {table} READ"))).execute(&mut *lock).await,
-            Err(e) => Err(e),
+        {
+            Ok(info) => info,
+            Err(e) => return Ok(one_piece(e)),
         };
-        if let Err(e) = locked {
-            tracing::info!(table = %schema.name, error = %self.e(&e), "reading in one piece: no read lock for a split read");
+        let Some((Some(size), Some(engine))) = table_info else { return Ok(None) };
+        if size < SPLIT_BYTES || !engine.eq_ignore_ascii_case("InnoDB") {
             return Ok(None);
         }
-        let mut readers = Vec::new();
-        while readers.len() < ranges {
-            let Ok(Ok(mut conn)) = tokio::time::timeout(RANGE_ACQUIRE, self.pool.acquire()).await else { break };
+        let permits = range_permits(&self.extras, ranges);
+        if permits.is_empty() {
+            return Ok(None);
+        }
+        let acquire = || async {
+            let mut conn = tokio::time::timeout(RANGE_ACQUIRE, self.pool.acquire()).await.ok()?.ok()?;
             conn.close_on_drop();
-            let begun = async {
-                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *conn).await?;
-                sqlx::query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY").execute(&mut *conn).await
-            };
-            if begun.await.is_err() {
-                break;
+            Some(conn)
+        };
+        // The lock's connection, then the readers', each ready to begin.
+        let Some(mut lock) = acquire().await else { return Ok(None) };
+        let mut readers = Vec::with_capacity(permits.len() + 1);
+        while readers.len() <= permits.len() {
+            let Some(mut conn) = acquire().await else { break };
+            if let Err(e) = sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *conn).await {
+                return Ok(one_piece(e));
             }
             readers.push(conn);
         }
-        let k = quote_bt(&key.name);
-        let bounds = match readers.first_mut() {
-            Some(first) => sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(format!(
-                "SELECT CAST(min({k}) AS SIGNED), CAST(max({k}) AS SIGNED) FROM {table}"
-            )))
-            .fetch_one(&mut **first)
-            .await
-            .map_err(|e| self.e(&e)),
-            None => Ok((None, None)),
-        };
-        let _ = sqlx::query("UNLOCK TABLES").execute(&mut *lock).await;
-        drop(lock);
-        let (Some(lo), Some(hi)) = bounds? else { return Ok(None) };
         if readers.len() < 2 {
             return Ok(None);
         }
+        let table = quote_bt(&schema.name);
+        let timeout = RANGE_ACQUIRE.as_secs().max(1);
+        let locked = async {
+            sqlx::query(AssertSqlSafe(format!("SET SESSION lock_wait_timeout = {timeout}")))
+                .execute(&mut *lock)
+                .await?;
+            sqlx::query(AssertSqlSafe(format!("LOCK TABLES {table} READ"))).execute(&mut *lock).await?;
+            for conn in &mut readers {
+                sqlx::query("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY").execute(&mut **conn).await?;
+            }
+            sqlx::query("UNLOCK TABLES").execute(&mut *lock).await
+        };
+        if let Err(e) = locked.await {
+            return Ok(one_piece(e));
+        }
+        drop(lock);
+        let k = quote_bt(&key.name);
+        let bounds = sqlx::query_as::<_, (Option<i64>, Option<i64>)>(AssertSqlSafe(format!(
+            "SELECT CAST(min({k}) AS SIGNED), CAST(max({k}) AS SIGNED) FROM {table}"
+        )))
+        .fetch_one(&mut *readers[0])
+        .await;
+        let (lo, hi) = match bounds {
+            Ok((Some(lo), Some(hi))) => (lo, hi),
+            Ok(_) => return Ok(None),
+            Err(e) => return Ok(one_piece(e)),
+        };
+        let mut permits = permits.into_iter();
         let conditions = key_ranges(&k, lo, hi, readers.len());
         let fields = Arc::new(schema.fields.clone());
         let mut parts = Vec::with_capacity(readers.len());
-        for (mut conn, condition) in readers.into_iter().zip(conditions) {
+        for (i, (mut conn, condition)) in readers.into_iter().zip(conditions).enumerate() {
             let sql = format!("SELECT {} FROM {table} WHERE {condition}", cols.join(", "));
             let (fields, decode, host, db) =
                 (fields.clone(), self.row_decoder(&fields), self.host.clone(), self.database.clone());
+            // Held until the range is read: the budget counts it.
+            let permit = if i > 0 { permits.next() } else { None };
             parts.push(move |tx: tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>| async move {
+                let _permit = permit;
                 let rows = sqlx::query(AssertSqlSafe(sql)).fetch(&mut *conn);
                 pump_rows(rows, fields, batch_size, tx, decode, move |e| err(e, &host, &db)).await;
             });

@@ -63,6 +63,8 @@ pub struct PgConnector {
     schema: String,
     host: String,
     database: String,
+    /// The connections split reads may take beyond their first.
+    extras: Arc<tokio::sync::Semaphore>,
 }
 
 /// The Sluice instance ids the database of `conn` carries, as any role
@@ -156,7 +158,7 @@ impl PgConnector {
             opts = opts.ssl_root_cert_from_pem(check_pem(ca)?);
         }
         let mut pool = PgPoolOptions::new()
-            .max_connections(8)
+            .max_connections(POOL_CONNECTIONS)
             .min_connections(0)
             .acquire_timeout(CONNECT_TIMEOUT)
             .idle_timeout(Some(Duration::from_secs(60)));
@@ -181,6 +183,7 @@ impl PgConnector {
             schema: s.schema,
             host: format!("{}:{}", s.host, s.port),
             database: s.database,
+            extras: range_extras(),
         })
     }
 
@@ -709,12 +712,14 @@ impl PgConnector {
     }
 
     /// A full read of a large table with a single integer key, in up to
-    /// `ranges` key ranges copied at once, each on its own connection, all
-    /// in one snapshot (exported by the first, imported by the others, as
-    /// `pg_dump --jobs` does). `None` when the table is small, has no such
-    /// key, or is empty. A further connection that does not come within
-    /// [`RANGE_ACQUIRE`] is done without: the read never waits on a pool
-    /// it holds connections of.
+    /// `ranges` key ranges copied at once, each on a connection of its
+    /// own, all in one snapshot (exported by the first, imported by the
+    /// others, as `pg_dump --jobs` does). The connections beyond the first
+    /// come from the connector's [`RANGE_EXTRAS`] budget, never waited for
+    /// (so concurrent entities keep the pool), and are closed after, not
+    /// pooled again mid-COPY. `None` (read in one piece) when the table is
+    /// small, has no such key, is empty, or anything before the copies
+    /// fails: the single read reports what is wrong.
     async fn read_in_ranges(
         &self,
         schema: &EntitySchema,
@@ -724,48 +729,78 @@ impl PgConnector {
     ) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let Some(key) = split_key(schema) else { return Ok(None) };
         let table = self.qualified(&schema.name);
-        let size: Option<i64> = sqlx::query_scalar("SELECT pg_relation_size(to_regclass($1))")
+        let one_piece = |e: sqlx::Error| -> Option<Box<dyn RecordReader>> {
+            tracing::info!(table = %schema.name, error = %self.e(&e), "reading in one piece");
+            None
+        };
+        let size: Option<i64> = match sqlx::query_scalar("SELECT pg_relation_size(to_regclass($1))")
             .bind(&table)
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| self.e(&e))?;
+        {
+            Ok(size) => size,
+            Err(e) => return Ok(one_piece(e)),
+        };
         if size.unwrap_or(0) < SPLIT_BYTES {
             return Ok(None);
         }
-        const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
-        let mut lead = self.pool.begin_with(BEGIN).await.map_err(|e| self.e(&e))?;
-        let k = quote_dq(&key.name);
-        let (lo, hi): (Option<i64>, Option<i64>) =
-            sqlx::query_as(AssertSqlSafe(format!("SELECT min({k})::int8, max({k})::int8 FROM {table}")))
-                .fetch_one(&mut *lead)
-                .await
-                .map_err(|e| self.e(&e))?;
-        let (Some(lo), Some(hi)) = (lo, hi) else { return Ok(None) };
-        let snapshot: String =
-            sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut *lead).await.map_err(|e| self.e(&e))?;
-        if !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        let permits = range_permits(&self.extras, ranges);
+        if permits.is_empty() {
             return Ok(None);
         }
-        let mut readers = vec![lead];
-        while readers.len() < ranges {
-            let Ok(Ok(mut tx)) = tokio::time::timeout(RANGE_ACQUIRE, self.pool.begin_with(BEGIN)).await else { break };
-            let imported =
-                sqlx::query(AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut *tx).await;
-            if imported.is_err() {
+        let mut readers = Vec::with_capacity(permits.len() + 1);
+        while readers.len() <= permits.len() {
+            let Ok(Ok(mut conn)) = tokio::time::timeout(RANGE_ACQUIRE, self.pool.acquire()).await else { break };
+            conn.close_on_drop();
+            readers.push(conn);
+        }
+        if readers.len() < 2 {
+            return Ok(None);
+        }
+        let k = quote_dq(&key.name);
+        let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+        let lead = &mut readers[0];
+        let bounds = async {
+            sqlx::query(begin).execute(&mut **lead).await?;
+            let (lo, hi): (Option<i64>, Option<i64>) =
+                sqlx::query_as(AssertSqlSafe(format!("SELECT min({k})::int8, max({k})::int8 FROM {table}")))
+                    .fetch_one(&mut **lead)
+                    .await?;
+            let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()").fetch_one(&mut **lead).await?;
+            Ok::<_, sqlx::Error>((lo, hi, snapshot))
+        };
+        let (lo, hi, snapshot) = match bounds.await {
+            Ok((Some(lo), Some(hi), snapshot)) if snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => {
+                (lo, hi, snapshot)
+            }
+            Ok(_) => return Ok(None),
+            Err(e) => return Ok(one_piece(e)),
+        };
+        for (i, conn) in readers.iter_mut().enumerate().skip(1) {
+            let imported = async {
+                sqlx::query(begin).execute(&mut **conn).await?;
+                sqlx::query(AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))).execute(&mut **conn).await
+            };
+            if let Err(e) = imported.await {
+                tracing::info!(table = %schema.name, error = %self.e(&e), "a range's snapshot was not imported");
+                readers.truncate(i);
                 break;
             }
-            readers.push(tx);
         }
+        let mut permits = permits.into_iter();
         let conditions = key_ranges(&k, lo, hi, readers.len());
         let decoding = Arc::new(Decoding::new(&schema.fields, batch_size, &self.host, &self.database));
         let fields = decoding.fields.clone();
         let mut copies = Vec::with_capacity(readers.len());
-        for (mut tx, condition) in readers.into_iter().zip(conditions) {
+        for (i, (mut conn, condition)) in readers.into_iter().zip(conditions).enumerate() {
             let sql =
                 format!("COPY (SELECT {} FROM {table} WHERE {condition}) TO STDOUT (FORMAT binary)", cols.join(", "));
             let (host, database, decoding) = (self.host.clone(), self.database.clone(), decoding.clone());
+            // Held until the range is read: the budget counts it.
+            let permit = if i > 0 { permits.next() } else { None };
             copies.push(move |tx_out: tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>| async move {
-                match tx.copy_out_raw(&sql).await {
+                let _permit = permit;
+                match conn.copy_out_raw(&sql).await {
                     Ok(stream) => {
                         let mut stream = PgBulkOut { stream, host, database, failed: None };
                         decoding.pump(&mut stream, &tx_out).await;

@@ -132,10 +132,11 @@ fn declared_for(f: &Field) -> String {
     .to_string()
 }
 
-/// A stored value as a value of type `t`, by its storage class.
-fn decode(cell: rusqlite::types::ValueRef<'_>, t: FieldType) -> Value {
+/// A stored value as a value of type `t`, by its storage class. Text that
+/// is not UTF-8 fails the read, as it always did.
+fn decode(cell: rusqlite::types::ValueRef<'_>, i: usize, t: FieldType) -> ConnectorResult<Value> {
     use rusqlite::types::ValueRef as V;
-    match cell {
+    Ok(match cell {
         V::Null => Value::Null,
         V::Integer(n) => match t {
             FieldType::Boolean => Value::Bool(n != 0),
@@ -156,8 +157,11 @@ fn decode(cell: rusqlite::types::ValueRef<'_>, t: FieldType) -> Value {
             FieldType::Binary => Value::Bytes(b.to_vec()),
             _ => Value::String(String::from_utf8_lossy(b).into_owned()),
         },
-        V::Text(b) => text_value(String::from_utf8_lossy(b).into_owned(), t),
-    }
+        V::Text(b) => match std::str::from_utf8(b) {
+            Ok(text) => text_value(text.to_string(), t),
+            Err(_) => return Err(ConnectorError::Other(format!("cannot read column {i}: its text is not UTF-8"))),
+        },
+    })
 }
 
 /// A bound value as SQLite stores it (as [`bind`] writes it).
@@ -176,7 +180,14 @@ fn param(v: &Value) -> rusqlite::types::Value {
     }
 }
 
-fn read_err(e: &rusqlite::Error) -> ConnectorError {
+/// A failure of a read, told without the server's paths: opening the file
+/// names it as the user wrote it.
+fn read_err(e: &rusqlite::Error, label: &str) -> ConnectorError {
+    if let rusqlite::Error::SqliteFailure(f, _) = e
+        && matches!(f.code, rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::PermissionDenied)
+    {
+        return ConnectorError::Other(format!("cannot open the SQLite file '{label}'"));
+    }
     let m = e.to_string();
     match e.sqlite_error_code() {
         _ if m.contains("no such table") => ConnectorError::EntityNotFound(m),
@@ -187,9 +198,21 @@ fn read_err(e: &rusqlite::Error) -> ConnectorError {
     }
 }
 
+/// Interrupts a read's statement when dropped.
+struct Interrupt(Option<rusqlite::InterruptHandle>);
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        if let Some(h) = &self.0 {
+            h.interrupt();
+        }
+    }
+}
+
 /// What one read runs: the query, its bound value, the columns' types.
 struct RowsQuery {
     path: std::path::PathBuf,
+    label: String,
     sql: String,
     bound: Option<Value>,
     fields: Arc<Vec<Field>>,
@@ -202,24 +225,28 @@ struct RowsQuery {
 /// each row over from its worker thread, a lock and a wake per row, which
 /// held a SQLite source to about 8 s per million rows; stepping here does
 /// not.
+///
+/// The connection's interrupt handle goes to `interrupt` once open: the
+/// reader going away interrupts a statement that returns no row for long.
 fn read_rows(
-    q: RowsQuery,
+    q: &RowsQuery,
     tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>,
-) -> Result<(), rusqlite::Error> {
+    interrupt: tokio::sync::oneshot::Sender<rusqlite::InterruptHandle>,
+) -> ConnectorResult<()> {
     use rusqlite::OpenFlags;
-    let conn = rusqlite::Connection::open_with_flags(
-        &q.path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))?;
-    let mut stmt = conn.prepare(&q.sql)?;
+    let e = |e: rusqlite::Error| read_err(&e, &q.label);
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags(&q.path, flags).map_err(e)?;
+    let _ = interrupt.send(conn.get_interrupt_handle());
+    conn.busy_timeout(std::time::Duration::from_secs(30)).map_err(e)?;
+    let mut stmt = conn.prepare(&q.sql).map_err(e)?;
     let types: Vec<FieldType> = q.fields.iter().map(|f| f.field_type).collect();
-    let mut rows = stmt.query(rusqlite::params_from_iter(q.bound.iter().map(param)))?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(q.bound.iter().map(param))).map_err(e)?;
     let mut batch = Vec::with_capacity(q.batch_size);
-    while let Some(row) = rows.next()? {
+    while let Some(row) = rows.next().map_err(e)? {
         let mut values = Vec::with_capacity(types.len());
         for (i, t) in types.iter().enumerate() {
-            values.push(decode(row.get_ref(i)?, *t));
+            values.push(decode(row.get_ref(i).map_err(e)?, i, *t)?);
         }
         batch.push(values);
         if batch.len() >= q.batch_size {
@@ -318,6 +345,7 @@ impl Source for SqliteConnector {
         let fields = Arc::new(schema.fields);
         let q = RowsQuery {
             path: self.path.clone(),
+            label: self.label.clone(),
             sql,
             bound,
             fields: fields.clone(),
@@ -325,12 +353,16 @@ impl Source for SqliteConnector {
         };
         Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
             let told = tx.clone();
-            let stepped = tokio::task::spawn_blocking(move || {
-                if let Err(e) = read_rows(q, &tx) {
-                    let _ = tx.blocking_send(Err(read_err(&e)));
+            let (interrupt, handle) = tokio::sync::oneshot::channel();
+            let stepping = tokio::task::spawn_blocking(move || {
+                if let Err(e) = read_rows(&q, &tx, interrupt) {
+                    let _ = tx.blocking_send(Err(e));
                 }
-            })
-            .await;
+            });
+            // Dropped with this task when the reader goes away: the
+            // statement stops at once rather than at its next row.
+            let _interrupt = Interrupt(handle.await.ok());
+            let stepped = stepping.await;
             if let Err(e) = stepped {
                 // Never fewer records in silence.
                 send(&told, Err(ConnectorError::Other(format!("reading the SQLite file failed: {e}")))).await;

@@ -407,12 +407,17 @@ async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
                     "INSERT INTO {db}.big SELECT CAST(seq AS SIGNED) * 3 - 500000, repeat('x', 120) FROM seq_1_to_300000"
                 ),
                 format!("ANALYZE TABLE {db}.big"),
+                // The same rows in an engine that keeps no snapshot.
+                format!("CREATE TABLE {db}.flat (id bigint PRIMARY KEY, v text NOT NULL) ENGINE=MyISAM"),
+                format!("INSERT INTO {db}.flat SELECT id, v FROM {db}.big"),
+                format!("ANALYZE TABLE {db}.flat"),
             ] {
                 sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
             }
             let cfg = config("mysql", json!({"host": "127.0.0.1", "database": db, "user": "root"}));
             let src = registry.source(&cfg).await.unwrap();
             let watch = sqlx::MySqlPool::connect("mysql://root@127.0.0.1:3306/test").await.unwrap();
+            let watch_flat = watch.clone();
             let watched = db.clone();
             let reading = move || {
                 let (watch, db) = (watch.clone(), watched.clone());
@@ -427,7 +432,28 @@ async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
                     n as usize
                 }
             };
-            let r = tokio::spawn(async move { splits_a_large_table("mysql", src, reading).await }).await;
+            let flat = {
+                let (watch, db) = (watch_flat, db.clone());
+                move || {
+                    let (watch, db) = (watch.clone(), db.clone());
+                    async move {
+                        let n: i64 = sqlx::query_scalar(
+                            "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT%flat%'",
+                        )
+                        .bind(db)
+                        .fetch_one(&watch)
+                        .await
+                        .unwrap();
+                        n as usize
+                    }
+                }
+            };
+            let r = tokio::spawn(async move {
+                let (ids, _, at_once) = read_ids(&src, "flat", 3, flat).await;
+                assert_eq!((ids.len(), at_once), (300_000, 1), "a MyISAM table is read in one piece");
+                splits_a_large_table("mysql", src, reading).await
+            })
+            .await;
             sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&mut c).await.unwrap();
             r.unwrap();
         }

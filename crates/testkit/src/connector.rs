@@ -18,6 +18,8 @@ pub struct MemoryConnectors {
     pub(crate) single_writer: Arc<Mutex<std::collections::HashSet<String>>>,
     /// Writers open now, and the most that were open at once.
     pub(crate) writers: Arc<Gauge>,
+    /// The entities whose writers finished, in the order they did.
+    pub(crate) finished: Arc<Mutex<Vec<String>>>,
 }
 
 /// A count and its high-water mark.
@@ -96,6 +98,11 @@ impl MemoryConnectors {
         self.single_writer.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into());
     }
 
+    /// The entities whose writers finished, in the order they did.
+    pub fn finished(&self) -> Vec<String> {
+        self.finished.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The most writers that were open at once, over every dataset.
     pub fn peak_writers(&self) -> usize {
         self.writers.peak.load(std::sync::atomic::Ordering::SeqCst)
@@ -124,6 +131,7 @@ impl MemoryConnectors {
             name: name.to_string(),
             all: self.datasets.clone(),
             writers: self.writers.clone(),
+            finished: self.finished.clone(),
             single_writer: single,
         }))
     }
@@ -180,6 +188,7 @@ struct MemoryDataset {
     pub(crate) name: String,
     pub(crate) all: Arc<Mutex<HashMap<String, Tables>>>,
     pub(crate) writers: Arc<Gauge>,
+    pub(crate) finished: Arc<Mutex<Vec<String>>>,
     pub(crate) single_writer: bool,
 }
 
@@ -276,6 +285,7 @@ impl Destination for MemoryDataset {
             pending: Vec::new(),
             stats: WriteStats::default(),
             _open: Counted::new(&self.writers),
+            finished: self.finished.clone(),
         }))
     }
 }
@@ -288,6 +298,7 @@ struct MemoryWriter {
     pub(crate) pending: Vec<Vec<Value>>,
     pub(crate) stats: WriteStats,
     _open: Counted,
+    finished: Arc<Mutex<Vec<String>>>,
 }
 
 impl MemoryWriter {
@@ -342,6 +353,7 @@ impl EntityWriter for MemoryWriter {
     async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
         let replace = self.mode == WriteMode::Overwrite;
         self.commit(replace);
+        self.finished.lock().unwrap_or_else(|p| p.into_inner()).push(self.schema.name.clone());
         Ok(self.stats)
     }
 

@@ -247,6 +247,22 @@ async fn a_runs_entities_sync_concurrently_up_to_the_setting_and_the_destination
 }
 
 #[tokio::test]
+async fn a_long_entity_does_not_hold_back_the_ones_after_it() {
+    let w = world_with(sluice_domain::app::Options { entity_concurrency: 2, ..Default::default() }).await;
+    let flow = wide_flow(&w, 4, 10).await;
+    // e0 takes 20 batches; the others one each.
+    let mut schema = people_schema(false);
+    schema.name = "e0".into();
+    w.mem.put("crm", schema, (0..200_000).map(|id| person(id, "long", "2026-01-01T00:00:00Z")).collect());
+    let run = w.run(&flow).await;
+    assert_eq!(run.status, RunStatus::Succeeded, "{:?}", run.error);
+    assert_eq!(w.mem.finished(), ["c1", "c2", "c3", "c0"], "e2 and e3 began while e0 went on");
+    assert_eq!(w.dest("c0").len(), 200_000);
+    let reported: Vec<&str> = run.entities.iter().map(|e| e.entity.as_str()).collect();
+    assert_eq!(reported, ["e0", "e1", "e2", "e3"], "reported in the flow's order");
+}
+
+#[tokio::test]
 async fn a_failing_entity_fails_alone_while_the_others_sync_beside_it() {
     let w = world_with(sluice_domain::app::Options { entity_concurrency: 4, ..Default::default() }).await;
     let flow = wide_flow(&w, 4, 10).await;

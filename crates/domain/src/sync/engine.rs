@@ -56,24 +56,25 @@ struct Step<'a> {
     index: usize,
 }
 
-/// The progress of a run's entities in this attempt, by mapping: each
-/// entity's stats as of its last checkpoint or its end. Entities that
-/// sync concurrently store it all at each checkpoint, so a later attempt
-/// counts every entity's committed rows.
-struct Progress(std::sync::Mutex<Vec<Option<EntityStats>>>);
+/// The progress of a run's entities, by mapping: each entity's stats as of
+/// its last checkpoint or its end in this attempt, else as an earlier
+/// attempt left them. Entities that sync concurrently store it all at each
+/// checkpoint, so a later attempt counts every entity's committed rows.
+/// The lock is held until the store has it: two checkpoints never store
+/// out of order.
+struct Progress(futures_util::lock::Mutex<Vec<Option<EntityStats>>>);
 
 impl Progress {
-    fn new(mappings: usize) -> Self {
-        Progress(std::sync::Mutex::new(vec![None; mappings]))
+    fn new(mappings: &[Mapping], earlier: &[EntityStats]) -> Self {
+        let slots = mappings.iter().map(|m| earlier.iter().find(|e| e.entity == m.source_entity).cloned()).collect();
+        Progress(futures_util::lock::Mutex::new(slots))
     }
 
-    /// Records mapping `index`'s stats; answers every entity's, in order.
-    fn set(&self, index: usize, stats: &EntityStats) -> Vec<EntityStats> {
-        let mut slots = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(slot) = slots.get_mut(index) {
+    /// Records mapping `index`'s stats.
+    async fn set(&self, index: usize, stats: &EntityStats) {
+        if let Some(slot) = self.0.lock().await.get_mut(index) {
             *slot = Some(stats.clone());
         }
-        slots.iter().flatten().cloned().collect()
     }
 }
 
@@ -393,7 +394,7 @@ impl SyncService {
         if sources.len() < mappings.len() {
             limit = 1;
         }
-        let progress = Progress::new(mappings.len());
+        let progress = Progress::new(mappings, &earlier);
         let halt = std::sync::atomic::AtomicBool::new(false);
         let turns: Vec<Turn> = {
             use futures_util::{FutureExt, StreamExt};
@@ -401,7 +402,7 @@ impl SyncService {
             let (dest, progress, halt) = (&dest, &progress, &halt);
             // Boxed as they are made (each begins when first polled), so
             // that the compiler sees them `Send` with these lifetimes.
-            let turns: Vec<futures_util::future::BoxFuture<'_, Turn>> = mappings
+            let turns: Vec<futures_util::future::BoxFuture<'_, (usize, Turn)>> = mappings
                 .iter()
                 .enumerate()
                 .map(|(index, m)| {
@@ -420,12 +421,17 @@ impl SyncService {
                             // The entities not begun yet are not begun.
                             halt.store(true, std::sync::atomic::Ordering::SeqCst);
                         }
-                        turn
+                        (index, turn)
                     }
                     .boxed()
                 })
                 .collect();
-            futures_util::stream::iter(turns).buffered(limit).collect().await
+            // Unordered: an entity begins as soon as any other ends (an
+            // ordered buffer would hold finished ones behind a long one).
+            let mut ended: Vec<(usize, Turn)> =
+                futures_util::stream::iter(turns).buffer_unordered(limit).collect().await;
+            ended.sort_by_key(|(index, _)| *index);
+            ended.into_iter().map(|(_, turn)| turn).collect::<Vec<Turn>>()
         };
         let (mut drift, mut canceled, mut stopped, mut lost) = (false, false, false, None);
         for turn in turns {
@@ -522,7 +528,7 @@ impl SyncService {
                 stats.error = Some(f.message.clone());
             }
         }
-        progress.set(index, &stats);
+        progress.set(index, &stats).await;
         Turn::Ran(Box::new(stats), outcome)
     }
 
@@ -965,8 +971,14 @@ impl SyncService {
         stats.cursor_after = cursor.as_ref().and_then(cursor_text);
         // Progress, so that a later attempt counts these rows and readers
         // see the run advance.
-        let progress = step.progress.set(step.index, stats);
-        if !self.runs.progress(run.fence(), &progress).await? {
+        let mut slots = step.progress.0.lock().await;
+        if let Some(slot) = slots.get_mut(step.index) {
+            *slot = Some(stats.clone());
+        }
+        let progress: Vec<EntityStats> = slots.iter().flatten().cloned().collect();
+        let stored = self.runs.progress(run.fence(), &progress).await?;
+        drop(slots);
+        if !stored {
             return Err(Failure::lost());
         }
         Ok((w, self.canceled(run).await))
