@@ -3,7 +3,7 @@
 //! connectors.
 
 use sluice_domain::connect::connector::{
-    ConnectorError, ConnectorResult, EntitySchema, Field, ReadRequest, RecordBatch, RecordReader, Value,
+    BulkStream, ConnectorError, ConnectorResult, EntitySchema, Field, ReadRequest, RecordBatch, RecordReader, Value,
 };
 use std::future::Future;
 use std::path::{Component, Path, PathBuf};
@@ -29,18 +29,35 @@ pub struct CsvRecords {
 
 impl CsvRecords {
     pub fn feed(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            match b {
-                b'"' => self.quoted = !self.quoted,
-                b'\n' if !self.quoted => {
-                    self.records += 1;
-                    self.line_open = false;
-                    continue;
-                }
-                _ => {}
+        self.feed_ends(bytes);
+    }
+
+    /// Feeds `bytes`; answers where in them the last record ended (just
+    /// past its newline), if one did.
+    pub fn feed_ends(&mut self, bytes: &[u8]) -> Option<usize> {
+        let mut end = None;
+        let mut from = 0;
+        // Only quotes and newlines matter: skipped to, not stepped through.
+        for i in memchr::memchr2_iter(b'"', b'\n', bytes) {
+            if i > from {
+                self.line_open = true;
             }
+            from = i + 1;
+            if bytes[i] == b'"' {
+                self.quoted = !self.quoted;
+                self.line_open = true;
+            } else if self.quoted {
+                self.line_open = true;
+            } else {
+                self.records += 1;
+                self.line_open = false;
+                end = Some(i + 1);
+            }
+        }
+        if from < bytes.len() {
             self.line_open = true;
         }
+        end
     }
 
     /// Whether the stream so far ends between records.
@@ -295,28 +312,66 @@ pub fn key_ranges(key: &str, lo: i64, hi: i64, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// The reader of a read split in ranges: each of `parts` sends its range's
-/// batches through the channel, in a task of its own (so decoding uses
-/// every core), the batches of all arriving as they come. A part that
-/// panics fails the read: never fewer records in silence.
+/// Runs each of `parts` (the ranges of a split read) in a task of its own,
+/// so decoding uses every core, each sending what it reads through `tx`,
+/// until all end. A part that panics fails the read: never fewer records in
+/// silence. Dropping this future stops the parts.
+pub async fn join_parts<T, F, Fut>(parts: Vec<F>, tx: mpsc::Sender<ConnectorResult<T>>)
+where
+    T: Send + 'static,
+    F: FnOnce(mpsc::Sender<ConnectorResult<T>>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    for part in parts {
+        set.spawn(part(tx.clone()));
+    }
+    while let Some(done) = set.join_next().await {
+        if let Err(e) = done {
+            let _ = tx.send(Err(ConnectorError::Other(format!("a range of the read failed: {e}")))).await;
+            return;
+        }
+    }
+}
+
+/// The reader of a read split in ranges (see [`join_parts`]): the batches
+/// of all arrive as they come.
 pub fn ranges_reader<F, Fut>(fields: Arc<Vec<Field>>, parts: Vec<F>) -> Box<dyn RecordReader>
 where
     F: FnOnce(mpsc::Sender<ConnectorResult<RecordBatch>>) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    Box::new(ChannelReader::spawn(fields, move |tx| async move {
-        // Dropped with the reader's task: its parts stop with it.
-        let mut set = tokio::task::JoinSet::new();
-        for part in parts {
-            set.spawn(part(tx.clone()));
-        }
-        while let Some(done) = set.join_next().await {
-            if let Err(e) = done {
-                send(&tx, Err(ConnectorError::Other(format!("a range of the read failed: {e}")))).await;
-                return;
-            }
-        }
-    }))
+    Box::new(ChannelReader::spawn(fields, move |tx| join_parts(parts, tx)))
+}
+
+/// The bulk stream of a read split in ranges (see [`join_parts`]), each
+/// part sending chunks that end on a record's end.
+pub fn ranges_bulk<F, Fut>(parts: Vec<F>) -> Box<dyn BulkStream>
+where
+    F: FnOnce(mpsc::Sender<ConnectorResult<Vec<u8>>>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(READ_AHEAD * 2);
+    Box::new(ChannelBulk { rx, task: tokio::spawn(join_parts(parts, tx)) })
+}
+
+/// Chunks from a producer task; dropping it stops the task.
+struct ChannelBulk {
+    rx: mpsc::Receiver<ConnectorResult<Vec<u8>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ChannelBulk {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[async_trait::async_trait]
+impl BulkStream for ChannelBulk {
+    async fn next_chunk(&mut self) -> ConnectorResult<Option<Vec<u8>>> {
+        self.rx.recv().await.transpose()
+    }
 }
 
 /// Drains a row stream into batches of `batch_size` sent through `tx`: the
@@ -494,6 +549,26 @@ mod tests {
         assert!(c.complete());
         c.feed(b"3,\"open");
         assert!(!c.complete());
+    }
+
+    #[test]
+    fn record_ends_are_found_at_any_cut() {
+        let text: &[u8] = b"1,\"two\nlines\",\"say \"\"hi\"\"\"\n2,,x\n3,\"\"\"\"\n";
+        // Where records end: after each unquoted newline.
+        let ends: Vec<usize> = vec![27, 32, 39];
+        assert_eq!(text.len(), 39);
+        for cut in 0..=text.len() {
+            let mut c = CsvRecords::default();
+            let first = c.feed_ends(&text[..cut]);
+            let second = c.feed_ends(&text[cut..]).map(|e| e + cut);
+            assert_eq!(first, ends.iter().copied().rfind(|e| *e <= cut), "cut at {cut}");
+            assert_eq!(second, ends.iter().copied().rfind(|e| *e > cut), "cut at {cut}");
+            assert_eq!(c.records, 3);
+            assert!(c.complete(), "cut at {cut}");
+            let mut open = CsvRecords::default();
+            open.feed_ends(&text[..cut]);
+            assert_eq!(open.complete(), cut == 0 || ends.contains(&cut), "cut at {cut}");
+        }
     }
 
     #[test]

@@ -530,6 +530,7 @@ impl Source for PgConnector {
         format: &str,
         fields: &[Field],
         cursor: Option<&CursorBound>,
+        ranges: usize,
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
         use sqlx::postgres::PgPoolCopyExt;
         let cols = fields.iter().map(|f| quote_dq(&f.name)).collect::<Vec<_>>().join(", ");
@@ -543,6 +544,12 @@ impl Source for PgConnector {
                 // The values formatted by PostgreSQL as the file writer
                 // would write them: nothing decoded here.
                 let cols = fields.iter().map(csv_expr).collect::<Vec<_>>().join(", ");
+                if ranges > 1 {
+                    let schema = EntitySchema { name: entity.to_string(), fields: fields.to_vec() };
+                    if let Some(stream) = self.csv_in_ranges(&schema, &cols, ranges).await {
+                        return Ok(Some(stream));
+                    }
+                }
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT csv)");
                 self.copy_out(&sql).await.map(Some)
             }
@@ -711,7 +718,7 @@ impl PgConnector {
         PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None }
     }
 
-    /// A full read of a large table with a single integer key, in up to
+    /// How to read a large table with a single integer key in up to
     /// `ranges` key ranges copied at once, each on a connection of its
     /// own, all in one snapshot (exported by the first, imported by the
     /// others, as `pg_dump --jobs` does). The connections beyond the first
@@ -720,16 +727,10 @@ impl PgConnector {
     /// pooled again mid-COPY. `None` (read in one piece) when the table is
     /// small, has no such key, is empty, or anything before the copies
     /// fails: the single read reports what is wrong.
-    async fn read_in_ranges(
-        &self,
-        schema: &EntitySchema,
-        cols: &[String],
-        ranges: usize,
-        batch_size: usize,
-    ) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
-        let Some(key) = split_key(schema) else { return Ok(None) };
+    async fn split(&self, schema: &EntitySchema, ranges: usize) -> Option<Vec<Range>> {
+        let key = split_key(schema)?;
         let table = self.qualified(&schema.name);
-        let one_piece = |e: sqlx::Error| -> Option<Box<dyn RecordReader>> {
+        let one_piece = |e: sqlx::Error| -> Option<Vec<Range>> {
             tracing::info!(table = %schema.name, error = %self.e(&e), "reading in one piece");
             None
         };
@@ -739,14 +740,14 @@ impl PgConnector {
             .await
         {
             Ok(size) => size,
-            Err(e) => return Ok(one_piece(e)),
+            Err(e) => return one_piece(e),
         };
         if size.unwrap_or(0) < SPLIT_BYTES {
-            return Ok(None);
+            return None;
         }
         let permits = range_permits(&self.extras, ranges);
         if permits.is_empty() {
-            return Ok(None);
+            return None;
         }
         let mut readers = Vec::with_capacity(permits.len() + 1);
         while readers.len() <= permits.len() {
@@ -755,7 +756,7 @@ impl PgConnector {
             readers.push(conn);
         }
         if readers.len() < 2 {
-            return Ok(None);
+            return None;
         }
         let k = quote_dq(&key.name);
         let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
@@ -773,8 +774,8 @@ impl PgConnector {
             Ok((Some(lo), Some(hi), snapshot)) if snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => {
                 (lo, hi, snapshot)
             }
-            Ok(_) => return Ok(None),
-            Err(e) => return Ok(one_piece(e)),
+            Ok(_) => return None,
+            Err(e) => return one_piece(e),
         };
         for (i, conn) in readers.iter_mut().enumerate().skip(1) {
             let imported = async {
@@ -789,16 +790,37 @@ impl PgConnector {
         }
         let mut permits = permits.into_iter();
         let conditions = key_ranges(&k, lo, hi, readers.len());
+        let parts = readers
+            .into_iter()
+            .zip(conditions)
+            .enumerate()
+            .map(|(i, (conn, condition))| Range {
+                conn,
+                condition: format!("{table} WHERE {condition}"),
+                permit: if i > 0 { permits.next() } else { None },
+            })
+            .collect();
+        Some(parts)
+    }
+
+    /// A full read of a large table in key ranges at once (see
+    /// [`PgConnector::split`]), decoded on a task per range.
+    async fn read_in_ranges(
+        &self,
+        schema: &EntitySchema,
+        cols: &[String],
+        ranges: usize,
+        batch_size: usize,
+    ) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        let Some(parts) = self.split(schema, ranges).await else { return Ok(None) };
         let decoding = Arc::new(Decoding::new(&schema.fields, batch_size, &self.host, &self.database));
         let fields = decoding.fields.clone();
-        let mut copies = Vec::with_capacity(readers.len());
-        for (i, (mut conn, condition)) in readers.into_iter().zip(conditions).enumerate() {
-            let sql =
-                format!("COPY (SELECT {} FROM {table} WHERE {condition}) TO STDOUT (FORMAT binary)", cols.join(", "));
+        let mut copies = Vec::with_capacity(parts.len());
+        for Range { mut conn, condition, permit } in parts {
+            let sql = format!("COPY (SELECT {} FROM {condition}) TO STDOUT (FORMAT binary)", cols.join(", "));
             let (host, database, decoding) = (self.host.clone(), self.database.clone(), decoding.clone());
-            // Held until the range is read: the budget counts it.
-            let permit = if i > 0 { permits.next() } else { None };
             copies.push(move |tx_out: tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>| async move {
+                // Held until the range is read: the budget counts it.
                 let _permit = permit;
                 match conn.copy_out_raw(&sql).await {
                     Ok(stream) => {
@@ -813,6 +835,64 @@ impl PgConnector {
         }
         Ok(Some(ranges_reader(fields, copies)))
     }
+
+    /// PostgreSQL's CSV of `cols` (expressions) in key ranges at once (see
+    /// [`PgConnector::split`]): each range's COPY is cut into whole records,
+    /// and the pieces of all come in no order.
+    async fn csv_in_ranges(&self, schema: &EntitySchema, cols: &str, ranges: usize) -> Option<Box<dyn BulkStream>> {
+        let parts = self.split(schema, ranges).await?;
+        let mut copies = Vec::with_capacity(parts.len());
+        for Range { mut conn, condition, permit } in parts {
+            let sql = format!("COPY (SELECT {cols} FROM {condition}) TO STDOUT (FORMAT csv)");
+            let (host, database) = (self.host.clone(), self.database.clone());
+            copies.push(move |tx: tokio::sync::mpsc::Sender<ConnectorResult<Vec<u8>>>| async move {
+                let _permit = permit;
+                let stream = match conn.copy_out_raw(&sql).await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        let _ = tx.send(Err(err(&e, &host, &database))).await;
+                        return;
+                    }
+                };
+                let mut stream = PgBulkOut { stream, host, database, failed: None };
+                let (mut records, mut held) = (CsvRecords::default(), Vec::new());
+                loop {
+                    match stream.chunk().await {
+                        Ok(Some(bytes)) => {
+                            let start = held.len();
+                            held.extend_from_slice(&bytes);
+                            if let Some(end) = records.feed_ends(&held[start..]) {
+                                let rest = held.split_off(start + end);
+                                if tx.send(Ok(std::mem::replace(&mut held, rest))).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Ok(None) if records.complete() => break,
+                        Ok(None) => {
+                            let e = ConnectorError::Other("a range's CSV ended inside a record".into());
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        Some(ranges_bulk(copies))
+    }
+}
+
+/// One range of a split read: its connection (in the read's snapshot),
+/// what it selects from (`table WHERE condition`) and its permit of the
+/// budget (none for the first).
+struct Range {
+    conn: PoolConnection<Postgres>,
+    condition: String,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 struct PgBulkOut<'a> {

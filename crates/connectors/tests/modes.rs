@@ -354,6 +354,38 @@ async fn splits_a_large_table<F: std::future::Future<Output = usize>>(
     assert!(ids == want, "{what}: one read");
 }
 
+/// The same table as PostgreSQL's CSV for a file (the bulk path of a full
+/// refresh into CSV) in three key ranges at once: every piece ends on a
+/// record's end, every key comes once.
+async fn splits_a_large_csv<F: std::future::Future<Output = usize>>(src: Arc<dyn Source>, reading: impl Fn() -> F) {
+    let fields = src.entity_fields("big").await.unwrap();
+    let format = sluice_connectors::common::SLUICE_CSV;
+    let mut stream = src.bulk_out("big", format, &fields, None, 3).await.unwrap().expect("PostgreSQL makes it");
+    let (mut ids, mut at_once) = (Vec::new(), 0);
+    while let Some(chunk) = stream.next_chunk().await.unwrap() {
+        if ids.is_empty() {
+            for _ in 0..100 {
+                at_once = reading().await;
+                if at_once >= 3 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        assert_eq!(chunk.last(), Some(&b'\n'), "a piece ends on a record's end");
+        for line in chunk.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let line = std::str::from_utf8(line).unwrap();
+            let (id, v) = line.split_once(',').unwrap();
+            assert_eq!(v.len(), 120, "{line}");
+            ids.push(id.parse::<i64>().unwrap());
+        }
+    }
+    assert_eq!(at_once, 3, "three COPYs at once");
+    ids.sort_unstable();
+    let want: Vec<i64> = (1..=300_000).map(|g| g * 3 - 500_000).collect();
+    assert!(ids == want, "every key exactly once ({} keys)", ids.len());
+}
+
 #[tokio::test]
 async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
     use sqlx::Connection;
@@ -389,7 +421,11 @@ async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
                     n as usize
                 }
             };
-            let r = tokio::spawn(async move { splits_a_large_table("postgres", src, reading).await }).await;
+            let r = tokio::spawn(async move {
+                splits_a_large_table("postgres", src.clone(), &reading).await;
+                splits_a_large_csv(src, &reading).await
+            })
+            .await;
             sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut c).await.unwrap();
             r.unwrap();
         }

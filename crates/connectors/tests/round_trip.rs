@@ -448,7 +448,7 @@ async fn postgres_to_csv_in_bulk_reads_back_as_the_records() {
     let copy = EntitySchema { name: "bulk".into(), fields: fields.to_vec() };
     let mut w = dst.open(&copy, WriteMode::Overwrite).await.unwrap();
     let format = w.bulk_format().expect("a CSV overwrite takes a bulk format");
-    let mut stream = src.bulk_out("every_type", format, &fields, None).await.unwrap().expect("PostgreSQL makes it");
+    let mut stream = src.bulk_out("every_type", format, &fields, None, 1).await.unwrap().expect("PostgreSQL makes it");
     assert_eq!(w.write_bulk(&mut *stream, None).await.unwrap(), rows.len() as u64);
     assert_eq!(w.finish().await.unwrap().rows_written, rows.len() as u64);
 

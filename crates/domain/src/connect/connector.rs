@@ -167,13 +167,16 @@ pub trait Source: Send + Sync {
     /// when this source speaks that format; `None` otherwise. With a
     /// `cursor`, only the records at or past its value, ordered by it, in a
     /// stream that counts its records and follows the cursor (`None` when
-    /// the source cannot follow that cursor's type in this format).
+    /// the source cannot follow that cursor's type in this format). With
+    /// none, a format whose records can be cut apart may be read in up to
+    /// `ranges` key ranges at once, its records then in no order.
     async fn bulk_out(
         &self,
         _entity: &str,
         _format: &str,
         _fields: &[Field],
         _cursor: Option<&CursorBound>,
+        _ranges: usize,
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
         Ok(None)
     }

@@ -597,7 +597,8 @@ impl SyncService {
                 _ => None,
             };
             if let Some(cursor) = cursor
-                && let Some(stream) = source.io.bulk_out(entity, format, &source_fields, cursor).await?
+                && let Some(stream) =
+                    source.io.bulk_out(entity, format, &source_fields, cursor, self.read_ranges).await?
             {
                 self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
                 return if m.sync_mode == SyncMode::FullRefreshOverwrite {
@@ -784,7 +785,7 @@ impl SyncService {
                 return Ok(Err(read));
             }
         };
-        let stream = match source.io.bulk_out(entity, format, source_fields, None).await {
+        let stream = match source.io.bulk_out(entity, format, source_fields, None, self.read_ranges).await {
             Ok(Some(stream)) => stream,
             Ok(None) => {
                 writer.abort().await;
