@@ -288,6 +288,17 @@ pub fn range_permits(budget: &Arc<tokio::sync::Semaphore>, ranges: usize) -> Vec
     std::iter::from_fn(|| budget.clone().try_acquire_owned().ok()).take(ranges.saturating_sub(1)).collect()
 }
 
+/// Whether a read may be split in key ranges: asked for, and neither a
+/// cursor read (ordered) nor a limited one (a preview).
+pub fn may_split(req: &ReadRequest) -> bool {
+    req.ranges > 1 && req.cursor.is_none() && req.limit.is_none()
+}
+
+/// The rows per batch a read asks for, or the default.
+pub fn batch_size(req: &ReadRequest) -> usize {
+    if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size }
+}
+
 /// The single integer key a read can be split by.
 pub fn split_key(schema: &EntitySchema) -> Option<&Field> {
     let mut keys = schema.fields.iter().filter(|f| f.primary_key);

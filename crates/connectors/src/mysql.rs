@@ -308,10 +308,8 @@ impl Source for MySqlConnector {
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
-        let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
-        if req.ranges > 1
-            && req.cursor.is_none()
-            && req.limit.is_none()
+        let batch_size = batch_size(&req);
+        if may_split(&req)
             && let Some(reader) = self.read_in_ranges(&schema, &cols, req.ranges, batch_size).await?
         {
             return Ok(reader);

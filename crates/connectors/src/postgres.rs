@@ -619,10 +619,8 @@ impl Source for PgConnector {
         let (sql, _) = select_sql(&schema, &cols, &self.qualified(&schema.name), &req, quote_dq, |f| {
             format!("CAST({} AS {})", from.as_deref().unwrap_or("NULL"), native_for_field(f))
         })?;
-        let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
-        if req.ranges > 1
-            && req.cursor.is_none()
-            && req.limit.is_none()
+        let batch_size = batch_size(&req);
+        if may_split(&req)
             && let Some(reader) = self.read_in_ranges(&schema, &cols, req.ranges, batch_size).await?
         {
             return Ok(reader);

@@ -78,6 +78,18 @@ impl Progress {
     }
 }
 
+/// What the entities of one run share.
+#[derive(Clone, Copy)]
+struct RunScope<'a> {
+    run: &'a Run,
+    flow: &'a Flow,
+    source: &'a RunSource,
+    dest: &'a Arc<dyn Destination>,
+    progress: &'a Progress,
+    /// The stats earlier attempts left.
+    earlier: &'a [EntityStats],
+}
+
 /// How far one mapping's turn in a run got.
 enum Turn {
     /// Not begun: the run was canceled, stopped or lost before it.
@@ -396,10 +408,10 @@ impl SyncService {
         }
         let progress = Progress::new(mappings, &earlier);
         let halt = std::sync::atomic::AtomicBool::new(false);
+        let scope = RunScope { run, flow: &flow, source: &source, dest: &dest, progress: &progress, earlier: &earlier };
         let turns: Vec<Turn> = {
             use futures_util::{FutureExt, StreamExt};
-            let (shared, flow, source, earlier) = (&*run, &flow, &source, &earlier);
-            let (dest, progress, halt) = (&dest, &progress, &halt);
+            let (scope, halt) = (&scope, &halt);
             // Boxed as they are made (each begins when first polled), so
             // that the compiler sees them `Send` with these lifetimes.
             let turns: Vec<futures_util::future::BoxFuture<'_, (usize, Turn)>> = mappings
@@ -407,7 +419,7 @@ impl SyncService {
                 .enumerate()
                 .map(|(index, m)| {
                     async move {
-                        let turn = self.turn(shared, flow, index, m, source, dest, progress, earlier, halt).await;
+                        let turn = self.turn(scope, index, m, halt).await;
                         let ends_run = match &turn {
                             Turn::Skipped => false,
                             Turn::Canceled | Turn::Stopped => true,
@@ -475,19 +487,14 @@ impl SyncService {
     /// One mapping's turn in a run: begun unless the run was canceled, the
     /// process is stopping (a run, once begun, does its first entity) or
     /// another entity ended the run; its outcome logged as it ends.
-    #[allow(clippy::too_many_arguments)]
     async fn turn(
         &self,
-        run: &Run,
-        flow: &Flow,
+        scope: &RunScope<'_>,
         index: usize,
         m: &Mapping,
-        source: &RunSource,
-        dest: &Arc<dyn Destination>,
-        progress: &Progress,
-        earlier: &[EntityStats],
         halt: &std::sync::atomic::AtomicBool,
     ) -> Turn {
+        let run = scope.run;
         if halt.load(std::sync::atomic::Ordering::SeqCst) {
             return Turn::Skipped;
         }
@@ -498,14 +505,14 @@ impl SyncService {
             return Turn::Stopped;
         }
         let started = Instant::now();
-        let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
+        let prior = scope.earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
         let mut stats = EntityStats {
             entity: m.source_entity.clone(),
             status: "running".into(),
             rows_written: prior,
             ..Default::default()
         };
-        let outcome = self.sync_entity(run, flow, index, m, source, dest, progress, &mut stats).await;
+        let outcome = self.sync_entity(scope, index, m, &mut stats).await;
         stats.duration_ms = started.elapsed().as_millis() as u64;
         match &outcome {
             Ok(EntityOutcome::Done) => {
@@ -528,7 +535,7 @@ impl SyncService {
                 stats.error = Some(f.message.clone());
             }
         }
-        progress.set(index, &stats).await;
+        scope.progress.set(index, &stats).await;
         Turn::Ran(Box::new(stats), outcome)
     }
 
@@ -548,18 +555,14 @@ impl SyncService {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn sync_entity(
         &self,
-        run: &Run,
-        flow: &Flow,
+        scope: &RunScope<'_>,
         index: usize,
         m: &Mapping,
-        source: &RunSource,
-        dest: &Arc<dyn Destination>,
-        progress: &Progress,
         stats: &mut EntityStats,
     ) -> Result<EntityOutcome, Failure> {
+        let RunScope { run, flow, source, dest, progress, .. } = *scope;
         let entity = m.source_entity.as_str();
         // What earlier attempts committed; this attempt's writer counts its own.
         let prior = stats.rows_written;
