@@ -303,11 +303,13 @@ async fn binary_staging_keeps_the_greatest_cursor_of_a_key() {
 }
 
 /// One flow of six tables, source and destination on one connection (one
-/// pool of 8): the entities sync at once (4 by default), the large one in
-/// key ranges (2 by default), while every entity's logs and progress go to
-/// the metadata store.
-async fn many_tables_at_once(backend: Backend) {
-    let Some(app) = spawn_app(backend).await else { return };
+/// pool of 16): the entities sync at once (`concurrency`, which a
+/// PostgreSQL destination bounds at 6), the large one in key ranges (2 by
+/// default), while every entity's logs and progress go to the metadata
+/// store.
+async fn many_tables_at_once(backend: Backend, concurrency: usize) {
+    let options = sluice_tests::Options { entity_concurrency: Some(concurrency), ..Default::default() };
+    let Some(app) = sluice_tests::spawn_app_with(backend, options).await else { return };
     let Some(db) = sluice_tests::pg_schema().await else { return };
     let s = &db.name;
     let mut setup = String::new();
@@ -395,12 +397,12 @@ async fn many_tables_at_once(backend: Backend) {
 
 #[tokio::test]
 async fn a_flow_of_many_tables_syncs_them_at_once_with_sqlite_metadata() {
-    many_tables_at_once(Backend::Sqlite).await;
+    many_tables_at_once(Backend::Sqlite, 4).await;
 }
 
 #[tokio::test]
 async fn a_flow_of_many_tables_syncs_them_at_once_with_postgres_metadata() {
-    many_tables_at_once(Backend::Postgres).await;
+    many_tables_at_once(Backend::Postgres, 64).await;
 }
 
 #[tokio::test]

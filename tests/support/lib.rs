@@ -175,6 +175,8 @@ pub struct Options {
     pub webhook_allow_private: bool,
     /// Console sign-in with OpenID Connect (a fake provider in the test).
     pub oidc: Option<sluice_clients::oidc::OidcConfig>,
+    /// `SLUICE_ENTITY_CONCURRENCY` other than the default.
+    pub entity_concurrency: Option<usize>,
 }
 
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
@@ -246,7 +248,9 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         console_url: "http://console.example".into(),
         run_worker: true,
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
-        entity_concurrency: sluice_domain::sync::engine::DEFAULT_ENTITY_CONCURRENCY,
+        entity_concurrency: options
+            .entity_concurrency
+            .unwrap_or(sluice_domain::sync::engine::DEFAULT_ENTITY_CONCURRENCY),
         read_ranges: sluice_domain::sync::engine::DEFAULT_READ_RANGES,
         rate_limits: options.rate_limits.or(Some(Default::default())),
         stripe: options.stripe.clone(),

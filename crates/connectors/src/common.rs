@@ -277,6 +277,12 @@ pub const POOL_CONNECTIONS: u32 = 16;
 /// entities that sync at once (two each) and for short queries.
 pub const RANGE_EXTRAS: usize = 4;
 
+/// How many entities may write into one PostgreSQL or MySQL connection at
+/// once: each holds about two connections of its pool (a writer, and a
+/// reader when source and destination are the same connection), beside
+/// the [`RANGE_EXTRAS`] of split reads.
+pub const POOL_WRITERS: usize = (POOL_CONNECTIONS as usize - RANGE_EXTRAS) / 2;
+
 /// A connector's budget of [`RANGE_EXTRAS`].
 pub fn range_extras() -> Arc<tokio::sync::Semaphore> {
     Arc::new(tokio::sync::Semaphore::new(RANGE_EXTRAS))

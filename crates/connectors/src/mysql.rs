@@ -464,6 +464,11 @@ impl Destination for MySqlConnector {
         Ok(self.schemas(Some(entity)).await?.pop())
     }
 
+    /// Entities at once: as many as the pool holds with room to spare.
+    fn concurrent_writers(&self) -> usize {
+        POOL_WRITERS
+    }
+
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
         let pk: Vec<&str> = schema.primary_key();
         if mode == WriteMode::Upsert && pk.is_empty() {

@@ -1165,6 +1165,11 @@ impl Destination for PgConnector {
         Ok(self.schemas(Some(entity)).await?.pop())
     }
 
+    /// Entities at once: as many as the pool holds with room to spare.
+    fn concurrent_writers(&self) -> usize {
+        POOL_WRITERS
+    }
+
     fn loads_in_bulk(&self) -> bool {
         true
     }
