@@ -36,27 +36,20 @@ impl CsvRecords {
     /// past its newline), if one did.
     pub fn feed_ends(&mut self, bytes: &[u8]) -> Option<usize> {
         let mut end = None;
-        let mut from = 0;
         // Only quotes and newlines matter: skipped to, not stepped through.
         for i in memchr::memchr2_iter(b'"', b'\n', bytes) {
-            if i > from {
-                self.line_open = true;
-            }
-            from = i + 1;
             if bytes[i] == b'"' {
                 self.quoted = !self.quoted;
-                self.line_open = true;
-            } else if self.quoted {
-                self.line_open = true;
-            } else {
+            } else if !self.quoted {
                 self.records += 1;
-                self.line_open = false;
                 end = Some(i + 1);
             }
         }
-        if from < bytes.len() {
-            self.line_open = true;
-        }
+        // A record is open when any byte came after the last one's end.
+        self.line_open = match end {
+            Some(e) => e < bytes.len(),
+            None => self.line_open || !bytes.is_empty(),
+        };
         end
     }
 
@@ -269,6 +262,13 @@ where
         pump_rows(q.fetch(&pool), batch_fields, batch_size, tx, decode, err).await;
     }))
 }
+
+/// Tables smaller than this are read in one piece.
+pub const SPLIT_BYTES: i64 = 32 << 20;
+/// How long a split read waits for each further connection (and, on
+/// MySQL, for the table's read lock) before it reads in fewer ranges, or in
+/// one.
+pub const RANGE_ACQUIRE: Duration = Duration::from_secs(1);
 
 /// The most connections a PostgreSQL or MySQL connector's pool opens.
 pub const POOL_CONNECTIONS: u32 = 16;

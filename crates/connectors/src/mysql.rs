@@ -5,7 +5,8 @@
 //! column to a decodable form (decimals, temporal and JSON values as text).
 //! Writing uses multi-row `INSERT`s inside a transaction, executed by a
 //! task of their own so that the next statement is encoded while the
-//! server runs the last, `ON DUPLICATE KEY UPDATE` for upsert, and for overwrite a fresh table swapped in with one
+//! server runs the last, `ON DUPLICATE KEY UPDATE` for upsert, and for
+//! overwrite a fresh table swapped in with one
 //! atomic `RENAME TABLE`. MariaDB's `JSON` is `LONGTEXT` with a
 //! `json_valid` check; discovery recognises it.
 
@@ -332,12 +333,6 @@ impl Source for MySqlConnector {
         ))
     }
 }
-
-/// Tables smaller than this are read in one piece.
-const SPLIT_BYTES: i64 = 32 << 20;
-/// How long a split read waits for each further connection (and for the
-/// table's read lock) before it reads in fewer ranges (or in one).
-const RANGE_ACQUIRE: Duration = Duration::from_secs(1);
 
 impl MySqlConnector {
     fn row_decoder(&self, fields: &[Field]) -> impl Fn(&MySqlRow) -> ConnectorResult<Vec<Value>> + Send + 'static {

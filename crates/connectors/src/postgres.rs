@@ -256,11 +256,11 @@ impl PgConnector {
         })
     }
 
-    /// A `COPY … TO STDOUT` as a bulk stream.
-    async fn copy_out(&self, sql: &str) -> ConnectorResult<Box<dyn BulkStream>> {
+    /// A `COPY … TO STDOUT` on the pool as a bulk stream.
+    async fn copy_out(&self, sql: &str) -> ConnectorResult<PgBulkOut<'static>> {
         use sqlx::postgres::PgPoolCopyExt;
         let stream = self.pool.copy_out_raw(sql).await.map_err(|e| self.e(&e))?;
-        Ok(Box::new(self.bulk_out_of(stream)))
+        Ok(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None })
     }
 
     fn qualified(&self, table: &str) -> String {
@@ -538,7 +538,7 @@ impl Source for PgConnector {
         match (format, cursor) {
             (BULK_FORMAT, None) => {
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT binary)");
-                self.copy_out(&sql).await.map(Some)
+                Ok(Some(Box::new(self.copy_out(&sql).await?)))
             }
             (SLUICE_CSV, None) => {
                 // The values formatted by PostgreSQL as the file writer
@@ -551,7 +551,7 @@ impl Source for PgConnector {
                     }
                 }
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT csv)");
-                self.copy_out(&sql).await.map(Some)
+                Ok(Some(Box::new(self.copy_out(&sql).await?)))
             }
             (BULK_ROWS_FORMAT, Some(c)) => {
                 let Some(at) = fields.iter().position(|f| f.name == c.field) else {
@@ -628,20 +628,12 @@ impl Source for PgConnector {
         let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
         let decoding = Decoding::new(&schema.fields, batch_size, &self.host, &self.database);
         let fields = decoding.fields.clone();
-        use sqlx::postgres::PgPoolCopyExt;
-        let stream = self.pool.copy_out_raw(&sql).await.map_err(|e| self.e(&e))?;
-        let mut stream = self.bulk_out_of(stream);
+        let mut stream = self.copy_out(&sql).await?;
         Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
             decoding.pump(&mut stream, &tx).await;
         })))
     }
 }
-
-/// Tables smaller than this are read in one piece.
-const SPLIT_BYTES: i64 = 32 << 20;
-/// How long a split read waits for each further connection before it
-/// reads in fewer ranges.
-const RANGE_ACQUIRE: Duration = Duration::from_secs(1);
 
 /// How a binary COPY of a read's select expressions becomes batches of
 /// records.
@@ -709,13 +701,6 @@ impl Decoding {
 }
 
 impl PgConnector {
-    fn bulk_out_of<'a>(
-        &self,
-        stream: futures_util::stream::BoxStream<'a, Result<bytes::Bytes, sqlx::Error>>,
-    ) -> PgBulkOut<'a> {
-        PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None }
-    }
-
     /// How to read a large table with a single integer key in up to
     /// `ranges` key ranges copied at once, each on a connection of its
     /// own, all in one snapshot (exported by the first, imported by the
@@ -820,13 +805,10 @@ impl PgConnector {
             copies.push(move |tx_out: tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>| async move {
                 // Held until the range is read: the budget counts it.
                 let _permit = permit;
-                match conn.copy_out_raw(&sql).await {
-                    Ok(stream) => {
-                        let mut stream = PgBulkOut { stream, host, database, failed: None };
-                        decoding.pump(&mut stream, &tx_out).await;
-                    }
+                match copy_on(&mut conn, &sql, host, database).await {
+                    Ok(mut stream) => decoding.pump(&mut stream, &tx_out).await,
                     Err(e) => {
-                        send(&tx_out, Err(err(&e, &host, &database))).await;
+                        send(&tx_out, Err(e)).await;
                     }
                 }
             });
@@ -845,25 +827,33 @@ impl PgConnector {
             let (host, database) = (self.host.clone(), self.database.clone());
             copies.push(move |tx: tokio::sync::mpsc::Sender<ConnectorResult<Vec<u8>>>| async move {
                 let _permit = permit;
-                let stream = match conn.copy_out_raw(&sql).await {
+                let mut stream = match copy_on(&mut conn, &sql, host, database).await {
                     Ok(stream) => stream,
                     Err(e) => {
-                        let _ = tx.send(Err(err(&e, &host, &database))).await;
+                        let _ = tx.send(Err(e)).await;
                         return;
                     }
                 };
-                let mut stream = PgBulkOut { stream, host, database, failed: None };
+                // The start of a record a piece ended inside, if any.
                 let (mut records, mut held) = (CsvRecords::default(), Vec::new());
                 loop {
                     match stream.chunk().await {
-                        Ok(Some(bytes)) => {
-                            let start = held.len();
-                            held.extend_from_slice(&bytes);
-                            if let Some(end) = records.feed_ends(&held[start..]) {
-                                let rest = held.split_off(start + end);
-                                if tx.send(Ok(std::mem::replace(&mut held, rest))).await.is_err() {
-                                    return;
-                                }
+                        Ok(Some(mut piece)) => {
+                            let Some(end) = records.feed_ends(&piece) else {
+                                held.extend_from_slice(&piece);
+                                continue;
+                            };
+                            // PostgreSQL sends a record a message, so a
+                            // piece mostly ends on a record's end: it goes
+                            // on as it is, not copied.
+                            let rest = piece.split_off(end);
+                            if !held.is_empty() {
+                                held.extend_from_slice(&piece);
+                                piece = std::mem::take(&mut held);
+                            }
+                            held = rest;
+                            if tx.send(Ok(piece)).await.is_err() {
+                                return;
                             }
                         }
                         Ok(None) if records.complete() => break,
@@ -881,6 +871,19 @@ impl PgConnector {
             });
         }
         Some(ranges_bulk(copies))
+    }
+}
+
+/// A range's `COPY … TO STDOUT` on its own connection, as a bulk stream.
+async fn copy_on<'c>(
+    conn: &'c mut PoolConnection<Postgres>,
+    sql: &str,
+    host: String,
+    database: String,
+) -> ConnectorResult<PgBulkOut<'c>> {
+    match conn.copy_out_raw(sql).await {
+        Ok(stream) => Ok(PgBulkOut { stream, host, database, failed: None }),
+        Err(e) => Err(err(&e, &host, &database)),
     }
 }
 
@@ -1405,7 +1408,9 @@ impl PgWriter {
     /// Writes records as one binary COPY, encoded for the landing table's
     /// types; a value its column cannot hold fails the write, naming both.
     async fn write_binary(&mut self, rows: &[Vec<Value>]) -> ConnectorResult<()> {
-        let Some((sql, encoders)) = &self.records_copy else { return Ok(()) };
+        let Some((sql, encoders)) = &self.records_copy else {
+            return Err(ConnectorError::Other("this table's types have no binary encoding".into()));
+        };
         let (host, db) = (self.host.clone(), self.database.clone());
         let staging = self.stage.is_some();
         let width =

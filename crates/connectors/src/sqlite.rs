@@ -164,7 +164,7 @@ fn decode(cell: rusqlite::types::ValueRef<'_>, i: usize, t: FieldType) -> Connec
     })
 }
 
-/// A bound value as SQLite stores it (as [`bind`] writes it).
+/// A value as SQLite stores it: what reads bind and writes insert.
 fn param(v: &Value) -> rusqlite::types::Value {
     use rusqlite::types::Value as P;
     match v {
@@ -284,17 +284,15 @@ pub fn text_value(s: String, t: FieldType) -> Value {
 
 type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
 
+/// Binds `v` as SQLite stores it ([`param`]).
 fn bind<'q>(q: SqliteQuery<'q>, v: &Value) -> SqliteQuery<'q> {
-    match v {
-        Value::Null => q.bind(Option::<String>::None),
-        Value::Bool(b) => q.bind(i64::from(*b)),
-        Value::Int(i) => q.bind(*i),
-        Value::Float(f) => q.bind(*f),
-        Value::Decimal(s) | Value::String(s) => q.bind(s.clone()),
-        Value::Timestamp(t) => q.bind(format_timestamp(*t)),
-        Value::Date(d) => q.bind(format_date(*d)),
-        Value::Json(j) => q.bind(j.to_string()),
-        Value::Bytes(b) => q.bind(b.clone()),
+    use rusqlite::types::Value as P;
+    match param(v) {
+        P::Null => q.bind(Option::<String>::None),
+        P::Integer(i) => q.bind(i),
+        P::Real(f) => q.bind(f),
+        P::Text(s) => q.bind(s),
+        P::Blob(b) => q.bind(b),
     }
 }
 

@@ -70,11 +70,19 @@ impl Progress {
         Progress(futures_util::lock::Mutex::new(slots))
     }
 
-    /// Records mapping `index`'s stats.
-    async fn set(&self, index: usize, stats: &EntityStats) {
-        if let Some(slot) = self.0.lock().await.get_mut(index) {
+    /// Records mapping `index`'s stats; answers every entity's, in order,
+    /// with the lock, to hold until they are stored.
+    async fn set(
+        &self,
+        index: usize,
+        stats: &EntityStats,
+    ) -> (futures_util::lock::MutexGuard<'_, Vec<Option<EntityStats>>>, Vec<EntityStats>) {
+        let mut slots = self.0.lock().await;
+        if let Some(slot) = slots.get_mut(index) {
             *slot = Some(stats.clone());
         }
+        let all = slots.iter().flatten().cloned().collect();
+        (slots, all)
     }
 }
 
@@ -88,6 +96,22 @@ struct RunScope<'a> {
     progress: &'a Progress,
     /// The stats earlier attempts left.
     earlier: &'a [EntityStats],
+}
+
+impl Turn {
+    /// Whether it ends the run for the entities not begun yet: a
+    /// cancellation, a stop, or the run taken over.
+    fn ends_run(&self) -> bool {
+        match self {
+            Turn::Skipped => false,
+            Turn::Canceled | Turn::Stopped => true,
+            Turn::Ran(_, outcome) => match outcome {
+                Ok(EntityOutcome::Canceled | EntityOutcome::Stopped) => true,
+                Err(f) => f.lost,
+                Ok(_) => false,
+            },
+        }
+    }
 }
 
 /// How far one mapping's turn in a run got.
@@ -399,7 +423,7 @@ impl SyncService {
         // so that `rows_written` counts every attempt.
         let earlier = std::mem::take(&mut run.entities);
         let mappings = &flow.config.mappings;
-        let mut limit = self.entity_concurrency.max(1).min(dest.concurrent_writers().max(1));
+        let mut limit = self.entity_concurrency.min(dest.concurrent_writers().max(1));
         // Mappings that read one source entity share its cursor and stats:
         // those take turns.
         let sources: std::collections::BTreeSet<&str> = mappings.iter().map(|m| m.source_entity.as_str()).collect();
@@ -420,16 +444,7 @@ impl SyncService {
                 .map(|(index, m)| {
                     async move {
                         let turn = self.turn(scope, index, m, halt).await;
-                        let ends_run = match &turn {
-                            Turn::Skipped => false,
-                            Turn::Canceled | Turn::Stopped => true,
-                            Turn::Ran(_, outcome) => match outcome {
-                                Ok(EntityOutcome::Canceled | EntityOutcome::Stopped) => true,
-                                Err(f) => f.lost,
-                                Ok(_) => false,
-                            },
-                        };
-                        if ends_run {
+                        if turn.ends_run() {
                             // The entities not begun yet are not begun.
                             halt.store(true, std::sync::atomic::Ordering::SeqCst);
                         }
@@ -535,7 +550,7 @@ impl SyncService {
                 stats.error = Some(f.message.clone());
             }
         }
-        scope.progress.set(index, &stats).await;
+        let _ = scope.progress.set(index, &stats).await;
         Turn::Ran(Box::new(stats), outcome)
     }
 
@@ -975,13 +990,9 @@ impl SyncService {
         stats.cursor_after = cursor.as_ref().and_then(cursor_text);
         // Progress, so that a later attempt counts these rows and readers
         // see the run advance.
-        let mut slots = step.progress.0.lock().await;
-        if let Some(slot) = slots.get_mut(step.index) {
-            *slot = Some(stats.clone());
-        }
-        let progress: Vec<EntityStats> = slots.iter().flatten().cloned().collect();
+        let (held, progress) = step.progress.set(step.index, stats).await;
         let stored = self.runs.progress(run.fence(), &progress).await?;
-        drop(slots);
+        drop(held);
         if !stored {
             return Err(Failure::lost());
         }
