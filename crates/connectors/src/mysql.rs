@@ -231,18 +231,60 @@ fn array_comment(f: &Field) -> String {
     }
 }
 
-fn select_expr(f: &Field) -> String {
-    let c = quote_bt(&f.name);
+/// How a column is selected and decoded.
+#[derive(Clone, Copy)]
+enum Pick {
+    /// Cast by the server to a form sqlx decodes ([`select_expr`]).
+    Cast(FieldType),
+    /// A `DATETIME`, `TIMESTAMP` or `DATE` column as the server sends it
+    /// (in the binary protocol a length byte and the parts), decoded here
+    /// rather than formatted by the server and parsed again.
+    Temporal(FieldType),
+    /// A text, JSON or `DECIMAL` column's characters as sent, uncast.
+    Text(FieldType),
+}
+
+fn pick(f: &Field) -> Pick {
+    let native = native_for(f, ENGINE).unwrap_or("").to_ascii_lowercase();
+    let base = native.split('(').next().unwrap_or("").trim();
     match f.field_type {
-        FieldType::Integer | FieldType::Boolean => format!("CAST({c} AS SIGNED)"),
-        FieldType::Number => format!("CAST({c} AS DOUBLE)"),
-        FieldType::Binary => c,
-        FieldType::Timestamp => format!("DATE_FORMAT({c}, '%Y-%m-%dT%H:%i:%s.%fZ')"),
-        _ => format!("CAST({c} AS CHAR)"),
+        t @ (FieldType::Timestamp | FieldType::Date) if matches!(base, "datetime" | "timestamp" | "date") => {
+            Pick::Temporal(t)
+        }
+        FieldType::Decimal if matches!(base, "decimal" | "numeric") => Pick::Text(FieldType::Decimal),
+        t @ (FieldType::String | FieldType::Object | FieldType::Array)
+            if matches!(base, "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "json") =>
+        {
+            Pick::Text(t)
+        }
+        t => Pick::Cast(t),
     }
 }
 
-fn decode(row: &MySqlRow, i: usize, t: FieldType) -> Result<Value, sqlx::Error> {
+fn select_expr(f: &Field) -> String {
+    let c = quote_bt(&f.name);
+    match pick(f) {
+        Pick::Temporal(_) | Pick::Text(_) => c,
+        Pick::Cast(FieldType::Integer | FieldType::Boolean) => format!("CAST({c} AS SIGNED)"),
+        Pick::Cast(FieldType::Number) => format!("CAST({c} AS DOUBLE)"),
+        Pick::Cast(FieldType::Binary) => c,
+        Pick::Cast(FieldType::Timestamp) => format!("DATE_FORMAT({c}, '%Y-%m-%dT%H:%i:%s.%fZ')"),
+        Pick::Cast(_) => format!("CAST({c} AS CHAR)"),
+    }
+}
+
+fn decode(row: &MySqlRow, i: usize, pick: Pick) -> Result<Value, sqlx::Error> {
+    let t = match pick {
+        Pick::Temporal(t) => {
+            return row.try_get_unchecked::<Option<&[u8]>, _>(i)?.map_or(Ok(Value::Null), |b| temporal(b, t));
+        }
+        Pick::Text(t) => {
+            let s = row.try_get_unchecked::<Option<&[u8]>, _>(i)?.map(std::str::from_utf8).transpose();
+            let s = s.map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            return Ok(s.map_or(Value::Null, |s| text_value(s.to_owned(), t)));
+        }
+        Pick::Cast(t) => t,
+    };
     Ok(match t {
         FieldType::Integer => row.try_get::<Option<i64>, _>(i)?.map(Value::Int),
         FieldType::Boolean => row.try_get::<Option<i64>, _>(i)?.map(|n| Value::Bool(n != 0)),
@@ -257,6 +299,35 @@ fn decode(row: &MySqlRow, i: usize, t: FieldType) -> Result<Value, sqlx::Error> 
         other => row.try_get::<Option<String>, _>(i)?.map(|s| text_value(s, other)),
     }
     .unwrap_or(Value::Null))
+}
+
+/// A temporal column's value as sent: in the binary protocol a length
+/// byte (0, 4, 7 or 11) then year (2 bytes), month, day, hour, minute,
+/// second and microseconds (4 bytes), little-endian; a zero date is NULL
+/// (see [`zero_date`]). Text (a statement not prepared) is parsed.
+fn temporal(b: &[u8], t: FieldType) -> Result<Value, sqlx::Error> {
+    let bad = |what: &str| sqlx::Error::Decode(format!("invalid {what} value from the server").into());
+    let Some((&len, parts)) = b.split_first().filter(|(len, parts)| **len <= 11 && parts.len() == **len as usize)
+    else {
+        let s = std::str::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        return Ok(if zero_date(s) { Value::Null } else { text_value(s.to_owned(), t) });
+    };
+    if len == 0 || (len >= 4 && (parts[..2] == [0, 0] || parts[2] == 0 || parts[3] == 0)) {
+        return Ok(Value::Null);
+    }
+    if !matches!(len, 4 | 7 | 11) {
+        return Err(bad("date"));
+    }
+    let year = i32::from(u16::from_le_bytes([parts[0], parts[1]]));
+    let month = time::Month::try_from(parts[2]).map_err(|_| bad("date"))?;
+    let date = time::Date::from_calendar_date(year, month, parts[3]).map_err(|_| bad("date"))?;
+    if t == FieldType::Date {
+        return Ok(Value::Date(date));
+    }
+    let (h, m, sec) = if len >= 7 { (parts[4], parts[5], parts[6]) } else { (0, 0, 0) };
+    let micro = if len >= 11 { u32::from_le_bytes([parts[7], parts[8], parts[9], parts[10]]) } else { 0 };
+    let time = time::Time::from_hms_micro(h, m, sec, micro).map_err(|_| bad("time"))?;
+    Ok(Value::Timestamp(time::PrimitiveDateTime::new(date, time).assume_utc()))
 }
 
 /// A date whose year, month or day is zero (`0000-00-00`, `2024-00-10`).
@@ -336,9 +407,9 @@ impl Source for MySqlConnector {
 
 impl MySqlConnector {
     fn row_decoder(&self, fields: &[Field]) -> impl Fn(&MySqlRow) -> ConnectorResult<Vec<Value>> + Send + 'static {
-        let types: Vec<FieldType> = fields.iter().map(|f| f.field_type).collect();
+        let picks: Vec<Pick> = fields.iter().map(pick).collect();
         let (host, db) = (self.host.clone(), self.database.clone());
-        move |row| types.iter().enumerate().map(|(i, t)| decode(row, i, *t).map_err(|e| err(&e, &host, &db))).collect()
+        move |row| picks.iter().enumerate().map(|(i, p)| decode(row, i, *p).map_err(|e| err(&e, &host, &db))).collect()
     }
 
     /// A full read of a large InnoDB table with a single integer key, in up
@@ -780,6 +851,34 @@ impl EntityWriter for MySqlWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temporal_values_decode_from_binary_and_from_text() {
+        use time::macros::{date, datetime};
+        let ts = FieldType::Timestamp;
+        let dt = |len: u8, rest: &[u8]| [&[len][..], rest].concat();
+        assert_eq!(temporal(&dt(0, &[]), ts).unwrap(), Value::Null, "the zero datetime");
+        assert_eq!(temporal(&dt(4, &[0xE8, 0x07, 0, 10]), FieldType::Date).unwrap(), Value::Null, "a zero month");
+        assert_eq!(temporal(&dt(4, &[0, 0, 5, 1]), ts).unwrap(), Value::Null, "a zero year");
+        assert_eq!(temporal(&dt(4, &[0xE8, 0x07, 5, 1]), FieldType::Date).unwrap(), Value::Date(date!(2024 - 05 - 01)));
+        assert_eq!(
+            temporal(&dt(7, &[0xE8, 0x07, 5, 1, 10, 11, 12]), ts).unwrap(),
+            Value::Timestamp(datetime!(2024-05-01 10:11:12 UTC))
+        );
+        assert_eq!(
+            temporal(&dt(11, &[0xE8, 0x07, 5, 1, 10, 11, 12, 0x3F, 0x42, 0x0F, 0]), ts).unwrap(),
+            Value::Timestamp(datetime!(2024-05-01 10:11:12.999999 UTC)),
+            "999,999 microseconds, little-endian"
+        );
+        assert!(temporal(&dt(4, &[0xE8, 0x07, 13, 1]), ts).is_err(), "month 13");
+        assert!(temporal(&dt(2, &[0xE8, 0x07]), ts).is_err(), "a length MySQL never sends");
+        // Text, as an unprepared statement sends it.
+        assert_eq!(
+            temporal(b"2024-05-01 10:11:12.5", ts).unwrap(),
+            Value::Timestamp(datetime!(2024-05-01 10:11:12.5 UTC))
+        );
+        assert_eq!(temporal(b"0000-00-00 00:00:00", ts).unwrap(), Value::Null);
+    }
 
     #[test]
     fn statements_are_cut_by_rows_and_by_bytes() {

@@ -326,9 +326,16 @@ fn select_expr(f: &Field) -> String {
             format!("({c} AT TIME ZONE 'UTC')")
         }
         FieldType::Timestamp => format!("{c}::timestamptz"),
-        FieldType::Object | FieldType::Array => format!("to_json({c})::text"),
+        FieldType::Object | FieldType::Array => json_text(&c, &native),
         FieldType::Decimal | FieldType::String => format!("{c}::text"),
     }
+}
+
+/// A JSON column's text as is (`jsonb` prints the same text `to_json`
+/// would, without building it again); other types (arrays, composites)
+/// through `to_json`.
+fn json_text(c: &str, native: &str) -> String {
+    if native == "jsonb" || native == "json" { format!("{c}::text") } else { format!("to_json({c})::text") }
 }
 
 /// The expression that formats a column in CSV as the file connector
@@ -350,7 +357,7 @@ fn csv_expr(f: &Field) -> String {
             format!("to_char({c}, {ISO})")
         }
         FieldType::Timestamp => format!("to_char({c}::timestamptz AT TIME ZONE 'UTC', {ISO})"),
-        FieldType::Object | FieldType::Array => format!("to_json({c})::text"),
+        FieldType::Object | FieldType::Array => json_text(&c, &native),
         FieldType::Binary => format!("translate(encode({c}, 'base64'), E'\\n', '')"),
         FieldType::Decimal | FieldType::String => format!("{c}::text"),
     }

@@ -428,6 +428,53 @@ async fn mysql_zero_dates_read_as_null() {
     assert_eq!(rows[2][d], Value::Date(time::macros::date!(2024 - 05 - 01)));
 }
 
+/// Temporal, decimal, text and JSON columns are read as MySQL sends them
+/// (no server-side cast): every length of a binary `DATETIME` (midnight,
+/// seconds, microseconds), `TIMESTAMP`, `DATE` extremes, a wide decimal,
+/// padded `CHAR`, unicode, MariaDB's JSON, and an `ENUM`, which is still cast.
+#[tokio::test]
+async fn mysql_columns_read_as_the_server_sends_them() {
+    use sqlx::Connection;
+    use time::macros::{date, datetime};
+    let Some(db) = mariadb().await else { return };
+    let name = db.config.str("database").unwrap().to_string();
+    let mut c = sqlx::MySqlConnection::connect(&format!("mysql://root@127.0.0.1:3306/{name}")).await.unwrap();
+    for sql in [
+        "SET time_zone = '+00:00'",
+        "CREATE TABLE n (id int PRIMARY KEY, dt0 datetime, dt6 datetime(6), ts3 timestamp(3) NULL, d date, \
+         x decimal(38,10), ch char(5), vc varchar(20), tx text, j json, e enum('red','green'))",
+        "INSERT INTO n VALUES \
+         (1, '2024-05-01 00:00:00', '2024-05-01 10:11:12.000001', '2024-05-01 23:59:59.125', '1000-01-01', \
+          '-1234567890123456789012345678.0123456789', 'ab', 'ünï ✓', 'line\nbreak', '{\"a\": [1, 2.5, null]}', 'green'), \
+         (2, '2024-05-01 10:11:12', '9999-12-31 23:59:59.999999', NULL, '9999-12-31', '0.0000000001', '', '', '', '[]', NULL)",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+    }
+    let registry = Registry::new(std::env::temp_dir().join(format!("sluice-native-{}", tag())));
+    let src = registry.source(&db.config).await.unwrap();
+    let (fields, rows) = read_all(&src, "n").await;
+    let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+    let row = |i: usize| -> std::collections::HashMap<&str, Value> {
+        names.iter().copied().zip(rows[i].iter().cloned()).collect()
+    };
+    let (a, b) = (row(0), row(1));
+    assert_eq!(a["dt0"], Value::Timestamp(datetime!(2024-05-01 00:00:00 UTC)), "a midnight: date only");
+    assert_eq!(b["dt0"], Value::Timestamp(datetime!(2024-05-01 10:11:12 UTC)), "seconds, no fraction");
+    assert_eq!(a["dt6"], Value::Timestamp(datetime!(2024-05-01 10:11:12.000001 UTC)));
+    assert_eq!(b["dt6"], Value::Timestamp(datetime!(9999-12-31 23:59:59.999999 UTC)));
+    assert_eq!(a["ts3"], Value::Timestamp(datetime!(2024-05-01 23:59:59.125 UTC)));
+    assert_eq!(b["ts3"], Value::Null);
+    assert_eq!((&a["d"], &b["d"]), (&Value::Date(date!(1000 - 01 - 01)), &Value::Date(date!(9999 - 12 - 31))));
+    assert_eq!(a["x"], Value::Decimal("-1234567890123456789012345678.0123456789".into()));
+    assert_eq!(b["x"], Value::Decimal("0.0000000001".into()));
+    assert_eq!((&a["ch"], &b["ch"]), (&Value::String("ab".into()), &Value::String("".into())));
+    assert_eq!(a["vc"], Value::String("ünï ✓".into()));
+    assert_eq!(a["tx"], Value::String("line\nbreak".into()));
+    assert_eq!(a["j"], Value::Json(json!({"a": [1, 2.5, null]})));
+    assert_eq!(b["j"], Value::Json(json!([])));
+    assert_eq!((&a["e"], &b["e"]), (&Value::String("green".into()), &Value::Null));
+}
+
 /// A PostgreSQL table overwritten into a CSV file takes PostgreSQL's own
 /// CSV (no record decoded), and reads back as the records the decoded path
 /// writes: every type, NULLs, unicode and extremes.
