@@ -304,9 +304,10 @@ fn decode(row: &MySqlRow, i: usize, pick: Pick) -> Result<Value, sqlx::Error> {
 /// A temporal column's value as sent: in the binary protocol a length
 /// byte (0, 4, 7 or 11) then year (2 bytes), month, day, hour, minute,
 /// second and microseconds (4 bytes), little-endian; a zero date is NULL
-/// (see [`zero_date`]). Text (a statement not prepared) is parsed.
+/// (see [`zero_date`]). sqlx prepares every statement, so rows come in
+/// the binary protocol; a value in text (which starts with a digit, never
+/// a length byte) would be parsed as the cast columns are.
 fn temporal(b: &[u8], t: FieldType) -> Result<Value, sqlx::Error> {
-    let bad = |what: &str| sqlx::Error::Decode(format!("invalid {what} value from the server").into());
     let Some((&len, parts)) = b.split_first().filter(|(len, parts)| **len <= 11 && parts.len() == **len as usize)
     else {
         let s = std::str::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
@@ -316,18 +317,28 @@ fn temporal(b: &[u8], t: FieldType) -> Result<Value, sqlx::Error> {
         return Ok(Value::Null);
     }
     if !matches!(len, 4 | 7 | 11) {
-        return Err(bad("date"));
+        return Err(sqlx::Error::Decode(format!("a temporal value of {len} bytes from the server").into()));
     }
-    let year = i32::from(u16::from_le_bytes([parts[0], parts[1]]));
-    let month = time::Month::try_from(parts[2]).map_err(|_| bad("date"))?;
-    let date = time::Date::from_calendar_date(year, month, parts[3]).map_err(|_| bad("date"))?;
-    if t == FieldType::Date {
-        return Ok(Value::Date(date));
-    }
+    let year = u16::from_le_bytes([parts[0], parts[1]]);
     let (h, m, sec) = if len >= 7 { (parts[4], parts[5], parts[6]) } else { (0, 0, 0) };
     let micro = if len >= 11 { u32::from_le_bytes([parts[7], parts[8], parts[9], parts[10]]) } else { 0 };
-    let time = time::Time::from_hms_micro(h, m, sec, micro).map_err(|_| bad("time"))?;
-    Ok(Value::Timestamp(time::PrimitiveDateTime::new(date, time).assume_utc()))
+    let date = time::Month::try_from(parts[2])
+        .ok()
+        .and_then(|month| time::Date::from_calendar_date(i32::from(year), month, parts[3]).ok());
+    let value = match (t, date) {
+        (FieldType::Date, Some(date)) => Some(Value::Date(date)),
+        (_, Some(date)) => time::Time::from_hms_micro(h, m, sec, micro)
+            .ok()
+            .map(|time| Value::Timestamp(time::PrimitiveDateTime::new(date, time).assume_utc())),
+        _ => None,
+    };
+    // A date no calendar has (`2024-02-31`, stored under
+    // ALLOW_INVALID_DATES) is kept as the text the server prints for it.
+    let day = format!("{year:04}-{:02}-{:02}", parts[2], parts[3]);
+    Ok(value.unwrap_or_else(|| match t {
+        FieldType::Date => Value::String(day),
+        _ => Value::String(format!("{day}T{h:02}:{m:02}:{sec:02}.{micro:06}Z")),
+    }))
 }
 
 /// A date whose year, month or day is zero (`0000-00-00`, `2024-00-10`).
@@ -870,7 +881,19 @@ mod tests {
             Value::Timestamp(datetime!(2024-05-01 10:11:12.999999 UTC)),
             "999,999 microseconds, little-endian"
         );
-        assert!(temporal(&dt(4, &[0xE8, 0x07, 13, 1]), ts).is_err(), "month 13");
+        // Dates no calendar has, kept as the server prints them.
+        assert_eq!(
+            temporal(&dt(4, &[0xE8, 0x07, 2, 31]), FieldType::Date).unwrap(),
+            Value::String("2024-02-31".into())
+        );
+        assert_eq!(
+            temporal(&dt(11, &[0xE8, 0x07, 2, 31, 10, 0, 0, 0x20, 0xA1, 0x07, 0]), ts).unwrap(),
+            Value::String("2024-02-31T10:00:00.500000Z".into())
+        );
+        assert_eq!(
+            temporal(&dt(4, &[0xE8, 0x07, 13, 1]), ts).unwrap(),
+            Value::String("2024-13-01T00:00:00.000000Z".into())
+        );
         assert!(temporal(&dt(2, &[0xE8, 0x07]), ts).is_err(), "a length MySQL never sends");
         // Text, as an unprepared statement sends it.
         assert_eq!(
