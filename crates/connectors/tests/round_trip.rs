@@ -401,21 +401,27 @@ async fn exact_decimals_and_zoneless_timestamps_keep_their_types_between_databas
     }
 }
 
+/// Runs `statements` in order on one session of `db`'s MariaDB database.
+async fn in_mariadb(db: &Db, statements: &[&str]) {
+    use sqlx::Connection;
+    let name = db.config.str("database").unwrap();
+    let mut c = sqlx::MySqlConnection::connect(&format!("mysql://root@127.0.0.1:3306/{name}")).await.unwrap();
+    for sql in statements {
+        sqlx::query(sqlx::AssertSqlSafe(*sql)).execute(&mut c).await.unwrap();
+    }
+}
+
 /// MySQL's zero dates (kept by non-strict modes, common in old schemas)
 /// read as NULL instead of failing the run at the destination.
 #[tokio::test]
 async fn mysql_zero_dates_read_as_null() {
-    use sqlx::Connection;
     let Some(db) = mariadb().await else { return };
-    let name = db.config.str("database").unwrap().to_string();
-    let mut c = sqlx::MySqlConnection::connect(&format!("mysql://root@127.0.0.1:3306/{name}")).await.unwrap();
-    for sql in [
+    in_mariadb(&db, &[
         "SET SESSION sql_mode = ''",
         "CREATE TABLE z (id int PRIMARY KEY, d date, t datetime(6))",
         "INSERT INTO z VALUES (1, '0000-00-00', '0000-00-00 00:00:00'), (2, '2024-00-10', '2024-05-01 10:00:00.25'), (3, '2024-05-01', NULL)",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
-    }
+    ])
+    .await;
     let root = std::env::temp_dir().join(format!("sluice-zero-{}", tag()));
     let registry = Registry::new(root);
     let src = registry.source(&db.config).await.unwrap();
@@ -435,12 +441,9 @@ async fn mysql_zero_dates_read_as_null() {
 /// dates no calendar has, as `DATE_FORMAT` and `CAST` printed them.
 #[tokio::test]
 async fn mysql_columns_read_as_the_server_sends_them() {
-    use sqlx::Connection;
     use time::macros::{date, datetime};
     let Some(db) = mariadb().await else { return };
-    let name = db.config.str("database").unwrap().to_string();
-    let mut c = sqlx::MySqlConnection::connect(&format!("mysql://root@127.0.0.1:3306/{name}")).await.unwrap();
-    for sql in [
+    in_mariadb(&db, &[
         "SET time_zone = '+00:00'",
         "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'",
         "CREATE TABLE n (id int PRIMARY KEY, dt0 datetime, dt6 datetime(6), ts3 timestamp(3) NULL, d date, \
@@ -450,9 +453,8 @@ async fn mysql_columns_read_as_the_server_sends_them() {
           '-1234567890123456789012345678.0123456789', 'ab', 'ünï ✓', 'line\nbreak', '{\"a\": [1, 2.5, null]}', 'green'), \
          (2, '2024-05-01 10:11:12', '9999-12-31 23:59:59.999999', NULL, '9999-12-31', '0.0000000001', '', '', '', '[]', NULL), \
          (3, '2024-02-31 10:00:00', '2024-02-30 10:00:00.5', NULL, '2023-02-29', NULL, NULL, NULL, NULL, NULL, NULL)",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
-    }
+    ])
+    .await;
     let registry = Registry::new(std::env::temp_dir().join(format!("sluice-native-{}", tag())));
     let src = registry.source(&db.config).await.unwrap();
     let (fields, rows) = read_all(&src, "n").await;
