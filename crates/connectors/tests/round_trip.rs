@@ -437,7 +437,7 @@ async fn mysql_zero_dates_read_as_null() {
 /// Temporal, decimal, text and JSON columns are read as MySQL sends them
 /// (no server-side cast): every length of a binary `DATETIME` (midnight,
 /// seconds, microseconds), `TIMESTAMP`, `DATE` extremes, a wide decimal,
-/// padded `CHAR`, unicode, MariaDB's JSON, an `ENUM` (still cast), and
+/// padded `CHAR`, unicode, a latin1 column, MariaDB's JSON, an `ENUM` (still cast), and
 /// dates no calendar has, as `DATE_FORMAT` and `CAST` printed them.
 #[tokio::test]
 async fn mysql_columns_read_as_the_server_sends_them() {
@@ -447,12 +447,13 @@ async fn mysql_columns_read_as_the_server_sends_them() {
         "SET time_zone = '+00:00'",
         "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'",
         "CREATE TABLE n (id int PRIMARY KEY, dt0 datetime, dt6 datetime(6), ts3 timestamp(3) NULL, d date, \
-         x decimal(38,10), ch char(5), vc varchar(20), tx text, j json, e enum('red','green'))",
+         x decimal(38,10), ch char(5), vc varchar(20), tx text, j json, e enum('red','green'), \
+         l1 varchar(10) CHARACTER SET latin1)",
         "INSERT INTO n VALUES \
          (1, '2024-05-01 00:00:00', '2024-05-01 10:11:12.000001', '2024-05-01 23:59:59.125', '1000-01-01', \
-          '-1234567890123456789012345678.0123456789', 'ab', 'ünï ✓', 'line\nbreak', '{\"a\": [1, 2.5, null]}', 'green'), \
-         (2, '2024-05-01 10:11:12', '9999-12-31 23:59:59.999999', NULL, '9999-12-31', '0.0000000001', '', '', '', '[]', NULL), \
-         (3, '2024-02-31 10:00:00', '2024-02-30 10:00:00.5', NULL, '2023-02-29', NULL, NULL, NULL, NULL, NULL, NULL)",
+          '-1234567890123456789012345678.0123456789', 'ab', 'ünï ✓', 'line\nbreak', '{\"a\": [1, 2.5, null]}', 'green', 'café'), \
+         (2, '2024-05-01 10:11:12', '9999-12-31 23:59:59.999999', NULL, '9999-12-31', '0.0000000001', '', '', '', '[]', NULL, ''), \
+         (3, '2024-02-31 10:00:00', '2024-02-30 10:00:00.5', NULL, '2023-02-29', NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     ])
     .await;
     let registry = Registry::new(std::env::temp_dir().join(format!("sluice-native-{}", tag())));
@@ -478,6 +479,7 @@ async fn mysql_columns_read_as_the_server_sends_them() {
     assert_eq!(a["j"], Value::Json(json!({"a": [1, 2.5, null]})));
     assert_eq!(b["j"], Value::Json(json!([])));
     assert_eq!((&a["e"], &b["e"]), (&Value::String("green".into()), &Value::Null));
+    assert_eq!(a["l1"], Value::String("café".into()), "a latin1 column arrives as UTF-8");
     // Dates no calendar has (ALLOW_INVALID_DATES) come as the server prints them.
     let c = row(2);
     assert_eq!(c["dt0"], Value::String("2024-02-31T10:00:00.000000Z".into()));
