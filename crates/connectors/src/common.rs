@@ -294,6 +294,22 @@ pub fn range_permits(budget: &Arc<tokio::sync::Semaphore>, ranges: usize) -> Vec
     std::iter::from_fn(|| budget.clone().try_acquire_owned().ok()).take(ranges.saturating_sub(1)).collect()
 }
 
+/// Up to `n` connections of `pool` for a split read, each waited for at
+/// most [`RANGE_ACQUIRE`] (a split read never waits on a pool it holds
+/// connections of), and closed when dropped rather than pooled again.
+pub async fn range_connections<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    n: usize,
+) -> Vec<sqlx::pool::PoolConnection<DB>> {
+    let mut conns = Vec::with_capacity(n);
+    while conns.len() < n {
+        let Ok(Ok(mut conn)) = tokio::time::timeout(RANGE_ACQUIRE, pool.acquire()).await else { break };
+        conn.close_on_drop();
+        conns.push(conn);
+    }
+    conns
+}
+
 /// Whether a read may be split in key ranges: asked for, and neither a
 /// cursor read (ordered) nor a limited one (a preview).
 pub fn may_split(req: &ReadRequest) -> bool {

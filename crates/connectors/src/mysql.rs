@@ -1,8 +1,10 @@
 //! The MySQL / MariaDB connector.
 //!
 //! Sessions run in UTC (`time_zone = '+00:00'`), so `TIMESTAMP` columns read
-//! and write as UTC; `DATETIME` values are taken as UTC. Reading casts each
-//! column to a decodable form (decimals, temporal and JSON values as text).
+//! and write as UTC; `DATETIME` values are taken as UTC. Reading takes
+//! temporal, decimal, text and JSON columns as the server sends them
+//! (temporal ones decoded from the binary protocol's parts) and casts the
+//! others to a decodable form.
 //! Writing uses multi-row `INSERT`s inside a transaction, executed by a
 //! task of their own so that the next statement is encoded while the
 //! server runs the last, `ON DUPLICATE KEY UPDATE` for upsert, and for
@@ -290,12 +292,7 @@ fn decode(row: &MySqlRow, i: usize, pick: Pick) -> Result<Value, sqlx::Error> {
         FieldType::Boolean => row.try_get::<Option<i64>, _>(i)?.map(|n| Value::Bool(n != 0)),
         FieldType::Number => row.try_get::<Option<f64>, _>(i)?.map(Value::Float),
         FieldType::Binary => row.try_get::<Option<Vec<u8>>, _>(i)?.map(Value::Bytes),
-        FieldType::Timestamp | FieldType::Date => row.try_get::<Option<String>, _>(i)?.and_then(|s| {
-            // MySQL's zero dates ('0000-00-00', or a zero month or day,
-            // which non-strict modes store) name no time: NULL, as
-            // MySQL's own drivers read them (zeroDateTimeBehavior).
-            if zero_date(&s) { None } else { Some(text_value(s, t)) }
-        }),
+        FieldType::Timestamp | FieldType::Date => row.try_get::<Option<String>, _>(i)?.map(|s| date_text(s, t)),
         other => row.try_get::<Option<String>, _>(i)?.map(|s| text_value(s, other)),
     }
     .unwrap_or(Value::Null))
@@ -311,7 +308,7 @@ fn temporal(b: &[u8], t: FieldType) -> Result<Value, sqlx::Error> {
     let Some((&len, parts)) = b.split_first().filter(|(len, parts)| **len <= 11 && parts.len() == **len as usize)
     else {
         let s = std::str::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-        return Ok(if zero_date(s) { Value::Null } else { text_value(s.to_owned(), t) });
+        return Ok(date_text(s.to_owned(), t));
     };
     if len == 0 || (len >= 4 && (parts[..2] == [0, 0] || parts[2] == 0 || parts[3] == 0)) {
         return Ok(Value::Null);
@@ -339,6 +336,13 @@ fn temporal(b: &[u8], t: FieldType) -> Result<Value, sqlx::Error> {
         FieldType::Date => Value::String(day),
         _ => Value::String(format!("{day}T{h:02}:{m:02}:{sec:02}.{micro:06}Z")),
     }))
+}
+
+/// A date or timestamp in text. MySQL's zero dates ('0000-00-00', or a
+/// zero month or day, which non-strict modes store) name no time: NULL, as
+/// MySQL's own drivers read them (zeroDateTimeBehavior).
+fn date_text(s: String, t: FieldType) -> Value {
+    if zero_date(&s) { Value::Null } else { text_value(s, t) }
 }
 
 /// A date whose year, month or day is zero (`0000-00-00`, `2024-00-10`).
@@ -466,23 +470,16 @@ impl MySqlConnector {
         if permits.is_empty() {
             return Ok(None);
         }
-        let acquire = || async {
-            let mut conn = tokio::time::timeout(RANGE_ACQUIRE, self.pool.acquire()).await.ok()?.ok()?;
-            conn.close_on_drop();
-            Some(conn)
-        };
-        // The lock's connection, then the readers', each ready to begin.
-        let Some(mut lock) = acquire().await else { return Ok(None) };
-        let mut readers = Vec::with_capacity(permits.len() + 1);
-        while readers.len() <= permits.len() {
-            let Some(mut conn) = acquire().await else { break };
-            if let Err(e) = sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *conn).await {
+        // The lock's connection, then at least two readers', each ready to begin.
+        let mut readers = range_connections(&self.pool, permits.len() + 2).await;
+        if readers.len() < 3 {
+            return Ok(None);
+        }
+        let mut lock = readers.remove(0);
+        for conn in &mut readers {
+            if let Err(e) = sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut **conn).await {
                 return Ok(one_piece(e));
             }
-            readers.push(conn);
-        }
-        if readers.len() < 2 {
-            return Ok(None);
         }
         let table = quote_bt(&schema.name);
         let timeout = RANGE_ACQUIRE.as_secs().max(1);

@@ -739,12 +739,7 @@ impl PgConnector {
         if permits.is_empty() {
             return None;
         }
-        let mut readers = Vec::with_capacity(permits.len() + 1);
-        while readers.len() <= permits.len() {
-            let Ok(Ok(mut conn)) = tokio::time::timeout(RANGE_ACQUIRE, self.pool.acquire()).await else { break };
-            conn.close_on_drop();
-            readers.push(conn);
-        }
+        let mut readers = range_connections(&self.pool, permits.len() + 1).await;
         if readers.len() < 2 {
             return None;
         }
