@@ -3,6 +3,7 @@
 //! its budget refills; each client has its own budget; every 429 has
 //! `Retry-After`.
 
+use reqwest::Method;
 use serde_json::json;
 use sluice_http::ratelimit::{Limit, RateLimitConfig};
 use sluice_tests::{Auth, Backend, Options, check, spawn_app, spawn_app_with};
@@ -53,17 +54,17 @@ async fn a_brute_force_of_api_keys_meets_429s_within_a_second() {
     check!(app.get("/v1/users/me", &ann).await, 200);
 }
 
+/// An app whose budgets refill at 1/s and hold bursts of `client`,
+/// `anonymous` and `failed_auth` requests.
+async fn app_with_limits(client: u32, anonymous: u32, failed_auth: u32) -> Option<sluice_tests::TestApp> {
+    let limit = |burst| Limit { per_second: 1, burst };
+    let tight = RateLimitConfig { client: limit(client), anonymous: limit(anonymous), failed_auth: limit(failed_auth) };
+    spawn_app_with(Backend::Sqlite, Options { rate_limits: Some(tight), ..Default::default() }).await
+}
+
 #[tokio::test]
 async fn each_client_has_its_own_budget_and_anonymous_callers_theirs() {
-    let tight = RateLimitConfig {
-        client: Limit { per_second: 1, burst: 5 },
-        anonymous: Limit { per_second: 1, burst: 3 },
-        failed_auth: Limit { per_second: 1, burst: 3 },
-    };
-    let Some(app) = spawn_app_with(Backend::Sqlite, Options { rate_limits: Some(tight), ..Default::default() }).await
-    else {
-        return;
-    };
+    let Some(app) = app_with_limits(5, 3, 3).await else { return };
     let ann = app.token("ann@example.com");
     let bob = app.token("bob@example.com");
     let mut statuses = Vec::new();
@@ -84,4 +85,24 @@ async fn each_client_has_its_own_budget_and_anonymous_callers_theirs() {
         v
     };
     assert_eq!(anonymous, [200, 200, 200, 429, 429]);
+}
+
+#[tokio::test]
+async fn wrong_internal_keys_are_limited_like_other_failed_credentials() {
+    let Some(app) = app_with_limits(100, 100, 3).await else { return };
+    let trigger = |key: String| {
+        let app = &app;
+        async move {
+            let path = "/v1/internal/orchestrate/trigger";
+            app.send(Method::POST, path, &Auth::None, Some(json!({})), &[("X-Internal-Api-Key", &key)]).await
+        }
+    };
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        statuses.push(trigger(format!("guess-{i}")).await.status.as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429, 429], "{statuses:?}");
+    // The right key from the same address waits its turn too (the address is blocked).
+    let r = trigger(sluice_tests::INTERNAL_KEY.to_string()).await;
+    assert_eq!(r.status.as_u16(), 429, "{}", r.body);
 }

@@ -2,6 +2,7 @@
 //! a random port, on SQLite and on PostgreSQL.
 
 mod billing;
+mod cancel;
 mod connections;
 mod console;
 mod flows;

@@ -257,6 +257,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         // The tests' receivers listen on loopback.
         webhook_allow_private: options.webhook_allow_private,
         oidc: options.oidc.clone(),
+        secret_policy: Default::default(),
     };
     let sessions = sluice::ConsoleSessions::from_settings(&settings);
     let app = Application::build(settings).await.expect("the application starts");

@@ -489,6 +489,10 @@ pub async fn send(tx: &mpsc::Sender<ConnectorResult<RecordBatch>>, item: Connect
     tx.send(item).await.is_ok()
 }
 
+/// What the patched drivers (`vendor/sqlx-postgres`, `vendor/sqlx-mysql`)
+/// say when they refuse to send a password in clear text.
+const CLEARTEXT_REFUSED: &str = "asked for the password in clear text over a connection that is not encrypted";
+
 /// The failures of reaching a database server, as codes with fixed
 /// messages: what a failed test reports must not echo what a foreign
 /// server sent (a port scanner's oracle). `None` for errors of the
@@ -511,6 +515,10 @@ pub fn transport_error(e: &sqlx::Error, host: &str, engine: &str) -> Option<Conn
         },
         sqlx::Error::PoolTimedOut => ConnectorError::Timeout(format!("connecting to {host}")),
         sqlx::Error::Tls(t) => ConnectorError::Tls(format!("{host}: {}", tls_reason(&t.to_string()))),
+        sqlx::Error::Protocol(m) if m.contains(CLEARTEXT_REFUSED) => ConnectorError::Tls(format!(
+            "{host} asked for the password in clear text over a connection that is not encrypted; \
+             it was not sent (require TLS, or set allow_cleartext_password on the connection)"
+        )),
         sqlx::Error::Protocol(_) => {
             ConnectorError::WrongProtocol(format!("{host} did not answer as a {engine} server"))
         }

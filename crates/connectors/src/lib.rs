@@ -192,6 +192,15 @@ fn database_fields(default_port: i64) -> Vec<ConfigField> {
         field("database", String, true, false, None, "database name"),
         field("user", String, true, false, None, "user name"),
         field("password", String, false, true, None, "password (stored encrypted; a secret reference works too)"),
+        field(
+            "allow_cleartext_password",
+            Boolean,
+            false,
+            false,
+            Some(json!(false)),
+            "send the password to a server that asks for it in clear text over a connection that is not encrypted \
+             (otherwise the connection fails and nothing is sent)",
+        ),
     ]
 }
 
@@ -284,6 +293,31 @@ fn required<'a>(c: &'a ResolvedConfig, key: &str) -> ConnectorResult<&'a str> {
     c.str(key).filter(|s| !s.is_empty()).ok_or_else(|| ConnectorError::InvalidConfig(format!("'{key}' is required")))
 }
 
+/// A database server's host: a DNS name or an IP address, never a socket
+/// path (a socket of this machine, where peer authentication would log in
+/// as the service's own user) or text no resolver takes.
+fn host(c: &ResolvedConfig) -> ConnectorResult<String> {
+    let h = required(c, "host")?.trim();
+    let name = |h: &str| {
+        let h = h.strip_suffix('.').unwrap_or(h);
+        h.len() <= 253
+            && h.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                    && !l.starts_with('-')
+            })
+    };
+    let ip = h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
+    if h.starts_with('/') || h.starts_with('@') {
+        Err(ConnectorError::InvalidConfig("host must be a network host name or address, not a socket path".into()))
+    } else if ip || name(h) {
+        Ok(h.to_string())
+    } else {
+        Err(ConnectorError::InvalidConfig(format!("host '{h}' is not a host name or an IP address")))
+    }
+}
+
 fn ssl_ca(c: &ResolvedConfig) -> Option<String> {
     c.str("ssl_ca").filter(|s| !s.trim().is_empty()).map(str::to_string)
 }
@@ -300,7 +334,7 @@ impl Registry {
     fn postgres(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<postgres::PgConnector>> {
         self.postgres.get_or(c, || {
             postgres::PgConnector::new(postgres::PgSettings {
-                host: required(c, "host")?.to_string(),
+                host: host(c)?,
                 port: port(c, 5432)?,
                 database: required(c, "database")?.to_string(),
                 user: required(c, "user")?.to_string(),
@@ -308,6 +342,7 @@ impl Registry {
                 schema: c.str("schema").unwrap_or("public").to_string(),
                 sslmode: c.str("sslmode").unwrap_or("prefer").to_string(),
                 ssl_ca: ssl_ca(c),
+                allow_cleartext_password: c.bool("allow_cleartext_password").unwrap_or(false),
                 guard: self.metadata.instance_id.clone(),
             })
         })
@@ -316,13 +351,14 @@ impl Registry {
     fn mysql(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<mysql::MySqlConnector>> {
         self.mysql.get_or(c, || {
             mysql::MySqlConnector::new(mysql::MySqlSettings {
-                host: required(c, "host")?.to_string(),
+                host: host(c)?,
                 port: port(c, 3306)?,
                 database: required(c, "database")?.to_string(),
                 user: required(c, "user")?.to_string(),
                 password: c.str("password").map(str::to_string),
                 ssl_mode: c.str("ssl_mode").unwrap_or("preferred").to_string(),
                 ssl_ca: ssl_ca(c),
+                allow_cleartext_password: c.bool("allow_cleartext_password").unwrap_or(false),
             })
         })
     }
@@ -382,7 +418,13 @@ impl ConnectorRegistry for Registry {
             // The settings are written before the password may be known (an
             // integration brings it); what can be reached is checked now,
             // briefly, and everything again whenever it is used.
-            "postgres" => {
+            "postgres" | "mysql" if c.str("host").is_some() => {
+                if let Err(ConnectorError::InvalidConfig(m)) = host(c) {
+                    return vec![FieldError::new("config.host", m)];
+                }
+                if c.connector_type != "postgres" {
+                    return Vec::new();
+                }
                 let Ok(pg) = self.postgres(c) else { return Vec::new() };
                 match tokio::time::timeout(CHECK_REACH, self.guard_pg(&pg)).await {
                     Ok(Err(e @ ConnectorError::MetadataStore(_))) => {
@@ -436,6 +478,32 @@ mod tests {
         bad.values.insert("sslmode".into(), json!("sometimes"));
         assert!(r.postgres(&bad).is_err());
         assert_eq!(r.postgres.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn socket_paths_and_unparseable_hosts_are_refused_where_they_are_written() {
+        let r = Registry::new(std::env::temp_dir());
+        for (kind, bad) in [
+            ("postgres", "/var/run/postgresql"),
+            ("postgres", "@abstract"),
+            ("mysql", "/run/mysqld/mysqld.sock"),
+            ("postgres", "db host"),
+            ("mysql", "db;host"),
+            ("postgres", "-leading.example"),
+            ("postgres", "a..b"),
+        ] {
+            let mut c = pg("pw", "public");
+            c.connector_type = kind.into();
+            c.values.insert("host".into(), json!(bad));
+            let errors = r.check_config(&c).await;
+            assert_eq!(errors.len(), 1, "{kind} {bad}: {errors:?}");
+            assert_eq!(errors[0].field, "config.host", "{errors:?}");
+        }
+        for good in ["db.internal", "db.internal.", "localhost", "10.0.0.7", "::1", "[::1]", "my_db-1.example.com"] {
+            let mut c = pg("pw", "public");
+            c.values.insert("host".into(), json!(good));
+            assert!(host(&c).is_ok(), "{good}");
+        }
     }
 
     /// A runtime's connector is its own: connections opened on one that

@@ -36,6 +36,10 @@ pub struct MySqlSettings {
     pub ssl_mode: String,
     /// PEM of the CA certificate(s) the server's certificate must chain to.
     pub ssl_ca: Option<String>,
+    /// Whether a server that asks for the password in clear text
+    /// (`mysql_clear_password`) over a connection that is not encrypted
+    /// gets it (by default it does not).
+    pub allow_cleartext_password: bool,
 }
 
 pub struct MySqlConnector {
@@ -75,7 +79,8 @@ impl MySqlConnector {
             .database(&s.database)
             .username(&s.user)
             .charset("utf8mb4")
-            .timezone(Some("+00:00".to_string()));
+            .timezone(Some("+00:00".to_string()))
+            .enable_cleartext_plugin(s.allow_cleartext_password);
         if let Some(p) = &s.password {
             opts = opts.password(p);
         }

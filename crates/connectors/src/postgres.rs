@@ -48,6 +48,9 @@ pub struct PgSettings {
     /// PEM of the CA certificate(s) the server's certificate must chain
     /// to (`verify-ca`, `verify-full`).
     pub ssl_ca: Option<String>,
+    /// Whether a server that asks for the password in clear text over a
+    /// connection that is not encrypted gets it (by default it does not).
+    pub allow_cleartext_password: bool,
     /// The service's instance id: every connection the pool opens is
     /// checked not to lead to the metadata store (a name that resolves
     /// elsewhere later is caught too).
@@ -150,6 +153,7 @@ impl PgConnector {
             .database(&s.database)
             .username(&s.user)
             .ssl_mode(ssl)
+            .allow_cleartext_password(s.allow_cleartext_password)
             .application_name("sluice");
         if let Some(p) = &s.password {
             opts = opts.password(p);

@@ -107,6 +107,9 @@ pub struct Options {
     /// table may be split (1: one read; sources that cannot split ignore
     /// it).
     pub read_ranges: usize,
+    /// The secret references the operator granted to organizations; by
+    /// default none.
+    pub secret_policy: crate::connect::secret_policy::SecretPolicy,
 }
 
 impl Default for Options {
@@ -119,6 +122,7 @@ impl Default for Options {
             metrics: Arc::new(NoMetrics),
             entity_concurrency: crate::sync::engine::DEFAULT_ENTITY_CONCURRENCY,
             read_ranges: crate::sync::engine::DEFAULT_READ_RANGES,
+            secret_policy: Default::default(),
         }
     }
 }
@@ -172,6 +176,7 @@ impl Sluice {
             connections: p.connections,
             connectors: p.connectors,
             secrets: p.secrets,
+            secret_policy: Arc::new(options.secret_policy),
             schemas: p.schemas,
             oauth: p.oauth,
             oauth_states: p.oauth_states,

@@ -7,4 +7,5 @@ pub mod connector;
 pub mod integration;
 pub mod oauth;
 pub mod ports;
+pub mod secret_policy;
 pub mod service;

@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 use sluice_domain::app::Sluice;
 use sluice_domain::shared::idempotency;
 use sluice_domain::shared::idempotency::{Begin, StoredResponse};
+use sluice_domain::shared::secret::constant_time_eq;
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -99,15 +100,24 @@ async fn serve(
         let err = ApiError::validation(vec![sluice_domain::FieldError::new(at, "must not contain a NUL character")]);
         return Ok(req.into_response(err.error_response()));
     }
+    let internal_key = req.headers().get(crate::extract::INTERNAL_KEY_HEADER);
     if let Some(limits) = &state.rate_limits
-        && (req.headers().contains_key(header::AUTHORIZATION) || req.headers().contains_key(API_KEY_HEADER))
+        && (req.headers().contains_key(header::AUTHORIZATION)
+            || req.headers().contains_key(API_KEY_HEADER)
+            || internal_key.is_some())
         && let Err(seconds) = limits.before_auth(peer_ip(&req))
     {
         return Ok(req.into_response(ApiError::rate_limited(seconds).error_response()));
     }
+    // A wrong internal key is a failed credential like any other (the
+    // internal endpoints' extractor answers its 401).
+    let wrong_internal_key = match (&state.internal_api_key, internal_key) {
+        (Some(expected), Some(sent)) => !constant_time_eq(sent.as_bytes(), expected.expose().as_bytes()),
+        _ => false,
+    };
     let outcome = authenticate(&state.sluice, &req).await;
     if let Some(limits) = &state.rate_limits
-        && let Err(seconds) = rate_limit(limits, &req, outcome.as_ref())
+        && let Err(seconds) = rate_limit(limits, &req, outcome.as_ref(), wrong_internal_key)
     {
         return Ok(req.into_response(ApiError::rate_limited(seconds).error_response()));
     }
@@ -142,6 +152,7 @@ fn rate_limit(
     limits: &crate::ratelimit::RateLimits,
     req: &ServiceRequest,
     outcome: Option<&AuthOutcome>,
+    wrong_internal_key: bool,
 ) -> Result<(), crate::ratelimit::RetryAfter> {
     use crate::ratelimit::Client;
     use sluice_domain::identity::Principal;
@@ -152,6 +163,7 @@ fn rate_limit(
             Principal::User(u) => limits.client(Client::User(u.id.as_uuid())),
         },
         Some(AuthOutcome::Failed { .. }) => limits.failed_auth(ip),
+        None if wrong_internal_key => limits.failed_auth(ip),
         None => limits.anonymous(ip),
     }
 }

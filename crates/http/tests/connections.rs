@@ -613,3 +613,183 @@ async fn gateway_takes_bodies_up_to_4_mib_and_hostile_ones_get_an_answer() {
         .set_json(json!({"asset_id": asset}));
     expect!(app, shape, StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+#[actix_web::test]
+async fn secret_references_resolve_only_what_the_operator_granted() {
+    let store = InMemoryStore::new();
+    let connectors = MemoryConnectors::new();
+    connectors.put("crm", people(), vec![]);
+    connectors.require_password("crm", "s3cret-pw");
+    let secrets = FakeSecrets(
+        [
+            ("CRM_PASSWORD".to_string(), "s3cret-pw".to_string()),
+            ("SLUICE_JWT_HS256_SECRET".to_string(), "the-services-jwt-secret".to_string()),
+            ("OTHER_TEAMS_PW".to_string(), "other-teams-secret".to_string()),
+        ]
+        .into(),
+    );
+    let clock = std::sync::Arc::new(sluice_testkit::ManualClock::new(time::OffsetDateTime::now_utc()));
+    let ports = sluice_testkit::in_memory_ports_with(&store, clock, &connectors, secrets);
+    // The operator grants everything it can: the service's own names stay out.
+    let wide = test::init_service(app(common::state_on(ports.clone(), "CRM_* *"))).await;
+    let org = acme!(wide);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let body = |password: &str| json!({"name": "crm", "type": "memory", "capability": "source", "config": {"dataset": "crm", "password": password}});
+    for path in [conns.clone(), format!("{conns}/test")] {
+        let err = expect!(
+            wide,
+            req(Method::POST, &path, "ann").set_json(body("env:SLUICE_JWT_HS256_SECRET")),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
+        let message = err["details"]["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains("env:SLUICE_JWT_HS256_SECRET") && message.contains("own configuration"), "{message}");
+        assert!(!err.to_string().contains("the-services-jwt-secret"), "{err}");
+    }
+    let err = expect!(
+        wide,
+        req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "ann").set_json(
+            json!({"name": "aws", "type": "memory", "credentials": {"password": "env:AWS_SECRET_ACCESS_KEY"}})
+        ),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "credentials.password", "{err}");
+
+    // With a narrower grant, an ungranted name is refused at every write path.
+    let narrow = test::init_service(app(common::state_on(ports.clone(), "CRM_*"))).await;
+    let err = expect!(
+        narrow,
+        req(Method::POST, &conns, "ann").set_json(body("env:OTHER_TEAMS_PW")),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let message = err["details"]["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("env:OTHER_TEAMS_PW") && message.contains("SLUICE_ENV_REFS_ALLOW"), "{message}");
+    let integ = expect!(
+        narrow,
+        req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "ann")
+            .set_json(json!({"name": "crm", "type": "memory", "credentials": {"password": "env:CRM_PASSWORD"}})),
+        StatusCode::CREATED
+    );
+    let err = expect!(
+        narrow,
+        req(Method::PATCH, &format!("/v1/organizations/{org}/integrations/{}", integ["id"].as_str().unwrap()), "ann")
+            .set_json(json!({"credentials": {"password": "env:OTHER_TEAMS_PW"}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "credentials.password", "{err}");
+    let yaml = "version: \"1\"\nconnections:\n  - {name: other, type: memory, capability: source, config: {dataset: crm, password: \"env:OTHER_TEAMS_PW\"}}\n";
+    let err = expect!(
+        narrow,
+        req(Method::POST, &format!("/v1/organizations/{org}/iac/apply"), "ann")
+            .insert_header(("Content-Type", "application/x-yaml"))
+            .set_payload(yaml),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "connections[0].config.password", "{err}");
+
+    // A granted reference works; once the grant is withdrawn, its test and
+    // its runs fail naming the reference, not with an empty value.
+    let c = expect!(narrow, req(Method::POST, &conns, "ann").set_json(body("env:CRM_PASSWORD")), StatusCode::CREATED);
+    let test_path = format!("{conns}/{}/test", c["id"].as_str().unwrap());
+    let t = expect!(narrow, req(Method::POST, &test_path, "ann"), StatusCode::OK);
+    assert_eq!(t["ok"], true, "{t}");
+    let none = test::init_service(app(common::state_on(ports.clone(), ""))).await;
+    let t = expect!(none, req(Method::POST, &test_path, "ann"), StatusCode::OK);
+    assert_eq!(t["ok"], false, "{t}");
+    assert_eq!(t["error_code"], "invalid_config", "{t}");
+    assert!(t["error"].as_str().unwrap().contains("env:CRM_PASSWORD"), "{t}");
+}
+
+#[actix_web::test]
+async fn a_stored_secret_goes_only_where_it_was_entered_for() {
+    let (app, _, org) = setup!();
+    let inv = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/invitations"), "ann")
+            .set_json(json!({"email": "eve@example.com", "role": "Editor"})),
+        StatusCode::CREATED
+    );
+    expect!(
+        app,
+        req(Method::POST, "/v1/invitations/accept", "eve").set_json(json!({"token": inv["token"]})),
+        StatusCode::OK
+    );
+    let conns = format!("/v1/organizations/{org}/connections");
+    // An Admin's integration, used by one connection (dataset crm).
+    let iid = expect!(
+        app,
+        req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "ann")
+            .set_json(json!({"name": "crm", "type": "memory", "credentials": {"password": "s3cret-pw"}})),
+        StatusCode::CREATED
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = |name: &str, dataset: &str| json!({"name": name, "type": "memory", "capability": "source", "integration_id": iid, "config": {"dataset": dataset}});
+    let cid = expect!(app, req(Method::POST, &conns, "ann").set_json(body("crm", "crm")), StatusCode::CREATED)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // An Editor may not point the integration's secret at another place:
+    // not by re-pointing the connection, nor by a new one, nor by an unsaved test.
+    let err = expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{cid}"), "eve").set_json(json!({"config": {"dataset": "evil"}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
+    expect!(app, req(Method::POST, &conns, "eve").set_json(body("evil", "evil")), StatusCode::UNPROCESSABLE_ENTITY);
+    expect!(
+        app,
+        req(Method::POST, &format!("{conns}/test"), "eve").set_json(body("evil", "evil")),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // Where the integration is already used, or with the secret supplied
+    // again, an Editor may; an Admin may always.
+    expect!(app, req(Method::POST, &format!("{conns}/test"), "eve").set_json(body("again", "crm")), StatusCode::OK);
+    expect!(app, req(Method::POST, &conns, "eve").set_json(body("crm2", "crm")), StatusCode::CREATED);
+    expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{cid}"), "eve")
+            .set_json(json!({"config": {"dataset": "people", "password": "entered-again"}})),
+        StatusCode::OK
+    );
+    expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{cid}"), "eve").set_json(json!({"name": "renamed"})),
+        StatusCode::OK
+    );
+    expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{cid}"), "ann").set_json(json!({"config": {"dataset": "elsewhere"}})),
+        StatusCode::OK
+    );
+
+    // A connection's own secret, too: moving it asks for the secret again.
+    let own = expect!(
+        app,
+        req(Method::POST, &conns, "eve").set_json(json!({
+            "name": "own", "type": "memory", "capability": "source", "config": {"dataset": "crm", "password": "s3cret-pw"}
+        })),
+        StatusCode::CREATED
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let err = expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{own}"), "eve")
+            .set_json(json!({"config": {"dataset": "evil", "password": "***"}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
+    // Re-attaching it to the Admin's integration at a new place is refused too.
+    let err = expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{own}"), "eve")
+            .set_json(json!({"integration_id": iid, "config": {"password": null, "dataset": "nowhere"}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
+}

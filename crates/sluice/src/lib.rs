@@ -226,6 +226,7 @@ impl Application {
             metrics,
             entity_concurrency: settings.entity_concurrency,
             read_ranges: settings.read_ranges,
+            secret_policy: settings.secret_policy.clone(),
         };
         let sluice = Sluice::with_options(ports, options);
         Ok((sluice, store))

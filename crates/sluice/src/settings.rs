@@ -65,6 +65,10 @@ pub struct Settings {
     /// Console sign-in with OpenID Connect (`SLUICE_OIDC_ISSUER`,
     /// `SLUICE_OIDC_CLIENT_ID`, `SLUICE_OIDC_CLIENT_SECRET`).
     pub oidc: Option<sluice_clients::oidc::OidcConfig>,
+    /// The secret references organizations may resolve
+    /// (`SLUICE_ENV_REFS_ALLOW`, `SLUICE_AWS_SECRETS_ALLOW`; by default
+    /// none; see `docs/security.md`).
+    pub secret_policy: sluice_domain::connect::secret_policy::SecretPolicy,
 }
 
 /// Stripe: the secret key, the webhook signing secret, the API base (tests
@@ -213,7 +217,13 @@ impl Settings {
             }
             _ => bail!("set all of SLUICE_OIDC_ISSUER, SLUICE_OIDC_CLIENT_ID and SLUICE_OIDC_CLIENT_SECRET, or none"),
         };
+        let secret_policy = sluice_domain::connect::secret_policy::SecretPolicy::parse(
+            &var("SLUICE_ENV_REFS_ALLOW").unwrap_or_default(),
+            &var("SLUICE_AWS_SECRETS_ALLOW").unwrap_or_default(),
+        )
+        .map_err(anyhow::Error::msg)?;
         Ok(Self {
+            secret_policy,
             oidc,
             webhook_allow_private,
             stripe,
@@ -430,6 +440,7 @@ mod tests {
             stripe: None,
             webhook_allow_private: false,
             oidc: None,
+            secret_policy: Default::default(),
         };
         s.ensure_secrets().unwrap();
         let first = s.jwt_hs256_secret.clone().unwrap();

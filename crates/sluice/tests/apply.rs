@@ -95,7 +95,10 @@ async fn server_with_key(tag: &str, name: &str) -> (std::path::PathBuf, Proc, St
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
     let db = format!("sqlite://{}?mode=rwc", dir.join("meta.db").display());
-    let server = spawn(&["serve"], &env(&dir, &db, port));
+    // The document's secret reference, granted by the operator.
+    let mut vars = env(&dir, &db, port);
+    vars.push(("SLUICE_ENV_REFS_ALLOW", "APP_DB_PASSWORD".into()));
+    let server = spawn(&["serve"], &vars);
     let base = format!("http://127.0.0.1:{port}");
     let api = Api { client: client(), base: base.clone(), token: token() };
     wait_healthy(&api.client, &base).await;

@@ -152,6 +152,72 @@ pub fn unresolved(
     ResolvedConfig { connector_type: spec.connector_type.to_string(), values, credential_keys, org: Some(org) }
 }
 
+/// The settings that do not change where a connection's secrets are sent
+/// (every other setting does: server, port, database, user, TLS, path).
+pub const NOT_PLACE_KEYS: [&str; 2] = ["schema", "format"];
+
+/// Where `config` sends its secrets: its settings but [`NOT_PLACE_KEYS`].
+pub fn place(config: &BTreeMap<String, Value>) -> BTreeMap<&str, &Value> {
+    config.iter().filter(|(k, _)| !NOT_PLACE_KEYS.contains(&k.as_str())).map(|(k, v)| (k.as_str(), v)).collect()
+}
+
+/// The credential values a request supplies anew in `update` (a value, not
+/// the placeholder, not a removal).
+pub fn supplied_secrets<'a>(spec: &ConnectorSpec, update: &'a BTreeMap<String, Value>) -> Vec<&'a str> {
+    let credential: Vec<&str> = spec.credential_fields().collect();
+    update
+        .iter()
+        .filter(|(k, v)| credential.contains(&k.as_str()) && v.as_str().is_some_and(|s| s != PLACEHOLDER))
+        .map(|(k, _)| k.as_str())
+        .collect()
+}
+
+/// The stored secrets a connection would send to a place they were not
+/// entered for, which the caller must supply again (as errors on
+/// `config.<key>`), for a caller who may not read them (not an Admin):
+///
+/// - the connection's own stored secrets, when its place (see [`place`])
+///   changed from `before`;
+/// - its integration's secrets (`integration`), when the connection is new
+///   (`before` is `None`: created, or tested unsaved) or its place or its
+///   integration changed, unless `integration_home`: another saved
+///   connection already sends them to this very place.
+///
+/// A secret `supplied` in this request goes where the caller says.
+pub fn secrets_to_resupply(
+    spec: &ConnectorSpec,
+    before: Option<&Connection>,
+    after: &Connection,
+    integration: Option<&Credentials>,
+    integration_home: bool,
+    supplied: &[&str],
+) -> Vec<FieldError> {
+    let moved = before.is_some_and(|b| place(&b.config) != place(&after.config));
+    let reattached = before.is_none_or(|b| b.integration_id != after.integration_id);
+    let secret = |k: &str| spec.config_fields.iter().find(|f| f.name == k).is_none_or(|f| f.credential);
+    let mut keys: Vec<&str> = Vec::new();
+    if moved {
+        keys.extend(after.secrets.0.keys().map(String::as_str));
+    }
+    if (moved || reattached) && !integration_home {
+        keys.extend(integration.iter().flat_map(|c| c.0.keys()).map(String::as_str).filter(|k| secret(k)));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    // A new connection's own secrets are entered for its place now.
+    let entered_now = |k: &str| before.is_none() && after.secrets.0.contains_key(k);
+    keys.into_iter()
+        .filter(|k| !supplied.contains(k) && !entered_now(k))
+        .map(|k| {
+            FieldError::new(
+                format!("config.{k}"),
+                "this would send a stored secret to a server, database or TLS setting it was not entered for: \
+                 supply it again, or ask an Admin to make this change",
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,10 @@ use super::oauth::{OAuthState, STATE_TTL, challenge, sign_state, verify_state};
 use super::ports::{
     ConnectionRepository, DiscoveredSchemas, IntegrationRepository, OAuthClient, OAuthStateStore, SecretResolver,
 };
-use crate::connect::connection::{Connection, ConnectionStatus, check_capability, merge_settings, split_config};
+use crate::connect::connection::{
+    Connection, ConnectionStatus, check_capability, merge_settings, place, secrets_to_resupply, split_config,
+    supplied_secrets,
+};
 use crate::connect::connector::{
     Capability, ConnectorError, ConnectorSpec, EntitySchema, ReadRequest, RecordBatch, ResolvedConfig,
 };
@@ -96,6 +99,8 @@ pub struct ConnectService {
     pub(crate) connections: Arc<dyn ConnectionRepository>,
     pub(crate) connectors: Arc<dyn ConnectorRegistry>,
     pub(crate) secrets: Arc<dyn SecretResolver>,
+    /// The secret references each organization may resolve.
+    pub(crate) secret_policy: Arc<crate::connect::secret_policy::SecretPolicy>,
     pub(crate) schemas: Arc<dyn DiscoveredSchemas>,
     /// OAuth providers; `None` when none is configured.
     pub(crate) oauth: Option<Arc<dyn OAuthClient>>,
@@ -201,8 +206,14 @@ impl ConnectService {
             errors.push(e);
         }
         let mut credentials = Credentials::default();
-        if let Err(f) = credentials.merge("credentials", &new.credentials) {
-            errors.push(Error::Validation(f));
+        match credentials.merge("credentials", &new.credentials) {
+            Err(f) => errors.push(Error::Validation(f)),
+            Ok(()) => {
+                let refused = self.secret_policy.refused_in(org, "credentials", &credentials, &Credentials::default());
+                if !refused.is_empty() {
+                    errors.push(Error::Validation(refused));
+                }
+            }
         }
         let Some(name) = name.filter(|_| errors.is_empty()) else {
             return Err(crate::shared::error::merge_validation(errors));
@@ -240,10 +251,17 @@ impl ConnectService {
                 Err(e) => errors.push(e),
             }
         }
-        if let Some(c) = update.credentials
-            && let Err(f) = after.credentials.merge("credentials", &c)
-        {
-            errors.push(Error::Validation(f));
+        if let Some(c) = update.credentials {
+            match after.credentials.merge("credentials", &c) {
+                Err(f) => errors.push(Error::Validation(f)),
+                Ok(()) => {
+                    let refused =
+                        self.secret_policy.refused_in(org, "credentials", &after.credentials, &before.credentials);
+                    if !refused.is_empty() {
+                        errors.push(Error::Validation(refused));
+                    }
+                }
+            }
         }
         if !errors.is_empty() {
             return Err(crate::shared::error::merge_validation(errors));
@@ -311,11 +329,16 @@ impl ConnectService {
             }
             match split_config(spec, &new.config, &BTreeMap::new(), &Credentials::default()) {
                 Ok((config, secrets)) => {
-                    errors.extend(
-                        self.connectors
-                            .check_config(&crate::connect::connection::unresolved(org, spec, &config, &secrets))
-                            .await,
-                    );
+                    let refused = self.secret_policy.refused_in(org, "config", &secrets, &Credentials::default());
+                    // A refused reference is not worth reaching the host for.
+                    if refused.is_empty() {
+                        errors.extend(
+                            self.connectors
+                                .check_config(&crate::connect::connection::unresolved(org, spec, &config, &secrets))
+                                .await,
+                        );
+                    }
+                    errors.extend(refused);
                     parts = Some((config, secrets));
                 }
                 Err(f) => errors.extend(f),
@@ -345,6 +368,7 @@ impl ConnectService {
     pub async fn create_connection(&self, p: &Principal, org: OrgId, new: NewConnection) -> Result<Connection> {
         self.identity.access(p, org, Permission::Write).await?;
         let c = self.build_connection(org, new).await?;
+        self.keep_secrets_home(p, None, &c, &[]).await?;
         let audit = AuditEntry::new(Some(org), p.actor(), "connection.created", "connection", c.id, c.created_at)
             .with_change(Value::Null, connection_json(&c));
         self.connections.create(&c, &audit).await.map_err(|e| named_conflict(e, "connection", &c.name))?;
@@ -363,6 +387,11 @@ impl ConnectService {
         let spec = self.spec(&before.connector_type, "type")?;
         let mut after = before.clone();
         let mut errors: Vec<FieldError> = Vec::new();
+        let supplied: Vec<String> = update
+            .config
+            .as_ref()
+            .map(|c| supplied_secrets(&spec, c).into_iter().map(str::to_string).collect())
+            .unwrap_or_default();
         if let Some(n) = update.name {
             match validate_name("name", &n) {
                 Ok(n) => after.name = n,
@@ -392,11 +421,15 @@ impl ConnectService {
         if let Some(cfg) = update.config {
             match split_config(&spec, &cfg, &before.config, &before.secrets) {
                 Ok((config, secrets)) => {
-                    errors.extend(
-                        self.connectors
-                            .check_config(&crate::connect::connection::unresolved(org, &spec, &config, &secrets))
-                            .await,
-                    );
+                    let refused = self.secret_policy.refused_in(org, "config", &secrets, &before.secrets);
+                    if refused.is_empty() {
+                        errors.extend(
+                            self.connectors
+                                .check_config(&crate::connect::connection::unresolved(org, &spec, &config, &secrets))
+                                .await,
+                        );
+                    }
+                    errors.extend(refused);
                     after.config = config;
                     after.secrets = secrets;
                 }
@@ -409,6 +442,8 @@ impl ConnectService {
         if after == before {
             return Ok(after);
         }
+        let supplied: Vec<&str> = supplied.iter().map(String::as_str).collect();
+        self.keep_secrets_home(p, Some(&before), &after, &supplied).await?;
         // A changed setting invalidates the last test.
         if after.config != before.config
             || after.secrets != before.secrets
@@ -430,6 +465,53 @@ impl ConnectService {
         let audit = AuditEntry::new(Some(org), p.actor(), "connection.deleted", "connection", id, self.clock.now())
             .with_change(connection_json(&before), Value::Null);
         self.connections.delete(org, id, &audit).await
+    }
+
+    /// Refuses (422 on `config.<key>`) to send a stored secret to a place
+    /// it was not entered for (see [`secrets_to_resupply`]), unless the
+    /// caller may read it (an Admin).
+    async fn keep_secrets_home(
+        &self,
+        p: &Principal,
+        before: Option<&Connection>,
+        after: &Connection,
+        supplied: &[&str],
+    ) -> Result<()> {
+        if self.identity.access(p, after.org_id, Permission::Administer).await.is_ok() {
+            return Ok(());
+        }
+        let Some(spec) = self.connectors.spec(&after.connector_type) else { return Ok(()) };
+        let integration = match after.integration_id {
+            Some(iid) => self.integrations.get(after.org_id, iid).await?,
+            None => None,
+        };
+        let home = match &integration {
+            Some(i) => self.integration_used_at(after, i.id).await?,
+            None => false,
+        };
+        let errors =
+            secrets_to_resupply(&spec, before, after, integration.as_ref().map(|i| &i.credentials), home, supplied);
+        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
+    }
+
+    /// Whether another saved connection already sends integration
+    /// `integration`'s secrets to the place of `c`.
+    async fn integration_used_at(&self, c: &Connection, integration: IntegrationId) -> Result<bool> {
+        let mut page = PageRequest { limit: crate::shared::page::MAX_LIMIT, after: None };
+        loop {
+            let found = self.connections.list(c.org_id, page).await?;
+            if found
+                .items
+                .iter()
+                .any(|o| o.id != c.id && o.integration_id == Some(integration) && place(&o.config) == place(&c.config))
+            {
+                return Ok(true);
+            }
+            match found.items.last().filter(|_| found.next_cursor.is_some()) {
+                Some(last) => page.after = Some(last.id.as_uuid()),
+                None => return Ok(false),
+            }
+        }
     }
 
     /// The settings a connector runs with, secrets resolved.
@@ -472,6 +554,7 @@ impl ConnectService {
     pub async fn test_unsaved_connection(&self, p: &Principal, org: OrgId, new: NewConnection) -> Result<TestOutcome> {
         self.identity.access(p, org, Permission::Write).await?;
         let c = self.build_connection(org, new).await?;
+        self.keep_secrets_home(p, None, &c, &[]).await?;
         Ok(self.run_test(&c).await)
     }
 
@@ -572,6 +655,7 @@ impl ConnectService {
             if let Some(Value::String(s)) = values.get(k) {
                 let parsed = SecretValue::parse(s);
                 if parsed.is_reference() {
+                    self.secret_policy.check(org, s).map_err(|r| ConnectorError::InvalidConfig(r.0))?;
                     let resolved = self.secrets.resolve(s).await?;
                     values.insert(k.clone(), Value::String(resolved));
                 }

@@ -7,6 +7,7 @@
 use super::ports::IacRepository;
 use crate::catalog::drift::{CurrentField, DriftReport, MappingFacts, ProposedField};
 use crate::catalog::service::CatalogService;
+use crate::connect::integration::Credentials;
 use crate::connect::service::ConnectService;
 use crate::connect::service::{connection_json, integration_json};
 use crate::iac::{self, Action, Catalogue, Document, IacPlan};
@@ -106,7 +107,7 @@ impl IacService {
             let current = self.iac.snapshot(org).await?;
             let now = self.clock.now();
             let mut plan = iac::plan(&doc, &current, &registry, org, now)?;
-            self.check_connection_settings(org, &doc, &plan).await?;
+            self.check_connection_settings(org, &doc, &current, &plan).await?;
             if dry_run {
                 for c in plan.changes.iter_mut().filter(|c| c.action == Action::Created) {
                     c.id = None;
@@ -132,13 +133,36 @@ impl IacService {
     }
 
     /// The registry's checks of each connection the plan writes (file
-    /// paths inside the organization's directory), by YAML path.
-    async fn check_connection_settings(&self, org: OrgId, doc: &Document, plan: &IacPlan) -> Result<()> {
+    /// paths inside the organization's directory) and the secret
+    /// references the plan sets that the organization may not resolve, by
+    /// YAML path.
+    async fn check_connection_settings(
+        &self,
+        org: OrgId,
+        doc: &Document,
+        current: &crate::iac::plan::Snapshot,
+        plan: &IacPlan,
+    ) -> Result<()> {
         let mut errors = Vec::new();
+        let none = Credentials::default();
+        for w in &plan.writes.integrations {
+            let i = w.item();
+            let Some(at) = doc.integrations.iter().position(|d| d.name.trim() == i.name) else { continue };
+            let before = current.integrations.iter().find(|e| e.id == i.id).map_or(&none, |e| &e.credentials);
+            let field = format!("integrations[{at}].credentials");
+            errors.extend(self.connect.secret_policy.refused_in(org, &field, &i.credentials, before));
+        }
         for w in &plan.writes.connections {
             let c = w.item();
             let Some(spec) = self.connect.registry().spec(&c.connector_type) else { continue };
             let Some(i) = doc.connections.iter().position(|d| d.name.trim() == c.name) else { continue };
+            let before = current.connections.iter().find(|e| e.id == c.id).map_or(&none, |e| &e.secrets);
+            errors.extend(self.connect.secret_policy.refused_in(
+                org,
+                &format!("connections[{i}].config"),
+                &c.secrets,
+                before,
+            ));
             let cfg = crate::connect::connection::unresolved(org, &spec, &c.config, &c.secrets);
             for mut e in self.connect.registry().check_config(&cfg).await {
                 e.field = format!("connections[{i}].{}", e.field);

@@ -95,7 +95,7 @@ async fn list_page(
                 label for="int-credentials" { "Credentials (JSON)" }
                 textarea #int-credentials name="credentials" rows="5" spellcheck="false" autocomplete="off" { (credentials) }
                 span {}
-                p.hint { "Each value is the secret itself, or a reference resolved when used: " code { "env:NAME" } " or " code { "aws:secretsmanager:ARN" } "." }
+                p.hint { "Each value is the secret itself, or a reference resolved when used: " code { "env:NAME" } " or " code { "aws:secretsmanager:ARN" } ", for names the operator granted to this organization." }
                 span {}
                 div.row { button.primary { "Create" } }
             }

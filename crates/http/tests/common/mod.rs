@@ -71,12 +71,36 @@ where
     (a["id"].as_str().unwrap().to_string(), k["key"].as_str().unwrap().to_string())
 }
 
+/// The environment names the tests' operator grants to every organization.
+pub const GRANTED_ENV: &str = "CRM_PASSWORD ARCHIVE_PW";
+
 /// The app's state over in-memory ports with `connectors` and `secrets`,
-/// its clock at now.
+/// its clock at now, the operator granting [`GRANTED_ENV`].
 pub fn state_with(store: &InMemoryStore, connectors: &MemoryConnectors, secrets: FakeSecrets) -> AppState {
+    state_with_grants(store, connectors, secrets, GRANTED_ENV)
+}
+
+/// [`state_with`], the operator granting the environment names `env_grants`
+/// (a `SLUICE_ENV_REFS_ALLOW` value).
+pub fn state_with_grants(
+    store: &InMemoryStore,
+    connectors: &MemoryConnectors,
+    secrets: FakeSecrets,
+    env_grants: &str,
+) -> AppState {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    state_on(in_memory_ports_with(store, clock, connectors, secrets), env_grants)
+}
+
+/// The app's state over `ports`, the operator granting the environment
+/// names `env_grants`.
+pub fn state_on(ports: sluice_domain::app::Ports, env_grants: &str) -> AppState {
+    let options = sluice_domain::app::Options {
+        secret_policy: sluice_domain::connect::secret_policy::SecretPolicy::parse(env_grants, "").unwrap(),
+        ..Default::default()
+    };
     AppState {
-        sluice: Sluice::new(in_memory_ports_with(store, clock, connectors, secrets)),
+        sluice: Sluice::with_options(ports, options),
         internal_api_key: None,
         console_url: "http://console.example".into(),
         rate_limits: None,
