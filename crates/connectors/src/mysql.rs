@@ -758,6 +758,17 @@ struct MySqlWriter {
     pending: WriteStats,
 }
 
+impl Drop for MySqlWriter {
+    /// A writer dropped unfinished (a cancelled run, a lost lease) stops
+    /// its session at once: statements it had queued are not executed
+    /// after the run let go of them, and its transaction rolls back.
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            session.abort();
+        }
+    }
+}
+
 impl MySqlWriter {
     fn e(&self, e: &sqlx::Error) -> ConnectorError {
         err(e, &self.host, &self.database)

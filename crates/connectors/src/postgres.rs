@@ -1184,6 +1184,43 @@ impl Destination for PgConnector {
     }
 
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+        self.open_writer(schema, mode, None).await
+    }
+
+    async fn open_for(
+        &self,
+        schema: &EntitySchema,
+        mode: WriteMode,
+        attempt: &Attempt,
+    ) -> ConnectorResult<Box<dyn EntityWriter>> {
+        self.open_writer(schema, mode, Some(attempt.mark())).await
+    }
+
+    async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
+        // A role may end its own sessions (or those of roles it is a
+        // member of); only sessions of this database, of this run, of
+        // another attempt.
+        let ended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+             AND starts_with(application_name, $1) AND application_name <> $2",
+        )
+        .bind(attempt.run_mark())
+        .bind(attempt.mark())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        Ok(ended.max(0) as u64)
+    }
+}
+
+impl PgConnector {
+    async fn open_writer(
+        &self,
+        schema: &EntitySchema,
+        mode: WriteMode,
+        mark: Option<String>,
+    ) -> ConnectorResult<Box<dyn EntityWriter>> {
         let pk: Vec<String> = schema.primary_key().into_iter().map(str::to_string).collect();
         if mode == WriteMode::Upsert && pk.is_empty() {
             return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));
@@ -1193,6 +1230,7 @@ impl Destination for PgConnector {
         // to its session, and checkpoints commit on it.
         let mut tx = self.pool.acquire().await.map_err(|e| self.e(&e))?;
         self.run(&mut tx, "BEGIN".into()).await?;
+        mark_transaction(&mut tx, mark.as_deref()).await.map_err(|e| self.e(&e))?;
         let pk_list = pk.iter().map(|p| quote_dq(p)).collect::<Vec<_>>().join(", ");
         let new_table = format!("{}__sluice_new", schema.name);
         self.prepare_table(&mut tx, schema, mode, existing.as_ref(), &pk_list, &new_table).await?;
@@ -1279,9 +1317,32 @@ impl Destination for PgConnector {
             pending: WriteStats::default(),
             staged: false,
             seq: 0,
+            mark,
         }))
     }
 }
+
+/// After a writer's `BEGIN`: the transaction carries its attempt's mark
+/// (`application_name`), so that a later attempt of the run can end it
+/// ([`Destination::end_earlier_attempts`]), and ends itself after
+/// [`IDLE_IN_TRANSACTION`] without a statement (a frozen worker's locks,
+/// where no later attempt may end its session). Both last as long as the
+/// transaction: a pooled connection keeps neither.
+async fn mark_transaction(conn: &mut sqlx::PgConnection, mark: Option<&str>) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT set_config('application_name', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)",
+    )
+    .bind(mark.unwrap_or("sluice"))
+    .bind(format!("{}s", IDLE_IN_TRANSACTION.as_secs()))
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// How long a writer's transaction may stay idle (no statement) before the
+/// server ends it: far longer than any pause of a working writer (a
+/// source's first rows, a checkpoint), a bound on a frozen one.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(600);
 
 /// The column definitions of `schema` (`NOT NULL` where the field is not
 /// nullable and not a key, when asked).
@@ -1393,6 +1454,8 @@ struct PgWriter {
     staged: bool,
     /// The staged rows' order (the last version of a key wins the merge).
     seq: i64,
+    /// The attempt's mark, set again in each transaction.
+    mark: Option<String>,
 }
 
 impl Drop for PgWriter {
@@ -1512,6 +1575,7 @@ impl EntityWriter for PgWriter {
         let conn = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
         sqlx::query("COMMIT").execute(&mut **conn).await.map_err(|e| err(&e, &host, &db))?;
         sqlx::query("BEGIN").execute(&mut **conn).await.map_err(|e| err(&e, &host, &db))?;
+        mark_transaction(conn, self.mark.as_deref()).await.map_err(|e| err(&e, &host, &db))?;
         self.stats.rows_written += self.pending.rows_written;
         self.stats.bytes += self.pending.bytes;
         self.pending = WriteStats::default();

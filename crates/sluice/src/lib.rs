@@ -253,8 +253,11 @@ impl Application {
             }
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        // Every serving process hears what others on the store change:
+        // queued work, and credentials that its caches must drop.
+        store.listen();
+        tokio::spawn(worker::forget_changed_credentials(sluice.clone(), store.wake()));
         let worker = if settings.run_worker {
-            store.listen();
             let id = worker::worker_id();
             tokio::spawn(worker::deliver(sluice.clone(), id.clone(), store.wake()));
             Some(tokio::spawn(worker::run(sluice.clone(), id, stopped, store.wake())))

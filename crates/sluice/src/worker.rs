@@ -150,3 +150,14 @@ pub async fn deliver(sluice: Sluice, id: String, wake: Arc<Wake>) {
         }
     }
 }
+
+/// Runs forever: drops this process's cached credentials whenever they
+/// change in any process on the store (an API key revoked, a member's role
+/// changed or removed, an organization deleted), so that the change holds
+/// here as soon as its notification arrives, not after the cache's second.
+pub async fn forget_changed_credentials(sluice: Sluice, wake: Arc<Wake>) {
+    loop {
+        wake.credentials_changed().await;
+        sluice.identity.forget_cached_credentials();
+    }
+}

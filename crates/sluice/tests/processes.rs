@@ -2,7 +2,10 @@
 //! SIGKILL in the middle of a large incremental sync resumes after restart
 //! with every record exactly once (and a second process on its SQLite store
 //! refuses to start meanwhile); two `sluice worker` processes on one
-//! PostgreSQL metadata store execute 50 queued runs each exactly once.
+//! PostgreSQL metadata store execute 50 queued runs each exactly once; a
+//! run taken over from a frozen worker ends that worker's destination
+//! session and finishes while it stays frozen; an API key revoked through
+//! one process stops working in another at once.
 
 mod common;
 
@@ -496,9 +499,11 @@ async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
         assert!(Instant::now() < deadline, "the run was not taken over: {r}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The frozen worker wakes while the second one is copying.
+    // The second attempt ends the frozen one's destination session (whose
+    // open transaction holds its locks) and finishes while the first
+    // worker stays frozen; then the first wakes.
+    let done = succeeded(&api, &org, &run, 300, "the run did not finish while the first worker stayed frozen").await;
     signal(&first, "CONT");
-    let done = succeeded(&api, &org, &run, 300, "the run did not finish").await;
     // Give the first worker time to do anything it still would: it must
     // stop within one heartbeat (half a second here) of waking.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -519,6 +524,10 @@ async fn a_frozen_worker_whose_run_was_taken_over_writes_nothing_more() {
     assert_eq!(lines.iter().filter(|l| l.starts_with("run succeeded")).count(), 1, "{lines:#?}");
     assert_eq!(lines.iter().filter(|l| l.starts_with("run started")).count(), 2, "{lines:#?}");
     assert!(lines.iter().any(|l| l.contains("queued again")), "a take-over line: {lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("ended 1 destination session(s)")),
+        "the take-over ended the frozen attempt's session: {lines:#?}"
+    );
     // The recovering process logs the take-over after re-queueing, so the
     // new attempt's first line may come before it; what matters is that
     // nothing of the first attempt (which read from no cursor) follows the
@@ -643,5 +652,54 @@ async fn sigterm_lets_the_run_in_progress_end_and_takes_no_more() {
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_eq!(count_rows(&mut pg, &format!("SELECT count(*) FROM {}.events", dst.name)).await, ROWS);
     assert_eq!(api.get(&format!("/v1/organizations/{org}/runs/{queued}")).await["status"], "queued");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// On one PostgreSQL store, an API key revoked through one process stops
+/// working in another within 100 ms of the revocation's answer (the other
+/// process's cache is dropped by the store's notification; before, it
+/// served the key for up to a second).
+#[tokio::test]
+async fn a_revoked_key_stops_working_in_every_process_at_once() {
+    use sea_orm::ConnectionTrait;
+    let Some((admin, name, db, data)) = pg_metadata_db("revoke").await else { return };
+    let (pa, pb) = (free_port(), free_port());
+    let a = Api { client: client(), base: format!("http://127.0.0.1:{pa}"), token: token() };
+    let b = Api { client: a.client.clone(), base: format!("http://127.0.0.1:{pb}"), token: token() };
+    let _a_proc = serve(&["serve"], &env(&data, &db, pa), &a).await;
+    let _b_proc = serve(&["serve", "--no-worker"], &env(&data, &db, pb), &b).await;
+    let org = a.post("/v1/organizations", json!({"name": "Revoke"})).await["id"].as_str().unwrap().to_string();
+    let with_key = |key: &str| {
+        b.client.get(format!("{}/v1/organizations/{org}/flows", b.base)).header("X-Api-Key", key.to_string()).send()
+    };
+    for trial in 0..5 {
+        let k = a
+            .post(
+                &format!("/v1/organizations/{org}/api-keys"),
+                json!({"name": format!("k{trial}"), "roles": ["Admin"]}),
+            )
+            .await;
+        let (id, key) = (k["id"].as_str().unwrap().to_string(), k["key"].as_str().unwrap().to_string());
+        // Process B knows the key (and caches it).
+        assert_eq!(with_key(&key).await.unwrap().status().as_u16(), 200);
+        let (s, body) = a.call(reqwest::Method::DELETE, &format!("/v1/organizations/{org}/api-keys/{id}"), None).await;
+        assert_eq!(s, 204, "{body}");
+        let revoked = Instant::now();
+        loop {
+            let status = with_key(&key).await.unwrap().status().as_u16();
+            if status == 401 {
+                break;
+            }
+            assert_eq!(status, 200);
+            let waited = revoked.elapsed();
+            assert!(
+                waited < Duration::from_millis(100),
+                "trial {trial}: the revoked key still worked after {waited:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(with_key(&key).await.unwrap().status().as_u16(), 401, "and stays revoked");
+    }
+    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }

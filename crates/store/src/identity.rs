@@ -221,6 +221,7 @@ impl OrgRepository for Store {
             if res.rows_affected == 0 {
                 return Err(Error::not_found("organization"));
             }
+            tx.queues(crate::wake::Work::Credentials).await?;
         })
     }
 
@@ -251,6 +252,7 @@ impl OrgRepository for Store {
                 .exec(tx.c())
                 .await
                 .map_err(db_err)?;
+            tx.queues(crate::wake::Work::Credentials).await?;
             insert_audit(tx.c(), audit).await
         })?;
         self.get_member(org, user).await?.ok_or(Error::not_found("member"))
@@ -262,6 +264,7 @@ impl OrgRepository for Store {
             let m = self.membership(tx.c(), org, user).await?.ok_or(Error::not_found("member"))?;
             check_admin_retained(self.admin_count(tx.c(), org).await?, convert::role(&m.role)?, None)?;
             memberships::Entity::delete_by_id(m.id).exec(tx.c()).await.map_err(db_err)?;
+            tx.queues(crate::wake::Work::Credentials).await?;
         })
     }
 }
@@ -408,6 +411,7 @@ impl ApiKeyRepository for Store {
             if res.rows_affected == 0 {
                 return Err(Error::not_found("api key"));
             }
+            tx.queues(crate::wake::Work::Credentials).await?;
         })
     }
 

@@ -17,16 +17,21 @@ pub enum Work {
     Runs,
     /// A notification delivery to send.
     Deliveries,
+    /// Credentials changed (an API key revoked, an organization deleted, a
+    /// member's role changed or removed): what each process caches of
+    /// them is dropped.
+    Credentials,
 }
 
 impl Work {
-    const ALL: [Work; 2] = [Work::Runs, Work::Deliveries];
+    const ALL: [Work; 3] = [Work::Runs, Work::Deliveries, Work::Credentials];
 
     /// The PostgreSQL channel of this kind of work.
     pub fn channel(self) -> &'static str {
         match self {
             Work::Runs => "sluice_runs_queued",
             Work::Deliveries => "sluice_deliveries_queued",
+            Work::Credentials => "sluice_credentials_changed",
         }
     }
 
@@ -34,6 +39,7 @@ impl Work {
         match self {
             Work::Runs => 1,
             Work::Deliveries => 2,
+            Work::Credentials => 4,
         }
     }
 }
@@ -43,6 +49,7 @@ impl Work {
 pub struct Wake {
     runs: Notify,
     deliveries: Notify,
+    credentials: Notify,
 }
 
 impl Wake {
@@ -51,7 +58,15 @@ impl Wake {
         match work {
             Work::Runs => self.runs.notify_one(),
             Work::Deliveries => self.deliveries.notify_one(),
+            Work::Credentials => self.credentials.notify_one(),
         }
+    }
+
+    /// Resolves when credentials changed (here or, on PostgreSQL, in any
+    /// process on the store) since the last wait, or when a notification
+    /// may have been missed.
+    pub async fn credentials_changed(&self) {
+        self.credentials.notified().await;
     }
 
     /// Resolves when a run was queued since the last wait (or is, now).

@@ -227,6 +227,27 @@ pub trait EntityWriter: Send {
     }
 }
 
+/// Which attempt of which run writes: what a destination marks its
+/// sessions with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub run: uuid::Uuid,
+    pub number: u32,
+}
+
+impl Attempt {
+    /// The mark of this attempt's sessions (63 characters at most: it fits
+    /// PostgreSQL's `application_name`).
+    pub fn mark(&self) -> String {
+        format!("sluice:{}:{}", self.run.simple(), self.number)
+    }
+
+    /// What every attempt of this run's marks begin with.
+    pub fn run_mark(&self) -> String {
+        format!("sluice:{}:", self.run.simple())
+    }
+}
+
 #[async_trait::async_trait]
 pub trait Destination: Send + Sync {
     async fn check(&self) -> ConnectorResult<()>;
@@ -235,6 +256,25 @@ pub trait Destination: Send + Sync {
     /// Creates the entity from `schema` or adds the columns it lacks, then
     /// opens a writer.
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>>;
+    /// [`Destination::open`] for `attempt`, whose sessions a destination
+    /// that can marks as its own (see [`Destination::end_earlier_attempts`]).
+    async fn open_for(
+        &self,
+        schema: &EntitySchema,
+        mode: WriteMode,
+        attempt: &Attempt,
+    ) -> ConnectorResult<Box<dyn EntityWriter>> {
+        let _ = attempt;
+        self.open(schema, mode).await
+    }
+    /// Ends the sessions that earlier attempts of `attempt`'s run still
+    /// hold here (a frozen worker's open transaction keeps its locks, and
+    /// the attempt that took the run over would wait on them); answers how
+    /// many it ended. A destination that cannot tell them answers 0.
+    async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
+        let _ = attempt;
+        Ok(0)
+    }
     /// Whether a fresh table here (an [`WriteMode::Overwrite`] writer) can
     /// load a source's bulk stream: only then does a first incremental
     /// load open one, since opening it has effects of its own (a table

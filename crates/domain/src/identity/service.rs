@@ -120,6 +120,12 @@ impl IdentityService {
         authorize(self.role_in(principal, org).await?, permission)
     }
 
+    /// Drops every cached credential (API keys): credentials changed in
+    /// another process on the same store, or may have.
+    pub fn forget_cached_credentials(&self) {
+        self.keys.clear();
+    }
+
     /// The scope idempotency keys live in for this caller.
     pub fn idempotency_scope(principal: &Principal) -> String {
         match principal {

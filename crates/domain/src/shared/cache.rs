@@ -22,11 +22,14 @@ const CAPACITY: usize = 10_000;
 
 pub(crate) struct Ttl<K, V> {
     map: RwLock<HashMap<K, (V, OffsetDateTime)>>,
+    /// Moves at every removal: a value loaded while it moved (it may be
+    /// what was just removed) is answered but not cached.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl<K, V> Default for Ttl<K, V> {
     fn default() -> Self {
-        Self { map: RwLock::new(HashMap::new()) }
+        Self { map: RwLock::new(HashMap::new()), generation: Default::default() }
     }
 }
 
@@ -43,6 +46,10 @@ impl<K: Eq + Hash, V: Clone> Ttl<K, V> {
 
     pub(crate) fn put(&self, k: K, v: V, now: OffsetDateTime) {
         let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Self::insert(&mut map, k, v, now);
+    }
+
+    fn insert(map: &mut HashMap<K, (V, OffsetDateTime)>, k: K, v: V, now: OffsetDateTime) {
         if map.len() >= CAPACITY {
             map.retain(|_, (_, at)| fresh(*at, now));
             if map.len() >= CAPACITY {
@@ -59,11 +66,16 @@ impl<K: Eq + Hash, V: Clone> Ttl<K, V> {
         K: Clone,
         F: std::future::Future<Output = Result<V, E>>,
     {
+        use std::sync::atomic::Ordering;
         if let Some(v) = self.get(k, now) {
             return Ok(v);
         }
+        let generation = self.generation.load(Ordering::Acquire);
         let v = load.await?;
-        self.put(k.clone(), v.clone(), now);
+        let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.generation.load(Ordering::Acquire) == generation {
+            Self::insert(&mut map, k.clone(), v.clone(), now);
+        }
         Ok(v)
     }
 
@@ -77,7 +89,13 @@ impl<K: Eq + Hash, V: Clone> Ttl<K, V> {
 
     pub(crate) fn remove_where(&self, mut f: impl FnMut(&K, &V) -> bool) {
         let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         map.retain(|k, (v, _)| !f(k, v));
+    }
+
+    /// Removes every entry.
+    pub(crate) fn clear(&self) {
+        self.remove_where(|_, _| true);
     }
 }
 
@@ -122,6 +140,22 @@ mod tests {
         assert_eq!(c.get(&1, t0), Some("A"));
         c.remove_where(|k, _| *k == 1);
         assert_eq!((c.get(&1, t0), c.get(&2, t0)), (None, Some("b")));
+    }
+
+    #[tokio::test]
+    async fn a_value_loaded_across_a_removal_is_not_cached() {
+        let t0 = datetime!(2026-11-21 12:00 UTC);
+        let c: Ttl<u32, &str> = Ttl::default();
+        let v = c
+            .get_or_load(&1, t0, async {
+                c.clear();
+                Ok::<_, ()>("revoked meanwhile")
+            })
+            .await;
+        assert_eq!(v, Ok("revoked meanwhile"), "answered");
+        assert_eq!(c.get(&1, t0), None, "not cached");
+        let v = c.get_or_load(&1, t0, async { Ok::<_, ()>("a") }).await;
+        assert_eq!((v, c.get(&1, t0)), (Ok("a"), Some("a")));
     }
 
     #[test]

@@ -419,6 +419,18 @@ impl SyncService {
             format!("run started ({}), {} entities", run.trigger.as_str(), flow.config.mappings.len()),
         )
         .await;
+        if run.attempt > 1 {
+            // A take-over: a frozen worker's open transaction would hold
+            // its locks for as long as it stays frozen.
+            match dest.end_earlier_attempts(&attempt_of(run)).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    let message = format!("ended {n} destination session(s) an earlier attempt of this run held");
+                    self.log(run, "info", None, message).await;
+                }
+                Err(e) => tracing::warn!(run = %run.id, error = %e, "earlier attempts' sessions could not be ended"),
+            }
+        }
         // Rows earlier attempts of this run committed (their last progress),
         // so that `rows_written` counts every attempt.
         let earlier = std::mem::take(&mut run.entities);
@@ -594,7 +606,7 @@ impl SyncService {
             // The target is not there yet: loaded like a full refresh (a
             // fresh table, keys built after), when both sides can; else,
             // or when that cannot begin, the checkpointed way below.
-            match dest.open(&schema, WriteMode::Overwrite).await {
+            match dest.open_for(&schema, WriteMode::Overwrite, &attempt_of(run)).await {
                 Ok(writer) => match self.bulk_first_load(&step, writer, source, &source_fields, read, stats).await? {
                     Ok(outcome) => return Ok(outcome),
                     Err(unloaded) => read = unloaded,
@@ -602,7 +614,7 @@ impl SyncService {
                 Err(e) => tracing::warn!(run = %run.id, entity, error = %e, "no fresh table for a first load"),
             }
         }
-        let writer = dest.open(&schema, m.sync_mode.write_mode()).await?;
+        let writer = dest.open_for(&schema, m.sync_mode.write_mode(), &attempt_of(run)).await?;
         // Same engine on both sides and nothing to transform: the source's
         // bulk stream goes straight in, undecoded (a fresh table, or a
         // stage merged at each checkpoint).
@@ -1024,4 +1036,9 @@ impl SyncService {
         };
         if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
+}
+
+/// The attempt a run's destination sessions are marked with.
+fn attempt_of(run: &Run) -> crate::connect::connector::Attempt {
+    crate::connect::connector::Attempt { run: run.id.as_uuid(), number: run.attempt }
 }
