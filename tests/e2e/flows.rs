@@ -769,3 +769,204 @@ async fn a_csv_whose_odd_values_come_after_the_sample_loads_whole_with_exact_typ
         .unwrap();
     assert_eq!((n, odd_amount.as_str(), empty_kind, code.as_str()), (10_000, "1234.567", None, "X-9"));
 }
+
+/// The flow list shows each flow's newest run (read for the whole page in
+/// one query), and a flow without runs shows none.
+async fn the_flow_list_shows_each_flows_last_run(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let dir = app.org_files(&org).join("src");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let c = check!(
+        app.post(&conns, &ann, json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "src"}}))
+            .await,
+        201
+    )
+    .id();
+    let mut flows = Vec::new();
+    for name in ["twice", "once", "never"] {
+        let body = json!({"name": name, "source_connection_id": c, "destination_connection_id": c,
+            "config": {"mappings": [{"source_entity": "events", "dest_entity": format!("out_{name}"), "sync_mode": "full_refresh_overwrite"}]}});
+        flows.push(check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, body).await, 201).id());
+    }
+    let mut last = Vec::new();
+    for flow in [&flows[0], &flows[0], &flows[1]] {
+        last.push(run(&app, &ann, &org, flow).await["id"].as_str().unwrap().to_string());
+    }
+    let listed = check!(app.get(&format!("/v1/organizations/{org}/flows"), &ann).await, 200);
+    let by_name = |n: &str| listed.body["data"].as_array().unwrap().iter().find(|f| f["name"] == n).unwrap().clone();
+    assert_eq!(by_name("twice")["last_run"]["id"], json!(last[1]), "{}", listed.body);
+    assert_eq!(by_name("once")["last_run"]["id"], json!(last[2]), "{}", listed.body);
+    assert_eq!(by_name("once")["last_run"]["status"], "succeeded");
+    assert!(by_name("never")["last_run"].is_null(), "{}", listed.body);
+    let page = check!(app.get(&format!("/v1/organizations/{org}/flows?limit=1"), &ann).await, 200);
+    assert_eq!(page.body["data"][0]["name"], "never");
+    assert!(page.body["data"][0]["last_run"].is_null());
+}
+
+#[tokio::test]
+async fn the_flow_list_shows_each_flows_last_run_with_sqlite_metadata() {
+    the_flow_list_shows_each_flows_last_run(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_flow_list_shows_each_flows_last_run_with_postgres_metadata() {
+    the_flow_list_shows_each_flows_last_run(Backend::Postgres).await;
+}
+
+/// A source column widened (integer to bigint, a longer varchar, a larger
+/// numeric) widens the destination's, a dropped NOT NULL source column
+/// stops being NOT NULL there, and both keep syncing; under
+/// `block_on_new_column` a widened column stops the entity as drift.
+#[tokio::test]
+async fn widened_and_dropped_source_columns_evolve_the_destination() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let (s, d) = (&src.name, &dst.name);
+    pg_exec(format!(
+        "CREATE TABLE {s}.items (id bigint PRIMARY KEY, n integer NOT NULL, name varchar(5), gone text NOT NULL,
+           amount numeric(6,2), updated timestamptz NOT NULL);
+         INSERT INTO {s}.items VALUES (1, 7, 'ab', 'x', 1.5, '2026-01-01Z'), (2, 8, 'cd', 'y', 2.5, '2026-01-02Z');"
+    ))
+    .await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let pg = |name: &str, schema: &str| {
+        json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let source = check!(app.post(&conns, &ann, pg("src", s)).await, 201).id();
+    let dest = check!(app.post(&conns, &ann, pg("dst", d)).await, 201).id();
+    let mapping = |policy: &str| {
+        json!({"mappings": [{"source_entity": "items", "sync_mode": "incremental_deduped", "cursor_field": "updated",
+            "primary_key": "id", "schema_policy": policy}]})
+    };
+    let flow = check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "items", "source_connection_id": source, "destination_connection_id": dest, "config": mapping("allow_all")
+        })).await,
+        201
+    )
+    .id();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    pg_exec(format!(
+        "ALTER TABLE {s}.items ALTER COLUMN n TYPE bigint, ALTER COLUMN name TYPE varchar(50),
+           ALTER COLUMN amount TYPE numeric(12,2), DROP COLUMN gone;
+         INSERT INTO {s}.items VALUES (3, 5000000000, 'a much longer name', 123456.78, '2026-01-03Z');"
+    ))
+    .await;
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    let mut pg_conn = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    let types: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT column_name::text, format_type(a.atttypid, a.atttypmod), is_nullable::text FROM information_schema.columns c
+         JOIN pg_attribute a ON a.attrelid = format('%I.%I', c.table_schema, c.table_name)::regclass AND a.attname = c.column_name
+         WHERE c.table_schema = $1 AND c.table_name = 'items' ORDER BY c.ordinal_position",
+    )
+    .bind(d)
+    .fetch_all(&mut pg_conn)
+    .await
+    .unwrap();
+    let of = |c: &str| types.iter().find(|t| t.0 == c).cloned().unwrap();
+    assert_eq!(of("n").1, "bigint", "{types:?}");
+    assert_eq!(of("name").1, "character varying(50)", "{types:?}");
+    assert_eq!(of("amount").1, "numeric(12,2)", "{types:?}");
+    assert_eq!(of("gone").2, "YES", "{types:?}");
+    let (n, name): (i64, String) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT n, name FROM {d}.items WHERE id = 3")))
+            .fetch_one(&mut pg_conn)
+            .await
+            .unwrap();
+    assert_eq!((n, name.as_str()), (5_000_000_000, "a much longer name"));
+
+    // Under block_on_new_column a widening waits for the user.
+    check!(
+        app.send(
+            reqwest::Method::PATCH,
+            &format!("/v1/organizations/{org}/flows/{flow}"),
+            &ann,
+            Some(json!({"config": mapping("block_on_new_column")})),
+            &[]
+        )
+        .await,
+        200
+    );
+    pg_exec(format!("ALTER TABLE {s}.items ALTER COLUMN name TYPE varchar(80)")).await;
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["entities"][0]["status"], "drift_detected", "{r}");
+    let logs = check!(app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), &ann).await, 200);
+    assert!(logs.body.to_string().contains("name (character varying(50) → character varying(80))"), "{}", logs.body);
+}
+
+/// The same evolution into MariaDB from MariaDB.
+#[tokio::test]
+async fn widened_and_dropped_mariadb_columns_evolve_the_destination() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let mut my = match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
+        Ok(c) => c,
+        Err(e) => {
+            sluice_testkit::services::unavailable("MariaDB on 127.0.0.1:3306", e, "start it");
+            return;
+        }
+    };
+    let tag = sluice_domain::shared::secret::random_base62(8).to_lowercase();
+    let (s, d) = (format!("widen_src_{tag}"), format!("widen_dst_{tag}"));
+    let exec = |sql: String| sqlx::query(sqlx::AssertSqlSafe(sql));
+    for sql in [
+        format!("CREATE DATABASE {s}"),
+        format!("CREATE DATABASE {d}"),
+        format!(
+            "CREATE TABLE {s}.items (id bigint PRIMARY KEY, n int NOT NULL, name varchar(5), gone text NOT NULL, updated datetime(6) NOT NULL)"
+        ),
+        format!("INSERT INTO {s}.items VALUES (1, 7, 'ab', 'x', '2026-01-01'), (2, 8, 'cd', 'y', '2026-01-02')"),
+    ] {
+        exec(sql).execute(&mut my).await.unwrap();
+    }
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let my_conn = |name: &str, db: &str| {
+        json!({"name": name, "type": "mysql", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": db, "user": "root", "ssl_mode": "disabled"}})
+    };
+    let source = check!(app.post(&conns, &ann, my_conn("src", &s)).await, 201).id();
+    let dest = check!(app.post(&conns, &ann, my_conn("dst", &d)).await, 201).id();
+    let flow = check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "items", "source_connection_id": source, "destination_connection_id": dest,
+            "config": {"mappings": [{"source_entity": "items", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}]}
+        })).await,
+        201
+    )
+    .id();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    for sql in [
+        format!("ALTER TABLE {s}.items MODIFY n bigint NOT NULL, MODIFY name varchar(50), DROP COLUMN gone"),
+        format!("INSERT INTO {s}.items VALUES (3, 5000000000, 'a much longer name', '2026-01-03')"),
+    ] {
+        exec(sql).execute(&mut my).await.unwrap();
+    }
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    let (n, name): (i64, String) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT n, name FROM {d}.items WHERE id = 3")))
+            .fetch_one(&mut my)
+            .await
+            .unwrap();
+    assert_eq!((n, name.as_str()), (5_000_000_000, "a much longer name"));
+    let gone: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{d}' AND TABLE_NAME = 'items' AND COLUMN_NAME = 'gone'"
+    )))
+    .fetch_one(&mut my)
+    .await
+    .unwrap();
+    assert_eq!(gone, "YES");
+    for db in [&s, &d] {
+        exec(format!("DROP DATABASE {db}")).execute(&mut my).await.unwrap();
+    }
+}

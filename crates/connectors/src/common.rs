@@ -128,6 +128,72 @@ pub fn native_for<'a>(field: &'a Field, engine: &str) -> Option<&'a str> {
     field.native_type.as_deref().and_then(|n| n.strip_prefix(engine)).and_then(|n| n.strip_prefix(':'))
 }
 
+/// A column type's family and size, for telling a widening apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Width {
+    /// Bytes of an integer.
+    Int(u8),
+    /// Bytes of a float.
+    Float(u8),
+    /// Characters of a string (`u32::MAX`: unbounded).
+    Text(u32),
+    /// Digits before and after the point (`u32::MAX`: unbounded).
+    Decimal(u32, u32),
+}
+
+fn width(native: &str) -> Option<Width> {
+    let n = native.trim().to_ascii_lowercase();
+    let n = n.strip_suffix(" unsigned").unwrap_or(&n);
+    // MySQL's display width (`int(11)`) is no size.
+    let base = n.split('(').next().unwrap_or(n).trim();
+    if let Some(bytes) = [("tinyint", 1), ("smallint", 2), ("mediumint", 3), ("int", 4), ("integer", 4), ("bigint", 8)]
+        .iter()
+        .find(|(name, _)| *name == base)
+        .map(|(_, b)| *b)
+    {
+        return Some(Width::Int(bytes));
+    }
+    let args = |prefix: &str| -> Option<Vec<u32>> {
+        let inner = n.strip_prefix(prefix)?.strip_prefix('(')?.strip_suffix(')')?;
+        inner.split(',').map(|a| a.trim().parse().ok()).collect()
+    };
+    Some(match n {
+        "tinyint" => Width::Int(1),
+        "smallint" | "int2" => Width::Int(2),
+        "mediumint" => Width::Int(3),
+        "integer" | "int" | "int4" => Width::Int(4),
+        "bigint" | "int8" => Width::Int(8),
+        "real" | "float4" | "float" => Width::Float(4),
+        "double precision" | "float8" | "double" => Width::Float(8),
+        "text" | "mediumtext" | "longtext" | "character varying" | "varchar" => Width::Text(u32::MAX),
+        "numeric" | "decimal" => Width::Decimal(u32::MAX, u32::MAX),
+        _ => {
+            if let Some(a) = args("character varying").or_else(|| args("varchar")) {
+                Width::Text(*a.first()?)
+            } else if let Some(a) = args("numeric").or_else(|| args("decimal")) {
+                let (p, s) = (*a.first()?, a.get(1).copied().unwrap_or(0));
+                Width::Decimal(p.checked_sub(s)?, s)
+            } else {
+                return None;
+            }
+        }
+    })
+}
+
+/// Whether a column of type `have` becomes `want` by widening alone (a
+/// larger integer, float or string, a decimal with more digits on both
+/// sides of the point): every value it holds fits, so the column can be
+/// altered in place. Another type, or a narrower one, is not a widening.
+pub fn widens(have: &str, want: &str) -> bool {
+    let (Some(h), Some(w)) = (width(have), width(want)) else { return false };
+    match (h, w) {
+        (Width::Int(a), Width::Int(b)) | (Width::Float(a), Width::Float(b)) => b > a,
+        (Width::Text(a), Width::Text(b)) => b > a,
+        (Width::Decimal(ai, af), Width::Decimal(bi, bf)) => bi >= ai && bf >= af && (bi, bf) != (ai, af),
+        _ => false,
+    }
+}
+
 /// The precision and scale a decimal field's source declared, whatever
 /// its engine (`numeric(12,2)`, `decimal(12,2)`), so an exact column keeps
 /// them across engines.
@@ -509,7 +575,10 @@ pub fn transport_error(e: &sqlx::Error, host: &str, engine: &str) -> Option<Conn
                 ConnectorError::Tls(format!("{host}: {}", tls_reason(&io.to_string())))
             }
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
-                ConnectorError::WrongProtocol(format!("{host} closed the connection; is it a {engine} server?"))
+                ConnectorError::WrongProtocol(format!(
+                    "{host} closed the connection: the server ended the session (a restart, a dropped database, \
+                     an administrator), or it is not a {engine} server"
+                ))
             }
             kind => ConnectorError::Unreachable(format!("{host} ({kind})")),
         },
@@ -578,6 +647,40 @@ pub fn db_message(e: &sqlx::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn widenings_are_told_from_other_changes() {
+        for (have, want) in [
+            ("integer", "bigint"),
+            ("smallint", "integer"),
+            ("int", "bigint"),
+            ("real", "double precision"),
+            ("character varying(20)", "character varying(200)"),
+            ("character varying(20)", "text"),
+            ("varchar(20)", "varchar(21)"),
+            ("numeric(12,2)", "numeric(14,2)"),
+            ("numeric(12,2)", "numeric(13,3)"),
+            ("numeric(12,2)", "numeric"),
+            ("decimal(10,0)", "decimal(12,0)"),
+            ("int(11)", "bigint(20)"),
+            ("int", "bigint unsigned"),
+        ] {
+            assert!(widens(have, want), "{have} -> {want}");
+        }
+        for (have, want) in [
+            ("bigint", "integer"),
+            ("integer", "integer"),
+            ("text", "character varying(20)"),
+            ("numeric(12,2)", "numeric(12,3)"),
+            ("numeric(12,2)", "numeric(11,2)"),
+            ("integer", "text"),
+            ("integer", "numeric(12,2)"),
+            ("timestamp", "timestamptz"),
+            ("varchar(x)", "text"),
+        ] {
+            assert!(!widens(have, want), "{have} -> {want}");
+        }
+    }
 
     #[test]
     fn csv_records_are_counted_across_pieces_and_quoted_line_ends() {

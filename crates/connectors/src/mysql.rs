@@ -583,19 +583,33 @@ impl Destination for MySqlConnector {
                 exec(create(&schema.name)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
             }
             (_, Some(current)) => {
+                let table = quote_bt(&schema.name);
                 for f in &schema.fields {
-                    if current.field(&f.name).is_none() {
-                        exec(format!(
-                            "ALTER TABLE {} ADD COLUMN {} {} NULL{}",
-                            quote_bt(&schema.name),
-                            quote_bt(&f.name),
-                            native_for_field(f),
-                            array_comment(f)
-                        ))
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| self.e(&e))?;
-                    }
+                    let (column, want) = (quote_bt(&f.name), native_for_field(f));
+                    let sql = match current.field(&f.name) {
+                        None => format!("ALTER TABLE {table} ADD COLUMN {column} {want} NULL{}", array_comment(f)),
+                        // A source column widened: so is this one.
+                        Some(have) if native_for(have, ENGINE).is_some_and(|h| widens(h, &want)) => {
+                            let null = if have.nullable { "NULL" } else { "NOT NULL" };
+                            format!("ALTER TABLE {table} MODIFY COLUMN {column} {want} {null}{}", array_comment(f))
+                        }
+                        Some(_) => continue,
+                    };
+                    exec(sql).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+                }
+                // A column the source no longer has is written null now.
+                for gone in
+                    current.fields.iter().filter(|c| !c.nullable && !c.primary_key && schema.field(&c.name).is_none())
+                {
+                    let Some(native) = native_for(gone, ENGINE) else { continue };
+                    exec(format!(
+                        "ALTER TABLE {table} MODIFY COLUMN {} {native} NULL{}",
+                        quote_bt(&gone.name),
+                        array_comment(gone)
+                    ))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| self.e(&e))?;
                 }
             }
         }

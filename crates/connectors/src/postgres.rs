@@ -117,9 +117,31 @@ fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError {
             }
             Some("42P01") => ConnectorError::EntityNotFound(d.message().to_string()),
             Some("57014") => ConnectorError::Timeout(d.message().to_string()),
-            _ => ConnectorError::Other(d.message().to_string()),
+            // The server ended the session: an administrator, a dropped
+            // database, a shutdown.
+            Some("57P01" | "57P02" | "57P03") => ConnectorError::Unreachable(format!(
+                "{host} ended the session ({}): the database \"{database}\" was dropped, the server is shutting down, or an administrator ended it",
+                d.message()
+            )),
+            _ => ConnectorError::Other(with_place(d.as_ref())),
         },
         other => transport_error(other, host, "PostgreSQL").unwrap_or_else(|| ConnectorError::Other(db_message(other))),
+    }
+}
+
+/// A database error's message with the table and column it is about, when
+/// the server says: a value out of its column's range or too long for it
+/// (a COPY's context, without the value), a null in a NOT NULL column.
+fn with_place(d: &dyn sqlx::error::DatabaseError) -> String {
+    let message = d.message().to_string();
+    let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() else { return message };
+    if let (Some(table), Some(column)) = (pg.table(), pg.column()) {
+        return format!("{message} (table {table}, column {column})");
+    }
+    // "COPY events, line 3, column amount: \"…\"": the place, not the value.
+    match pg.r#where().and_then(|w| w.lines().find(|l| l.starts_with("COPY "))) {
+        Some(context) => format!("{message} ({})", context.split_once(": ").map_or(context, |(place, _)| place)),
+        None => message,
     }
 }
 
@@ -1392,17 +1414,30 @@ impl PgConnector {
                 self.run(tx, format!("CREATE TABLE {} ({})", self.qualified(&schema.name), cols.join(", "))).await?;
             }
             (_, Some(current)) => {
-                for f in schema.fields.iter().filter(|f| current.field(&f.name).is_none()) {
-                    self.run(
-                        tx,
-                        format!(
-                            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}",
-                            self.qualified(&schema.name),
-                            quote_dq(&f.name),
-                            native_for_field(f)
-                        ),
-                    )
-                    .await?;
+                let table = self.qualified(&schema.name);
+                for f in &schema.fields {
+                    let (column, want) = (quote_dq(&f.name), native_for_field(f));
+                    match current.field(&f.name) {
+                        None => {
+                            self.run(tx, format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {want}"))
+                                .await?;
+                        }
+                        // A source column widened (integer to bigint, a
+                        // longer varchar, a larger numeric): so is this one,
+                        // or its new values would not fit.
+                        Some(have) if native_for(have, ENGINE).is_some_and(|h| widens(h, &want)) => {
+                            self.run(tx, format!("ALTER TABLE {table} ALTER COLUMN {column} TYPE {want}")).await?;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                // A column the source no longer has is written null from now
+                // on: it may not stay NOT NULL.
+                for gone in
+                    current.fields.iter().filter(|c| !c.nullable && !c.primary_key && schema.field(&c.name).is_none())
+                {
+                    self.run(tx, format!("ALTER TABLE {table} ALTER COLUMN {} DROP NOT NULL", quote_dq(&gone.name)))
+                        .await?;
                 }
             }
         }

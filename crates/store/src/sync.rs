@@ -309,6 +309,32 @@ impl RunRepository for Store {
         crate::keyset_page(&self.db, q, runs::Column::Id, page, run_from, |r| r.id.as_uuid()).await
     }
 
+    async fn last_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>> {
+        use sea_orm::Statement;
+        if flows.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Each flow's newest run through the (flow_id, id) index: one
+        // statement for a page of flows.
+        let backend = self.db.get_database_backend();
+        let at = |i: usize| if backend == DbBackend::Postgres { format!("${i}") } else { "?".to_string() };
+        let list: Vec<String> = (0..flows.len()).map(|i| at(i + 2)).collect();
+        let sql = format!(
+            "SELECT * FROM runs r WHERE r.org_id = {} AND r.flow_id IN ({}) AND r.id = \
+             (SELECT l.id FROM runs l WHERE l.flow_id = r.flow_id ORDER BY l.id DESC LIMIT 1)",
+            at(1),
+            list.join(", ")
+        );
+        let values = std::iter::once(sea_orm::Value::from(org.as_uuid()))
+            .chain(flows.iter().map(|f| sea_orm::Value::from(f.as_uuid())));
+        let rows = runs::Entity::find()
+            .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+            .all(&self.db)
+            .await
+            .map_err(db_err)?;
+        rows.into_iter().map(run_from).collect()
+    }
+
     async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<Run>> {
         let rows = runs::Entity::find()
             .filter(runs::Column::OrgId.eq(org.as_uuid()))

@@ -186,6 +186,16 @@ impl RunRepository for InMemoryFlows {
         Ok(page_of(items, page, |r| r.id.as_uuid()))
     }
 
+    async fn last_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>> {
+        let mut last: std::collections::HashMap<FlowId, Run> = std::collections::HashMap::new();
+        for r in self.s().runs.iter().filter(|r| r.org_id == org && flows.contains(&r.flow_id)) {
+            if last.get(&r.flow_id).is_none_or(|l| l.id < r.id) {
+                last.insert(r.flow_id, r.clone());
+            }
+        }
+        Ok(last.into_values().collect())
+    }
+
     async fn recent(&self, org: OrgId, since: time::OffsetDateTime, limit: u64) -> Result<Vec<Run>> {
         let mut items: Vec<Run> =
             self.s().runs.iter().filter(|r| r.org_id == org && r.queued_at >= since).cloned().collect();

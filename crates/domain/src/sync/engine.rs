@@ -723,7 +723,9 @@ impl SyncService {
     }
 
     /// Whether `schema_policy: block_on_new_column` stops the entity: the
-    /// destination exists and the source brings columns it lacks.
+    /// destination exists and the source brings columns it lacks, or a
+    /// column whose type changed in the same engine (a widening, which
+    /// would otherwise evolve the destination column).
     async fn blocked_by_policy(
         &self,
         run: &Run,
@@ -737,16 +739,28 @@ impl SyncService {
         let Some(existing) = dest.describe(&schema.name).await? else { return Ok(false) };
         let new: Vec<&str> =
             schema.fields.iter().filter(|f| existing.field(&f.name).is_none()).map(|f| f.name.as_str()).collect();
-        if new.is_empty() {
+        let engine = |n: &str| n.split_once(':').map(|(e, t)| (e.to_string(), t.to_string()));
+        let retyped: Vec<String> = schema
+            .fields
+            .iter()
+            .filter_map(|f| {
+                let (se, st) = engine(f.native_type.as_deref()?)?;
+                let (de, dt) = engine(existing.field(&f.name)?.native_type.as_deref()?)?;
+                (se == de && st != dt).then(|| format!("{} ({dt} → {st})", f.name))
+            })
+            .collect();
+        if new.is_empty() && retyped.is_empty() {
             return Ok(false);
         }
-        self.log(
-            run,
-            "warn",
-            Some(&m.source_entity),
-            format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", ")),
-        )
-        .await;
+        let mut what = Vec::new();
+        if !new.is_empty() {
+            what.push(format!("new source columns {}", new.join(", ")));
+        }
+        if !retyped.is_empty() {
+            what.push(format!("source columns whose type changed {}", retyped.join(", ")));
+        }
+        let message = format!("{} blocked by schema_policy block_on_new_column", what.join("; "));
+        self.log(run, "warn", Some(&m.source_entity), message).await;
         Ok(true)
     }
 

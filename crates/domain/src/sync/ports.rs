@@ -59,6 +59,8 @@ pub trait RunRepository: Send + Sync {
         status: Option<RunStatus>,
         page: PageRequest,
     ) -> Result<Page<Run>>;
+    /// The newest run of each of `flows` that has one, in one query.
+    async fn last_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>>;
     /// The organization's runs queued at or after `since`, newest first,
     /// at most `limit` (the console's overview and plots).
     async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<Run>>;

@@ -134,6 +134,26 @@ impl SyncService {
         self.flows.list(org, status, page).await
     }
 
+    /// A page of flows, each with its newest run: three queries whatever
+    /// the page's size (the access check, the flows, their last runs).
+    pub async fn list_flow_overviews(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        status: Option<FlowStatus>,
+        page: PageRequest,
+    ) -> Result<Page<(Flow, Option<Run>)>> {
+        self.identity.access(p, org, Permission::Read).await?;
+        let flows = self.flows.list(org, status, page).await?;
+        let ids: Vec<FlowId> = flows.items.iter().map(|f| f.id).collect();
+        let mut last: std::collections::HashMap<FlowId, Run> =
+            self.runs.last_of(org, &ids).await?.into_iter().map(|r| (r.flow_id, r)).collect();
+        Ok(flows.map(|f| {
+            let run = last.remove(&f.id);
+            (f, run)
+        }))
+    }
+
     pub async fn get_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Flow> {
         self.identity.access(p, org, Permission::Read).await?;
         self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))

@@ -1,6 +1,6 @@
 //! Flows, runs (with live progress), cursors, the topology and traces.
 
-use super::orgs::{duration, recent_runs, runs_table};
+use super::orgs::{duration, runs_table};
 use super::{
     OrgCtx, PageError, PageResult, Post, Session, badge, button, count, csrf, json_block, notice, page, redirect, svg,
     when, when_opt,
@@ -33,22 +33,11 @@ fn name_of(conns: &[Connection], id: ConnectionId) -> String {
 pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
     let p = &s.caller.principal;
-    let listed = state.sluice.sync.list_flows(p, ctx.id(), None, q.request()).await?;
-    let flows = listed.items;
+    let listed = state.sluice.sync.list_flow_overviews(p, ctx.id(), None, q.request()).await?;
     let conns = connections(&state, &s, &ctx).await?;
-    // The last run of each flow: the recent ones in one query, then one
-    // query for each flow that had none lately.
-    let mut last: std::collections::HashMap<FlowId, Run> = std::collections::HashMap::new();
-    for r in recent_runs(&state, &s, &ctx).await {
-        last.entry(r.flow_id).or_insert(r);
-    }
-    let quiet: Vec<FlowId> = flows.iter().map(|f| f.id).filter(|id| !last.contains_key(id)).collect();
-    for id in quiet {
-        let one = PageRequest { limit: 1, after: None };
-        if let Some(r) = state.sluice.sync.list_runs(p, ctx.id(), id, None, one).await?.items.pop() {
-            last.insert(id, r);
-        }
-    }
+    let last: std::collections::HashMap<FlowId, Run> =
+        listed.items.iter().filter_map(|(f, r)| r.clone().map(|r| (f.id, r))).collect();
+    let flows: Vec<_> = listed.items.into_iter().map(|(f, _)| f).collect();
     let body = html! {
         @if ctx.can_write() { p { a.button.primary href=(ctx.at("/flows/new")) { "New flow" } } }
         @if flows.is_empty() { p.muted { "No flows yet. Discover a connection's entities, or create one here." } } @else {

@@ -196,12 +196,9 @@ pub async fn list(
 ) -> ApiResult<Json<ListResponse<FlowResponse>>> {
     let org = OrgId::from(*path);
     let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
-    let flows = state.sluice.sync.list_flows(&caller.principal, org, status_of(q.status.as_deref())?, page).await?;
-    let mut data = Vec::with_capacity(flows.items.len());
-    for f in flows.items {
-        let last = last_run(&state, &caller, org, f.id).await?;
-        data.push(FlowResponse::new(f, last));
-    }
+    let flows =
+        state.sluice.sync.list_flow_overviews(&caller.principal, org, status_of(q.status.as_deref())?, page).await?;
+    let data = flows.items.into_iter().map(|(f, last)| FlowResponse::new(f, last)).collect();
     Ok(Json(ListResponse { data, next_cursor: flows.next_cursor }))
 }
 
