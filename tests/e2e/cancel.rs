@@ -40,6 +40,10 @@ async fn cancel_mid_copy(app: &TestApp, auth: &Auth, org: &str, flow: &str, enti
         assert!(Instant::now() < deadline, "run {run} made no progress: {}", r.body);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Run now while it runs: a second run is queued behind it, and says so.
+    let second = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), auth, json!({})).await, 202);
+    assert_eq!(second.body["queued_behind"], json!(run), "{}", second.body);
+    check!(app.post(&format!("/v1/organizations/{org}/runs/{}/cancel", second.id()), auth, json!({})).await, 200);
     check!(app.post(&format!("/v1/organizations/{org}/runs/{run}/cancel"), auth, json!({})).await, 200);
     let r = until_ended(app, auth, org, &run).await;
     assert_eq!(r["status"], "canceled", "{r}");

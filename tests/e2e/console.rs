@@ -332,6 +332,20 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     let (_, html, _) = admin.get(&format!("/o/{org}/runs/{run}")).await;
     assert!(html.contains(&format!("data-events=\"{base}/runs/{run}/events\"")), "{html}");
 
+    // Runs made within a minute are told apart (a UUIDv7's first digits
+    // are its time), and audit entries name their resource.
+    let mut runs = vec![run.clone()];
+    for _ in 0..2 {
+        runs.push(check!(app.post(&format!("{base}/flows/{flow}/run"), &ann, json!({})).await, 202).id());
+    }
+    let (_, html, _) = admin.get(&format!("/o/{org}/flows/{flow}")).await;
+    for id in &runs {
+        let hex: String = id.chars().filter(char::is_ascii_hexdigit).collect();
+        assert!(html.contains(&format!("…{}", &hex[hex.len() - 12..])), "{id}: {html}");
+    }
+    let (_, html, _) = admin.get(&format!("/o/{org}/audit")).await;
+    assert!(html.contains("flow <strong>items</strong>"), "{html}");
+
     // The Admin sees write buttons; the Viewer sees none.
     let (_, html, _) = admin.get(&format!("/o/{org}/flows/{flow}")).await;
     assert!(html.contains("Run now") && html.contains("Pause"), "{html}");

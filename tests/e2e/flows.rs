@@ -970,3 +970,140 @@ async fn widened_and_dropped_mariadb_columns_evolve_the_destination() {
         exec(format!("DROP DATABASE {db}")).execute(&mut my).await.unwrap();
     }
 }
+
+/// A flow whose source lost its cursor column can still be paused,
+/// resumed, unscheduled, renamed and deleted: only a change of its
+/// mappings or connections is checked against the source.
+async fn a_flow_the_source_broke_can_be_paused(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    pg_exec(format!("CREATE TABLE {s}.items (id bigint PRIMARY KEY, updated timestamptz NOT NULL)")).await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "src", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": s, "sslmode": "disable"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let config = json!({"mappings": [{"source_entity": "items", "dest_entity": "copy", "sync_mode": "incremental_append", "cursor_field": "updated"}]});
+    let flow = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            json!({
+                "name": "items", "source_connection_id": source, "destination_connection_id": source,
+                "schedule": "* * * * *", "config": config
+            })
+        )
+        .await,
+        201
+    )
+    .id();
+    pg_exec(format!("ALTER TABLE {s}.items DROP COLUMN updated")).await;
+    let path = format!("/v1/organizations/{org}/flows/{flow}");
+    let patch = |body: Value| app.send(reqwest::Method::PATCH, &path, &ann, Some(body), &[]);
+    assert_eq!(check!(patch(json!({"status": "paused"})).await, 200).body["status"], "paused");
+    assert!(check!(patch(json!({"schedule": null})).await, 200).body["schedule"].is_null());
+    assert_eq!(check!(patch(json!({"name": "items-broken"})).await, 200).body["name"], "items-broken");
+    assert_eq!(check!(patch(json!({"status": "active"})).await, 200).body["status"], "active");
+    // The same mappings sent again are not a change; a changed one is checked.
+    check!(patch(json!({"config": config})).await, 200);
+    let mut changed = config.clone();
+    changed["mappings"][0]["dest_entity"] = json!("copy2");
+    let refused = check!(patch(json!({"config": changed})).await, 422);
+    assert!(refused.body.to_string().contains("updated"), "{}", refused.body);
+    check!(app.delete(&path, &ann).await, 204);
+}
+
+#[tokio::test]
+async fn a_flow_the_source_broke_can_be_paused_with_sqlite_metadata() {
+    a_flow_the_source_broke_can_be_paused(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_flow_the_source_broke_can_be_paused_with_postgres_metadata() {
+    a_flow_the_source_broke_can_be_paused(Backend::Postgres).await;
+}
+
+/// With the defaults, an incremental run reads no lookback where the
+/// source holds the cursor at its oldest writing transaction (a PostgreSQL
+/// role that sees every session), and a minute where it cannot (a role
+/// that sees only its own); the run log says which, and creating a flow
+/// that nothing protects says so.
+#[tokio::test]
+async fn the_default_lookback_follows_the_sources_protection() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    let role = format!("{s}_reader");
+    pg_exec(format!(
+        "CREATE TABLE {s}.items (id bigint PRIMARY KEY, v text, updated timestamptz NOT NULL);
+         INSERT INTO {s}.items VALUES (1, 'a', '2026-01-01Z'), (2, 'b', '2026-01-02Z');
+         CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA {s} TO {role}; GRANT SELECT ON {s}.items TO {role};"
+    ))
+    .await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let pg = |name: &str, schema: &str, user: &str| {
+        json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": user, "schema": schema, "sslmode": "disable"}})
+    };
+    let admin_src = check!(app.post(&conns, &ann, pg("src", s, "postgres")).await, 201).id();
+    let reader_src = check!(app.post(&conns, &ann, pg("src-reader", s, &role)).await, 201).id();
+    let dest = check!(app.post(&conns, &ann, pg("dst", &dst.name, "postgres")).await, 201).id();
+    let flow = |name: &str, source: &str, lookback: Option<&str>| {
+        let mut m = json!({"source_entity": "items", "dest_entity": name, "sync_mode": "incremental_deduped",
+            "cursor_field": "updated", "primary_key": "id"});
+        if let Some(l) = lookback {
+            m["cursor_lookback"] = json!(l);
+        }
+        json!({"name": name, "source_connection_id": source, "destination_connection_id": dest, "config": {"mappings": [m]}})
+    };
+    let second_run_log = |flow: String| {
+        let (app, ann, org) = (&app, &ann, &org);
+        async move {
+            assert_eq!(run(app, ann, org, &flow).await["status"], "succeeded");
+            let r = run(app, ann, org, &flow).await;
+            let logs =
+                check!(app.get(&format!("/v1/organizations/{org}/logs/{}", r["id"].as_str().unwrap()), ann).await, 200);
+            logs.body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["message"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+
+    let held =
+        check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, flow("held", &admin_src, None)).await, 201);
+    assert!(held.body.get("warnings").is_none(), "{}", held.body);
+    let lines = second_run_log(held.id()).await;
+    assert!(lines.iter().any(|l| l.contains("so no lookback is needed")), "{lines:#?}");
+    assert!(lines.iter().any(|l| l == "reading where updated >= 2026-01-02T00:00:00.000000Z"), "{lines:#?}");
+
+    let blind =
+        check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, flow("blind", &reader_src, None)).await, 201);
+    assert!(blind.body.get("warnings").is_none(), "a minute's lookback protects it: {}", blind.body);
+    let lines = second_run_log(blind.id()).await;
+    assert!(lines.iter().any(|l| l.contains("cannot show its open transactions, so a lookback of 1m")), "{lines:#?}");
+
+    let bare = check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, flow("bare", &reader_src, Some("0"))).await,
+        201
+    );
+    let warning = bare.body["warnings"][0].as_str().unwrap_or_default();
+    assert!(warning.starts_with("config.mappings[0]: ") && warning.contains("pg_read_all_stats"), "{}", bare.body);
+    drop(src);
+    pg_exec(format!("DROP ROLE IF EXISTS {role}")).await;
+}

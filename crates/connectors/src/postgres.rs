@@ -521,9 +521,13 @@ impl Source for PgConnector {
         with_timeout("reading open transactions", CONNECT_TIMEOUT, async {
             // With no writer open, now: a transaction that begins after
             // this query and commits after the read is caught next time.
+            // A role that cannot see other roles' sessions (neither a
+            // superuser nor a member of pg_read_all_stats) cannot tell.
             sqlx::query_scalar(
-                "SELECT coalesce(min(xact_start), statement_timestamp()) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL",
+                "SELECT CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) \
+                   OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER') THEN \
+                 (SELECT coalesce(min(xact_start), statement_timestamp()) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL) END",
             )
             .fetch_one(&self.pool)
             .await

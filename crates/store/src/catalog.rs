@@ -11,7 +11,7 @@ use sluice_domain::Error;
 use sluice_domain::Result;
 use sluice_domain::catalog::asset::{AssetKind, AssetVersion, DataAsset};
 use sluice_domain::catalog::contract::{fields_to_json, parse_fields};
-use sluice_domain::catalog::drift::Change;
+use sluice_domain::catalog::drift::{Change, classify_change};
 use sluice_domain::catalog::ports::CatalogRepository;
 use sluice_domain::connect::connector::EntitySchema;
 use sluice_domain::connect::ports::DiscoveredSchemas;
@@ -59,10 +59,13 @@ impl DiscoveredSchemas for Store {
                 .one(tx.c())
                 .await
                 .map_err(db_err)?;
-            let (asset_id, version) = match existing {
+            let (asset_id, version, change) = match existing {
                 Some(a) if a.fields == fields => return Ok(()),
                 Some(a) => {
                     let version = a.version + 1;
+                    // Classified like any other change: a renamed source
+                    // column removes a field, which breaks consumers.
+                    let change = classify_change(&stored_fields(&a.fields)?, &stored_fields(&fields)?);
                     data_assets::Entity::update_many()
                         .col_expr(data_assets::Column::Fields, Expr::value(fields.clone()))
                         .col_expr(data_assets::Column::Version, Expr::value(version))
@@ -71,7 +74,7 @@ impl DiscoveredSchemas for Store {
                         .exec(tx.c())
                         .await
                         .map_err(db_err)?;
-                    (a.id, version)
+                    (a.id, version, change)
                 }
                 None => {
                     let id = Uuid::now_v7();
@@ -91,7 +94,7 @@ impl DiscoveredSchemas for Store {
                     .exec_without_returning(tx.c())
                     .await
                     .map_err(db_err)?;
-                    (id, 1)
+                    (id, 1, Change::Compatible)
                 }
             };
             data_asset_versions::Entity::insert(data_asset_versions::ActiveModel {
@@ -99,7 +102,7 @@ impl DiscoveredSchemas for Store {
                 asset_id: Set(asset_id),
                 version: Set(version),
                 fields: Set(fields.clone()),
-                change: Set(if version == 1 { "compatible".into() } else { "discovered".into() }),
+                change: Set(change.as_str().into()),
                 created_at: Set(now),
                 created_by: Set(Some("discovery".into())),
             })
@@ -204,25 +207,31 @@ impl CatalogRepository for Store {
         if self.get_asset(org, id).await?.is_none() {
             return Err(Error::NotFound { resource: "data asset" });
         }
-        data_asset_versions::Entity::find()
+        let rows = data_asset_versions::Entity::find()
             .filter(data_asset_versions::Column::AssetId.eq(id.as_uuid()))
             .order_by_asc(data_asset_versions::Column::Version)
             .all(&self.db)
             .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(|m| {
-                Ok(AssetVersion {
-                    version: m.version,
-                    fields: stored_fields(&m.fields)?,
-                    // Discovery's own entries say "discovered"; they are read
-                    // by the drift rules like any other change.
-                    change: Change::parse(&m.change).unwrap_or(Change::Compatible),
-                    created_at: m.created_at,
-                    created_by: m.created_by,
-                })
-            })
-            .collect()
+            .map_err(db_err)?;
+        let mut versions: Vec<AssetVersion> = Vec::with_capacity(rows.len());
+        for m in rows {
+            let fields = stored_fields(&m.fields)?;
+            // Versions discovery stored before it classified them say
+            // "discovered": classified now against the version before.
+            let change = match (Change::parse(&m.change), versions.last()) {
+                (Some(c), _) => c,
+                (None, Some(prev)) => classify_change(&prev.fields, &fields),
+                (None, None) => Change::Compatible,
+            };
+            versions.push(AssetVersion {
+                version: m.version,
+                fields,
+                change,
+                created_at: m.created_at,
+                created_by: m.created_by,
+            });
+        }
+        Ok(versions)
     }
 }
 

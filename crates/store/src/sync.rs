@@ -335,6 +335,20 @@ impl RunRepository for Store {
         rows.into_iter().map(run_from).collect()
     }
 
+    async fn running_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>> {
+        if flows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = runs::Entity::find()
+            .filter(runs::Column::OrgId.eq(org.as_uuid()))
+            .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(runs::Column::FlowId.is_in(flows.iter().map(|f| f.as_uuid())))
+            .all(&self.db)
+            .await
+            .map_err(db_err)?;
+        rows.into_iter().map(run_from).collect()
+    }
+
     async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<Run>> {
         let rows = runs::Entity::find()
             .filter(runs::Column::OrgId.eq(org.as_uuid()))

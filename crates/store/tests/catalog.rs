@@ -157,6 +157,68 @@ async fn scenario(store: &Store) {
     ));
 }
 
+/// Discovery's versions carry their real change kind: a renamed column (a
+/// field removed, one added) is breaking, an added nullable one
+/// compatible; versions stored as "discovered" before read classified.
+async fn discovered_versions(store: &Store, url: &str) {
+    use sluice_domain::connect::connector::{EntitySchema, Field, FieldType};
+    use sluice_domain::connect::ports::DiscoveredSchemas;
+    use sluice_domain::shared::ids::ConnectionId;
+    let now = OffsetDateTime::now_utc();
+    use sluice_domain::connect::connection::{Connection, ConnectionStatus};
+    use sluice_domain::connect::connector::Capability;
+    use sluice_domain::connect::ports::ConnectionRepository;
+    let org = common::new_org(store, now).await;
+    let conn = Connection {
+        id: ConnectionId::new(),
+        org_id: org.id,
+        name: "crm".into(),
+        integration_id: None,
+        connector_type: "memory".into(),
+        capability: Capability::Both,
+        config: Default::default(),
+        secrets: Default::default(),
+        status: ConnectionStatus::Untested,
+        last_tested_at: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let audit = AuditEntry::new(Some(org.id), Actor::system(), "connection.created", "connection", conn.id, now);
+    ConnectionRepository::create(store, &conn, &audit).await.unwrap();
+    let conn = conn.id;
+    let schema = |fields: &[(&str, bool)]| EntitySchema {
+        name: "people".into(),
+        fields: fields
+            .iter()
+            .map(|(n, nullable)| Field { nullable: *nullable, ..Field::new(*n, FieldType::String) })
+            .collect(),
+    };
+    for fields in [
+        &[("id", false), ("name", false)][..],
+        &[("id", false), ("full_name", false)],
+        &[("id", false), ("full_name", false), ("age", true)],
+    ] {
+        store.upsert_discovered(org.id, "crm.people", conn, &schema(fields), now).await.unwrap();
+    }
+    let asset = store.find_discovered(org.id, conn, "people").await.unwrap().expect("catalogued");
+    let changes =
+        |vs: Vec<sluice_domain::catalog::asset::AssetVersion>| vs.iter().map(|v| v.change).collect::<Vec<_>>();
+    assert_eq!(
+        changes(store.asset_versions(org.id, asset.id).await.unwrap()),
+        [Change::Compatible, Change::Breaking, Change::Compatible]
+    );
+    // As an older version stored them.
+    use sea_orm::ConnectionTrait;
+    let db = sea_orm::Database::connect(url).await.unwrap();
+    db.execute_unprepared("UPDATE data_asset_versions SET change = 'discovered' WHERE version > 1").await.unwrap();
+    assert_eq!(
+        changes(store.asset_versions(org.id, asset.id).await.unwrap()),
+        [Change::Compatible, Change::Breaking, Change::Compatible]
+    );
+    db.close().await.ok();
+}
+
 #[tokio::test]
 async fn assets_and_versions_on_sqlite() {
     let file =
@@ -164,6 +226,7 @@ async fn assets_and_versions_on_sqlite() {
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
     scenario(&store).await;
+    discovered_versions(&store, &url).await;
     drop(store);
     let _ = std::fs::remove_file(&file);
 }
@@ -173,6 +236,7 @@ async fn assets_and_versions_on_postgres() {
     let Some((_db, url)) = common::fresh("sluice_catalog").await else { return };
     let store = Store::connect(&url, &[3u8; 32]).await.unwrap();
     scenario(&store).await;
+    discovered_versions(&store, &url).await;
 
     // Two processes consuming one quota at once never pass it.
     let a = std::sync::Arc::new(store);

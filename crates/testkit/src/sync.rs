@@ -196,6 +196,16 @@ impl RunRepository for InMemoryFlows {
         Ok(last.into_values().collect())
     }
 
+    async fn running_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>> {
+        Ok(self
+            .s()
+            .runs
+            .iter()
+            .filter(|r| r.org_id == org && flows.contains(&r.flow_id) && r.status == RunStatus::Running)
+            .cloned()
+            .collect())
+    }
+
     async fn recent(&self, org: OrgId, since: time::OffsetDateTime, limit: u64) -> Result<Vec<Run>> {
         let mut items: Vec<Run> =
             self.s().runs.iter().filter(|r| r.org_id == org && r.queued_at >= since).cloned().collect();

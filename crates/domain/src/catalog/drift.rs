@@ -224,9 +224,74 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
     DriftReport { has_drift: !impacts.is_empty(), drift_type, impacts, suggested_actions: actions }
 }
 
+/// What changed from `old` to `new`, a short line each, by dotted path:
+/// `+ age (string)`, `− name`, `amount: integer → number`,
+/// `email: now required`, `email: now optional`, `email: tags PII.Sensitive → none`.
+pub fn describe_change(old: &[ContractField], new: &[ContractField]) -> Vec<String> {
+    let mut out = Vec::new();
+    describe_at("", old, new, &mut out);
+    out
+}
+
+fn describe_at(prefix: &str, old: &[ContractField], new: &[ContractField], out: &mut Vec<String>) {
+    let tags = |t: &[String]| if t.is_empty() { "none".to_string() } else { t.join(", ") };
+    for o in old {
+        let path = format!("{prefix}{}", o.name);
+        match new.iter().find(|n| n.name == o.name) {
+            None => out.push(format!("− {path}")),
+            Some(n) => {
+                if n.field_type != o.field_type {
+                    out.push(format!("{path}: {} → {}", o.field_type.as_str(), n.field_type.as_str()));
+                }
+                if n.required != o.required {
+                    out.push(format!("{path}: now {}", if n.required { "required" } else { "optional" }));
+                }
+                if n.tags != o.tags {
+                    out.push(format!("{path}: tags {} → {}", tags(&o.tags), tags(&n.tags)));
+                }
+                if n.field_type == FieldType::Object && o.field_type == FieldType::Object {
+                    describe_at(&format!("{path}."), &o.fields, &n.fields, out);
+                }
+            }
+        }
+    }
+    for n in new.iter().filter(|n| !old.iter().any(|o| o.name == n.name)) {
+        out.push(format!("+ {prefix}{} ({})", n.name, n.field_type.as_str()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_is_described_field_by_field() {
+        let f = |v: serde_json::Value| crate::catalog::contract::parse_fields(&v).unwrap();
+        let old = f(serde_json::json!([
+            {"name": "id", "type": "integer", "required": true},
+            {"name": "name", "type": "string"},
+            {"name": "amount", "type": "integer"},
+            {"name": "user", "type": "object", "fields": [{"name": "zip", "type": "string"}]}
+        ]));
+        let new = f(serde_json::json!([
+            {"name": "id", "type": "integer", "required": true},
+            {"name": "full_name", "type": "string"},
+            {"name": "amount", "type": "number", "required": true},
+            {"name": "user", "type": "object", "fields": [{"name": "zip", "type": "string", "tags": ["PII.Sensitive"]}]}
+        ]));
+        assert_eq!(
+            describe_change(&old, &new),
+            [
+                "− name",
+                "amount: integer → number",
+                "amount: now required",
+                "user.zip: tags none → PII.Sensitive",
+                "+ full_name (string)"
+            ]
+        );
+        assert!(describe_change(&old, &old).is_empty());
+        assert_eq!(classify_change(&old, &new), Change::Breaking, "a removed field");
+    }
     use crate::catalog::contract::tests::parse;
     use serde_json::{Value, json};
 

@@ -62,7 +62,8 @@ pub fn cursor_text(v: &Value) -> Option<String> {
     }
 }
 
-/// The lookback of a mode when a mapping names none: a minute for
+/// The lookback of a mode when a mapping names none and the source cannot
+/// hold the cursor at its oldest writing transaction: a minute for
 /// `incremental_deduped`, where the upsert absorbs what is read again; none
 /// for `incremental_append`, where it would be appended again.
 pub fn default_lookback(mode: SyncMode) -> time::Duration {

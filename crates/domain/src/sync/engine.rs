@@ -688,9 +688,6 @@ impl SyncService {
             }
             _ => None,
         };
-        let lookback = m.lookback();
-        let bound = cursor_idx
-            .map(|i| CursorBound { field: source_fields[i].name.clone(), from: read_from(&cursor, lookback) });
         // Only where re-reading is absorbed (the upsert): an append would
         // append what it reads again.
         let horizon = match cursor_idx.map(|i| &source_fields[i]) {
@@ -705,6 +702,35 @@ impl SyncService {
             }
             _ => None,
         };
+        // Where the source holds the cursor at its oldest writing
+        // transaction, late commits are read anyway: no lookback by default.
+        let lookback = m.lookback(horizon.is_some());
+        let bound = cursor_idx
+            .map(|i| CursorBound { field: source_fields[i].name.clone(), from: read_from(&cursor, lookback) });
+        if let (Some(i), Some(_)) = (cursor_idx, &stats.cursor_before) {
+            let field = &source_fields[i].name;
+            use crate::connect::connector::FieldType;
+            let in_time = matches!(source_fields[i].field_type, FieldType::Timestamp | FieldType::Date);
+            let protection = match (&horizon, m.cursor_lookback.is_some(), lookback.is_positive() && in_time) {
+                (Some(_), false, _) => format!(
+                    "rows committed late: {field} is stored no later than the oldest transaction writing to the source, \
+                     so no lookback is needed"
+                ),
+                (Some(_), true, _) => format!(
+                    "rows committed late: {field} is stored no later than the oldest transaction writing to the source, \
+                     and the mapping's cursor_lookback of {lookback} reads behind it too"
+                ),
+                (None, _, true) => format!(
+                    "rows committed late: the source cannot show its open transactions, so a lookback of {lookback} \
+                     reads behind {field}"
+                ),
+                (None, _, false) => format!(
+                    "rows committed late: no protection (the source cannot show its open transactions and there is \
+                     no lookback); a row committed after this read with an older {field} is missed"
+                ),
+            };
+            self.log(run, "info", Some(entity), protection).await;
+        }
         if let Some(b) = &bound {
             let from = match (&stats.cursor_before, &b.from) {
                 (None, _) => format!("reading everything (no cursor on {})", b.field),

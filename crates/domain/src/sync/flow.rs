@@ -48,12 +48,15 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    /// The lookback this mapping reads with (its own, else the mode's
-    /// default). A value that does not parse counts as none; flows are
+    /// The lookback this mapping reads with: its own, else the mode's
+    /// default, which is none where the source holds the stored cursor at
+    /// its oldest writing transaction (`held`: rows committed late are then
+    /// read anyway). A value that does not parse counts as none; flows are
     /// checked when written.
-    pub fn lookback(&self) -> time::Duration {
+    pub fn lookback(&self, held: bool) -> time::Duration {
         match &self.cursor_lookback {
             Some(s) => crate::sync::parse_lookback(s).unwrap_or(time::Duration::ZERO),
+            None if held => time::Duration::ZERO,
             None => crate::sync::default_lookback(self.sync_mode),
         }
     }

@@ -59,8 +59,10 @@ pub trait RunRepository: Send + Sync {
         status: Option<RunStatus>,
         page: PageRequest,
     ) -> Result<Page<Run>>;
-    /// The newest run of each of `flows` that has one, in one query.
+    /// The newest run of each of `flows` that has one, and the running run
+    /// of each that has one (a flow runs one at a time), in one query each.
     async fn last_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>>;
+    async fn running_of(&self, org: OrgId, flows: &[FlowId]) -> Result<Vec<Run>>;
     /// The organization's runs queued at or after `since`, newest first,
     /// at most `limit` (the console's overview and plots).
     async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<Run>>;

@@ -18,12 +18,21 @@ use crate::shared::clock::Clock;
 use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
 use crate::shared::page::{Page, PageRequest};
 use crate::sync::flow::*;
-use crate::sync::{check_mapping, parse_cursor};
+use crate::sync::{SyncMode, check_mapping, parse_cursor};
 use crate::{Error, FieldError, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// A flow as lists show it: with its newest run, and the run still
+/// running when that newest one is queued behind it.
+#[derive(Debug, Clone)]
+pub struct FlowOverview {
+    pub flow: Flow,
+    pub last_run: Option<Run>,
+    pub running: Option<Run>,
+}
 
 /// The use cases of sync.
 #[derive(Clone)]
@@ -134,24 +143,25 @@ impl SyncService {
         self.flows.list(org, status, page).await
     }
 
-    /// A page of flows, each with its newest run: three queries whatever
-    /// the page's size (the access check, the flows, their last runs).
+    /// A page of flows, each with its newest run and its running one: four
+    /// queries whatever the page's size (the access check, the flows, their
+    /// last runs, their running runs).
     pub async fn list_flow_overviews(
         &self,
         p: &Principal,
         org: OrgId,
         status: Option<FlowStatus>,
         page: PageRequest,
-    ) -> Result<Page<(Flow, Option<Run>)>> {
+    ) -> Result<Page<FlowOverview>> {
         self.identity.access(p, org, Permission::Read).await?;
         let flows = self.flows.list(org, status, page).await?;
         let ids: Vec<FlowId> = flows.items.iter().map(|f| f.id).collect();
-        let mut last: std::collections::HashMap<FlowId, Run> =
-            self.runs.last_of(org, &ids).await?.into_iter().map(|r| (r.flow_id, r)).collect();
-        Ok(flows.map(|f| {
-            let run = last.remove(&f.id);
-            (f, run)
-        }))
+        let by_flow = |runs: Vec<Run>| -> std::collections::HashMap<FlowId, Run> {
+            runs.into_iter().map(|r| (r.flow_id, r)).collect()
+        };
+        let mut last = by_flow(self.runs.last_of(org, &ids).await?);
+        let mut running = by_flow(self.runs.running_of(org, &ids).await?);
+        Ok(flows.map(|flow| FlowOverview { last_run: last.remove(&flow.id), running: running.remove(&flow.id), flow }))
     }
 
     pub async fn get_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Flow> {
@@ -198,7 +208,12 @@ impl SyncService {
 
     /// Validates a flow against its connections, the source's schema and
     /// the other flows of the organization; normalizes `depends_on` to ids.
-    async fn validate_flow(&self, flow: &mut Flow) -> Result<()> {
+    /// Checks a flow before it is written. With `against_source`, its
+    /// mappings are checked against the source's schema as it is now (a
+    /// new flow, or changed mappings or connections); without, a change
+    /// that touches neither (pause, resume, schedule, name) never depends
+    /// on the source, so that a flow the source broke can still be paused.
+    async fn validate_flow(&self, flow: &mut Flow, against_source: bool) -> Result<()> {
         let mut errors: Vec<FieldError> = Vec::new();
         if let Err(Error::Validation(f)) = validate_name("name", &flow.name) {
             errors.extend(f);
@@ -225,7 +240,7 @@ impl SyncService {
             }
             _ => {}
         }
-        if let Some(src) = source.as_ref().filter(|c| c.capability.reads())
+        if let Some(src) = source.as_ref().filter(|c| c.capability.reads() && against_source)
             && let Some(schemas) = self.source_schemas(src, &flow.config).await
         {
             for (i, m) in flow.config.mappings.iter().enumerate() {
@@ -290,7 +305,7 @@ impl SyncService {
             created_at: now,
             updated_at: now,
         };
-        self.validate_flow(&mut f).await?;
+        self.validate_flow(&mut f, true).await?;
         self.schedule_next(&mut f);
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.created", "flow", f.id, now)
             .with_change(Value::Null, flow_json(&f));
@@ -301,6 +316,43 @@ impl SyncService {
             other => other,
         })?;
         Ok(f)
+    }
+
+    /// The incremental mappings of `flow` that nothing protects from rows
+    /// committed late (by a transaction still open while a run reads, with
+    /// an older cursor value), one line each: the source cannot show its
+    /// open transactions and no lookback applies. Empty when the source
+    /// cannot be reached (the flow was checked when written).
+    pub async fn late_commit_warnings(&self, p: &Principal, org: OrgId, flow: &Flow) -> Result<Vec<String>> {
+        use crate::connect::connector::FieldType;
+        self.identity.access(p, org, Permission::Read).await?;
+        let Some(source) = self.connect.connection(org, flow.source_connection_id).await? else { return Ok(vec![]) };
+        let Ok(cfg) = self.connect.resolve_connection(&source).await else { return Ok(vec![]) };
+        let Ok(src) = self.connect.registry().source(&cfg).await else { return Ok(vec![]) };
+        let mut out = Vec::new();
+        for (i, m) in flow.config.mappings.iter().enumerate() {
+            let Some(cursor) = m.cursor_field.as_deref().filter(|_| m.sync_mode.incremental()) else { continue };
+            let Ok(fields) = src.entity_fields(&m.source_entity).await else { continue };
+            let Some(field) = fields.iter().find(|f| f.name == cursor) else { continue };
+            if !matches!(field.field_type, FieldType::Timestamp | FieldType::Date) {
+                continue;
+            }
+            let held =
+                m.sync_mode == SyncMode::IncrementalDeduped && src.write_horizon(field).await.ok().flatten().is_some();
+            if held || m.lookback(held).is_positive() {
+                continue;
+            }
+            let why = if m.sync_mode == SyncMode::IncrementalDeduped {
+                "the source cannot show its open transactions (PostgreSQL: a role that is neither a superuser nor a member of pg_read_all_stats) and cursor_lookback is 0"
+            } else {
+                "incremental_append reads nothing behind the cursor (it would append what it read again)"
+            };
+            out.push(format!(
+                "config.mappings[{i}]: a row committed late (by a transaction open while a run reads) with an older {cursor} \
+                 can be missed: {why}; use incremental_deduped with a cursor_lookback (\"5m\"), or a role that sees every session"
+            ));
+        }
+        Ok(out)
     }
 
     pub async fn update_flow(&self, p: &Principal, org: OrgId, id: FlowId, u: FlowUpdate) -> Result<Flow> {
@@ -325,7 +377,10 @@ impl SyncService {
         if let Some(s) = u.status {
             after.status = s;
         }
-        self.validate_flow(&mut after).await?;
+        let against_source = after.config != before.config
+            || after.source_connection_id != before.source_connection_id
+            || after.destination_connection_id != before.destination_connection_id;
+        self.validate_flow(&mut after, against_source).await?;
         self.schedule_next(&mut after);
         if after.name == before.name
             && after.schedule == before.schedule
@@ -371,6 +426,19 @@ impl SyncService {
             .with_details(json!({"flow_id": f.id, "trigger": trigger.as_str()}));
         self.audit.append(&audit).await?;
         Ok(run)
+    }
+
+    /// The run a queued run `run` waits behind: the flow's running run, or
+    /// the newest other run queued before it (a flow runs one at a time).
+    pub async fn run_ahead(&self, p: &Principal, org: OrgId, run: &Run) -> Result<Option<Run>> {
+        self.identity.access(p, org, Permission::Read).await?;
+        if run.status != RunStatus::Queued {
+            return Ok(None);
+        }
+        let recent = self.runs.list_for_flow(org, run.flow_id, None, PageRequest { limit: 20, after: None }).await?;
+        let active = |r: &&Run| r.id < run.id && matches!(r.status, RunStatus::Queued | RunStatus::Running);
+        let running = recent.items.iter().find(|r| active(r) && r.status == RunStatus::Running);
+        Ok(running.or_else(|| recent.items.iter().find(active)).cloned())
     }
 
     /// Queues a run in trace `trace_id`.

@@ -91,10 +91,14 @@ pub async fn asset(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) 
         (fields_table(&a.fields))
         h2 { "Versions" }
         table {
-            thead { tr { th.num { "Version" } th { "Change" } th.num { "Fields" } th { "By" } th { "When" } } }
-            tbody { @for v in versions.iter().rev() { tr {
+            thead { tr { th.num { "Version" } th { "Change" } th { "What changed" } th.num { "Fields" } th { "By" } th { "When" } } }
+            tbody { @for (i, v) in versions.iter().enumerate().rev() { tr {
                 td.num { (v.version) }
                 td { (badge(v.change.as_str())) }
+                td { @match i.checked_sub(1).and_then(|p| versions.get(p)) {
+                    Some(prev) => { @for line in sluice_domain::catalog::drift::describe_change(&prev.fields, &v.fields) { div { code { (line) } } } }
+                    None => { span.muted { "first version" } }
+                } }
                 td.num { (v.fields.len()) } td { (v.created_by.clone().unwrap_or_default()) } td { (when(v.created_at)) }
             } } }
         }
@@ -320,7 +324,7 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                             td { (when(e.created_at)) }
                             td { (e.actor.name.clone().or_else(|| e.actor.id.clone()).unwrap_or_else(|| e.actor.kind.as_str().to_string())) }
                             td { code { (e.action) } }
-                            td { (e.resource_type) " " @if let Some(id) = &e.resource_id { code.muted { (id.chars().take(8).collect::<String>()) } } }
+                            td { (super::audit_resource(e)) }
                         } } }
                     }
                 }

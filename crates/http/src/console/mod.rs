@@ -506,6 +506,32 @@ pub fn button(s: &Session, action: &str, label: &str, class: &str, confirm: Opti
 }
 
 /// `2026-11-23 15:04:05` (UTC).
+/// An id as pages show it where a resource has no name: the last 12 hex
+/// digits (a UUIDv7's random part; its first 8 are time, alike for every
+/// id made within ~65 seconds), monospaced, the whole id on hover.
+pub fn short_id(id: &str) -> Markup {
+    let hex: String = id.chars().filter(char::is_ascii_hexdigit).collect();
+    let tail = &hex[hex.len().saturating_sub(12)..];
+    html! { code title=(id) { "…" (tail) } }
+}
+
+/// What an audit entry is about: the resource's name when the entry
+/// recorded one (created, updated, deleted), else its id.
+pub fn audit_resource(e: &sluice_domain::shared::audit::AuditEntry) -> Markup {
+    let name = ["after", "before"]
+        .iter()
+        .find_map(|side| e.details.get(side).and_then(|v| v.get("name")).and_then(|n| n.as_str()))
+        .or_else(|| e.details.get("name").and_then(|n| n.as_str()));
+    html! {
+        (e.resource_type) " "
+        @match (name, &e.resource_id) {
+            (Some(n), _) => { strong { (n) } }
+            (None, Some(id)) => { (short_id(id)) }
+            (None, None) => {}
+        }
+    }
+}
+
 pub fn when(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!(

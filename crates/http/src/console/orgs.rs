@@ -161,7 +161,7 @@ pub(super) fn runs_table(
                 tbody {
                     @for r in runs {
                         tr {
-                            td { a href=(ctx.at(&format!("/runs/{}", r.id))) { code { (r.id.to_string()[..8]) } } }
+                            td { a href=(ctx.at(&format!("/runs/{}", r.id))) { (super::short_id(&r.id.to_string())) } }
                             td { (flow_name(r.flow_id)) }
                             td { (badge(r.status.as_str())) }
                             td { (r.trigger.as_str()) }

@@ -14,7 +14,7 @@ use sluice_domain::FieldError;
 use sluice_domain::connect::connection::Connection;
 use sluice_domain::shared::ids::{ConnectionId, FlowId, RunId};
 use sluice_domain::shared::page::PageRequest;
-use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, Mapping, Run, Trigger};
+use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, Mapping, Run, RunStatus, Trigger};
 use sluice_domain::sync::mode::SyncMode;
 use sluice_domain::sync::service::{FlowUpdate, NewFlow};
 use uuid::Uuid;
@@ -35,9 +35,19 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<s
     let p = &s.caller.principal;
     let listed = state.sluice.sync.list_flow_overviews(p, ctx.id(), None, q.request()).await?;
     let conns = connections(&state, &s, &ctx).await?;
-    let last: std::collections::HashMap<FlowId, Run> =
-        listed.items.iter().filter_map(|(f, r)| r.clone().map(|r| (f.id, r))).collect();
-    let flows: Vec<_> = listed.items.into_iter().map(|(f, _)| f).collect();
+    // A queued run behind a running one: the running one is what goes on.
+    let queued_behind: std::collections::HashSet<FlowId> = listed
+        .items
+        .iter()
+        .filter(|o| o.running.is_some() && o.last_run.as_ref().is_some_and(|r| r.status == RunStatus::Queued))
+        .map(|o| o.flow.id)
+        .collect();
+    let last: std::collections::HashMap<FlowId, Run> = listed
+        .items
+        .iter()
+        .filter_map(|o| o.running.clone().or_else(|| o.last_run.clone()).map(|r| (o.flow.id, r)))
+        .collect();
+    let flows: Vec<_> = listed.items.into_iter().map(|o| o.flow).collect();
     let body = html! {
         @if ctx.can_write() { p { a.button.primary href=(ctx.at("/flows/new")) { "New flow" } } }
         @if flows.is_empty() { p.muted { "No flows yet. Discover a connection's entities, or create one here." } } @else {
@@ -50,7 +60,10 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<s
                         td { (name_of(&conns, f.source_connection_id)) " → " (name_of(&conns, f.destination_connection_id)) }
                         td { code { (f.schedule.clone().unwrap_or_else(|| "manual".into())) } }
                         td { (badge(f.status.as_str())) }
-                        td { @if let Some(r) = last { a href=(ctx.at(&format!("/runs/{}", r.id))) { (badge(r.status.as_str())) } " " (when(r.queued_at)) } @else { "—" } }
+                        td {
+                            @if let Some(r) = last { a href=(ctx.at(&format!("/runs/{}", r.id))) { (badge(r.status.as_str())) } " " (when(r.queued_at)) } @else { "—" }
+                            @if queued_behind.contains(&f.id) { " " span.muted { "· another run queued" } }
+                        }
                         td { (when_opt(f.next_run_at)) }
                     }
                 } }
@@ -391,8 +404,16 @@ pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)
     let r = state.sluice.sync.get_run(p, ctx.id(), RunId::from(id)).await?;
     let flow = state.sluice.sync.get_flow(p, ctx.id(), r.flow_id).await?;
     let logs = state.sluice.sync.run_logs(p, ctx.id(), r.id).await?;
+    let ahead = state.sluice.sync.run_ahead(p, ctx.id(), &r).await?;
     let events = format!("/v1/organizations/{}/runs/{}/events", ctx.id(), r.id);
     let body = html! {
+        @if let Some(a) = &ahead {
+            p.notice role="status" {
+                "This run is queued behind "
+                a href=(ctx.at(&format!("/runs/{}", a.id))) { "run " code { (a.id) } }
+                " (" (a.status.as_str()) "), and starts when that one ends: a flow runs one run at a time."
+            }
+        }
         div #run data-events=(events) data-finished=(r.status.finished()) {
             dl.facts {
                 dt { "Flow" } dd { a href=(ctx.at(&format!("/flows/{}", flow.id))) { (flow.name) } }
@@ -420,7 +441,7 @@ pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)
             }
         }
     };
-    Ok(page(&ctx, &s, "/flows", &format!("Run {}", &r.id.to_string()[..8]), body))
+    Ok(page(&ctx, &s, "/flows", &format!("Run of {} ({})", flow.name, r.id), body))
 }
 
 /// `GET /o/{org}/topology`: the flows as a graph of their dependencies.

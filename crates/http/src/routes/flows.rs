@@ -111,6 +111,11 @@ pub struct RunResponse {
     /// The attempt executing (or that executed) the run: 1, then one more
     /// each time it is retried or taken over from a lost worker.
     pub attempt: u32,
+    /// In the answer to `POST …/flows/{flowId}/run` only: the run this one
+    /// is queued behind (the flow's run still running, or queued before
+    /// it), which ends first; absent when none is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_behind: Option<Uuid>,
 }
 
 impl From<Run> for RunResponse {
@@ -127,6 +132,7 @@ impl From<Run> for RunResponse {
             entities: r.entities,
             error: r.error,
             attempt: r.attempt,
+            queued_behind: None,
         }
     }
 }
@@ -149,6 +155,11 @@ pub struct FlowResponse {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// In the answer to creating a flow only: what its creator should know,
+    /// one line each (an incremental mapping that nothing protects from rows
+    /// committed late, say); absent when there is nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl FlowResponse {
@@ -165,6 +176,7 @@ impl FlowResponse {
             last_run: last_run.map(Into::into),
             created_at: f.created_at,
             updated_at: f.updated_at,
+            warnings: Vec::new(),
         }
     }
 }
@@ -198,7 +210,7 @@ pub async fn list(
     let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
     let flows =
         state.sluice.sync.list_flow_overviews(&caller.principal, org, status_of(q.status.as_deref())?, page).await?;
-    let data = flows.items.into_iter().map(|(f, last)| FlowResponse::new(f, last)).collect();
+    let data = flows.items.into_iter().map(|o| FlowResponse::new(o.flow, o.last_run)).collect();
     Ok(Json(ListResponse { data, next_cursor: flows.next_cursor }))
 }
 
@@ -231,7 +243,10 @@ pub async fn create(
         )
         .await?;
     let id = f.id;
-    Ok(created(format!("/v1/organizations/{org}/flows/{id}"), &FlowResponse::new(f, None)))
+    let warnings = state.sluice.sync.late_commit_warnings(&caller.principal, org, &f).await?;
+    let mut body = FlowResponse::new(f, None);
+    body.warnings = warnings;
+    Ok(created(format!("/v1/organizations/{org}/flows/{id}"), &body))
 }
 
 /// One flow with its last run.
@@ -304,10 +319,13 @@ pub async fn run(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>
     let (org, id) = path.into_inner();
     let trigger = if caller.claims.is_some() { Trigger::Manual } else { Trigger::Api };
     let r = state.sluice.sync.trigger_run(&caller.principal, org.into(), FlowId::from(id), trigger).await?;
+    let ahead = state.sluice.sync.run_ahead(&caller.principal, org.into(), &r).await?;
     let rid = r.id;
+    let mut body = RunResponse::from(r);
+    body.queued_behind = ahead.map(|a| a.id.as_uuid());
     Ok(HttpResponse::Accepted()
         .insert_header((actix_web::http::header::LOCATION, format!("/v1/organizations/{org}/runs/{rid}")))
-        .json(RunResponse::from(r)))
+        .json(body))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
