@@ -16,7 +16,8 @@ use crate::common::*;
 use crate::sqlite::{align, text_value};
 use sluice_domain::connect::connector::*;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
-use sqlx::{AssertSqlSafe, MySql, Row, Transaction};
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, MySql, Row};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -549,6 +550,53 @@ impl Destination for MySqlConnector {
     }
 
     async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+        self.open_writer(schema, mode, None).await
+    }
+
+    async fn open_for(
+        &self,
+        schema: &EntitySchema,
+        mode: WriteMode,
+        attempt: &Attempt,
+    ) -> ConnectorResult<Box<dyn EntityWriter>> {
+        self.open_writer(schema, mode, Some(attempt.mark())).await
+    }
+
+    async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
+        // Each earlier attempt's writers hold its mark as a named lock; the
+        // server says which connection holds it, and that one is ended (a
+        // user may end its own connections).
+        let mut ended = 0;
+        for number in 1..attempt.number {
+            let mark = Attempt { run: attempt.run, number }.mark();
+            loop {
+                let holder: Option<i64> = sqlx::query_scalar("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+                    .bind(&mark)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| self.e(&e))?;
+                let Some(id) = holder else { break };
+                sqlx::query(AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| self.e(&e))?;
+                ended += 1;
+                // The lock goes with the connection; another writer of
+                // that attempt may hold it next.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(ended)
+    }
+}
+
+impl MySqlConnector {
+    async fn open_writer(
+        &self,
+        schema: &EntitySchema,
+        mode: WriteMode,
+        mark: Option<String>,
+    ) -> ConnectorResult<Box<dyn EntityWriter>> {
         let pk: Vec<&str> = schema.primary_key();
         if mode == WriteMode::Upsert && pk.is_empty() {
             return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));
@@ -630,17 +678,10 @@ impl Destination for MySqlConnector {
         } else {
             String::new()
         };
-        let tx = self.pool.begin().await.map_err(|e| self.e(&e))?;
+        let session = Session::open(&self.pool, mark).await.map_err(|e| self.e(&e))?;
         let (commands, rx) = tokio::sync::mpsc::channel(1);
         let failed = Arc::new(std::sync::Mutex::new(None));
-        let session = tokio::spawn(run_session(
-            tx,
-            self.pool.clone(),
-            rx,
-            failed.clone(),
-            self.host.clone(),
-            self.database.clone(),
-        ));
+        let session = tokio::spawn(run_session(session, rx, failed.clone(), self.host.clone(), self.database.clone()));
         Ok(Box::new(MySqlWriter {
             pool: self.pool.clone(),
             commands: Some(commands),
@@ -703,28 +744,89 @@ fn failure_in(failed: &std::sync::Mutex<Option<ConnectorError>>) -> Option<Conne
     failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
 }
 
-/// Runs a writer's statements in order inside its transaction. A failed
-/// statement is kept in `failed` (the writer reports it at its next call)
-/// and every later statement skipped. When the writer goes away without a
-/// commit the transaction is dropped, which rolls it back.
+/// A writer's connection, its own for the writer's life and inside a
+/// transaction while it writes. With an attempt's mark it holds the named
+/// lock `mark` (`GET_LOCK`), by which a later attempt of the run finds and
+/// ends it (see `end_earlier_attempts`). It goes back to the pool only
+/// once it ended cleanly (committed or rolled back, the lock released);
+/// dropped otherwise (a cancel, a lost lease), it is closed, which rolls
+/// its transaction back.
+struct Session {
+    conn: PoolConnection<MySql>,
+    mark: Option<String>,
+    clean: bool,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl Session {
+    async fn open(pool: &MySqlPool, mark: Option<String>) -> Result<Self, sqlx::Error> {
+        let mut s = Session { conn: pool.acquire().await?, mark, clean: false };
+        if let Some(m) = &s.mark {
+            sqlx::query("DO GET_LOCK(?, 0)").bind(m).execute(&mut *s.conn).await?;
+            // A backstop where no later attempt may end it: MariaDB ends a
+            // transaction idle this long (MySQL has no such setting).
+            let _ = sqlx::query("SET SESSION idle_transaction_timeout = 600").execute(&mut *s.conn).await;
+        }
+        sqlx::query("BEGIN").execute(&mut *s.conn).await?;
+        Ok(s)
+    }
+
+    /// Commits; begins again when `reopen`, else ends cleanly.
+    async fn commit(&mut self, reopen: bool) -> Result<(), sqlx::Error> {
+        if !reopen {
+            self.release().await?;
+        }
+        sqlx::query("COMMIT").execute(&mut *self.conn).await?;
+        if reopen {
+            sqlx::query("BEGIN").execute(&mut *self.conn).await?;
+        } else {
+            self.clean = true;
+        }
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> Result<(), sqlx::Error> {
+        self.release().await?;
+        sqlx::query("ROLLBACK").execute(&mut *self.conn).await?;
+        self.clean = true;
+        Ok(())
+    }
+
+    async fn release(&mut self) -> Result<(), sqlx::Error> {
+        if let Some(m) = &self.mark {
+            sqlx::query("DO RELEASE_LOCK(?)").bind(m).execute(&mut *self.conn).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a writer's statements in order inside its session's transaction.
+/// A failed statement is kept in `failed` (the writer reports it at its
+/// next call) and every later statement skipped. When the writer goes away
+/// without a commit the session is dropped, which closes its connection.
 async fn run_session(
-    tx: Transaction<'static, MySql>,
-    pool: MySqlPool,
+    mut session: Session,
     mut commands: tokio::sync::mpsc::Receiver<Command>,
     failed: Arc<std::sync::Mutex<Option<ConnectorError>>>,
     host: String,
     database: String,
 ) {
     let failure = || failure_in(&failed);
-    let mut tx = Some(tx);
+    let mut open = true;
     while let Some(command) = commands.recv().await {
         match command {
             Command::Execute(q) => {
-                if failure().is_some() {
+                if failure().is_some() || !open {
                     continue;
                 }
-                let Some(t) = tx.as_mut() else { continue };
-                if let Err(e) = q.execute(&mut **t).await {
+                if let Err(e) = q.execute(&mut *session.conn).await {
                     *failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(err(&e, &host, &database));
                 }
             }
@@ -733,19 +835,19 @@ async fn run_session(
                     if let Some(e) = failure() {
                         return Err(e);
                     }
-                    let t = tx.take().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
-                    t.commit().await.map_err(|e| err(&e, &host, &database))?;
-                    if reopen {
-                        tx = Some(pool.begin().await.map_err(|e| err(&e, &host, &database))?);
+                    if !open {
+                        return Err(ConnectorError::Other("writer already finished".into()));
                     }
+                    session.commit(reopen).await.map_err(|e| err(&e, &host, &database))?;
+                    open = reopen;
                     Ok(())
                 }
                 .await;
                 let _ = done.send(result);
             }
             Command::Rollback => {
-                if let Some(t) = tx.take() {
-                    let _ = t.rollback().await;
+                if open {
+                    let _ = session.rollback().await;
                 }
                 return;
             }

@@ -498,3 +498,79 @@ async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
         }
     }
 }
+
+/// A take-over: attempt 1 of a run is frozen holding its open transaction
+/// (PostgreSQL: the fresh table of a full refresh; MySQL: an upserted row),
+/// on which attempt 2 would wait as long as it stays frozen; attempt 2 ends
+/// attempt 1's session and writes at once; attempt 1 commits nothing.
+async fn take_over(name: &str, dest: Arc<dyn Destination>, mode: WriteMode) {
+    use std::time::Duration;
+    let s = schema(false);
+    let run = uuid::Uuid::now_v7();
+    let (first, second) = (Attempt { run, number: 1 }, Attempt { run, number: 2 });
+    let rows = |v: &str| batch(&s, vec![row(1, v, "2026-01-01T00:00:00Z")]);
+    let mut seed = dest.open(&s, WriteMode::Upsert).await.unwrap();
+    seed.write(&rows("seed")).await.unwrap();
+    seed.finish().await.unwrap();
+    let mut frozen = dest.open_for(&s, mode, &first).await.unwrap();
+    for _ in 0..3 {
+        // The third write waits for the first to have run.
+        frozen.write(&rows("first")).await.unwrap();
+    }
+    let write_second = || async {
+        let mut w = dest.open_for(&s, mode, &second).await?;
+        w.write(&rows("second")).await?;
+        w.finish().await
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(2), write_second()).await;
+    assert!(waited.is_err(), "{name}: the second attempt waits on the frozen one: {waited:?}");
+    assert_eq!(dest.end_earlier_attempts(&second).await.unwrap(), 1, "{name}: the frozen session is ended");
+    let written = tokio::time::timeout(Duration::from_secs(10), write_second()).await;
+    assert!(matches!(written, Ok(Ok(_))), "{name}: then it writes at once: {written:?}");
+    let gone = frozen.finish().await.expect_err("the ended attempt commits nothing").to_string();
+    if name == "postgres" {
+        // What the frozen worker reports when it wakes: what happened.
+        assert!(gone.contains("ended the session"), "{name}: {gone}");
+    }
+    assert_eq!(dest.end_earlier_attempts(&second).await.unwrap(), 0, "{name}: nothing left to end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_ends_the_earlier_attempts_sessions() {
+    use sqlx::Connection;
+    let registry = Registry::new(std::env::temp_dir());
+    let t = tag();
+    match sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await {
+        Ok(mut c) => {
+            let schema = format!("takeover_{t}");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut c).await.unwrap();
+            let cfg = config(
+                "postgres",
+                json!({"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}),
+            );
+            take_over("postgres", registry.destination(&cfg).await.unwrap(), WriteMode::Overwrite).await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&mut c).await.unwrap();
+        }
+        Err(e) => {
+            reachable("PostgreSQL", false, e.to_string()).await;
+        }
+    }
+    match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
+        Ok(mut c) => {
+            let db = format!("takeover_{t}");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}"))).execute(&mut c).await.unwrap();
+            let cfg =
+                config("mysql", json!({"host": "127.0.0.1", "database": db, "user": "root", "ssl_mode": "disabled"}));
+            take_over("mysql", registry.destination(&cfg).await.unwrap(), WriteMode::Upsert).await;
+            let (v,): (String,) = sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT v FROM {db}.modes WHERE id = 1")))
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(v, "second");
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db}"))).execute(&mut c).await.unwrap();
+        }
+        Err(e) => {
+            reachable("MariaDB", false, e.to_string()).await;
+        }
+    }
+}

@@ -664,6 +664,15 @@ async fn secret_references_resolve_only_what_the_operator_granted() {
     );
     let message = err["details"]["errors"][0]["message"].as_str().unwrap();
     assert!(message.contains("env:OTHER_TEAMS_PW") && message.contains("SLUICE_ENV_REFS_ALLOW"), "{message}");
+    // The service's AWS identity reads nothing an operator did not assign.
+    let err = expect!(
+        narrow,
+        req(Method::POST, &conns, "ann")
+            .set_json(body("aws:secretsmanager:arn:aws:secretsmanager:us-east-1:1:secret:db")),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let message = err["details"]["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("SLUICE_AWS_SECRETS_ALLOW"), "{message}");
     let integ = expect!(
         narrow,
         req(Method::POST, &format!("/v1/organizations/{org}/integrations"), "ann")
