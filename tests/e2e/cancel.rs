@@ -5,7 +5,6 @@
 
 use serde_json::{Value, json};
 use sluice_tests::{Auth, Backend, TestApp, check, pg_exec, spawn_app};
-use sqlx::Connection;
 use std::time::{Duration, Instant};
 
 const BIG: u32 = 300_000;
@@ -110,13 +109,7 @@ async fn runs_cancelled_mid_copy_leave_postgres_connections_usable() {
 #[tokio::test]
 async fn runs_cancelled_mid_read_leave_mariadb_connections_usable() {
     let Some(app) = spawn_app(Backend::Sqlite).await else { return };
-    let mut my = match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
-        Ok(c) => c,
-        Err(e) => {
-            sluice_testkit::services::unavailable("MariaDB on 127.0.0.1:3306", e, "start it");
-            return;
-        }
-    };
+    let Some(mut my) = sluice_tests::mariadb().await else { return };
     let tag = sluice_domain::shared::secret::random_base62(8).to_lowercase();
     let (srcdb, dstdb) = (format!("cancel_src_{tag}"), format!("cancel_dst_{tag}"));
     for sql in [

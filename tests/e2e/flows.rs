@@ -907,13 +907,7 @@ async fn widened_and_dropped_source_columns_evolve_the_destination() {
 #[tokio::test]
 async fn widened_and_dropped_mariadb_columns_evolve_the_destination() {
     let Some(app) = spawn_app(Backend::Sqlite).await else { return };
-    let mut my = match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
-        Ok(c) => c,
-        Err(e) => {
-            sluice_testkit::services::unavailable("MariaDB on 127.0.0.1:3306", e, "start it");
-            return;
-        }
-    };
+    let Some(mut my) = sluice_tests::mariadb().await else { return };
     let tag = sluice_domain::shared::secret::random_base62(8).to_lowercase();
     let (s, d) = (format!("widen_src_{tag}"), format!("widen_dst_{tag}"));
     let exec = |sql: String| sqlx::query(sqlx::AssertSqlSafe(sql));

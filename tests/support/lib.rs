@@ -32,6 +32,19 @@ pub enum Backend {
 
 pub const PG_TEST_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+/// A connection to the test MariaDB, or `None` (loudly, and failing under
+/// CI) when it is unreachable.
+pub async fn mariadb() -> Option<sqlx::MySqlConnection> {
+    use sqlx::Connection;
+    match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            sluice_testkit::services::unavailable("MariaDB on 127.0.0.1:3306", e, "start it");
+            None
+        }
+    }
+}
+
 /// Runs SQL on the `test` database.
 pub async fn pg_exec(sql: String) {
     use sqlx::Connection;

@@ -13,13 +13,15 @@
 //! work is linear in the input and bounded (see `docs/gateway.md`).
 
 pub mod extract;
+pub mod repair;
 pub mod scan;
 pub mod service;
 pub mod validate;
 
-pub use extract::{MAX_CANDIDATES, extract, extraction_work, repair, work_bound};
+pub use extract::{Extraction, MAX_CANDIDATES, extract, extract_noted, extraction_work, repair, work_bound};
+pub use repair::{Repair, RepairKind};
 pub use scan::Finding;
-pub use validate::{Outcome, TypeMismatch, type_name, validate};
+pub use validate::{Outcome, TypeMismatch, retry_prompt, type_name, validate, validate_noted};
 
 pub use crate::catalog::contract::{ContractField, SENSITIVE};
 #[cfg(test)]
@@ -29,7 +31,7 @@ use serde_json::{Map, Value};
 /// coerced, masked and checked against `contract`; `None` when `raw` holds
 /// no JSON object.
 pub fn check(raw: &str, contract: &[ContractField]) -> Option<Outcome> {
-    extract(raw, contract).map(|obj| validate(&obj, contract))
+    extract_noted(raw, contract).map(|e| validate_noted(&e.object, contract, e.repairs))
 }
 
 #[cfg(test)]

@@ -30,9 +30,14 @@ fn every_case_of_the_corpus_validates_with_its_expected_values() {
     let mut strict = Vec::new();
     for case in cases {
         let (name, raw) = (case["name"].as_str().unwrap(), case["raw"].as_str().unwrap());
-        let Some(Outcome::Valid { data, governance_applied, .. }) = check(raw, &contract) else {
+        let Some(Outcome::Valid { data, governance_applied, repairs, .. }) = check(raw, &contract) else {
             panic!("{name}: {:?}", check(raw, &contract))
         };
+        // The repair record of each case, in order (`path:kind`).
+        let record: Vec<String> = repairs.iter().map(|r| format!("{}:{}", r.path, r.kind.as_str())).collect();
+        let want: Vec<&str> = case["repairs"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+        assert_eq!(record, want, "{name}: the repairs");
+        assert!(!format!("{repairs:?}").contains("jane.doe"), "{name}: a sensitive value in a repair");
         let absent: Vec<&str> =
             case["absent"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         let under_absent = |p: &str| absent.iter().any(|a| p == *a || p.starts_with(&format!("{a}.")));

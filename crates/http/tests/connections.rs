@@ -544,7 +544,8 @@ async fn gateway_gives_the_spec_success_body_and_keeps_tenants_apart() {
             .insert_header(("X-Api-Key", key.to_string()))
             .set_json(json!({"asset_id": asset, "payload_raw": raw}))
     };
-    let body = expect!(app, call(&ann_key), StatusCode::OK);
+    let mut body = expect!(app, call(&ann_key), StatusCode::OK);
+    let repairs = body["metadata"].as_object_mut().unwrap().remove("repairs").expect("metadata.repairs");
     assert_eq!(
         body,
         json!({
@@ -553,6 +554,41 @@ async fn gateway_gives_the_spec_success_body_and_keeps_tenants_apart() {
             "metadata": {"governance_applied": ["email_MASK"], "safety_findings": []}
         })
     );
+    let kinds: Vec<(&str, &str)> = repairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["path"].as_str().unwrap(), r["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("$", "extracted"), ("user_id", "coerced"), ("is_active", "coerced"), ("email", "masked")]);
+    assert!(!repairs.to_string().contains("john"), "no sensitive value in a repair: {repairs}");
+
+    // A client that accepts only clean output rejects repairs by kind.
+    let reject = |kinds: Value| {
+        TestRequest::default()
+            .method(Method::POST)
+            .uri("/v1/gateway/validate")
+            .insert_header(("X-Api-Key", ann_key.clone()))
+            .set_json(json!({"asset_id": asset, "payload_raw": raw, "reject": kinds}))
+    };
+    let refused = expect!(app, reject(json!(["coerced"])), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused["code"], "repair_rejected", "{refused}");
+    assert_eq!(refused["metadata"]["repairs"], repairs);
+    expect!(app, reject(json!(["closed_truncated", "duplicate_key"])), StatusCode::OK);
+    let e = expect!(app, reject(json!(["made_up"])), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(e["code"], "validation_failed", "{e}");
+    // A schema failure carries its repairs and a retry prompt.
+    let failed = TestRequest::default()
+        .method(Method::POST)
+        .uri("/v1/gateway/validate")
+        .insert_header(("X-Api-Key", ann_key.clone()))
+        .set_json(json!({"asset_id": asset, "payload_raw": "{'user_id': 'x1', 'email': 'john@example.com'}"}));
+    let failed = expect!(app, failed, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(failed["code"], "schema_validation_failed");
+    assert_eq!(failed["metadata"]["repairs"][0]["kind"], "single_quotes", "{failed}");
+    let prompt = failed["retry_prompt"].as_str().unwrap();
+    assert!(prompt.contains("- user_id: expected integer, got string"), "{prompt}");
+    assert!(!prompt.contains("john") && !prompt.contains("x1"), "{prompt}");
 
     // Another organization's key cannot reach the asset: 404, not 403.
     let bob_org = expect!(

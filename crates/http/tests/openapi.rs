@@ -1,5 +1,6 @@
 //! `docs/openapi.json` is generated from the code and committed; this test
-//! fails when it drifts. `just openapi` (SLUICE_UPDATE_OPENAPI=1) rewrites it.
+//! fails when it drifts. `just openapi` (SLUICE_UPDATE_OPENAPI=1, with the
+//! workspace's features: `cargo test --workspace --test openapi`) rewrites it.
 
 #[test]
 #[allow(clippy::disallowed_methods)] // a test switch, not configuration
@@ -13,7 +14,7 @@ fn the_committed_openapi_document_matches_the_code() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "docs/openapi.json is out of date with the code; run `just openapi` (SLUICE_UPDATE_OPENAPI=1 cargo test -p sluice-http --test openapi)"
+        "docs/openapi.json is out of date with the code; run `just openapi` (SLUICE_UPDATE_OPENAPI=1 cargo test --workspace --test openapi: with the workspace's features, as CI builds it)"
     );
 }
 

@@ -3,7 +3,7 @@
 //! a `schema.drift` activity event when it fails the contract. The
 //! pipeline itself is pure (see [`crate::gateway`]).
 
-use super::{Outcome, check};
+use super::{Outcome, Repair, RepairKind, check};
 use crate::billing::service::BillingService;
 use crate::catalog::service::CatalogService;
 use crate::identity::service::IdentityService;
@@ -27,6 +27,10 @@ pub enum GatewayResult {
     /// No JSON object could be found in the payload.
     NoJson,
     Checked(Outcome),
+    /// A valid result that needed a repair of a kind the request rejects.
+    Rejected {
+        repairs: Vec<Repair>,
+    },
 }
 
 /// The use cases of the gateway.
@@ -46,16 +50,35 @@ impl GatewayService {
     /// Only an organization API key may call it; the organization is the
     /// key's.
     pub async fn validate(&self, p: &Principal, asset: AssetId, raw: &str) -> Result<GatewayResult> {
+        self.validate_rejecting(p, asset, raw, &[]).await
+    }
+
+    /// [`GatewayService::validate`], refusing a valid result that needed a
+    /// repair of a kind in `reject` ([`GatewayResult::Rejected`]).
+    pub async fn validate_rejecting(
+        &self,
+        p: &Principal,
+        asset: AssetId,
+        raw: &str,
+        reject: &[RepairKind],
+    ) -> Result<GatewayResult> {
         let Principal::ApiKey { org_id, .. } = p else {
             return Err(Error::Unauthenticated("the gateway takes an organization API key (X-Api-Key)".into()));
         };
-        self.validate_in(p, *org_id, asset, raw).await
+        self.validate_in(p, *org_id, asset, raw, reject).await
     }
 
     /// The same pipeline for any member of `org` (the console's
     /// playground): it reads the organization's contract and counts
     /// against its monthly quota like a call with its API key.
-    pub async fn validate_in(&self, p: &Principal, org: OrgId, asset: AssetId, raw: &str) -> Result<GatewayResult> {
+    pub async fn validate_in(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        asset: AssetId,
+        raw: &str,
+        reject: &[RepairKind],
+    ) -> Result<GatewayResult> {
         self.identity.access(p, org, Permission::Read).await?;
         let asset = self.catalog.contract(org, asset).await?;
         if let Err(e) = self.billing.consume_validation(org).await {
@@ -74,14 +97,18 @@ impl GatewayService {
         };
         let result = match outcome {
             None => GatewayResult::NoJson,
+            Some(Outcome::Valid { repairs, .. }) if repairs.iter().any(|r| reject.contains(&r.kind)) => {
+                GatewayResult::Rejected { repairs }
+            }
             Some(o) => GatewayResult::Checked(o),
         };
         self.monitoring.metrics().gateway_validation(match &result {
             GatewayResult::NoJson => "no_json",
             GatewayResult::Checked(Outcome::Valid { .. }) => "valid",
             GatewayResult::Checked(Outcome::Invalid { .. }) => "invalid",
+            GatewayResult::Rejected { .. } => "repair_rejected",
         });
-        if let GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) = &result {
+        if let GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches, .. }) = &result {
             let n = missing_fields.len() + type_mismatches.len();
             self.monitoring
                 .record(&ActivityEvent {

@@ -275,7 +275,7 @@ fn failures_name_missing_fields_and_mismatches_by_dotted_path() {
     let o = obj(
         json!({"age": "thirty", "email": "a@b.co", "subscribed": "maybe", "address": {"city": "Paris", "zip": "abc"}}),
     );
-    let Outcome::Invalid { missing_fields, type_mismatches } = validate(&o, &c) else { panic!() };
+    let Outcome::Invalid { missing_fields, type_mismatches, .. } = validate(&o, &c) else { panic!() };
     assert_eq!(missing_fields, ["name"]);
     let found: Vec<(&str, &str, &str)> =
         type_mismatches.iter().map(|m| (m.field.as_str(), m.expected.as_str(), m.received.as_str())).collect();
@@ -292,7 +292,7 @@ fn failures_name_missing_fields_and_mismatches_by_dotted_path() {
 fn sensitive_fields_are_masked_and_unknown_fields_dropped() {
     let c = contract();
     let o = obj(json!({"name": "Ann", "age": 31, "email": "john@example.com", "internal_note": "drop me"}));
-    let Outcome::Valid { data, governance_applied, safety_findings } = validate(&o, &c) else { panic!() };
+    let Outcome::Valid { data, governance_applied, safety_findings, .. } = validate(&o, &c) else { panic!() };
     assert_eq!(data["email"], "j****@example.com");
     assert_eq!(governance_applied, ["email_MASK"]);
     assert!(data.get("internal_note").is_none());
@@ -424,4 +424,130 @@ proptest! {
         prop_assert!(work <= work_bound(raw.len()), "{} bytes of work for {}", work, raw.len());
         let _ = extract(&raw, &contract());
     }
+}
+
+/// The repairs of `raw` against `c`, as `(path, kind)`.
+fn repairs_of(raw: &str, c: &[ContractField]) -> Vec<(String, &'static str)> {
+    let repairs = match check(raw, c) {
+        Some(Outcome::Valid { repairs, .. }) | Some(Outcome::Invalid { repairs, .. }) => repairs,
+        None => panic!("{raw}: no JSON"),
+    };
+    repairs.into_iter().map(|r| (r.path, r.kind.as_str())).collect()
+}
+
+#[test]
+fn the_five_extraction_defects_are_fixed() {
+    let ints = vec![field("id", FieldType::Integer, true)];
+    let valid = |raw: &str, c: &[ContractField]| match check(raw, c) {
+        Some(Outcome::Valid { data, .. }) => Value::Object(data),
+        other => panic!("{raw}: {other:?}"),
+    };
+    // 1. An integer beyond 2^53 in a string, exactly; one past i64 is a mismatch.
+    assert_eq!(valid(r#"{"id": "1234567890123456789"}"#, &ints)["id"], json!(1_234_567_890_123_456_789_i64));
+    assert_eq!(valid(r#"{"id": "-9223372036854775808"}"#, &ints)["id"], json!(i64::MIN));
+    for past in [r#"{"id": "9223372036854775808"}"#, r#"{"id": 9223372036854775808}"#, r#"{"id": "seven"}"#] {
+        let Some(Outcome::Invalid { type_mismatches, .. }) = check(past, &ints) else { panic!("{past}") };
+        assert_eq!(type_mismatches[0].field, "id", "{past}");
+    }
+    // 2. A leading plus sign is a number.
+    assert_eq!(valid(r#"{"id": "+7"}"#, &ints)["id"], 7);
+    assert_eq!(valid(r#"{"n": "+7.5"}"#, &[field("n", FieldType::Number, true)])["n"], 7.5);
+    // 3. A lone bracket in prose before the answer hides nothing.
+    let c = contract();
+    let prose =
+        r#"The log format is "I, [" then a date. Here is the JSON: {"name": "Ann", "age": 31, "email": "a@b.co"}"#;
+    assert_eq!(valid(prose, &c)["name"], "Ann");
+    let brace = r#"Use a "{" to open. {"name": "Ann", "age": 31, "email": "a@b.co"}"#;
+    assert_eq!(valid(brace, &c)["name"], "Ann");
+    // 4. Cut off right after the opening brace: every field is missing.
+    let Some(Outcome::Invalid { missing_fields, .. }) = check("Here is the JSON:\n```json\n{", &c) else {
+        panic!("a cut-off object is an object")
+    };
+    assert_eq!(missing_fields, ["name", "age", "email"]);
+    assert_eq!(
+        valid("{\n Sorry: {\"name\": \"Ann\", \"age\": 3, \"email\": \"a@b.co\"}", &c)["name"],
+        "Ann",
+        "any real candidate wins"
+    );
+    // 5. A number that ends the output, then white space, is whole.
+    assert_eq!(valid("{\"id\": 31\n", &ints)["id"], 31);
+    assert_eq!(valid("{\"id\": 31 \t", &ints)["id"], 31);
+    assert!(matches!(check("{\"id\": 31", &ints), Some(Outcome::Invalid { .. })), "cut off by the end itself");
+}
+
+#[test]
+fn every_repair_kind_is_recorded_when_made_and_only_then() {
+    let c = contract();
+    let clean = r#"{"name": "Ann", "age": 31, "email": "ann@example.com"}"#;
+    assert_eq!(repairs_of(clean, &c), [("email".into(), "masked")], "strict JSON: only the mask");
+    let plain = vec![field("name", FieldType::String, true), field("age", FieldType::Integer, false)];
+    assert!(repairs_of(r#"{"name": "Ann", "age": 31}"#, &plain).is_empty(), "strict JSON that matched exactly");
+    let has = |raw: &str, c: &[ContractField], want: (&str, &str)| {
+        let got = repairs_of(raw, c);
+        assert!(got.iter().any(|(p, k)| (p.as_str(), *k) == want), "{raw}: {want:?} not in {got:?}");
+    };
+    let lacks = |raw: &str, c: &[ContractField], kind: &str| {
+        let got = repairs_of(raw, c);
+        assert!(!got.iter().any(|(_, k)| *k == kind), "{raw}: {kind} in {got:?}");
+    };
+    has("Sure: {\"name\": \"Ann\", \"age\": 31} done", &plain, ("$", "extracted"));
+    lacks("  {\"name\": \"Ann\"}  ", &plain, "extracted");
+    has(r#"{"name": "X"} {"name": "Ann", "age": 31}"#, &plain, ("$", "candidate_chosen"));
+    lacks(r#"{"name": "Ann", "age": 31}"#, &plain, "candidate_chosen");
+    has(r#"{"name": "Ann", "age": 31, "nick": "An"#, &plain, ("$", "closed_truncated"));
+    has(r#"{"name": "Ann", "age": 31, "nick": "An"#, &plain, ("nick", "dropped_truncated_value"));
+    lacks(r#"{"name": "Ann", "age": 31,"#, &plain, "dropped_truncated_value");
+    has(r#"{'name': 'Ann'}"#, &plain, ("$", "single_quotes"));
+    lacks(r#"{"name": "it's"}"#, &plain, "single_quotes");
+    has(r#"{name: "Ann"}"#, &plain, ("$", "unquoted_key"));
+    has(r#"{"name": "Ann",}"#, &plain, ("$", "trailing_comma"));
+    has("{\"name\": \"Ann\" // the name\n}", &plain, ("$", "comment_removed"));
+    lacks(r#"{"name": "a // not a comment"}"#, &plain, "comment_removed");
+    has(r#"{'name': 'Ann\'s'}"#, &plain, ("$", "escape_decoded"));
+    lacks(r#"{"name": "tab\there"}"#, &plain, "escape_decoded");
+    has(r#"{"name": "X", "name": "Ann"}"#, &plain, ("name", "duplicate_key"));
+    has(r#"{'name': 'X', 'name': 'Ann'}"#, &plain, ("name", "duplicate_key"));
+    has(r#"{"Name": "Ann"}"#, &plain, ("name", "key_folded"));
+    has(r#"{"name": "Ann", "age": "n/a"}"#, &plain, ("age", "null_word"));
+    lacks(r#"{"name": "n/a"}"#, &plain, "null_word");
+    has(r#"{"name": "Ann", "age": "31"}"#, &plain, ("age", "coerced"));
+    lacks(r#"{"name": "Ann", "age": 31}"#, &plain, "coerced");
+    has(r#"{"name": "Ann", "age": "31 years"}"#, &plain, ("age", "unit_stripped"));
+    has(r#"{"name": "Ann", "age": "1,031"}"#, &plain, ("age", "separator_removed"));
+    lacks(r#"{"name": "Ann", "age": "1031"}"#, &plain, "separator_removed");
+    has(r#"{"name": "Ann", "age": 30.6}"#, &plain, ("age", "rounded"));
+    lacks(r#"{"name": "Ann", "age": 30.0}"#, &plain, "rounded");
+    has(r#"{"name": "Ann", "extra": 1}"#, &plain, ("extra", "unknown_field_dropped"));
+    lacks(r#"{"Name": "Ann"}"#, &plain, "unknown_field_dropped");
+    has(clean, &c, ("email", "masked"));
+    has(
+        r#"{"name": "Ann", "age": 31, "email": "a@b.co", "address": {"city": "P", "zip": "75", "x": 1}}"#,
+        &c,
+        ("address.x", "unknown_field_dropped"),
+    );
+    // A sensitive value never appears in a repair's detail.
+    let Some(Outcome::Valid { repairs, .. }) = check(r#"{"name": "Ann", "age": 31, "email": 12345678}"#, &c) else {
+        panic!()
+    };
+    assert!(repairs.iter().any(|r| r.path == "email" && r.kind == RepairKind::Coerced));
+    assert!(!format!("{repairs:?}").contains("12345678"), "{repairs:?}");
+    // And a value that is not sensitive is shown.
+    let Some(Outcome::Valid { repairs, .. }) = check(r#"{"name": "Ann", "age": "31"}"#, &plain) else { panic!() };
+    assert_eq!(repairs[0].detail, "string \"31\" → integer");
+}
+
+#[test]
+fn a_schema_failure_carries_a_retry_prompt_naming_what_to_fix() {
+    let c = contract();
+    let raw = r#"{"name": "Ann", "age": "old", "email": "secret@example.com", "address": {"city": "Paris"}}"#;
+    let Some(Outcome::Invalid { retry_prompt, .. }) = check(raw, &c) else { panic!() };
+    assert_eq!(
+        retry_prompt,
+        "Your previous answer did not match the expected JSON. Answer again with one JSON object and nothing else.\n\
+         Missing required fields:\n\
+         - address.zip (integer)\n\
+         Fields with the wrong type:\n\
+         - age: expected integer, got string"
+    );
+    assert!(!retry_prompt.contains("secret") && !retry_prompt.contains("old"), "nothing the model sent");
 }

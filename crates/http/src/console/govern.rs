@@ -160,29 +160,40 @@ pub async fn gateway_validate(state: Data<AppState>, post: Post<GatewayForm>, or
         Ok(asset) => match state
             .sluice
             .gateway
-            .validate_in(&s.caller.principal, ctx.id(), AssetId::from(asset), &f.payload)
+            .validate_in(&s.caller.principal, ctx.id(), AssetId::from(asset), &f.payload, &[])
             .await
         {
-            Ok(GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings })) => html! {
-                p { (badge("valid")) " The cleaned object:" }
-                (json_block(&serde_json::Value::Object(data)))
-                @if !governance_applied.is_empty() { p { "Governance applied: " @for g in &governance_applied { code { (g) } " " } } }
-                @if !safety_findings.is_empty() {
-                    h3 { "Safety findings" }
-                    ul { @for x in &safety_findings { li { code { (x.field) } " " (x.kind) ": " (x.detail) } } }
-                }
-            },
-            Ok(GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches })) => html! {
-                p { (badge("invalid")) " The output drifts from the contract." }
-                @if !missing_fields.is_empty() { p { "Missing: " @for m in &missing_fields { code { (m) } " " } } }
-                @if !type_mismatches.is_empty() {
-                    table.compact {
-                        thead { tr { th { "Field" } th { "Expected" } th { "Received" } } }
-                        tbody { @for t in &type_mismatches { tr { td { code { (t.field) } } td { (t.expected) } td { (t.received) } } } }
+            Ok(GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings, repairs })) => {
+                html! {
+                    p { (badge("valid")) " The cleaned object:" }
+                    (json_block(&serde_json::Value::Object(data)))
+                    (repairs_table(&repairs))
+                    @if !governance_applied.is_empty() { p { "Governance applied: " @for g in &governance_applied { code { (g) } " " } } }
+                    @if !safety_findings.is_empty() {
+                        h3 { "Safety findings" }
+                        ul { @for x in &safety_findings { li { code { (x.field) } " " (x.kind) ": " (x.detail) } } }
                     }
                 }
-            },
+            }
+            Ok(GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches, repairs, retry_prompt })) => {
+                html! {
+                    p { (badge("invalid")) " The output drifts from the contract." }
+                    (repairs_table(&repairs))
+                    h3 { "Retry prompt" }
+                    pre { (retry_prompt) }
+                    @if !missing_fields.is_empty() { p { "Missing: " @for m in &missing_fields { code { (m) } " " } } }
+                    @if !type_mismatches.is_empty() {
+                        table.compact {
+                            thead { tr { th { "Field" } th { "Expected" } th { "Received" } } }
+                            tbody { @for t in &type_mismatches { tr { td { code { (t.field) } } td { (t.expected) } td { (t.received) } } } }
+                        }
+                    }
+                }
+            }
             Ok(GatewayResult::NoJson) => html! { p { (badge("invalid")) " No JSON object was found in the output." } },
+            Ok(GatewayResult::Rejected { repairs }) => {
+                html! { p { (badge("invalid")) " A repair was rejected." } (repairs_table(&repairs)) }
+            }
             Err(e) => html! { p.error role="alert" { (ApiError::from(e).message) } },
         },
     };
@@ -352,4 +363,17 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
         @if entries.len() == 100 { (notice("Showing the latest 100 entries; narrow the filter, or page through the API.")) }
     };
     Ok(page(&ctx, &s, "/audit", "Audit and activity", body))
+}
+
+/// What the gateway repaired, in order.
+fn repairs_table(repairs: &[sluice_domain::gateway::Repair]) -> maud::Markup {
+    html! {
+        @if repairs.is_empty() { p.muted { "Strict JSON that matched exactly: nothing repaired." } } @else {
+            h3 { "Repairs" }
+            table.compact {
+                thead { tr { th { "Path" } th { "Kind" } th { "Detail" } } }
+                tbody { @for r in repairs { tr { td { code { (r.path) } } td { (r.kind.as_str()) } td { (r.detail) } } } }
+            }
+        }
+    }
 }

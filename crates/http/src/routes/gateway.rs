@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sluice_domain::FieldError;
 use sluice_domain::gateway::service::GatewayResult;
-use sluice_domain::gateway::{Finding, Outcome, TypeMismatch};
+use sluice_domain::gateway::{Finding, Outcome, Repair, RepairKind, TypeMismatch};
 use sluice_domain::shared::ids::AssetId;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -27,6 +27,11 @@ pub struct ValidateBody {
     /// `raw_output` is accepted as an alias.
     #[serde(alias = "raw_output")]
     pub payload_raw: String,
+    /// Repair kinds that make a valid result fail (`repair_rejected`), for
+    /// callers that accept only clean output where it matters.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>, example = json!(["coerced", "closed_truncated"]))]
+    pub reject: Vec<RepairKind>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -35,6 +40,18 @@ pub struct ValidateMetadata {
     pub governance_applied: Vec<String>,
     #[schema(value_type = Vec<Object>)]
     pub safety_findings: Vec<Finding>,
+    /// Every change made between the raw text and the result, in order:
+    /// `{path, kind, detail}` (see docs/gateway.md); empty for strict JSON
+    /// that matched exactly.
+    #[schema(value_type = Vec<Object>, example = json!([{"path": "$", "kind": "extracted", "detail": "the object at bytes 19..75 of 75 (prose or a code fence around it)"}, {"path": "user_id", "kind": "coerced", "detail": "string \"42\" → integer"}]))]
+    pub repairs: Vec<Repair>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FailureMetadata {
+    /// The changes made before the result failed, in order.
+    #[schema(value_type = Vec<Object>)]
+    pub repairs: Vec<Repair>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -59,12 +76,20 @@ pub struct DriftDetails {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ValidateFailure {
     pub success: bool,
-    /// `Schema Validation Failed` or `No JSON object found`.
+    /// `Schema Validation Failed`, `No JSON object found`, or which
+    /// rejected repair the output needed.
     pub error: String,
-    /// `schema_validation_failed` or `no_json_found`.
+    /// `schema_validation_failed`, `no_json_found` or `repair_rejected`.
     pub code: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_details: Option<DriftDetails>,
+    /// For a schema failure: a text to send back to the model, naming each
+    /// missing field and mismatch with the type expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_prompt: Option<String>,
+    /// For a schema failure and a rejected repair: the repairs made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<FailureMetadata>,
 }
 
 /// Extracts, coerces, masks and validates one model output against a
@@ -90,20 +115,40 @@ pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload)
     let b = parsed.map_err(|e| json_api_error(actix_web::error::JsonPayloadError::Deserialize(e)))?;
     let asset = Uuid::parse_str(b.asset_id.trim())
         .map_err(|_| ApiError::validation(vec![FieldError::new("asset_id", "must be a UUID")]))?;
-    let result = state.sluice.gateway.validate(&caller.principal, AssetId::from(asset), &b.payload_raw).await?;
+    let result = state
+        .sluice
+        .gateway
+        .validate_rejecting(&caller.principal, AssetId::from(asset), &b.payload_raw, &b.reject)
+        .await?;
     Ok(match result {
-        GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings }) => HttpResponse::Ok()
-            .json(ValidateResponse {
+        GatewayResult::Checked(Outcome::Valid { data, governance_applied, safety_findings, repairs }) => {
+            HttpResponse::Ok().json(ValidateResponse {
                 success: true,
                 data,
-                metadata: ValidateMetadata { governance_applied, safety_findings },
-            }),
-        GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches }) => {
+                metadata: ValidateMetadata { governance_applied, safety_findings, repairs },
+            })
+        }
+        GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches, repairs, retry_prompt }) => {
             HttpResponse::UnprocessableEntity().json(ValidateFailure {
                 success: false,
                 error: "Schema Validation Failed".into(),
                 code: "schema_validation_failed".into(),
                 drift_details: Some(DriftDetails { missing_fields, type_mismatches }),
+                retry_prompt: Some(retry_prompt),
+                metadata: Some(FailureMetadata { repairs }),
+            })
+        }
+        GatewayResult::Rejected { repairs } => {
+            let mut kinds: Vec<&str> =
+                repairs.iter().filter(|r| b.reject.contains(&r.kind)).map(|r| r.kind.as_str()).collect();
+            kinds.dedup();
+            HttpResponse::UnprocessableEntity().json(ValidateFailure {
+                success: false,
+                error: format!("The output needed a rejected repair ({})", kinds.join(", ")),
+                code: "repair_rejected".into(),
+                drift_details: None,
+                retry_prompt: None,
+                metadata: Some(FailureMetadata { repairs }),
             })
         }
         GatewayResult::NoJson => HttpResponse::UnprocessableEntity().json(ValidateFailure {
@@ -111,6 +156,8 @@ pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload)
             error: "No JSON object found".into(),
             code: "no_json_found".into(),
             drift_details: None,
+            retry_prompt: None,
+            metadata: None,
         }),
     })
 }
