@@ -185,6 +185,8 @@ impl RunRepository for Store {
                     q = q.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
                 }
                 let Some(candidate) = q.one(tx.c()).await.map_err(db_err)? else { return Ok(None) };
+                // Serialized with a user's write of the flow's cursors.
+                lock_flow(self, tx.c(), FlowId::from_uuid(candidate.flow_id)).await?;
                 let res = runs::Entity::update_many()
                     .col_expr(runs::Column::Status, Expr::value(RunStatus::Running.as_str()))
                     .col_expr(runs::Column::ClaimedBy, Expr::value(worker))
@@ -493,6 +495,52 @@ impl CursorRepository for Store {
             cursors::Entity::delete_by_id((flow.as_uuid(), entity.to_string())).exec(tx.c()).await.map_err(db_err)?;
         })
     }
+
+    async fn write_by_user(
+        &self,
+        flow: FlowId,
+        entity: &str,
+        cursor: Option<Cursor>,
+        mut audit: AuditEntry,
+    ) -> Result<()> {
+        written!(self, |tx| {
+            // The flow's row is what a claim of its runs locks too: a claim
+            // and this write never interleave (SQLite's writes are one at a
+            // time anyway).
+            lock_flow(self, tx.c(), flow).await?;
+            let running = runs::Entity::find()
+                .filter(runs::Column::FlowId.eq(flow.as_uuid()))
+                .filter(runs::Column::Status.eq(RunStatus::Running.as_str()))
+                .one(tx.c())
+                .await
+                .map_err(db_err)?;
+            if running.is_some() {
+                return Err(Error::Conflict {
+                    code: sluice_domain::shared::error::code::RUN_IN_PROGRESS,
+                    message: "a run of this flow is executing; try again when it ends".into(),
+                });
+            }
+            let key = (flow.as_uuid(), entity.to_string());
+            let old = cursors::Entity::find_by_id(key.clone()).one(tx.c()).await.map_err(db_err)?;
+            audit.details["old_value"] = old.map(cursor_from).and_then(|c| c.cursor_value).into();
+            match cursor {
+                Some(c) => write_cursor(tx.c(), flow, &c).await?,
+                None => {
+                    cursors::Entity::delete_by_id(key).exec(tx.c()).await.map_err(db_err)?;
+                }
+            }
+            insert_audit(tx.c(), &audit).await
+        })
+    }
+}
+
+/// Locks a flow's row for the rest of the transaction (PostgreSQL; SQLite
+/// writes one transaction at a time).
+async fn lock_flow(store: &Store, c: &sea_orm::DatabaseTransaction, flow: FlowId) -> Result<()> {
+    if store.backend() == DbBackend::Postgres {
+        flows::Entity::find_by_id(flow.as_uuid()).lock(LockType::Update).one(c).await.map_err(db_err)?;
+    }
+    Ok(())
 }
 
 #[async_trait]

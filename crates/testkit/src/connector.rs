@@ -20,7 +20,13 @@ pub struct MemoryConnectors {
     pub(crate) writers: Arc<Gauge>,
     /// The entities whose writers finished, in the order they did.
     pub(crate) finished: Arc<Mutex<Vec<String>>>,
+    /// Run once, the next time a source is asked for an entity's fields
+    /// (to put something between a use case's start and its write).
+    pub(crate) before_fields: Hook,
 }
+
+/// A hook run once (see [`MemoryConnectors::before_next_entity_fields`]).
+pub(crate) type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
 /// A count and its high-water mark.
 #[derive(Default)]
@@ -72,6 +78,12 @@ impl MemoryConnectors {
     pub fn put(&self, dataset: &str, schema: EntitySchema, rows: Vec<Vec<Value>>) {
         let mut d = self.datasets.lock().unwrap_or_else(|p| p.into_inner());
         d.entry(dataset.to_string()).or_default().insert(schema.name.clone(), (schema, rows));
+    }
+
+    /// Runs `hook` once, the next time a source is asked for an entity's
+    /// fields (`Source::entity_fields`).
+    pub fn before_next_entity_fields(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.before_fields.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(hook));
     }
 
     /// Removes `dataset.entity`.
@@ -133,6 +145,7 @@ impl MemoryConnectors {
             writers: self.writers.clone(),
             finished: self.finished.clone(),
             single_writer: single,
+            before_fields: self.before_fields.clone(),
         }))
     }
 }
@@ -190,6 +203,7 @@ struct MemoryDataset {
     pub(crate) writers: Arc<Gauge>,
     pub(crate) finished: Arc<Mutex<Vec<String>>>,
     pub(crate) single_writer: bool,
+    pub(crate) before_fields: Hook,
 }
 
 impl MemoryDataset {
@@ -225,6 +239,17 @@ impl Source for MemoryDataset {
             self.tables().get(&self.name).map(|t| t.values().map(|(s, _)| s.clone()).collect()).unwrap_or_default();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(v)
+    }
+
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        let hook = self.before_fields.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = hook {
+            h();
+        }
+        let probe = self
+            .read(ReadRequest { entity: entity.into(), limit: Some(0), batch_size: 1, ..Default::default() })
+            .await?;
+        Ok(probe.fields())
     }
 
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {

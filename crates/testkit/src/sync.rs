@@ -264,6 +264,32 @@ impl CursorRepository for InMemoryFlows {
         self.audit.s().audit.push(audit.clone());
         Ok(())
     }
+
+    async fn write_by_user(
+        &self,
+        flow: FlowId,
+        entity: &str,
+        cursor: Option<Cursor>,
+        mut audit: AuditEntry,
+    ) -> Result<()> {
+        let mut s = self.s();
+        if s.runs.iter().any(|r| r.flow_id == flow && r.status == RunStatus::Running) {
+            return Err(Error::Conflict {
+                code: sluice_domain::shared::error::code::RUN_IN_PROGRESS,
+                message: "a run of this flow is executing; try again when it ends".into(),
+            });
+        }
+        let key = (flow, entity.to_string());
+        let old = s.cursors.get(&key).and_then(|c| c.cursor_value.clone());
+        match cursor {
+            Some(c) => s.cursors.insert(key, c),
+            None => s.cursors.remove(&key),
+        };
+        drop(s);
+        audit.details["old_value"] = old.into();
+        self.audit.s().audit.push(audit);
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -428,3 +428,58 @@ async fn checkpoints_record_their_time_and_the_rate() {
     assert!(at >= before && at <= time::OffsetDateTime::now_utc(), "{at}");
     assert!(e.rows_per_second.is_some_and(|r| r > 0.0), "{:?}", e.rows_per_second);
 }
+
+/// Polls an in-memory call to its end at once (it never waits on I/O).
+fn at_once<T>(f: impl std::future::Future<Output = T>) -> T {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("an in-memory call waited"),
+    }
+}
+
+#[tokio::test]
+async fn a_cursor_write_is_atomic_with_its_guard_and_its_audit_entry() {
+    use sluice_domain::shared::audit::AuditFilter;
+    let w = world().await;
+    let f = w
+        .flow(
+            "people",
+            json!({"source_entity": "people", "sync_mode": "incremental_deduped", "cursor_field": "updated", "primary_key": "id"}),
+        )
+        .await;
+    w.run(&f).await;
+    let stored = || async { w.sluice.sync.cursors(&w.p, w.org, f.id).await.unwrap()[0].cursor_value.clone() };
+    assert_eq!(stored().await.as_deref(), Some("2026-01-03T00:00:00.000000Z"));
+
+    // A run claimed between the request's start (its check passed) and its
+    // write: the write is refused, and nothing is written.
+    w.sluice.sync.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
+    let claimed = Arc::new(std::sync::Mutex::new(None));
+    let (sluice, slot) = (w.sluice.clone(), claimed.clone());
+    w.mem.before_next_entity_fields(move || {
+        *slot.lock().unwrap() = at_once(sluice.sync.claim_run("w2")).unwrap();
+    });
+    let e = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "2026-01-01T00:00:00Z").await.unwrap_err();
+    assert!(
+        matches!(&e, sluice_domain::Error::Conflict { code, .. } if *code == sluice_domain::shared::error::code::RUN_IN_PROGRESS),
+        "{e:?}"
+    );
+    assert_eq!(stored().await.as_deref(), Some("2026-01-03T00:00:00.000000Z"), "nothing written");
+    let run = claimed.lock().unwrap().take().expect("the hook claimed the run");
+    w.sluice.sync.execute_run(run).await;
+
+    // The cursor changed between the request's start and its write: the
+    // audit entry's old_value is the value this write replaced.
+    let (sluice, p, org, id) = (w.sluice.clone(), w.p.clone(), w.org, f.id);
+    w.mem.before_next_entity_fields(move || {
+        at_once(sluice.sync.set_cursor(&p, org, id, "people", "2026-01-02T00:00:00Z")).unwrap();
+    });
+    w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "2026-01-01T00:00:00Z").await.unwrap();
+    let filter = AuditFilter { action: Some("flow.cursor.updated".into()), ..Default::default() };
+    let page = sluice_domain::shared::page::PageRequest { limit: 10, after: None };
+    let entries = w.sluice.identity.list_audit_logs(&w.p, w.org, &filter, page).await.unwrap().items;
+    let last = entries.iter().max_by_key(|e| e.created_at).unwrap();
+    assert_eq!(last.details["new_value"], "2026-01-01T00:00:00.000000Z", "{:?}", last.details);
+    assert_eq!(last.details["old_value"], "2026-01-02T00:00:00.000000Z", "{:?}", last.details);
+}

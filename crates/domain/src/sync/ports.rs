@@ -85,6 +85,13 @@ pub trait CursorRepository: Send + Sync {
     /// `fence` still holds the run. `false`, storing nothing, when not.
     async fn advance(&self, flow: FlowId, cursor: &Cursor, fence: Fence) -> Result<bool>;
     async fn clear(&self, flow: FlowId, entity: &str, audit: &AuditEntry) -> Result<()>;
+    /// A user's write of `entity`'s cursor (`None`: cleared), atomic with
+    /// its guard and its audit entry: in one transaction, refused with
+    /// `Conflict { code: RUN_IN_PROGRESS }` when a run of the flow is
+    /// running (a claim and this write never interleave), and `audit`'s
+    /// details gain `old_value`, the value this write replaces as read in
+    /// that transaction.
+    async fn write_by_user(&self, flow: FlowId, entity: &str, cursor: Option<Cursor>, audit: AuditEntry) -> Result<()>;
 }
 
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]

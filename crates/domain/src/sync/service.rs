@@ -545,29 +545,34 @@ impl SyncService {
             code: crate::shared::error::code::NO_CURSOR,
             message: format!("'{entity}' syncs in {} mode, which keeps no cursor", m.sync_mode.as_str()),
         })?;
+        // The type of this one cursor column, asked of the source; a failure
+        // says what failed (a secret that does not resolve is not an
+        // unreachable source).
         let source =
             self.connect.connection(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
-        let schemas = self.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
-            code: crate::shared::error::code::SOURCE_UNREACHABLE,
-            message: "the source cannot be reached to check the cursor's type".into(),
-        })?;
-        let t = schemas.get(entity).and_then(|s| s.field(&field)).map(|x| x.field_type).ok_or_else(|| {
-            Error::Unprocessable {
-                code: crate::shared::error::code::CURSOR_FIELD_MISSING,
-                message: format!("the source has no field '{field}' in '{entity}'"),
-            }
+        let failed = |e: crate::connect::connector::ConnectorError| Error::Unprocessable {
+            code: e.code(),
+            message: format!("the cursor's type could not be read from the source: {e}"),
+        };
+        let cfg = self.connect.resolve_connection(&source).await.map_err(failed)?;
+        let fields =
+            self.connect.registry().source(&cfg).await.map_err(failed)?.entity_fields(entity).await.map_err(failed)?;
+        let t = fields.iter().find(|x| x.name == field).map(|x| x.field_type).ok_or_else(|| Error::Unprocessable {
+            code: crate::shared::error::code::CURSOR_FIELD_MISSING,
+            message: format!("the source has no field '{field}' in '{entity}'"),
         })?;
         let parsed = parse_cursor(value, t)?;
-        let old = self.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
         let cursor = Cursor {
             entity: entity.to_string(),
             cursor_field: Some(field),
             cursor_value: crate::sync::cursor_text(&parsed),
             updated_at: self.clock.now(),
         };
+        // The old value is read, and the guard checked again, in the
+        // transaction that writes (a run may have been claimed meanwhile).
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.updated", "flow", id, cursor.updated_at)
-            .with_details(json!({"entity": entity, "old_value": old, "new_value": cursor.cursor_value}));
-        self.cursors.set(id, &cursor, Some(audit)).await?;
+            .with_details(json!({"entity": entity, "new_value": cursor.cursor_value}));
+        self.cursors.write_by_user(id, entity, Some(cursor.clone()), audit).await?;
         Ok(cursor)
     }
 
@@ -576,9 +581,8 @@ impl SyncService {
     pub async fn reset_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str) -> Result<()> {
         self.identity.access(p, org, Permission::Write).await?;
         self.mapping_for(org, id, entity).await?;
-        let old = self.cursors.get(id, entity).await?.and_then(|c| c.cursor_value);
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.reset", "flow", id, self.clock.now())
-            .with_details(json!({"entity": entity, "old_value": old, "new_value": null}));
-        self.cursors.clear(id, entity, &audit).await
+            .with_details(json!({"entity": entity, "new_value": null}));
+        self.cursors.write_by_user(id, entity, None, audit).await
     }
 }
