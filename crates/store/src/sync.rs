@@ -515,10 +515,7 @@ impl CursorRepository for Store {
                 .await
                 .map_err(db_err)?;
             if running.is_some() {
-                return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::code::RUN_IN_PROGRESS,
-                    message: "a run of this flow is executing; try again when it ends".into(),
-                });
+                return Err(Error::run_in_progress());
             }
             let key = (flow.as_uuid(), entity.to_string());
             let old = cursors::Entity::find_by_id(key.clone()).one(tx.c()).await.map_err(db_err)?;

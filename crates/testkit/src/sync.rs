@@ -274,10 +274,7 @@ impl CursorRepository for InMemoryFlows {
     ) -> Result<()> {
         let mut s = self.s();
         if s.runs.iter().any(|r| r.flow_id == flow && r.status == RunStatus::Running) {
-            return Err(Error::Conflict {
-                code: sluice_domain::shared::error::code::RUN_IN_PROGRESS,
-                message: "a run of this flow is executing; try again when it ends".into(),
-            });
+            return Err(Error::run_in_progress());
         }
         let key = (flow, entity.to_string());
         let old = s.cursors.get(&key).and_then(|c| c.cursor_value.clone());

@@ -110,6 +110,15 @@ impl Error {
         Error::Conflict { code: code::CONFLICT, message: message.into() }
     }
 
+    /// A change refused while a run of the flow executes (409
+    /// `run_in_progress`).
+    pub fn run_in_progress() -> Self {
+        Error::Conflict {
+            code: code::RUN_IN_PROGRESS,
+            message: "a run of this flow is executing; try again when it ends".into(),
+        }
+    }
+
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Validation(vec![FieldError::new(field, message)])
     }

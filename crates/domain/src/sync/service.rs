@@ -529,10 +529,7 @@ impl SyncService {
         let m =
             f.config.mappings.iter().find(|m| m.source_entity == entity).cloned().ok_or(Error::not_found("entity"))?;
         if self.runs.running_for_flow(id).await? {
-            return Err(Error::Conflict {
-                code: crate::shared::error::code::RUN_IN_PROGRESS,
-                message: "a run of this flow is executing; try again when it ends".into(),
-            });
+            return Err(Error::run_in_progress());
         }
         Ok((f, m))
     }
