@@ -829,6 +829,16 @@ async fn a_stored_secret_goes_only_where_it_was_entered_for() {
         StatusCode::UNPROCESSABLE_ENTITY
     );
     assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
+    // Nor through an IaC document (the stored secret kept as `***`)…
+    let yaml = "version: \"1\"\nconnections:\n  - {name: own, type: memory, capability: source, config: {dataset: evil, password: \"***\"}}\n";
+    let iac = |who: &str| {
+        req(Method::POST, &format!("/v1/organizations/{org}/iac/apply?dry_run=true"), who)
+            .insert_header(("Content-Type", "application/x-yaml"))
+            .set_payload(yaml)
+    };
+    let err = expect!(app, iac("eve"), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(err["details"]["errors"][0]["field"], "connections[0].config.password", "{err}");
+    expect!(app, iac("ann"), StatusCode::OK);
     // Re-attaching it to the Admin's integration at a new place is refused too.
     let err = expect!(
         app,

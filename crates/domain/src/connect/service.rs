@@ -477,10 +477,27 @@ impl ConnectService {
         after: &Connection,
         supplied: &[&str],
     ) -> Result<()> {
+        let errors = self.secrets_to_resupply(p, before, after, supplied, &[]).await?;
+        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
+    }
+
+    /// The stored secrets a write of `after` (over `before`) would send to
+    /// a place they were not entered for, which the caller must supply
+    /// again: none for an Admin (see [`secrets_to_resupply`]). Keys in
+    /// `integration_supplied` are the integration's credentials the same
+    /// request sets (an IaC document).
+    pub(crate) async fn secrets_to_resupply(
+        &self,
+        p: &Principal,
+        before: Option<&Connection>,
+        after: &Connection,
+        supplied: &[&str],
+        integration_supplied: &[&str],
+    ) -> Result<Vec<FieldError>> {
         if self.identity.access(p, after.org_id, Permission::Administer).await.is_ok() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let Some(spec) = self.connectors.spec(&after.connector_type) else { return Ok(()) };
+        let Some(spec) = self.connectors.spec(&after.connector_type) else { return Ok(Vec::new()) };
         let integration = match after.integration_id {
             Some(iid) => self.integrations.get(after.org_id, iid).await?,
             None => None,
@@ -489,9 +506,13 @@ impl ConnectService {
             Some(i) => self.integration_used_at(after, i.id).await?,
             None => false,
         };
-        let errors =
-            secrets_to_resupply(&spec, before, after, integration.as_ref().map(|i| &i.credentials), home, supplied);
-        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
+        // The integration's secrets this request does not set itself.
+        let stored = integration.map(|i| {
+            Credentials(
+                i.credentials.0.into_iter().filter(|(k, _)| !integration_supplied.contains(&k.as_str())).collect(),
+            )
+        });
+        Ok(secrets_to_resupply(&spec, before, after, stored.as_ref(), home, supplied))
     }
 
     /// Whether another saved connection already sends integration

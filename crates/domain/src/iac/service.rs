@@ -107,7 +107,7 @@ impl IacService {
             let current = self.iac.snapshot(org).await?;
             let now = self.clock.now();
             let mut plan = iac::plan(&doc, &current, &registry, org, now)?;
-            self.check_connection_settings(org, &doc, &current, &plan).await?;
+            self.check_connection_settings(p, org, &doc, &current, &plan).await?;
             if dry_run {
                 for c in plan.changes.iter_mut().filter(|c| c.action == Action::Created) {
                     c.id = None;
@@ -138,6 +138,7 @@ impl IacService {
     /// YAML path.
     async fn check_connection_settings(
         &self,
+        p: &Principal,
         org: OrgId,
         doc: &Document,
         current: &crate::iac::plan::Snapshot,
@@ -163,6 +164,26 @@ impl IacService {
                 &c.secrets,
                 before,
             ));
+            // A stored secret goes only where it was entered for, as
+            // through the API (docs/security.md).
+            let existing = current.connections.iter().find(|e| e.id == c.id);
+            let supplied = crate::connect::connection::supplied_secrets(&spec, &doc.connections[i].config);
+            let integration_supplied: Vec<&str> = doc
+                .integrations
+                .iter()
+                .find(|d| c.integration_id.is_some() && plan_integration_id(plan, current, &d.name) == c.integration_id)
+                .map(|d| {
+                    d.credentials
+                        .iter()
+                        .filter(|(_, v)| v.as_str().is_some_and(|s| s != crate::connect::integration::PLACEHOLDER))
+                        .map(|(k, _)| k.as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for mut e in self.connect.secrets_to_resupply(p, existing, c, &supplied, &integration_supplied).await? {
+                e.field = format!("connections[{i}].{}", e.field);
+                errors.push(e);
+            }
             let cfg = crate::connect::connection::unresolved(org, &spec, &c.config, &c.secrets);
             for mut e in self.connect.registry().check_config(&cfg).await {
                 e.field = format!("connections[{i}].{}", e.field);
@@ -249,4 +270,20 @@ impl IacService {
         };
         Ok(crate::catalog::drift::compare_schemas(&current, proposed, &facts))
     }
+}
+
+/// The id the plan gives the integration named `name` (written by the
+/// plan, or already in the organization).
+fn plan_integration_id(
+    plan: &IacPlan,
+    current: &crate::iac::plan::Snapshot,
+    name: &str,
+) -> Option<crate::shared::ids::IntegrationId> {
+    plan.writes
+        .integrations
+        .iter()
+        .map(|w| w.item())
+        .find(|i| i.name == name.trim())
+        .map(|i| i.id)
+        .or_else(|| current.integrations.iter().find(|i| i.name == name.trim()).map(|i| i.id))
 }
