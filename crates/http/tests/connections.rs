@@ -805,6 +805,13 @@ async fn a_stored_secret_goes_only_where_it_was_entered_for() {
         req(Method::PATCH, &format!("{conns}/{cid}"), "eve").set_json(json!({"name": "renamed"})),
         StatusCode::OK
     );
+    // Dropping its own password there would send the integration's instead.
+    let err = expect!(
+        app,
+        req(Method::PATCH, &format!("{conns}/{cid}"), "eve").set_json(json!({"config": {"password": null}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
     expect!(
         app,
         req(Method::PATCH, &format!("{conns}/{cid}"), "ann").set_json(json!({"config": {"dataset": "elsewhere"}})),

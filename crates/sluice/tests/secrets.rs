@@ -232,6 +232,27 @@ async fn a_server_asking_for_a_clear_text_password_gets_nothing() {
     }
     assert!(pg.received().contains(PASSWORD), "{:?}", pg.received());
     assert!(my.received().contains(PASSWORD), "{:?}", my.received());
+
+    // An Editor who moves a connection's stored password to such a server
+    // (the stored secret kept as "***") is refused before anything is sent:
+    // the reach check of a changed connection carries no secret.
+    const STORED: &str = "stored-secret-never-sent";
+    let conns = format!("/v1/organizations/{org}/connections");
+    let mut legit = pg_body(free_port(), STORED, "disable");
+    legit["name"] = json!("legit");
+    let (status, c) = as_editor(&http, &base, &key, &conns, legit).await;
+    assert_eq!(status, 201, "{c}");
+    let moved = json!({"config": {"port": pg.port, "allow_cleartext_password": true, "password": "***"}});
+    let res = http
+        .patch(format!("{base}{conns}/{}", c["id"].as_str().unwrap()))
+        .header("X-Api-Key", &key)
+        .json(&moved)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 422);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!pg.received().contains(STORED), "the stored password was sent: {:?}", pg.received());
     drop(proc);
     let _ = std::fs::remove_dir_all(&data);
 }

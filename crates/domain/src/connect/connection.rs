@@ -202,6 +202,17 @@ pub fn secrets_to_resupply(
     if (moved || reattached) && !integration_home {
         keys.extend(integration.iter().flat_map(|c| c.0.keys()).map(String::as_str).filter(|k| secret(k)));
     }
+    // A secret of the connection's own removed, so that the integration's
+    // would be sent in its place: as if the integration were attached.
+    if let (Some(b), false) = (before, integration_home) {
+        keys.extend(
+            integration
+                .iter()
+                .flat_map(|c| c.0.keys())
+                .map(String::as_str)
+                .filter(|k| secret(k) && b.secrets.0.contains_key(*k) && !after.secrets.0.contains_key(*k)),
+        );
+    }
     keys.sort_unstable();
     keys.dedup();
     // A new connection's own secrets are entered for its place now.

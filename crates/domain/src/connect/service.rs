@@ -334,7 +334,12 @@ impl ConnectService {
                     if refused.is_empty() {
                         errors.extend(
                             self.connectors
-                                .check_config(&crate::connect::connection::unresolved(org, spec, &config, &secrets))
+                                .check_config(&crate::connect::connection::unresolved(
+                                    org,
+                                    spec,
+                                    &config,
+                                    &Credentials::default(),
+                                ))
                                 .await,
                         );
                     }
@@ -425,7 +430,12 @@ impl ConnectService {
                     if refused.is_empty() {
                         errors.extend(
                             self.connectors
-                                .check_config(&crate::connect::connection::unresolved(org, &spec, &config, &secrets))
+                                .check_config(&crate::connect::connection::unresolved(
+                                    org,
+                                    &spec,
+                                    &config,
+                                    &Credentials::default(),
+                                ))
                                 .await,
                         );
                     }

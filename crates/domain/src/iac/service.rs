@@ -184,7 +184,9 @@ impl IacService {
                 e.field = format!("connections[{i}].{}", e.field);
                 errors.push(e);
             }
-            let cfg = crate::connect::connection::unresolved(org, &spec, &c.config, &c.secrets);
+            // Reached without any secret: the host is not yet known to be
+            // one the secrets may go to.
+            let cfg = crate::connect::connection::unresolved(org, &spec, &c.config, &none);
             for mut e in self.connect.registry().check_config(&cfg).await {
                 e.field = format!("connections[{i}].{}", e.field);
                 errors.push(e);
