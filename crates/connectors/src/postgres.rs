@@ -1229,10 +1229,12 @@ impl Destination for PgConnector {
         let ended: i64 = sqlx::query_scalar(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
              WHERE datname = current_database() AND pid <> pg_backend_pid() \
-             AND starts_with(application_name, $1) AND application_name <> $2",
+             AND starts_with(application_name, $1) \
+             AND substr(application_name, length($1) + 1) ~ '^[0-9]{1,9}$' \
+             AND substr(application_name, length($1) + 1)::int < $2",
         )
         .bind(attempt.run_mark())
-        .bind(attempt.mark())
+        .bind(attempt.number as i32)
         .fetch_one(&self.pool)
         .await
         .map_err(|e| self.e(&e))?;

@@ -272,15 +272,13 @@ fn duplicate_keys(json: &str) -> Vec<(usize, String)> {
             f.write_str("JSON")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut seen: Vec<String> = Vec::new();
+            // Sets, not lists: an object of many keys stays linear.
+            let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+            let mut reported: std::collections::HashSet<String> = std::collections::HashSet::new();
             while let Some(key) = map.next_key::<String>()? {
                 let path = super::validate::dotted(&self.path, &key);
-                if seen.contains(&key) {
-                    if !self.out.iter().any(|(e, p)| *e == self.element && *p == path) {
-                        self.out.push((self.element, path.clone()));
-                    }
-                } else {
-                    seen.push(key);
+                if !seen.insert(key) && reported.insert(path.clone()) {
+                    self.out.push((self.element, path.clone()));
                 }
                 map.next_value_seed(Seek { path, element: self.element, top: false, out: &mut *self.out })?;
             }

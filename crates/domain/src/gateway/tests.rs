@@ -551,3 +551,27 @@ fn a_schema_failure_carries_a_retry_prompt_naming_what_to_fix() {
     );
     assert!(!retry_prompt.contains("secret") && !retry_prompt.contains("old"), "nothing the model sent");
 }
+
+#[test]
+fn values_inside_a_sensitive_object_never_reach_a_repair_and_duplicate_keys_stay_linear() {
+    let mut payment = ContractField {
+        name: "payment".into(),
+        field_type: FieldType::Object,
+        required: true,
+        tags: vec![SENSITIVE.into()],
+        fields: vec![field("card_number", FieldType::Integer, true)],
+    };
+    payment.fields[0].tags.clear();
+    let c = vec![payment];
+    let Some(Outcome::Valid { repairs, .. }) = check(r#"{"payment": {"card_number": "4111 1111 1111 1111"}}"#, &c)
+    else {
+        panic!()
+    };
+    assert!(repairs.iter().any(|r| r.path == "payment.card_number" && r.kind == RepairKind::Coerced), "{repairs:?}");
+    assert!(!format!("{repairs:?}").contains("4111"), "{repairs:?}");
+    // Many distinct keys: the duplicate scan is linear (it compared each
+    // key with every earlier one: quadratic in a 4 MiB body).
+    let wide: String = format!("{{{}\"id\": 1}}", (0..200_000).map(|i| format!("\"k{i}\": 0, ")).collect::<String>());
+    let Some(Outcome::Valid { repairs, .. }) = check(&wide, &[field("id", FieldType::Integer, true)]) else { panic!() };
+    assert!(!repairs.iter().any(|r| r.kind == RepairKind::DuplicateKey));
+}

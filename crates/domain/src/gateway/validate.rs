@@ -325,6 +325,8 @@ pub(super) struct Walk {
     /// The repairs, when they are recorded (not while candidates are
     /// weighed).
     pub(super) repairs: Option<Vec<Repair>>,
+    /// Inside a sensitive object: no value may appear in a repair.
+    hidden: bool,
 }
 
 impl Walk {
@@ -336,6 +338,7 @@ impl Walk {
             mismatches: Vec::new(),
             governance: Vec::new(),
             repairs: None,
+            hidden: false,
         }
     }
 
@@ -370,7 +373,7 @@ pub(super) fn walk(
     for (i, f) in fields.iter().enumerate() {
         // The dotted path is only made when something is reported.
         let path = || dotted(prefix, &f.name);
-        let visible = !f.sensitive();
+        let visible = !f.sensitive() && !w.hidden;
         let found = lookup(obj, fields, i, &mut folds);
         if let Some((_, Some(key))) = found {
             folded_keys.push(key);
@@ -401,7 +404,12 @@ pub(super) fn walk(
         };
         let coerced = if f.field_type == FieldType::Object && !f.fields.is_empty() {
             match v {
-                Value::Object(inner) => Some((Value::Object(walk(inner, &f.fields, &path(), w)), Vec::new())),
+                Value::Object(inner) => {
+                    let hidden = std::mem::replace(&mut w.hidden, !visible);
+                    let v = walk(inner, &f.fields, &path(), w);
+                    w.hidden = hidden;
+                    Some((Value::Object(v), Vec::new()))
+                }
                 _ => None,
             }
         } else {
