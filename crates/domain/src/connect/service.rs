@@ -329,21 +329,7 @@ impl ConnectService {
             }
             match split_config(spec, &new.config, &BTreeMap::new(), &Credentials::default()) {
                 Ok((config, secrets)) => {
-                    let refused = self.secret_policy.refused_in(org, "config", &secrets, &Credentials::default());
-                    // A refused reference is not worth reaching the host for.
-                    if refused.is_empty() {
-                        errors.extend(
-                            self.connectors
-                                .check_config(&crate::connect::connection::unresolved(
-                                    org,
-                                    spec,
-                                    &config,
-                                    &Credentials::default(),
-                                ))
-                                .await,
-                        );
-                    }
-                    errors.extend(refused);
+                    errors.extend(self.check_settings(org, spec, &config, &secrets, &Credentials::default()).await);
                     parts = Some((config, secrets));
                 }
                 Err(f) => errors.extend(f),
@@ -426,20 +412,7 @@ impl ConnectService {
         if let Some(cfg) = update.config {
             match split_config(&spec, &cfg, &before.config, &before.secrets) {
                 Ok((config, secrets)) => {
-                    let refused = self.secret_policy.refused_in(org, "config", &secrets, &before.secrets);
-                    if refused.is_empty() {
-                        errors.extend(
-                            self.connectors
-                                .check_config(&crate::connect::connection::unresolved(
-                                    org,
-                                    &spec,
-                                    &config,
-                                    &Credentials::default(),
-                                ))
-                                .await,
-                        );
-                    }
-                    errors.extend(refused);
+                    errors.extend(self.check_settings(org, &spec, &config, &secrets, &before.secrets).await);
                     after.config = config;
                     after.secrets = secrets;
                 }
@@ -475,6 +448,28 @@ impl ConnectService {
         let audit = AuditEntry::new(Some(org), p.actor(), "connection.deleted", "connection", id, self.clock.now())
             .with_change(connection_json(&before), Value::Null);
         self.connections.delete(org, id, &audit).await
+    }
+
+    /// The problems of a connection's settings as written: the secret
+    /// references it sets that `org` may not resolve, else what the
+    /// registry checks without any secret (a file path inside the
+    /// organization's directory; a database that is not the metadata
+    /// store), since the host is not yet known to be one the secrets may
+    /// go to. A refused reference is not worth reaching the host for.
+    async fn check_settings(
+        &self,
+        org: OrgId,
+        spec: &ConnectorSpec,
+        config: &BTreeMap<String, Value>,
+        secrets: &Credentials,
+        before: &Credentials,
+    ) -> Vec<FieldError> {
+        let refused = self.secret_policy.refused_in(org, "config", secrets, before);
+        if !refused.is_empty() {
+            return refused;
+        }
+        let unresolved = crate::connect::connection::unresolved(org, spec, config, &Credentials::default());
+        self.connectors.check_config(&unresolved).await
     }
 
     /// Refuses (422 on `config.<key>`) to send a stored secret to a place
