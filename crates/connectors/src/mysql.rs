@@ -563,31 +563,58 @@ impl Destination for MySqlConnector {
     }
 
     async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
-        // Each earlier attempt's writers hold its mark as a named lock; the
-        // server says which connection holds it, and that one is ended (a
-        // user may end its own connections).
-        let mut ended = 0;
+        // Each writer of an earlier attempt holds a named lock of its own
+        // (`mark_slot`); the server says which connection holds each, and
+        // those are ended (a user may end its own connections). A writer
+        // that attempt opens meanwhile is found in the next round.
+        let mut ended = std::collections::BTreeSet::new();
         for number in 1..attempt.number {
             let mark = Attempt { run: attempt.run, number }.mark();
-            loop {
-                let holder: Option<i64> = sqlx::query_scalar("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
-                    .bind(&mark)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| self.e(&e))?;
-                let Some(id) = holder else { break };
-                sqlx::query(AssertSqlSafe(format!("KILL CONNECTION {id}")))
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| self.e(&e))?;
-                ended += 1;
-                // The lock goes with the connection; another writer of
-                // that attempt may hold it next.
+            for _ in 0..MARK_ROUNDS {
+                let holders: Vec<i64> = sqlx::query_scalar(
+                    "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n + 1 < ?) \
+                     SELECT DISTINCT id FROM (SELECT CAST(IS_USED_LOCK(CONCAT(?, ':', n)) AS SIGNED) AS id FROM s) h \
+                     WHERE id IS NOT NULL",
+                )
+                .bind(MARK_SLOTS)
+                .bind(&mark)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
+                let fresh: Vec<i64> = holders.into_iter().filter(|id| !ended.contains(id)).collect();
+                if fresh.is_empty() {
+                    break;
+                }
+                for id in fresh {
+                    match sqlx::query(AssertSqlSafe(format!("KILL CONNECTION {id}"))).execute(&self.pool).await {
+                        Ok(_) => {}
+                        // Gone by itself meanwhile (1094: unknown thread).
+                        Err(sqlx::Error::Database(d))
+                            if d.code().as_deref() == Some("HY000") && d.message().contains("Unknown thread") => {}
+                        Err(e) => return Err(self.e(&e)),
+                    }
+                    ended.insert(id);
+                }
+                // A lock goes with its connection once the server ended it.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        Ok(ended)
+        Ok(ended.len() as u64)
     }
+}
+
+/// How many writers of one attempt can each hold a named lock of their own:
+/// more than a destination ever opens at once (`POOL_WRITERS`).
+const MARK_SLOTS: u32 = 64;
+
+/// How many times a take-over looks again for writers an earlier attempt
+/// opened while it was ending the others.
+const MARK_ROUNDS: usize = 20;
+
+/// The named lock of writer slot `slot` of the attempt marked `mark` (at
+/// most 64 characters, as MySQL allows).
+fn mark_slot(mark: &str, slot: u32) -> String {
+    format!("{mark}:{slot}")
 }
 
 impl MySqlConnector {
@@ -753,7 +780,8 @@ fn failure_in(failed: &std::sync::Mutex<Option<ConnectorError>>) -> Option<Conne
 /// its transaction back.
 struct Session {
     conn: PoolConnection<MySql>,
-    mark: Option<String>,
+    /// The named lock this session holds (see [`mark_slot`]).
+    lock: Option<String>,
     clean: bool,
 }
 
@@ -767,9 +795,22 @@ impl Drop for Session {
 
 impl Session {
     async fn open(pool: &MySqlPool, mark: Option<String>) -> Result<Self, sqlx::Error> {
-        let mut s = Session { conn: pool.acquire().await?, mark, clean: false };
-        if let Some(m) = &s.mark {
-            sqlx::query("DO GET_LOCK(?, 0)").bind(m).execute(&mut *s.conn).await?;
+        let mut s = Session { conn: pool.acquire().await?, lock: None, clean: false };
+        if let Some(m) = &mark {
+            // The first slot no other writer of the attempt holds.
+            for slot in 0..MARK_SLOTS {
+                let name = mark_slot(m, slot);
+                let got: Option<i64> =
+                    sqlx::query_scalar("SELECT GET_LOCK(?, 0)").bind(&name).fetch_one(&mut *s.conn).await?;
+                if got == Some(1) {
+                    s.lock = Some(name);
+                    break;
+                }
+            }
+            if s.lock.is_none() {
+                s.clean = true;
+                return Err(sqlx::Error::Protocol(format!("more than {MARK_SLOTS} writers of one run attempt")));
+            }
             // A backstop where no later attempt may end it: MariaDB ends a
             // transaction idle this long (MySQL has no such setting).
             let _ = sqlx::query("SET SESSION idle_transaction_timeout = 600").execute(&mut *s.conn).await;
@@ -799,9 +840,12 @@ impl Session {
         Ok(())
     }
 
+    /// Gives back the lock and the session setting that came with it, for
+    /// the connection's next user in the pool.
     async fn release(&mut self) -> Result<(), sqlx::Error> {
-        if let Some(m) = &self.mark {
-            sqlx::query("DO RELEASE_LOCK(?)").bind(m).execute(&mut *self.conn).await?;
+        if let Some(name) = &self.lock {
+            sqlx::query("DO RELEASE_LOCK(?)").bind(name).execute(&mut *self.conn).await?;
+            let _ = sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *self.conn).await;
         }
         Ok(())
     }

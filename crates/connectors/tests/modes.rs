@@ -517,6 +517,12 @@ async fn take_over(name: &str, dest: Arc<dyn Destination>, mode: WriteMode) {
         // The third write waits for the first to have run.
         frozen.write(&rows("first")).await.unwrap();
     }
+    // Attempt 1 wrote another entity at the same time, in a session of its own.
+    let other = EntitySchema { name: "modes_other".into(), ..schema(false) };
+    let mut frozen_too = dest.open_for(&other, mode, &first).await.unwrap();
+    for _ in 0..3 {
+        frozen_too.write(&batch(&other, vec![row(1, "first", "2026-01-01T00:00:00Z")])).await.unwrap();
+    }
     let write_second = || async {
         let mut w = dest.open_for(&s, mode, &second).await?;
         w.write(&rows("second")).await?;
@@ -524,9 +530,10 @@ async fn take_over(name: &str, dest: Arc<dyn Destination>, mode: WriteMode) {
     };
     let waited = tokio::time::timeout(Duration::from_secs(2), write_second()).await;
     assert!(waited.is_err(), "{name}: the second attempt waits on the frozen one: {waited:?}");
-    assert_eq!(dest.end_earlier_attempts(&second).await.unwrap(), 1, "{name}: the frozen session is ended");
+    assert_eq!(dest.end_earlier_attempts(&second).await.unwrap(), 2, "{name}: both frozen sessions are ended");
     let written = tokio::time::timeout(Duration::from_secs(10), write_second()).await;
     assert!(matches!(written, Ok(Ok(_))), "{name}: then it writes at once: {written:?}");
+    frozen_too.finish().await.expect_err("the ended attempt commits nothing in the other entity either");
     let gone = frozen.finish().await.expect_err("the ended attempt commits nothing").to_string();
     if name == "postgres" {
         // What the frozen worker reports when it wakes: what happened.

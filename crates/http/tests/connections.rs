@@ -854,4 +854,42 @@ async fn a_stored_secret_goes_only_where_it_was_entered_for() {
         StatusCode::UNPROCESSABLE_ENTITY
     );
     assert_eq!(err["details"]["errors"][0]["field"], "config.password", "{err}");
+
+    // Nor by changing where the integration itself points: a setting that
+    // is not a secret (a port, a TLS mode) fills in what its connections
+    // leave out.
+    let integration = format!("/v1/organizations/{org}/integrations/{iid}");
+    let err = expect!(
+        app,
+        req(Method::PATCH, &integration, "eve").set_json(json!({"credentials": {"dataset": "evil"}})),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(err["details"]["errors"][0]["field"], "credentials.password", "{err}");
+    let yaml = "version: \"1\"\nintegrations:\n  - {name: crm, type: memory, credentials: {password: \"***\", dataset: evil}}\n";
+    let iac = |who: &str| {
+        req(Method::POST, &format!("/v1/organizations/{org}/iac/apply?dry_run=true"), who)
+            .insert_header(("Content-Type", "application/x-yaml"))
+            .set_payload(yaml)
+    };
+    let err = expect!(app, iac("eve"), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(err["details"]["errors"][0]["field"], "integrations[0].credentials.password", "{err}");
+    expect!(app, iac("ann"), StatusCode::OK);
+    // A secret supplied again, or a change of the secret alone, is the
+    // Editor's to make; an Admin may always.
+    expect!(
+        app,
+        req(Method::PATCH, &integration, "eve")
+            .set_json(json!({"credentials": {"dataset": "evil", "password": "new"}})),
+        StatusCode::OK
+    );
+    expect!(
+        app,
+        req(Method::PATCH, &integration, "eve").set_json(json!({"credentials": {"password": "newer"}})),
+        StatusCode::OK
+    );
+    expect!(
+        app,
+        req(Method::PATCH, &integration, "ann").set_json(json!({"credentials": {"dataset": null}})),
+        StatusCode::OK
+    );
 }

@@ -172,6 +172,11 @@ pub fn supplied_secrets<'a>(spec: &ConnectorSpec, update: &'a BTreeMap<String, V
         .collect()
 }
 
+/// The keys `update` sets to a value (not the placeholder, not a removal).
+pub fn supplied_values(update: &BTreeMap<String, Value>) -> Vec<&str> {
+    update.iter().filter(|(_, v)| v.as_str().is_some_and(|s| s != PLACEHOLDER)).map(|(k, _)| k.as_str()).collect()
+}
+
 /// The stored secrets a connection would send to a place they were not
 /// entered for, which the caller must supply again (as errors on
 /// `config.<key>`), for a caller who may not read them (not an Admin):
@@ -219,14 +224,50 @@ pub fn secrets_to_resupply(
     let entered_now = |k: &str| before.is_none() && after.secrets.0.contains_key(k);
     keys.into_iter()
         .filter(|k| !supplied.contains(k) && !entered_now(k))
-        .map(|k| {
-            FieldError::new(
-                format!("config.{k}"),
-                "this would send a stored secret to a server, database or TLS setting it was not entered for: \
-                 supply it again, or ask an Admin to make this change",
-            )
-        })
+        .map(|k| resupply(&format!("config.{k}")))
         .collect()
+}
+
+/// The stored secrets of an integration that an update of its
+/// credentials (`before` to `after`) would send to a place they were not
+/// entered for, which a caller who may not read them (not an Admin) must
+/// supply again (as errors on `<field>.<key>`): every stored secret, when
+/// a setting that is not a secret (a port, a TLS mode, a host: anything
+/// but the spec's credential fields and [`NOT_PLACE_KEYS`]) is set,
+/// changed or removed. A connection attached to the integration takes
+/// such settings where it does not set them itself.
+pub fn integration_secrets_to_resupply(
+    spec: &ConnectorSpec,
+    field: &str,
+    before: &Credentials,
+    after: &Credentials,
+    supplied: &[&str],
+) -> Vec<FieldError> {
+    let credential: Vec<&str> = spec.credential_fields().collect();
+    let place = |c: &Credentials| -> Vec<(String, String)> {
+        c.0.iter()
+            .filter(|(k, _)| !credential.contains(&k.as_str()) && !NOT_PLACE_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    if place(before) == place(after) {
+        return Vec::new();
+    }
+    after
+        .0
+        .keys()
+        .filter(|k| credential.contains(&k.as_str()) && before.0.contains_key(*k) && !supplied.contains(&k.as_str()))
+        .map(|k| resupply(&format!("{field}.{k}")))
+        .collect()
+}
+
+/// The error on a stored secret the caller must supply again.
+fn resupply(field: &str) -> FieldError {
+    FieldError::new(
+        field,
+        "this would send a stored secret to a server, database or TLS setting it was not entered for: \
+         supply it again, or ask an Admin to make this change",
+    )
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use super::ports::{
     ConnectionRepository, DiscoveredSchemas, IntegrationRepository, OAuthClient, OAuthStateStore, SecretResolver,
 };
 use crate::connect::connection::{
-    Connection, ConnectionStatus, check_capability, merge_settings, place, secrets_to_resupply, split_config,
-    supplied_secrets,
+    Connection, ConnectionStatus, check_capability, integration_secrets_to_resupply, merge_settings, place,
+    secrets_to_resupply, split_config, supplied_secrets, supplied_values,
 };
 use crate::connect::connector::{
     Capability, ConnectorError, ConnectorSpec, EntitySchema, ReadRequest, RecordBatch, ResolvedConfig,
@@ -255,8 +255,13 @@ impl ConnectService {
             match after.credentials.merge("credentials", &c) {
                 Err(f) => errors.push(Error::Validation(f)),
                 Ok(()) => {
-                    let refused =
+                    let mut refused =
                         self.secret_policy.refused_in(org, "credentials", &after.credentials, &before.credentials);
+                    if refused.is_empty() {
+                        let supplied = supplied_values(&c);
+                        refused =
+                            self.integration_secrets_to_resupply(p, &before, &after, &supplied, "credentials").await;
+                    }
                     if !refused.is_empty() {
                         errors.push(Error::Validation(refused));
                     }
@@ -518,6 +523,25 @@ impl ConnectService {
             )
         });
         Ok(secrets_to_resupply(&spec, before, after, stored.as_ref(), home, supplied))
+    }
+
+    /// The stored secrets an update of integration `before` to `after`
+    /// would send to a place they were not entered for, which the caller
+    /// must supply again: none for an Admin (see
+    /// [`integration_secrets_to_resupply`]).
+    pub(crate) async fn integration_secrets_to_resupply(
+        &self,
+        p: &Principal,
+        before: &Integration,
+        after: &Integration,
+        supplied: &[&str],
+        field: &str,
+    ) -> Vec<FieldError> {
+        if self.identity.access(p, after.org_id, Permission::Administer).await.is_ok() {
+            return Vec::new();
+        }
+        let Some(spec) = self.connectors.spec(&after.integration_type) else { return Vec::new() };
+        integration_secrets_to_resupply(&spec, field, &before.credentials, &after.credentials, supplied)
     }
 
     /// Whether another saved connection already sends integration

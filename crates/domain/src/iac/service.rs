@@ -7,6 +7,7 @@
 use super::ports::IacRepository;
 use crate::catalog::drift::{CurrentField, DriftReport, MappingFacts, ProposedField};
 use crate::catalog::service::CatalogService;
+use crate::connect::connection::supplied_values;
 use crate::connect::integration::Credentials;
 use crate::connect::service::ConnectService;
 use crate::connect::service::{connection_json, integration_json};
@@ -152,6 +153,12 @@ impl IacService {
             let before = current.integrations.iter().find(|e| e.id == i.id).map_or(&none, |e| &e.credentials);
             let field = format!("integrations[{at}].credentials");
             errors.extend(self.connect.secret_policy.refused_in(org, &field, &i.credentials, before));
+            // A stored secret goes only where it was entered for, as
+            // through the API (docs/security.md).
+            if let Some(existing) = current.integrations.iter().find(|e| e.id == i.id) {
+                let supplied = supplied_values(&doc.integrations[at].credentials);
+                errors.extend(self.connect.integration_secrets_to_resupply(p, existing, i, &supplied, &field).await);
+            }
         }
         for w in &plan.writes.connections {
             let c = w.item();
@@ -172,13 +179,7 @@ impl IacService {
                 .integrations
                 .iter()
                 .find(|d| c.integration_id.is_some() && plan_integration_id(plan, current, &d.name) == c.integration_id)
-                .map(|d| {
-                    d.credentials
-                        .iter()
-                        .filter(|(_, v)| v.as_str().is_some_and(|s| s != crate::connect::integration::PLACEHOLDER))
-                        .map(|(k, _)| k.as_str())
-                        .collect()
-                })
+                .map(|d| supplied_values(&d.credentials))
                 .unwrap_or_default();
             for mut e in self.connect.secrets_to_resupply(p, existing, c, &supplied, &integration_supplied).await? {
                 e.field = format!("connections[{i}].{}", e.field);
