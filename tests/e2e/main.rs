@@ -3,6 +3,7 @@
 
 mod billing;
 mod cancel;
+mod cdc;
 mod connections;
 mod console;
 mod flows;

@@ -644,6 +644,28 @@ pub fn db_message(e: &sqlx::Error) -> String {
     }
 }
 
+/// `DELETE FROM table WHERE (k, …) IN (…)` for `rows` keys, each `(?, …)`,
+/// the list opened by `list` (`"VALUES "` for SQLite, nothing for MySQL);
+/// names quoted already.
+pub fn delete_by_keys_sql(table: &str, keys: &[String], rows: usize, list: &str) -> String {
+    let tuple = format!("({})", vec!["?"; keys.len()].join(", "));
+    format!("DELETE FROM {table} WHERE ({}) IN ({list}{})", keys.join(", "), vec![tuple.as_str(); rows].join(", "))
+}
+
+/// `UPDATE table SET a = ?, … WHERE k = ? AND …` (the set values first);
+/// names quoted already.
+pub fn update_by_key_sql(table: &str, set: &[String], keys: &[String]) -> String {
+    let assign: Vec<String> = set.iter().map(|n| format!("{n} = ?")).collect();
+    let at: Vec<String> = keys.iter().map(|n| format!("{n} = ?")).collect();
+    format!("UPDATE {table} SET {} WHERE {}", assign.join(", "), at.join(" AND "))
+}
+
+/// The fields of an update's rows split into those set and the key
+/// (`key`: the table's key fields), by index.
+pub fn set_and_key(fields: &[Field], key: &[String]) -> (Vec<usize>, Vec<usize>) {
+    (0..fields.len()).partition(|i| !key.contains(&fields[*i].name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

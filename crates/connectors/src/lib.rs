@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 const SYNC_MODES: [&str; 4] =
     ["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
+/// A source that captures changes from its log offers these too (any
+/// destination takes them).
+const CDC_MODES: [&str; 2] = ["cdc_deduped", "cdc_append"];
 
 /// Builds connectors. File-based connectors resolve paths under `file_root`.
 ///
@@ -248,7 +251,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
             title: "PostgreSQL",
             capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
             config_fields: pg,
-            sync_modes: SYNC_MODES.to_vec(),
+            sync_modes: SYNC_MODES.iter().chain(&CDC_MODES).copied().collect(),
             features: vec![
                 "discover",
                 "preview",
@@ -257,6 +260,8 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 "copy_bulk_write",
                 "atomic_overwrite",
                 "upsert",
+                "cdc",
+                "apply_changes",
             ],
         },
         ConnectorSpec {
@@ -265,7 +270,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
             capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
             config_fields: my,
             sync_modes: SYNC_MODES.to_vec(),
-            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert"],
+            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
         },
         ConnectorSpec {
             connector_type: "sqlite",
@@ -273,7 +278,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
             capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
             config_fields: vec![field("path", String, true, false, None, "database file, relative to the file root")],
             sync_modes: SYNC_MODES.to_vec(),
-            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert"],
+            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
         },
         ConnectorSpec {
             connector_type: "file",
@@ -404,6 +409,16 @@ impl ConnectorRegistry for Registry {
             "mysql" => Ok(self.mysql(c)?),
             "file" => Ok(self.file(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
+        }
+    }
+
+    async fn change_source(
+        &self,
+        c: &ResolvedConfig,
+    ) -> ConnectorResult<Arc<dyn sluice_domain::connect::changes::ChangeSource>> {
+        match c.connector_type.as_str() {
+            "postgres" => Ok(self.guarded_postgres(c).await?),
+            other => Err(ConnectorError::Unsupported(format!("{other} sources do not capture changes"))),
         }
     }
 

@@ -540,6 +540,22 @@ impl Destination for MySqlConnector {
         Source::check(self).await
     }
 
+    async fn positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "CREATE TABLE IF NOT EXISTS {POSITIONS} (stream varchar(64) NOT NULL, entity varchar(255) NOT NULL, \
+             position varchar(255) NOT NULL, updated_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+             PRIMARY KEY (stream, entity))"
+        )))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        sqlx::query_as(AssertSqlSafe(format!("SELECT entity, position FROM {POSITIONS} WHERE stream = ?")))
+            .bind(stream)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))
+    }
+
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         Ok(self.schemas(Some(entity)).await?.pop())
     }
@@ -725,9 +741,14 @@ impl MySqlConnector {
             database: self.database.clone(),
             stats: WriteStats::default(),
             pending: WriteStats::default(),
+            key: pk.iter().map(|k| k.to_string()).collect(),
         }))
     }
 }
+
+/// Where a destination database keeps the change stream positions its
+/// tables hold (see `docs/cdc.md`).
+const POSITIONS: &str = "`_sluice_positions`";
 
 /// About the most bytes of values one `INSERT` carries: far under
 /// `max_allowed_packet` (16 MB by default in MariaDB, 64 MB in MySQL 8), so
@@ -916,6 +937,8 @@ struct MySqlWriter {
     database: String,
     stats: WriteStats,
     pending: WriteStats,
+    /// The table's key fields, for updates by key.
+    key: Vec<String>,
 }
 
 impl Drop for MySqlWriter {
@@ -981,6 +1004,54 @@ impl EntityWriter for MySqlWriter {
         self.pending.rows_written += batch.len() as u64;
         self.pending.bytes += batch.approx_bytes();
         Ok(())
+    }
+
+    async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        self.check()?;
+        let names: Vec<String> = keys.fields.iter().map(|f| quote_bt(&f.name)).collect();
+        let per_stmt = (MAX_PARAMS / names.len().max(1)).clamp(1, 8_000);
+        for chunk in keys.rows.chunks(per_stmt) {
+            let mut q = sqlx::query(AssertSqlSafe(delete_by_keys_sql(&quote_bt(&self.table), &names, chunk.len(), "")));
+            for v in chunk.iter().flatten() {
+                q = bind(q, v);
+            }
+            self.send(Command::Execute(q)).await?;
+        }
+        Ok(())
+    }
+
+    async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        self.check()?;
+        let (set, keys) = set_and_key(&rows.fields, &self.key);
+        if set.is_empty() || keys.is_empty() {
+            return Ok(());
+        }
+        let name = |i: &usize| quote_bt(&rows.fields[*i].name);
+        let sql = update_by_key_sql(
+            &quote_bt(&self.table),
+            &set.iter().map(name).collect::<Vec<_>>(),
+            &keys.iter().map(name).collect::<Vec<_>>(),
+        );
+        for row in &rows.rows {
+            let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
+            for i in set.iter().chain(&keys) {
+                q = bind(q, &row[*i]);
+            }
+            self.send(Command::Execute(q)).await?;
+        }
+        Ok(())
+    }
+
+    async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
+        self.check()?;
+        let q = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {POSITIONS} (stream, entity, position) VALUES (?, ?, ?) \
+             ON DUPLICATE KEY UPDATE position = VALUES(position), updated_at = CURRENT_TIMESTAMP(6)"
+        )))
+        .bind(stream.to_string())
+        .bind(self.table.clone())
+        .bind(position.to_string());
+        self.send(Command::Execute(q)).await
     }
 
     async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {

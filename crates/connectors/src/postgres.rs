@@ -31,6 +31,8 @@ pub const BULK_FORMAT: &str = "postgres-binary";
 /// that end on a record's end: what a cursor read streams into a stage.
 pub const BULK_ROWS_FORMAT: &str = "postgres-binary-rows";
 pub mod binary;
+mod cdc;
+pub mod pgoutput;
 use binary::{HEADER as COPY_HEADER, TRAILER as COPY_TRAILER};
 /// The size a chunk of records grows to before it is passed on.
 const ROWS_CHUNK: usize = 256 * 1024;
@@ -657,6 +659,9 @@ impl Source for PgConnector {
             format!("CAST({} AS {})", from.as_deref().unwrap_or("NULL"), native_for_field(f))
         })?;
         let batch_size = batch_size(&req);
+        if let Some(snapshot) = &req.snapshot {
+            return self.read_in_snapshot(&schema, &sql, snapshot, batch_size).await;
+        }
         if may_split(&req)
             && let Some(reader) = self.read_in_ranges(&schema, &cols, req.ranges, batch_size).await?
         {
@@ -1196,6 +1201,10 @@ impl Destination for PgConnector {
         Source::check(self).await
     }
 
+    async fn positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        self.held_positions(stream).await
+    }
+
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         Ok(self.schemas(Some(entity)).await?.pop())
     }
@@ -1346,6 +1355,10 @@ impl PgConnector {
             staged: false,
             seq: 0,
             mark,
+            table: self.qualified(&schema.name),
+            entity: schema.name.clone(),
+            key: pk.clone(),
+            positions: self.qualified(cdc::POSITIONS),
         }))
     }
 }
@@ -1497,6 +1510,12 @@ struct PgWriter {
     seq: i64,
     /// The attempt's mark, set again in each transaction.
     mark: Option<String>,
+    /// The table (qualified and bare) and its key's fields, for deletes,
+    /// updates and change stream positions (`cdc`).
+    table: String,
+    entity: String,
+    key: Vec<String>,
+    positions: String,
 }
 
 impl Drop for PgWriter {
@@ -1705,6 +1724,18 @@ impl EntityWriter for PgWriter {
         self.pending.rows_written += rows;
         self.pending.bytes += bytes;
         Ok(rows)
+    }
+
+    async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        self.delete_keys(keys).await
+    }
+
+    async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        self.update_rows(rows).await
+    }
+
+    async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
+        self.write_position(stream, position).await
     }
 
     async fn abort(mut self: Box<Self>) {

@@ -375,6 +375,21 @@ impl Destination for SqliteConnector {
         Source::check(self).await
     }
 
+    async fn positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "CREATE TABLE IF NOT EXISTS {POSITIONS} (stream TEXT NOT NULL, entity TEXT NOT NULL, \
+             position TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (stream, entity))"
+        )))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| err(&e))?;
+        sqlx::query_as(AssertSqlSafe(format!("SELECT entity, position FROM {POSITIONS} WHERE stream = ?")))
+            .bind(stream)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| err(&e))
+    }
+
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         self.entity_schema(entity).await
     }
@@ -472,6 +487,7 @@ impl Destination for SqliteConnector {
             order: schema.fields.iter().map(|f| f.name.clone()).collect(),
             stats: WriteStats::default(),
             pending: WriteStats::default(),
+            key: pk.iter().map(|k| k.to_string()).collect(),
         }))
     }
 }
@@ -502,7 +518,13 @@ struct SqliteWriter {
     order: Vec<String>,
     stats: WriteStats,
     pending: WriteStats,
+    /// The table's key fields, for updates by key.
+    key: Vec<String>,
 }
+
+/// Where a destination database keeps the change stream positions its
+/// tables hold (see `docs/cdc.md`).
+const POSITIONS: &str = "\"_sluice_positions\"";
 
 impl SqliteWriter {
     fn tx(&mut self) -> ConnectorResult<&mut Transaction<'static, Sqlite>> {
@@ -544,6 +566,56 @@ impl EntityWriter for SqliteWriter {
         }
         self.pending.rows_written += batch.len() as u64;
         self.pending.bytes += batch.approx_bytes();
+        Ok(())
+    }
+
+    async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        let names: Vec<String> = keys.fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let table = quote_dq(&self.table);
+        for chunk in keys.rows.chunks((MAX_PARAMS / names.len().max(1)).max(1)) {
+            let mut q = sqlx::query(AssertSqlSafe(delete_by_keys_sql(&table, &names, chunk.len(), "VALUES ")));
+            for v in chunk.iter().flatten() {
+                q = bind(q, v);
+            }
+            q.execute(&mut **self.tx()?).await.map_err(|e| err(&e))?;
+        }
+        Ok(())
+    }
+
+    async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        let (set, keys) = set_and_key(&rows.fields, &self.key);
+        if set.is_empty() || keys.is_empty() {
+            return Ok(());
+        }
+        let name = |i: &usize| quote_dq(&rows.fields[*i].name);
+        let sql = update_by_key_sql(
+            &quote_dq(&self.table),
+            &set.iter().map(name).collect::<Vec<_>>(),
+            &keys.iter().map(name).collect::<Vec<_>>(),
+        );
+        for row in &rows.rows {
+            let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
+            for i in set.iter().chain(&keys) {
+                q = bind(q, &row[*i]);
+            }
+            q.execute(&mut **self.tx()?).await.map_err(|e| err(&e))?;
+        }
+        Ok(())
+    }
+
+    async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
+        let sql = format!(
+            "INSERT INTO {POSITIONS} (stream, entity, position, updated_at) VALUES (?, ?, ?, datetime('now')) \
+             ON CONFLICT (stream, entity) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at"
+        );
+        let table = self.table.clone();
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(stream.to_string())
+            .bind(table)
+            .bind(position.to_string())
+            .execute(&mut **self.tx()?)
+            .await
+            .map_err(|e| err(&e))?;
         Ok(())
     }
 

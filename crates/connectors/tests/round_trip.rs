@@ -209,6 +209,7 @@ async fn read_all(src: &Arc<dyn Source>, entity: &str) -> (Arc<Vec<Field>>, Vec<
             limit: None,
             batch_size: 2,
             ranges: 1,
+            snapshot: None,
         })
         .await
         .unwrap();

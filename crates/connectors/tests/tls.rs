@@ -7,20 +7,15 @@
 use serde_json::json;
 use sluice_connectors::Registry;
 use sluice_domain::connect::connector::*;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use sluice_testkit::services::{OwnPostgres, run};
+use std::path::Path;
+use std::process::Command;
 
 mod common;
 use common::*;
 
 fn skip(what: &str, why: impl std::fmt::Display, start: &str) {
     unavailable(what, why, start);
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// A CA, and a server certificate it signs for `localhost` (no address).
@@ -76,80 +71,29 @@ fn server_certificate(dir: &Path, ca: &str) {
     ]));
 }
 
-/// A PostgreSQL server of the test's own; stopped and removed on drop.
-struct TlsPostgres {
-    dir: PathBuf,
-    port: u16,
-    child: Child,
-}
-
-impl Drop for TlsPostgres {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn postgres_bin() -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|b| b.join("postgres").exists() && b.join("initdb").exists())
-        .collect();
-    found.sort();
-    found.pop()
-}
-
-async fn start_tls_postgres() -> Option<TlsPostgres> {
-    let Some(bin) = postgres_bin() else {
-        skip("the PostgreSQL server binaries", "none under /usr/lib/postgresql", "install Debian's postgresql package");
+/// A PostgreSQL server of the test's own, with a certificate `test-ca` signed.
+async fn start_tls_postgres() -> Option<OwnPostgres> {
+    if Command::new("which").arg("openssl").output().map(|o| !o.status.success()).unwrap_or(true) {
+        skip("openssl", "not on the PATH", "install openssl");
         return None;
+    }
+    let prepare = |dir: &Path| {
+        certificates(dir, "test-ca");
+        certificates(dir, "other-ca");
+        server_certificate(dir, "test-ca");
+        run(Command::new("chmod").args(["0600", dir.join("server.key").to_str().unwrap()]));
     };
-    for tool in ["openssl", "runuser"] {
-        if Command::new("which").arg(tool).output().map(|o| !o.status.success()).unwrap_or(true) {
-            skip(tool, "not on the PATH", &format!("install {tool}"));
-            return None;
-        }
-    }
-    let dir = std::env::temp_dir().join(format!("sluice-tls-{}", sluice_domain::shared::secret::random_base62(8)));
-    std::fs::create_dir_all(&dir).unwrap();
-    certificates(&dir, "test-ca");
-    certificates(&dir, "other-ca");
-    server_certificate(&dir, "test-ca");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    run(Command::new("chown").args(["-R", "postgres:postgres", dir.to_str().unwrap()]));
-    run(Command::new("chmod").args(["0600", dir.join("server.key").to_str().unwrap()]));
-    let data = dir.join("data");
-    run(Command::new("runuser").args(["-u", "postgres", "--"]).arg(bin.join("initdb")).args([
-        "-D",
-        data.to_str().unwrap(),
-        "-A",
-        "trust",
-        "-U",
-        "postgres",
-        "--no-sync",
-    ]));
-    let child = Command::new("runuser")
-        .args(["-u", "postgres", "--"])
-        .arg(bin.join("postgres"))
-        .args(["-D", data.to_str().unwrap(), "-p", &port.to_string(), "-k", dir.to_str().unwrap()])
-        .args(["-c", "listen_addresses=127.0.0.1", "-c", "ssl=on", "-c", "fsync=off"])
-        .arg("-c")
-        .arg(format!("ssl_cert_file={}", dir.join("server.crt").display()))
-        .arg("-c")
-        .arg(format!("ssl_key_file={}", dir.join("server.key").display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = TlsPostgres { dir, port, child };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the test's PostgreSQL did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Some(server)
+    tokio::task::spawn_blocking(move || {
+        OwnPostgres::start(prepare, |dir| {
+            vec![
+                "ssl=on".to_string(),
+                format!("ssl_cert_file={}", dir.join("server.crt").display()),
+                format!("ssl_key_file={}", dir.join("server.key").display()),
+            ]
+        })
+    })
+    .await
+    .unwrap()
 }
 
 async fn check(registry: &Registry, c: serde_json::Value) -> ConnectorResult<()> {

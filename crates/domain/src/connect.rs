@@ -2,6 +2,7 @@
 //! with their credentials, connections, OAuth, and the use cases that
 //! test, discover and preview them.
 
+pub mod changes;
 pub mod connection;
 pub mod connector;
 pub mod integration;

@@ -2,6 +2,7 @@
 //! transforms, the engine that executes a run, and scheduling, recovery
 //! and orchestration of runs.
 
+pub mod capture;
 pub mod cursor;
 pub mod engine;
 pub mod flow;

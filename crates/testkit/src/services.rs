@@ -101,6 +101,112 @@ fn one_line(s: &str) -> String {
     s.replace(['\t', '\n', '\r'], " ")
 }
 
+/// A PostgreSQL server of the test's own, for settings the shared server
+/// must keep (`wal_level = logical`, TLS): `initdb` and `postgres` under
+/// `runuser -u postgres`, in a temporary directory, on a free port, trust
+/// authentication, `fsync` off. Stopped and removed on drop.
+pub struct OwnPostgres {
+    pub dir: PathBuf,
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The newest PostgreSQL server binaries under `/usr/lib/postgresql`.
+fn postgres_bin() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|b| b.join("postgres").exists() && b.join("initdb").exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// Runs `cmd`, failing the test with its error output.
+pub fn run(cmd: &mut std::process::Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl OwnPostgres {
+    /// Starts one: `prepare` first puts what the settings name into its
+    /// directory (certificates), then the server runs with each of the
+    /// `settings` of that directory (`name=value`). `None` (after
+    /// [`unavailable`]) where the binaries or `runuser` are missing. Blocks
+    /// until the server takes logins.
+    pub fn start(
+        prepare: impl FnOnce(&std::path::Path),
+        settings: impl FnOnce(&std::path::Path) -> Vec<String>,
+    ) -> Option<Self> {
+        use std::process::{Command, Stdio};
+        let Some(bin) = postgres_bin() else {
+            unavailable(
+                "the PostgreSQL server binaries",
+                "none under /usr/lib/postgresql",
+                "install Debian's postgresql package",
+            );
+            return None;
+        };
+        if Command::new("which").arg("runuser").output().map(|o| !o.status.success()).unwrap_or(true) {
+            unavailable("runuser", "not on the PATH", "install util-linux");
+            return None;
+        }
+        let name = format!("sluice-pg-{}", sluice_domain::shared::secret::random_base62(8));
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        prepare(&dir);
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        run(Command::new("chown").args(["-R", "postgres:postgres", dir.to_str().unwrap()]));
+        let data = dir.join("data");
+        run(Command::new("runuser").args(["-u", "postgres", "--"]).arg(bin.join("initdb")).args([
+            "-D",
+            data.to_str().unwrap(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ]));
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(bin.join("postgres"));
+        cmd.args(["-D", data.to_str().unwrap(), "-p", &port.to_string(), "-k", dir.to_str().unwrap()]);
+        cmd.args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]);
+        for s in settings(&dir) {
+            cmd.arg("-c").arg(s);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let server = OwnPostgres { dir, port, child };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the test's PostgreSQL did not start");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // Accepting connections is not yet taking them: wait for a login.
+        while !Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-tAc", "SELECT 1"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            assert!(std::time::Instant::now() < deadline, "the test's PostgreSQL takes no logins");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Some(server)
+    }
+
+    /// A URL of database `database` on it.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

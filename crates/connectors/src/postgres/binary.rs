@@ -400,7 +400,7 @@ fn invalid(v: &Value, what: &str) -> String {
     format!("'{s}' is not {what}")
 }
 
-fn parse_float(s: &str) -> Option<f64> {
+pub(super) fn parse_float(s: &str) -> Option<f64> {
     match s.trim().to_ascii_lowercase().as_str() {
         "nan" => Some(f64::NAN),
         "infinity" | "inf" | "+infinity" => Some(f64::INFINITY),
@@ -409,7 +409,7 @@ fn parse_float(s: &str) -> Option<f64> {
     }
 }
 
-fn unhex(h: &str) -> Option<Vec<u8>> {
+pub(super) fn unhex(h: &str) -> Option<Vec<u8>> {
     let h = h.as_bytes();
     if !h.len().is_multiple_of(2) {
         return None;

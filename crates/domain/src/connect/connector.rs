@@ -32,6 +32,9 @@ pub struct ReadRequest {
     /// snapshot of the source) and arriving in no order. 0 or 1: one read.
     /// Sources that cannot split ignore it.
     pub ranges: usize,
+    /// Read in this snapshot of the source (the one a change stream
+    /// exported as it began: see [`crate::connect::changes::StreamStart`]).
+    pub snapshot: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -225,6 +228,26 @@ pub trait EntityWriter: Send {
     async fn write_bulk(&mut self, _stream: &mut dyn BulkStream, _max_records: Option<u64>) -> ConnectorResult<u64> {
         Err(ConnectorError::Unsupported("this destination loads no bulk format".into()))
     }
+
+    /// Deletes the rows with the keys of `keys` (its fields the entity's
+    /// primary key), in the writer's transaction.
+    async fn delete(&mut self, _keys: &RecordBatch) -> ConnectorResult<()> {
+        Err(ConnectorError::Unsupported("this destination applies no deletes".into()))
+    }
+
+    /// Sets the fields of `rows` but its key fields (the entity's primary
+    /// key, which `rows` holds too) on the rows with those keys, in the
+    /// writer's transaction; other fields keep their values.
+    async fn update(&mut self, _rows: &RecordBatch) -> ConnectorResult<()> {
+        Err(ConnectorError::Unsupported("this destination updates no rows in place".into()))
+    }
+
+    /// Records, in the writer's transaction (so with the rows it commits),
+    /// that the entity holds change stream `stream` up to `position` (see
+    /// [`Destination::positions`]).
+    async fn hold_position(&mut self, _stream: &str, _position: &str) -> ConnectorResult<()> {
+        Err(ConnectorError::Unsupported("this destination holds no change stream positions".into()))
+    }
 }
 
 /// Which attempt of which run writes: what a destination marks its
@@ -289,6 +312,12 @@ pub trait Destination: Send + Sync {
     /// (SQLite) answers 1.
     fn concurrent_writers(&self) -> usize {
         usize::MAX
+    }
+    /// The position of change stream `stream` each entity here holds, as
+    /// its writers committed them ([`EntityWriter::hold_position`]): where
+    /// the stream resumes, whatever happened to the run that wrote them.
+    async fn positions(&self, _stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        Err(ConnectorError::Unsupported("this destination holds no change stream positions".into()))
     }
 }
 
@@ -470,6 +499,13 @@ pub trait ConnectorRegistry: Send + Sync {
     }
     async fn source(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>>;
     async fn destination(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>>;
+    /// The source's change log, for connector types that capture changes.
+    async fn change_source(
+        &self,
+        config: &ResolvedConfig,
+    ) -> ConnectorResult<Arc<dyn crate::connect::changes::ChangeSource>> {
+        Err(ConnectorError::Unsupported(format!("{} sources do not capture changes", config.connector_type)))
+    }
     /// Checks settings when a connection is created or changed: that a
     /// file path stays inside the organization's own directory, and that a
     /// reachable database is not the service's own metadata store (an

@@ -678,6 +678,7 @@ impl ConnectService {
                 limit: Some(limit),
                 batch_size: limit as usize,
                 ranges: 1,
+                snapshot: None,
             })
             .await
             .map_err(connector_failure)?;

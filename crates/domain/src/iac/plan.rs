@@ -552,8 +552,23 @@ impl<'a> Planner<'a> {
             };
             let source = conn("source_connection", &d.source_connection, true);
             let dest = conn("destination_connection", &d.destination_connection, false);
-            if let Some(spec) = dest.as_ref().and_then(|(_, kind)| self.registry.spec(kind)) {
+            if let Some(spec) = source.as_ref().and_then(|(_, kind)| self.registry.spec(kind)) {
+                let dest_spec = dest.as_ref().and_then(|(_, kind)| self.registry.spec(kind));
+                let applies = dest_spec.as_ref().map(|d| (d.connector_type, d.features.as_slice()));
                 for (j, m) in d.config.mappings.iter().enumerate() {
+                    let path = format!("{path}.config.mappings[{j}]");
+                    self.errors.extend(crate::sync::check_capture_mode(
+                        &path,
+                        m,
+                        &spec.sync_modes,
+                        spec.connector_type,
+                        applies,
+                    ));
+                }
+            }
+            // Every destination takes the change data capture modes.
+            if let Some(spec) = dest.as_ref().and_then(|(_, kind)| self.registry.spec(kind)) {
+                for (j, m) in d.config.mappings.iter().enumerate().filter(|(_, m)| !m.sync_mode.cdc()) {
                     if !spec.sync_modes.is_empty() && !spec.sync_modes.contains(&m.sync_mode.as_str()) {
                         self.errors.push(FieldError::new(
                             format!("{path}.config.mappings[{j}].sync_mode"),

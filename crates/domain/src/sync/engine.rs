@@ -194,7 +194,7 @@ enum EntityOutcome {
 /// Why an entity or a run failed, and whether trying again later may help
 /// (an unreachable server, a timeout, a hiccup of the metadata store).
 #[derive(Debug)]
-struct Failure {
+pub(super) struct Failure {
     message: String,
     transient: bool,
     /// The run was taken over (its attempt no longer holds it): stop
@@ -243,7 +243,7 @@ impl SyncService {
         self.runs.claim(worker, self.clock.now()).await
     }
 
-    async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
+    pub(super) async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
         let line = RunLog { ts: self.clock.now(), level: level.into(), entity: entity.map(str::to_string), message };
         if let Err(e) = self.runs.log(run.id, Some(run.fence()), &line).await {
             tracing::warn!(run = %run.id, error = %e, "recording a run log line failed");
@@ -267,7 +267,7 @@ impl SyncService {
 
     /// Refuses to go on once this attempt no longer holds the run: checked
     /// before every commit to a destination.
-    async fn hold(&self, run: &Run) -> Result<(), Failure> {
+    pub(super) async fn hold(&self, run: &Run) -> Result<(), Failure> {
         if self.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 
@@ -411,6 +411,11 @@ impl SyncService {
         };
         let (source_conn, source_cfg) = conn(flow.source_connection_id).await?;
         let source = RunSource { io: self.connect.registry().source(&source_cfg).await?, conn: source_conn };
+        let captures = flow.config.mappings.iter().any(|m| m.sync_mode.cdc());
+        let changes = match captures {
+            true => Some(self.connect.registry().change_source(&source_cfg).await?),
+            false => None,
+        };
         let dest = self.connect.registry().destination(&conn(flow.destination_connection_id).await?.1).await?;
         self.log(
             run,
@@ -453,6 +458,7 @@ impl SyncService {
             let turns: Vec<futures_util::future::BoxFuture<'_, (usize, Turn)>> = mappings
                 .iter()
                 .enumerate()
+                .filter(|(_, m)| !m.sync_mode.cdc())
                 .map(|(index, m)| {
                     async move {
                         let turn = self.turn(scope, index, m, halt).await;
@@ -469,6 +475,11 @@ impl SyncService {
             // ordered buffer would hold finished ones behind a long one).
             let mut ended: Vec<(usize, Turn)> =
                 futures_util::stream::iter(turns).buffer_unordered(limit).collect().await;
+            if let Some(changes) = &changes
+                && !halt.load(std::sync::atomic::Ordering::SeqCst)
+            {
+                ended.extend(self.capture_turns(run, &flow, &source.io, changes, &dest, &earlier).await);
+            }
             ended.sort_by_key(|(index, _)| *index);
             ended.into_iter().map(|(_, turn)| turn).collect::<Vec<Turn>>()
         };
@@ -509,6 +520,50 @@ impl SyncService {
             return Ok(EntityOutcome::Stopped);
         }
         Ok(if drift { EntityOutcome::Drift } else { EntityOutcome::Done })
+    }
+
+    /// The flow's CDC mappings' turns: one read of the change stream
+    /// (see [`super::capture`]), each entity's outcome logged.
+    async fn capture_turns(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        source: &Arc<dyn Source>,
+        changes: &Arc<dyn crate::connect::changes::ChangeSource>,
+        dest: &Arc<dyn Destination>,
+        earlier: &[EntityStats],
+    ) -> Vec<(usize, Turn)> {
+        if self.canceled(run).await {
+            return Vec::new();
+        }
+        let started = Instant::now();
+        let mappings: Vec<(usize, &Mapping)> =
+            flow.config.mappings.iter().enumerate().filter(|(_, m)| m.sync_mode.cdc()).collect();
+        let mut turns = Vec::new();
+        let scope = super::capture::Scope { run, flow, source, changes, dest };
+        for (index, mut stats, result) in self.capture(scope, &mappings, earlier).await {
+            stats.duration_ms = started.elapsed().as_millis() as u64;
+            let outcome = match result {
+                Ok(()) => {
+                    let message = format!(
+                        "{} changes and copied rows read, {} rows written; the destination holds the stream up to {}",
+                        stats.rows_read,
+                        stats.rows_written,
+                        stats.cursor_after.as_deref().unwrap_or("its start")
+                    );
+                    self.log(run, "info", Some(&stats.entity), message).await;
+                    Ok(EntityOutcome::Done)
+                }
+                Err(f) => {
+                    if !f.lost {
+                        self.log(run, "error", Some(&stats.entity), f.message.clone()).await;
+                    }
+                    Err(Failure { message: f.message, transient: f.transient, lost: f.lost })
+                }
+            };
+            turns.push((index, Turn::Ran(Box::new(stats), outcome)));
+        }
+        turns
     }
 
     /// One mapping's turn in a run: begun unless the run was canceled, the
@@ -649,6 +704,7 @@ impl SyncService {
                 // may come in any order, so a large table is read in key
                 // ranges at once.
                 ranges: if m.sync_mode.incremental() { 1 } else { self.read_ranges },
+                snapshot: None,
             })
             .await?;
         self.copy_rows(&step, &schema, writer, reader, read, stats).await
@@ -1079,6 +1135,6 @@ impl SyncService {
 }
 
 /// The attempt a run's destination sessions are marked with.
-fn attempt_of(run: &Run) -> crate::connect::connector::Attempt {
+pub(super) fn attempt_of(run: &Run) -> crate::connect::connector::Attempt {
     crate::connect::connector::Attempt { run: run.id.as_uuid(), number: run.attempt }
 }

@@ -45,6 +45,10 @@ pub struct Mapping {
     /// `"1h"`, `"0"`); see [`crate::sync::default_lookback`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor_lookback: Option<String>,
+    /// What `cdc_deduped` does with a row the source deleted (`hard`
+    /// unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_mode: Option<crate::sync::mode::DeleteMode>,
 }
 
 impl Mapping {
@@ -237,6 +241,7 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
         {
             errors.push(FieldError::new(format!("{path}.cursor_lookback"), e));
         }
+        errors.extend(crate::sync::check_capture(&path, m));
     }
     errors
 }

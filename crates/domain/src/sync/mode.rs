@@ -17,14 +17,21 @@ pub enum SyncMode {
     FullRefreshAppend,
     IncrementalAppend,
     IncrementalDeduped,
+    /// Changes from the source's log, mirrored by primary key (deletes
+    /// applied, see [`DeleteMode`]).
+    CdcDeduped,
+    /// Changes from the source's log, each appended as a row.
+    CdcAppend,
 }
 
 impl SyncMode {
-    pub const ALL: [SyncMode; 4] = [
+    pub const ALL: [SyncMode; 6] = [
         SyncMode::FullRefreshOverwrite,
         SyncMode::FullRefreshAppend,
         SyncMode::IncrementalAppend,
         SyncMode::IncrementalDeduped,
+        SyncMode::CdcDeduped,
+        SyncMode::CdcAppend,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -33,6 +40,8 @@ impl SyncMode {
             SyncMode::FullRefreshAppend => "full_refresh_append",
             SyncMode::IncrementalAppend => "incremental_append",
             SyncMode::IncrementalDeduped => "incremental_deduped",
+            SyncMode::CdcDeduped => "cdc_deduped",
+            SyncMode::CdcAppend => "cdc_append",
         }
     }
 
@@ -44,6 +53,11 @@ impl SyncMode {
         matches!(self, SyncMode::IncrementalAppend | SyncMode::IncrementalDeduped)
     }
 
+    /// Whether changes come from the source's log.
+    pub fn cdc(self) -> bool {
+        matches!(self, SyncMode::CdcDeduped | SyncMode::CdcAppend)
+    }
+
     pub fn needs_primary_key(self) -> bool {
         self == SyncMode::IncrementalDeduped
     }
@@ -51,8 +65,35 @@ impl SyncMode {
     pub fn write_mode(self) -> WriteMode {
         match self {
             SyncMode::FullRefreshOverwrite => WriteMode::Overwrite,
-            SyncMode::FullRefreshAppend | SyncMode::IncrementalAppend => WriteMode::Append,
-            SyncMode::IncrementalDeduped => WriteMode::Upsert,
+            SyncMode::FullRefreshAppend | SyncMode::IncrementalAppend | SyncMode::CdcAppend => WriteMode::Append,
+            SyncMode::IncrementalDeduped | SyncMode::CdcDeduped => WriteMode::Upsert,
+        }
+    }
+}
+
+/// What `cdc_deduped` does with a row deleted at the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteMode {
+    /// The row is deleted.
+    #[default]
+    Hard,
+    /// The row stays, its `_sluice_deleted_at` set.
+    Soft,
+}
+
+/// The columns change data capture adds: the time a `soft` delete set, and
+/// a change log's operation, position and commit time.
+pub const DELETED_AT: &str = "_sluice_deleted_at";
+pub const OP: &str = "_sluice_op";
+pub const POSITION: &str = "_sluice_position";
+pub const COMMITTED_AT: &str = "_sluice_committed_at";
+
+impl DeleteMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteMode::Hard => "hard",
+            DeleteMode::Soft => "soft",
         }
     }
 }
@@ -111,6 +152,90 @@ pub fn check_mapping(
         }
     }
     errors
+}
+
+/// The rules of a mapping's change data capture settings that need no
+/// schema: `delete_mode` belongs to `cdc_deduped`, and a CDC mode reads the
+/// source's log, not a cursor.
+pub fn check_capture(path: &str, m: &crate::sync::flow::Mapping) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if m.delete_mode.is_some() && m.sync_mode != SyncMode::CdcDeduped {
+        errors.push(FieldError::new(format!("{path}.delete_mode"), "applies to cdc_deduped only"));
+    }
+    if m.sync_mode.cdc() {
+        for (field, set) in
+            [("cursor_field", m.cursor_field.is_some()), ("cursor_lookback", m.cursor_lookback.is_some())]
+        {
+            if set {
+                errors.push(FieldError::new(
+                    format!("{path}.{field}"),
+                    format!("{} reads the source's change log: it takes no {field}", m.sync_mode.as_str()),
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// The connector feature of a destination that applies captured changes
+/// (deletes, updates by key, stream positions with the rows).
+pub const APPLIES_CHANGES: &str = "apply_changes";
+
+/// A CDC mapping needs a source type that captures changes and a
+/// destination type that applies them (`dest`: its type and features, when
+/// known).
+pub fn check_capture_mode(
+    path: &str,
+    m: &crate::sync::flow::Mapping,
+    source_modes: &[&str],
+    source_type: &str,
+    dest: Option<(&str, &[&str])>,
+) -> Option<FieldError> {
+    if !m.sync_mode.cdc() {
+        return None;
+    }
+    let field = format!("{path}.sync_mode");
+    if !source_modes.contains(&m.sync_mode.as_str()) {
+        return Some(FieldError::new(
+            field,
+            format!(
+                "{source_type} sources do not capture changes ({} needs a PostgreSQL source)",
+                m.sync_mode.as_str()
+            ),
+        ));
+    }
+    match dest {
+        Some((t, features)) if !features.contains(&APPLIES_CHANGES) => Some(FieldError::new(
+            field,
+            format!("{t} destinations cannot apply captured changes yet (PostgreSQL, MySQL/MariaDB and SQLite can)"),
+        )),
+        _ => None,
+    }
+}
+
+/// A CDC mapping needs a table with a primary key (the log names a row by
+/// it), which the mapping's `primary_key`, if it names one, must be.
+pub fn check_capture_keys(path: &str, m: &crate::sync::flow::Mapping, schema: &EntitySchema) -> Option<FieldError> {
+    if !m.sync_mode.cdc() {
+        return None;
+    }
+    let keys: Vec<&str> = schema.fields.iter().filter(|f| f.primary_key).map(|f| f.name.as_str()).collect();
+    if keys.is_empty() {
+        return Some(FieldError::new(
+            format!("{path}.source_entity"),
+            format!("'{}' has no primary key: change data capture needs one to name each changed row", schema.name),
+        ));
+    }
+    let mut named = m.key_fields();
+    named.sort_unstable();
+    let mut source_keys = keys.clone();
+    source_keys.sort_unstable();
+    (!named.is_empty() && named != source_keys).then(|| {
+        FieldError::new(
+            format!("{path}.primary_key"),
+            format!("must be the source's primary key ({}) or left out", keys.join(", ")),
+        )
+    })
 }
 
 /// Keeps one row per primary key: the one with the greatest cursor (the

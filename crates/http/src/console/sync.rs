@@ -101,7 +101,7 @@ async fn new_flow_page(
     error: Option<&ApiError>,
 ) -> PageResult {
     let conns = connections(state, s, ctx).await?;
-    let modes = ["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
+    let modes: Vec<&str> = sluice_domain::sync::SyncMode::ALL.iter().map(|m| m.as_str()).collect();
     let body = html! {
         @if let Some(e) = error { (super::error_box(e)) }
         form.grid method="post" action=(ctx.at("/flows")) {
@@ -176,6 +176,7 @@ pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>
             schema_policy: Default::default(),
             asset: None,
             cursor_lookback: None,
+            delete_mode: None,
         };
         Ok::<_, ApiError>(NewFlow {
             name: f.name.clone(),

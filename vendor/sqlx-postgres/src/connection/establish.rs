@@ -45,6 +45,11 @@ impl PgConnection {
             params.push(("options", options));
         }
 
+        // Sluice: a replication connection.
+        if let Some(ref replication) = options.replication {
+            params.push(("replication", replication));
+        }
+
         stream.write(Startup {
             username: Some(&options.username),
             database: options.database.as_deref(),

@@ -33,6 +33,9 @@ pub struct PgConnectOptions {
     // Sluice: whether the password may be sent in clear text over a
     // connection that is not encrypted (`false` unless set).
     pub(crate) allow_cleartext_password: bool,
+    // Sluice: the `replication` startup parameter (`database` for a
+    // logical replication connection), none unless set.
+    pub(crate) replication: Option<String>,
 }
 
 impl Default for PgConnectOptions {
@@ -101,6 +104,7 @@ impl PgConnectOptions {
             log_settings: Default::default(),
             options: var("PGOPTIONS").ok(),
             allow_cleartext_password: false,
+            replication: None,
         }
     }
 
@@ -235,6 +239,15 @@ impl PgConnectOptions {
     /// before the password is sent.
     pub fn allow_cleartext_password(mut self, allow: bool) -> Self {
         self.allow_cleartext_password = allow;
+        self
+    }
+
+    /// Sluice: opens a replication connection (`replication=database` for
+    /// logical replication), on which the server takes replication
+    /// commands such as `CREATE_REPLICATION_SLOT` (over the simple query
+    /// protocol only: use `raw_sql`).
+    pub fn replication(mut self, mode: &str) -> Self {
+        self.replication = Some(mode.to_owned());
         self
     }
 

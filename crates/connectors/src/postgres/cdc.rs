@@ -1,0 +1,627 @@
+//! Change data capture from PostgreSQL: one logical replication slot
+//! (`pgoutput`) and one publication per stream, both named
+//! `sluice_<stream>`. A new slot is made on a replication connection that
+//! exports its snapshot, so that the initial copy sees the tables exactly
+//! as of the slot's start. Changes are read with
+//! `pg_logical_slot_peek_binary_changes`, which leaves the slot where it
+//! is: the slot moves (`pg_replication_slot_advance`) only once every
+//! destination committed what it read (see `docs/cdc.md`).
+
+use super::PgConnector;
+use super::pgoutput::{self, Column, Lsn, Message, Relation};
+use crate::common::{CONNECT_TIMEOUT, quote_dq, with_timeout};
+use sluice_domain::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, StreamStart};
+use sluice_domain::connect::connector::{
+    ConnectorError, ConnectorResult, EntitySchema, Field, FieldType, RecordBatch, Value,
+};
+use sluice_domain::shared::record::{parse_date, parse_timestamp};
+use sqlx::{AssertSqlSafe, Connection, Row};
+use std::collections::HashMap;
+use time::OffsetDateTime;
+
+/// How many events the reading task sends at once.
+const CHUNK: usize = 512;
+
+/// The slot and publication of stream `name` (letters, digits and `_`).
+fn object_name(name: &str) -> ConnectorResult<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(format!("sluice_{name}"))
+    } else {
+        Err(ConnectorError::InvalidConfig(format!("'{name}' cannot name a change stream")))
+    }
+}
+
+fn lsn(s: &str) -> ConnectorResult<Lsn> {
+    s.parse().map_err(ConnectorError::InvalidConfig)
+}
+
+/// Microseconds since 2000-01-01 UTC as an instant.
+fn pg_time(micros: i64) -> OffsetDateTime {
+    const EPOCH_2000: i64 = 946_684_800;
+    OffsetDateTime::from_unix_timestamp_nanos((i128::from(EPOCH_2000) * 1_000_000 + i128::from(micros)) * 1_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// The field type of a column by its type's OID (the built-in types; any
+/// other reads as text, as its text form).
+fn field_type(oid: u32) -> FieldType {
+    match oid {
+        20 | 21 | 23 | 26 => FieldType::Integer,
+        700 | 701 => FieldType::Number,
+        1700 => FieldType::Decimal,
+        16 => FieldType::Boolean,
+        1082 => FieldType::Date,
+        1114 | 1184 => FieldType::Timestamp,
+        114 | 3802 => FieldType::Object,
+        17 => FieldType::Binary,
+        _ => FieldType::String,
+    }
+}
+
+/// A column's text form (the session's: UTC, ISO dates, hex bytea) as a
+/// value of type `t`; text that does not parse stays text.
+fn text_value(s: String, t: FieldType) -> Value {
+    match t {
+        FieldType::Integer => s.parse().map(Value::Int).unwrap_or(Value::String(s)),
+        FieldType::Number => super::binary::parse_float(&s).map(Value::Float).unwrap_or(Value::String(s)),
+        FieldType::Decimal => Value::Decimal(s),
+        FieldType::Boolean => match s.as_str() {
+            "t" => Value::Bool(true),
+            "f" => Value::Bool(false),
+            _ => Value::String(s),
+        },
+        FieldType::Date => parse_date(&s).map(Value::Date).unwrap_or(Value::String(s)),
+        FieldType::Timestamp => {
+            // `2026-01-02 03:04:05.123456+00`; without a zone for `timestamp`.
+            let mut iso = s.replacen(' ', "T", 1);
+            match iso.rfind(['+', '-']).filter(|&i| i > 10) {
+                Some(i) if iso.len() - i == 3 => iso.push_str(":00"),
+                Some(_) => {}
+                None => iso.push('Z'),
+            }
+            parse_timestamp(&iso).map(Value::Timestamp).unwrap_or(Value::String(s))
+        }
+        FieldType::Object | FieldType::Array => serde_json::from_str(&s).map(Value::Json).unwrap_or(Value::String(s)),
+        FieldType::Binary => match s.strip_prefix("\\x").and_then(super::binary::unhex) {
+            Some(b) => Value::Bytes(b),
+            None => Value::String(s),
+        },
+        FieldType::String => Value::String(s),
+    }
+}
+
+/// Where a destination schema keeps the change stream positions its tables
+/// hold (see `docs/cdc.md`).
+pub(super) const POSITIONS: &str = "_sluice_positions";
+
+/// The exported snapshot's connection: the snapshot lives while it does.
+struct SnapshotHold(#[allow(dead_code)] sqlx::PgConnection);
+
+impl PgConnector {
+    /// The positions the tables of this schema hold of change stream
+    /// `stream` (the table that keeps them made when missing).
+    pub(super) async fn held_positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        let table = self.qualified(POSITIONS);
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (stream text NOT NULL, entity text NOT NULL, position text NOT NULL, \
+             updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (stream, entity))"
+        );
+        // Two runs making it at once: one of them meets the other's type.
+        for attempt in 0..2 {
+            match sqlx::query(AssertSqlSafe(create.clone())).execute(&self.pool).await {
+                Ok(_) => break,
+                Err(sqlx::Error::Database(d)) if attempt == 0 && d.code().as_deref() == Some("23505") => {}
+                Err(e) => return Err(self.e(&e)),
+            }
+        }
+        sqlx::query_as(AssertSqlSafe(format!("SELECT entity, position FROM {table} WHERE stream = $1")))
+            .bind(stream)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))
+    }
+
+    /// A read of `sql` (the read's select) in an exported snapshot, on a
+    /// connection of its own that is closed after (it ends inside the
+    /// snapshot's transaction).
+    pub(super) async fn read_in_snapshot(
+        &self,
+        schema: &EntitySchema,
+        sql: &str,
+        snapshot: &str,
+        batch_size: usize,
+    ) -> ConnectorResult<Box<dyn sluice_domain::connect::connector::RecordReader>> {
+        if snapshot.is_empty() || !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(ConnectorError::InvalidConfig(format!("'{snapshot}' is not a snapshot name")));
+        }
+        let mut conn = self.pool.acquire().await.map_err(|e| self.e(&e))?;
+        conn.close_on_drop();
+        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+        sqlx::query(AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'")))
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+        let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
+        let decoding = super::Decoding::new(&schema.fields, batch_size, &self.host, &self.database);
+        let fields = decoding.fields.clone();
+        let (host, database) = (self.host.clone(), self.database.clone());
+        Ok(Box::new(crate::common::ChannelReader::spawn(fields, move |tx| async move {
+            match super::copy_on(&mut conn, &sql, host, database).await {
+                Ok(mut stream) => decoding.pump(&mut stream, &tx).await,
+                Err(e) => {
+                    crate::common::send(&tx, Err(e)).await;
+                }
+            }
+        })))
+    }
+
+    /// A direct connection with this connector's settings, for replication
+    /// work a pooled connection must not carry on with.
+    async fn direct(&self, replication: bool) -> ConnectorResult<sqlx::PgConnection> {
+        let opts = if replication { self.opts.clone().replication("database") } else { self.opts.clone() };
+        with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
+            sqlx::PgConnection::connect_with(&opts).await.map_err(|e| self.e(&e))
+        })
+        .await
+    }
+
+    /// The tables of `entities`, qualified, in a stable order.
+    fn table_list(&self, entities: &[String]) -> String {
+        let mut names: Vec<String> = entities.iter().map(|e| self.qualified(e)).collect();
+        names.sort();
+        names.dedup();
+        names.join(", ")
+    }
+
+    /// Makes the publication cover exactly `entities`.
+    async fn publish(&self, publication: &str, entities: &[String]) -> ConnectorResult<()> {
+        let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_publication WHERE pubname = $1")
+            .bind(publication)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+        let tables = self.table_list(entities);
+        if exists.is_none() {
+            let sql = format!("CREATE PUBLICATION {} FOR TABLE {tables}", quote_dq(publication));
+            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+            return Ok(());
+        }
+        let mut published: Vec<String> = sqlx::query_scalar(
+            "SELECT format('%I.%I', schemaname, tablename) FROM pg_publication_tables WHERE pubname = $1",
+        )
+        .bind(publication)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        published.sort();
+        if published.join(", ") != tables {
+            let sql = format!("ALTER PUBLICATION {} SET TABLE {tables}", quote_dq(publication));
+            sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+        }
+        Ok(())
+    }
+
+    /// The slot's confirmed position, when the slot exists in this database.
+    async fn slot_position(&self, slot: &str) -> ConnectorResult<Option<Lsn>> {
+        let found: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots \
+             WHERE slot_name = $1 AND database = current_database()",
+        )
+        .bind(slot)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        match found {
+            Some(Some(p)) => Ok(Some(lsn(&p)?)),
+            Some(None) => Err(ConnectorError::Other(format!("the replication slot {slot} has no position"))),
+            None => Ok(None),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChangeSource for PgConnector {
+    async fn readiness(&self, entities: &[String]) -> ConnectorResult<Vec<String>> {
+        let mut reasons = Vec::new();
+        let wal_level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+        if wal_level != "logical" {
+            reasons.push(format!(
+                "wal_level is '{wal_level}': set wal_level = logical on the server (it takes a restart)"
+            ));
+        }
+        let (user, replication): (String, bool) = sqlx::query_as(
+            "SELECT current_user::text, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        if !replication {
+            reasons.push(format!("the role {user} lacks REPLICATION: ALTER ROLE {} REPLICATION", quote_dq(&user)));
+        }
+        let (max, used): (i32, i64) = sqlx::query_as(
+            "SELECT current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        if i64::from(max) <= used {
+            reasons.push(format!("no free replication slot: max_replication_slots = {max}, {used} in use"));
+        }
+        let rows = sqlx::query(
+            "SELECT c.relname::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
+             pg_has_role(c.relowner, 'USAGE') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind IN ('r', 'p')",
+        )
+        .bind(&self.schema)
+        .bind(entities)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        let super_user: bool = sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+        for e in entities {
+            match rows.iter().find(|r| r.get::<String, _>(0) == *e) {
+                None => reasons.push(format!("{} is not a table", self.qualified(e))),
+                Some(r) => {
+                    if !r.get::<bool, _>(1) {
+                        reasons.push(format!("table {} has no primary key", self.qualified(e)));
+                    }
+                    if !r.get::<bool, _>(2) && !super_user {
+                        reasons.push(format!(
+                            "cannot create a publication: the role {user} does not own table {}",
+                            self.qualified(e)
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(reasons)
+    }
+
+    async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart> {
+        let object = object_name(name)?;
+        self.publish(&object, entities).await?;
+        if let Some(position) = self.slot_position(&object).await? {
+            return Ok(StreamStart { position: position.to_string(), snapshot: None, hold: None });
+        }
+        let mut conn = self.direct(true).await?;
+        let sql = format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT", quote_dq(&object));
+        let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(&mut conn).await.map_err(|e| self.e(&e))?;
+        let position: String = row.try_get("consistent_point").map_err(|e| self.e(&e))?;
+        let snapshot: String = row.try_get("snapshot_name").map_err(|e| self.e(&e))?;
+        Ok(StreamStart { position, snapshot: Some(snapshot), hold: Some(Box::new(SnapshotHold(conn))) })
+    }
+
+    async fn end_position(&self) -> ConnectorResult<String> {
+        sqlx::query_scalar("SELECT pg_current_wal_lsn()::text").fetch_one(&self.pool).await.map_err(|e| self.e(&e))
+    }
+
+    fn after(&self, position: &str, other: &str) -> ConnectorResult<bool> {
+        Ok(lsn(position)? > lsn(other)?)
+    }
+
+    async fn changes(
+        &self,
+        name: &str,
+        from: &[(String, String)],
+        until: &str,
+    ) -> ConnectorResult<Box<dyn ChangeReader>> {
+        let object = object_name(name)?;
+        let until = lsn(until)?;
+        let after = from.iter().map(|(e, p)| Ok((e.clone(), lsn(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
+        let mut conn = self.pool.acquire().await.map_err(|e| self.e(&e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<ConnectorResult<Vec<ChangeEvent>>>(4);
+        let (host, database, schema) = (self.host.clone(), self.database.clone(), self.schema.clone());
+        tokio::spawn(async move {
+            use futures_util::TryStreamExt;
+            let mut decoder =
+                Decoder { schema, after, relations: HashMap::new(), commit: Lsn::default(), out: Vec::new() };
+            let mut rows = sqlx::query(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL, \
+                 'proto_version', '1', 'publication_names', $1)",
+            )
+            .bind(&object)
+            .bind(until.to_string())
+            .fetch(&mut *conn);
+            loop {
+                let row = match rows.try_next().await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = tx.send(Err(super::err(&e, &host, &database))).await;
+                        return;
+                    }
+                };
+                let data: Vec<u8> = row.get(0);
+                if let Err(e) = decoder.feed(&data) {
+                    let _ = tx.send(Err(ConnectorError::Other(format!("reading the change stream: {e}")))).await;
+                    return;
+                }
+                if decoder.out.len() >= CHUNK && tx.send(Ok(std::mem::take(&mut decoder.out))).await.is_err() {
+                    return;
+                }
+            }
+            if !decoder.out.is_empty() {
+                let _ = tx.send(Ok(decoder.out)).await;
+            }
+        });
+        Ok(Box::new(PgChanges { rx, buffered: std::collections::VecDeque::new(), ended: false }))
+    }
+
+    async fn confirm(&self, name: &str, position: &str) -> ConnectorResult<()> {
+        let object = object_name(name)?;
+        let position = lsn(position)?;
+        let Some(held) = self.slot_position(&object).await? else {
+            return Err(ConnectorError::Other(format!("the replication slot {object} is gone")));
+        };
+        if position > held {
+            sqlx::query("SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)")
+                .bind(&object)
+                .bind(position.to_string())
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
+        }
+        Ok(())
+    }
+
+    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>> {
+        let object = object_name(name)?;
+        Ok(self.slot_position(&object).await?.map(|l| l.to_string()))
+    }
+
+    async fn drop_stream(&self, name: &str) -> ConnectorResult<()> {
+        let object = object_name(name)?;
+        if self.slot_position(&object).await?.is_some() {
+            sqlx::query("SELECT pg_drop_replication_slot($1)")
+                .bind(&object)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
+        }
+        let sql = format!("DROP PUBLICATION IF EXISTS {}", quote_dq(&object));
+        sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+        Ok(())
+    }
+}
+
+impl super::PgWriter {
+    async fn exec(&mut self, sql: String) -> ConnectorResult<()> {
+        let (host, db) = (self.host.clone(), self.database.clone());
+        let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        sqlx::query(AssertSqlSafe(sql)).execute(&mut **tx).await.map_err(|e| super::err(&e, &host, &db))?;
+        Ok(())
+    }
+
+    /// A temporary table of `rows`, its columns `names` typed as the
+    /// target's (for deletes and updates by key).
+    async fn scratch(&mut self, names: &[String], rows: &[Vec<Value>]) -> ConnectorResult<String> {
+        let scratch = quote_dq(&format!("sluice_keys_{}", uuid::Uuid::new_v4().simple()));
+        let like =
+            format!("CREATE TEMP TABLE {scratch} AS SELECT {} FROM {} WITH NO DATA", names.join(", "), self.table);
+        self.exec(like).await?;
+        let (host, db) = (self.host.clone(), self.database.clone());
+        let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        let mut copy = tx
+            .copy_in_raw(&format!("COPY {scratch} ({}) FROM STDIN (FORMAT csv)", names.join(", ")))
+            .await
+            .map_err(|e| super::err(&e, &host, &db))?;
+        let mut buf = Vec::new();
+        for row in rows {
+            super::csv_row(&mut buf, row);
+        }
+        copy.send(buf).await.map_err(|e| super::err(&e, &host, &db))?;
+        copy.finish().await.map_err(|e| super::err(&e, &host, &db))?;
+        Ok(scratch)
+    }
+
+    /// Deletes the rows with `keys`' keys; the rows staged before go in
+    /// first, so that a row deleted after an upsert stays deleted.
+    pub(super) async fn delete_keys(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.merge_stage().await?;
+        let names: Vec<String> = keys.fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let scratch = self.scratch(&names, &keys.rows).await?;
+        let on: Vec<String> = names.iter().map(|n| format!("t.{n} = k.{n}")).collect();
+        self.exec(format!("DELETE FROM {} t USING {scratch} k WHERE {}", self.table, on.join(" AND "))).await?;
+        self.exec(format!("DROP TABLE {scratch}")).await
+    }
+
+    /// Sets the fields of `rows` but the key on the rows with its keys.
+    pub(super) async fn update_rows(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.merge_stage().await?;
+        let (mut keys, mut set) = (Vec::new(), Vec::new());
+        for f in rows.fields.iter() {
+            if self.key.contains(&f.name) { keys.push(quote_dq(&f.name)) } else { set.push(quote_dq(&f.name)) }
+        }
+        if keys.is_empty() || set.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = rows.fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let scratch = self.scratch(&names, &rows.rows).await?;
+        let assign: Vec<String> = set.iter().map(|n| format!("{n} = u.{n}")).collect();
+        let on: Vec<String> = keys.iter().map(|n| format!("t.{n} = u.{n}")).collect();
+        let sql =
+            format!("UPDATE {} t SET {} FROM {scratch} u WHERE {}", self.table, assign.join(", "), on.join(" AND "));
+        self.exec(sql).await?;
+        self.exec(format!("DROP TABLE {scratch}")).await
+    }
+
+    /// Records the position this table holds of `stream`, in the writer's
+    /// transaction.
+    pub(super) async fn write_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
+        let sql = format!(
+            "INSERT INTO {} (stream, entity, position) VALUES ($1, $2, $3) \
+             ON CONFLICT (stream, entity) DO UPDATE SET position = EXCLUDED.position, updated_at = now()",
+            self.positions
+        );
+        let (host, db, entity) = (self.host.clone(), self.database.clone(), self.entity.clone());
+        let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(stream)
+            .bind(entity)
+            .bind(position)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| super::err(&e, &host, &db))?;
+        Ok(())
+    }
+}
+
+/// Turns pgoutput messages into change events: the relations seen so far,
+/// and where the transaction at hand commits.
+struct Decoder {
+    schema: String,
+    /// Each entity's position: its changes in transactions that commit
+    /// before it are held already.
+    after: HashMap<String, Lsn>,
+    relations: HashMap<u32, (Relation, bool)>,
+    commit: Lsn,
+    out: Vec<ChangeEvent>,
+}
+
+impl Decoder {
+    fn feed(&mut self, data: &[u8]) -> Result<(), String> {
+        match pgoutput::decode(data)? {
+            Message::Begin { final_lsn, commit_time, .. } => {
+                self.commit = final_lsn;
+                self.out
+                    .push(ChangeEvent::Begin { position: final_lsn.to_string(), committed_at: pg_time(commit_time) });
+            }
+            Message::Commit { end_lsn, commit_time, .. } => {
+                self.out
+                    .push(ChangeEvent::Commit { position: end_lsn.to_string(), committed_at: pg_time(commit_time) });
+            }
+            Message::Relation(r) => {
+                let ours = r.namespace == self.schema && self.after.contains_key(&r.name);
+                if ours {
+                    let fields = r
+                        .columns
+                        .iter()
+                        .map(|c| Field {
+                            name: c.name.clone(),
+                            field_type: field_type(c.type_oid),
+                            nullable: !c.key,
+                            primary_key: c.key,
+                            native_type: None,
+                        })
+                        .collect();
+                    self.out.push(ChangeEvent::Schema(EntitySchema { name: r.name.clone(), fields }));
+                }
+                self.relations.insert(r.id, (r, ours));
+            }
+            Message::Insert { relation, new } => self.change(relation, ChangeOp::Insert, new)?,
+            Message::Update { relation, new, .. } => self.change(relation, ChangeOp::Update, new)?,
+            Message::Delete { relation, old } => self.change(relation, ChangeOp::Delete, old)?,
+            Message::Truncate { relations } => {
+                if let Some((r, _)) = relations
+                    .iter()
+                    .filter_map(|id| self.relations.get(id))
+                    .find(|(r, ours)| *ours && self.due(&r.name))
+                {
+                    return Err(format!("table {} was truncated: re-snapshot it", r.name));
+                }
+            }
+            Message::Logical { .. } | Message::Other(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the transaction at hand is one `entity` does not hold yet.
+    fn due(&self, entity: &str) -> bool {
+        self.after.get(entity).is_some_and(|held| self.commit >= *held)
+    }
+
+    fn change(&mut self, relation: u32, op: ChangeOp, columns: Vec<Column>) -> Result<(), String> {
+        let (r, ours) = self.relations.get(&relation).ok_or("a change of a table the stream did not describe")?;
+        if !ours || !self.due(&r.name) {
+            return Ok(());
+        }
+        if columns.len() != r.columns.len() {
+            return Err(format!("a change of {} with {} columns, not {}", r.name, columns.len(), r.columns.len()));
+        }
+        let mut unchanged = Vec::new();
+        let values = columns
+            .into_iter()
+            .zip(&r.columns)
+            .enumerate()
+            .map(|(i, (c, rc))| match c {
+                Column::Null => Value::Null,
+                Column::Unchanged => {
+                    unchanged.push(i);
+                    Value::Null
+                }
+                Column::Text(s) => text_value(s, field_type(rc.type_oid)),
+            })
+            .collect();
+        self.out.push(ChangeEvent::Change(Change { entity: r.name.clone(), op, values, unchanged }));
+        Ok(())
+    }
+}
+
+/// The events the reading task sends.
+struct PgChanges {
+    rx: tokio::sync::mpsc::Receiver<ConnectorResult<Vec<ChangeEvent>>>,
+    buffered: std::collections::VecDeque<ChangeEvent>,
+    ended: bool,
+}
+
+#[async_trait::async_trait]
+impl ChangeReader for PgChanges {
+    async fn next(&mut self, max: usize) -> ConnectorResult<Vec<ChangeEvent>> {
+        while self.buffered.is_empty() && !self.ended {
+            match self.rx.recv().await {
+                Some(events) => self.buffered.extend(events?),
+                None => self.ended = true,
+            }
+        }
+        let n = self.buffered.len().min(max.max(1));
+        Ok(self.buffered.drain(..n).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_forms_read_as_values() {
+        let ts = |s: &str| text_value(s.into(), FieldType::Timestamp);
+        let want = parse_timestamp("2026-01-02T03:04:05.5Z").unwrap();
+        assert_eq!(ts("2026-01-02 03:04:05.5+00"), Value::Timestamp(want));
+        assert_eq!(ts("2026-01-02 05:04:05.5+02:00"), Value::Timestamp(want));
+        assert_eq!(ts("2026-01-02 03:04:05.5"), Value::Timestamp(want));
+        assert_eq!(text_value("\\x0aff".into(), FieldType::Binary), Value::Bytes(vec![10, 255]));
+        assert_eq!(text_value("t".into(), FieldType::Boolean), Value::Bool(true));
+        assert_eq!(text_value("12.50".into(), FieldType::Decimal), Value::Decimal("12.50".into()));
+        assert_eq!(text_value("{\"a\": 1}".into(), FieldType::Object), Value::Json(serde_json::json!({"a": 1})));
+        assert!(matches!(text_value("NaN".into(), FieldType::Number), Value::Float(f) if f.is_nan()));
+        assert_eq!(text_value("x".into(), FieldType::Integer), Value::String("x".into()));
+        assert_eq!(pg_time(0), OffsetDateTime::from_unix_timestamp(946_684_800).unwrap());
+    }
+
+    #[test]
+    fn stream_names_are_checked() {
+        assert_eq!(object_name("0194c4a2b3").unwrap(), "sluice_0194c4a2b3");
+        for bad in ["", "A", "a-b", "x;drop", &"a".repeat(49)] {
+            assert!(object_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Change data capture from PostgreSQL against a server of the test's own
+//! with `wal_level = logical` (the shared server keeps `replica`): what the
+//! connection test says, the slot's exported snapshot, inserts, updates
+//! (a large value left unchanged) and deletes in commit order, a position
+//! held and confirmed, and nothing left behind once the stream is dropped.
+
+use sluice_connectors::postgres::{PgConnector, PgSettings};
+use sluice_domain::connect::changes::{ChangeEvent, ChangeOp, ChangeSource};
+use sluice_domain::connect::connector::Value;
+use sluice_testkit::services::OwnPostgres;
+use sqlx::Connection;
+
+mod common;
+
+fn connector(port: u16, database: &str) -> PgConnector {
+    PgConnector::new(PgSettings {
+        host: "127.0.0.1".into(),
+        port,
+        database: database.into(),
+        user: "postgres".into(),
+        password: None,
+        schema: "public".into(),
+        sslmode: "disable".into(),
+        ssl_ca: None,
+        allow_cleartext_password: false,
+        guard: None,
+    })
+    .unwrap()
+}
+
+async fn exec(c: &mut sqlx::PgConnection, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(c).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// Every event up to the end the stream was opened up to.
+async fn read_all(pg: &PgConnector, after: &str, until: &str) -> Vec<ChangeEvent> {
+    let from = [("people".to_string(), after.to_string())];
+    let mut reader = pg.changes("t1", &from, until).await.unwrap();
+    let mut all = Vec::new();
+    loop {
+        let got = reader.next(3).await.unwrap();
+        if got.is_empty() {
+            return all;
+        }
+        all.extend(got);
+    }
+}
+
+/// The (op, id) of each change and the position of each commit.
+fn summary(events: &[ChangeEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ChangeEvent::Change(c) => Some(format!("{} {:?}", c.op.as_str(), c.values[0])),
+            ChangeEvent::Commit { .. } => Some("commit".into()),
+            ChangeEvent::Schema(_) | ChangeEvent::Begin { .. } => None,
+        })
+        .collect()
+}
+
+fn commits(events: &[ChangeEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ChangeEvent::Commit { position, .. } => Some(position.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_gives_every_change_once_from_the_snapshots_point() {
+    // The shared server says why it cannot.
+    if let Ok(mut c) = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await {
+        let wal: String = sqlx::query_scalar("SHOW wal_level").fetch_one(&mut c).await.unwrap();
+        if wal != "logical" {
+            let reasons = connector(5432, "test").readiness(&["no_such_table".into()]).await.unwrap();
+            assert!(reasons.iter().any(|r| r.starts_with("wal_level is")), "{reasons:?}");
+            assert!(reasons.iter().any(|r| r.contains("is not a table")), "{reasons:?}");
+        }
+    }
+    let Some(server) = tokio::task::spawn_blocking(|| {
+        OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into()])
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let mut c = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    exec(
+        &mut c,
+        "CREATE TABLE people (id int PRIMARY KEY, name text, bio text, born date, seen timestamptz, score numeric);
+         CREATE TABLE keyless (v text);
+         INSERT INTO people VALUES (1, 'ann', 'short', '1990-01-02', '2026-01-01 10:00:00+00', 1.50),
+                                   (2, 'bob', NULL, NULL, NULL, NULL), (3, 'cy', NULL, NULL, NULL, NULL);",
+    )
+    .await;
+    let pg = connector(server.port, "postgres");
+    assert_eq!(pg.readiness(&["people".into()]).await.unwrap(), Vec::<String>::new());
+    let reasons = pg.readiness(&["keyless".into()]).await.unwrap();
+    assert_eq!(reasons, ["table \"public\".\"keyless\" has no primary key"]);
+
+    // A new stream exports the snapshot its position starts from.
+    let entities = ["people".to_string()];
+    let start = pg.open_stream("t1", &entities).await.unwrap();
+    let snapshot = start.snapshot.clone().expect("a new slot exports its snapshot");
+    // A large value, stored out of line (TOAST), that later updates leave as it is.
+    let big: String = {
+        // Incompressible, so that it is stored out of line (TOAST).
+        let mut x: u64 = 42;
+        (0..4000)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                char::from(b'a' + ((x >> 33) % 26) as u8)
+            })
+            .collect()
+    };
+    exec(&mut c, &format!("INSERT INTO people (id, name, bio) VALUES (4, 'dee', '{big}')")).await;
+    exec(&mut c, "BEGIN; UPDATE people SET name = 'bobby' WHERE id = 2; DELETE FROM people WHERE id = 3; COMMIT;")
+        .await;
+    exec(&mut c, "UPDATE people SET name = 'deedee' WHERE id = 4").await;
+    exec(&mut c, "INSERT INTO keyless VALUES ('not in the publication')").await;
+    // The snapshot sees the tables as of the stream's start.
+    let mut reader = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    exec(&mut reader, "BEGIN ISOLATION LEVEL REPEATABLE READ").await;
+    exec(&mut reader, &format!("SET TRANSACTION SNAPSHOT '{snapshot}'")).await;
+    let seen: Vec<(i32, String)> =
+        sqlx::query_as("SELECT id, name FROM people ORDER BY id").fetch_all(&mut reader).await.unwrap();
+    assert_eq!(seen, [(1, "ann".into()), (2, "bob".into()), (3, "cy".into())]);
+    exec(&mut reader, "COMMIT").await;
+    drop(start);
+
+    // Every change after it, each once, transactions whole, in commit order.
+    let end = pg.end_position().await.unwrap();
+    let events = read_all(&pg, &start_position(&pg).await, &end).await;
+    assert_eq!(
+        summary(&events),
+        ["insert Int(4)", "commit", "update Int(2)", "delete Int(3)", "commit", "update Int(4)", "commit"]
+    );
+    let changes: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ChangeEvent::Change(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(changes[0].values[2], Value::String(big.clone()));
+    assert_eq!(changes[1].values[1], Value::String("bobby".into()));
+    assert_eq!(changes[2].op, ChangeOp::Delete);
+    assert_eq!(changes[2].values[1], Value::Null, "a delete carries the key");
+    // The large value the last update left alone is not sent: kept as is.
+    assert_eq!(changes[3].unchanged, [2]);
+    let Some(ChangeEvent::Schema(schema)) = events.iter().find(|e| matches!(e, ChangeEvent::Schema(_))) else {
+        panic!("no schema event")
+    };
+    let names: Vec<&str> = schema.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["id", "name", "bio", "born", "seen", "score"]);
+    assert!(schema.fields[0].primary_key);
+
+    // Values keep their types.
+    exec(&mut c, "UPDATE people SET score = 2.25 WHERE id = 1").await;
+    let end2 = pg.end_position().await.unwrap();
+    let positions = commits(&events);
+    let later = read_all(&pg, &positions[2], &end2).await;
+    let Some(ChangeEvent::Change(ann)) = later.iter().find(|e| matches!(e, ChangeEvent::Change(_))) else {
+        panic!("{:?}", summary(&later))
+    };
+    assert_eq!(summary(&later), ["commit", "commit", "commit", "update Int(1)", "commit"], "held commits pass by");
+    assert_eq!(ann.values[3], Value::Date(time::macros::date!(1990 - 01 - 02)));
+    assert_eq!(ann.values[4], Value::Timestamp(time::macros::datetime!(2026-01-01 10:00 UTC)));
+    assert_eq!(ann.values[5], Value::Decimal("2.25".into()));
+
+    // From a held position: only what comes after it.
+    let held = read_all(&pg, &positions[0], &end).await;
+    assert_eq!(summary(&held), ["commit", "update Int(2)", "delete Int(3)", "commit", "update Int(4)", "commit"]);
+    // Confirmed: the slot forgets what came before; reopened, it starts there.
+    pg.confirm("t1", &positions[1]).await.unwrap();
+    assert_eq!(pg.retained_from("t1").await.unwrap().as_deref(), Some(positions[1].as_str()));
+    let reopened = pg.open_stream("t1", &entities).await.unwrap();
+    assert!(reopened.snapshot.is_none());
+    assert_eq!(reopened.position, positions[1]);
+    assert_eq!(summary(&read_all(&pg, &positions[1], &end).await), ["update Int(4)", "commit"]);
+    // Confirming an earlier position changes nothing.
+    pg.confirm("t1", &positions[0]).await.unwrap();
+    assert_eq!(pg.retained_from("t1").await.unwrap().as_deref(), Some(positions[1].as_str()));
+    assert!(pg.after(&positions[1], &positions[0]).unwrap());
+    assert!(pg.after("1/0", "x").is_err());
+
+    // Dropped: no slot, no publication left on the source.
+    pg.drop_stream("t1").await.unwrap();
+    pg.drop_stream("t1").await.unwrap();
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM pg_replication_slots) + (SELECT count(*) FROM pg_publication)",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+}
+
+/// The slot's confirmed position (where a new stream starts).
+async fn start_position(pg: &PgConnector) -> String {
+    pg.retained_from("t1").await.unwrap().expect("the slot exists")
+}

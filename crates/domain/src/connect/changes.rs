@@ -1,0 +1,122 @@
+//! Change data capture, the port: a source that reads the inserts, updates
+//! and deletes of its tables from its log (PostgreSQL's write-ahead log
+//! through a replication slot), in commit order, each transaction whole,
+//! from a position the caller holds. Positions are the source's own text
+//! (a PostgreSQL LSN, `16/B374D848`), compared only by the source.
+
+use super::connector::{ConnectorResult, EntitySchema};
+use crate::shared::record::Value;
+use time::OffsetDateTime;
+
+/// What a change did to its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeOp {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl ChangeOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Insert => "insert",
+            ChangeOp::Update => "update",
+            ChangeOp::Delete => "delete",
+        }
+    }
+}
+
+/// One row's change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub entity: String,
+    pub op: ChangeOp,
+    /// The row after the change, in the entity's field order (see
+    /// [`ChangeEvent::Schema`]); for a delete, the row's key with the other
+    /// fields null (or the whole old row, where the table logs it).
+    pub values: Vec<Value>,
+    /// The indexes of fields the change did not carry (a large value an
+    /// update left as it was): the destination keeps what it holds.
+    pub unchanged: Vec<usize>,
+}
+
+/// What a change stream yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeEvent {
+    /// The fields of an entity as the changes that follow carry them: sent
+    /// before an entity's first change and again after its columns changed.
+    Schema(EntitySchema),
+    /// The start of a transaction: where it commits and when.
+    Begin {
+        position: String,
+        committed_at: OffsetDateTime,
+    },
+    Change(Change),
+    /// The end of a transaction: every change before it, and none after,
+    /// is at or before `position`.
+    Commit {
+        position: String,
+        committed_at: OffsetDateTime,
+    },
+}
+
+/// A stream's changes, read in order.
+#[async_trait::async_trait]
+pub trait ChangeReader: Send {
+    /// The next events, at most `max`; none when the stream reached the end
+    /// it was opened up to.
+    async fn next(&mut self, max: usize) -> ConnectorResult<Vec<ChangeEvent>>;
+}
+
+/// Where a new stream starts, and the snapshot of the tables at exactly
+/// that point, which the initial copy reads in while it is held.
+pub struct StreamStart {
+    pub position: String,
+    /// The snapshot's name (PostgreSQL's exported snapshot), valid until
+    /// `hold` is dropped; `None` for a stream that already existed.
+    pub snapshot: Option<String>,
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// A source that reads changes from its log.
+#[async_trait::async_trait]
+pub trait ChangeSource: Send + Sync {
+    /// Why this connection cannot capture the changes of `entities`, one
+    /// line each naming the setting or grant that is missing; empty when
+    /// it can.
+    async fn readiness(&self, entities: &[String]) -> ConnectorResult<Vec<String>>;
+
+    /// Makes sure the stream `name` (its slot and publication) exists and
+    /// covers `entities`; creates it when missing.
+    async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart>;
+
+    /// The position the source's log ends at now.
+    async fn end_position(&self) -> ConnectorResult<String>;
+
+    /// Whether `position` comes after `other` in this source's log.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a position of another form.
+    fn after(&self, position: &str, other: &str) -> ConnectorResult<bool>;
+
+    /// The changes of each entity of `from` in the transactions that commit
+    /// after its position (`(entity, position)`) and at or before `until`,
+    /// in commit order, with every transaction's commit. The stream reads
+    /// on from its confirmed position, which is at or before each of them.
+    async fn changes(
+        &self,
+        name: &str,
+        from: &[(String, String)],
+        until: &str,
+    ) -> ConnectorResult<Box<dyn ChangeReader>>;
+
+    /// Lets the source forget everything at or before `position`: every
+    /// destination holds it.
+    async fn confirm(&self, name: &str, position: &str) -> ConnectorResult<()>;
+
+    /// The earliest position the stream still holds.
+    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>>;
+
+    /// Removes the stream (its slot and publication); nothing when missing.
+    async fn drop_stream(&self, name: &str) -> ConnectorResult<()>;
+}

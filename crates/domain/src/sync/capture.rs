@@ -1,0 +1,646 @@
+//! Change data capture in a run: the flow's `cdc_deduped` and `cdc_append`
+//! mappings together, fed by one read of the source's change stream (one
+//! per flow, named by the flow's id).
+//!
+//! - **Positions live with the data.** Each destination commit records the
+//!   stream position its entity reached in the same transaction
+//!   ([`EntityWriter::hold_position`]); a run resumes from what the
+//!   destination holds ([`Destination::positions`]), and the source is told
+//!   to forget a position ([`ChangeSource::confirm`]) only once every entity
+//!   committed past it. A kill at any instant therefore loses nothing and
+//!   applies nothing twice: what was committed carries its position, what
+//!   was not is read again.
+//! - **The first run copies, then streams.** An entity the destination holds
+//!   no position for is copied first. When no entity holds one, the stream
+//!   starts afresh: the source exports the snapshot its position starts
+//!   from, and the copy reads in it, so the changes that follow begin
+//!   exactly where the copy ends. An entity added to a running stream is
+//!   copied as it is now and the stream replayed over it from the stream's
+//!   position (`cdc_deduped`: the upserts and deletes converge on the
+//!   source's rows); a `cdc_append` entity cannot be added so yet.
+//! - A run reads the stream up to the source's end at its start, commits
+//!   every [`CHECKPOINT_ROWS`] changes at a transaction's end, and ends.
+//!
+//! See `docs/cdc.md`.
+
+use super::engine::{BATCH_ROWS, CHECKPOINT_ROWS};
+use super::service::SyncService;
+use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource};
+use crate::connect::connector::{
+    Destination, EntitySchema, EntityWriter, Field, FieldType, ReadRequest, RecordBatch, Source, Value,
+};
+use crate::sync::flow::{Cursor, EntityStats, Flow, Mapping, Run};
+use crate::sync::mode::{COMMITTED_AT, DELETED_AT, DeleteMode, OP, POSITION, SyncMode};
+use crate::sync::transform;
+use std::collections::HashMap;
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// What a stored CDC position shows as its cursor field (`GET …/state`).
+pub const POSITION_FIELD: &str = "$position";
+
+/// The name of a flow's change stream (its slot and publication on the
+/// source).
+pub fn stream_name(flow: &Flow) -> String {
+    flow.id.as_uuid().simple().to_string()
+}
+
+/// Why a CDC entity (or all of them) stopped.
+#[derive(Debug)]
+pub struct CaptureFailure {
+    /// The entity, or `None` for all of the flow's CDC entities.
+    pub entity: Option<String>,
+    pub message: String,
+    pub transient: bool,
+    /// The run was taken over: stop without recording anything.
+    pub lost: bool,
+}
+
+impl CaptureFailure {
+    fn all(message: impl Into<String>) -> Self {
+        CaptureFailure { entity: None, message: message.into(), transient: false, lost: false }
+    }
+
+    fn from_connector(e: crate::connect::connector::ConnectorError) -> Self {
+        use crate::connect::connector::ConnectorError as C;
+        let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
+        CaptureFailure { entity: None, transient, message: e.to_string(), lost: false }
+    }
+
+    fn lost() -> Self {
+        CaptureFailure { entity: None, message: "the run was taken over".into(), transient: false, lost: true }
+    }
+}
+
+impl From<crate::connect::connector::ConnectorError> for CaptureFailure {
+    fn from(e: crate::connect::connector::ConnectorError) -> Self {
+        CaptureFailure::from_connector(e)
+    }
+}
+
+impl From<crate::Error> for CaptureFailure {
+    fn from(e: crate::Error) -> Self {
+        CaptureFailure {
+            entity: None,
+            transient: e.kind() == crate::ErrorKind::Internal,
+            message: e.to_string(),
+            lost: false,
+        }
+    }
+}
+
+/// The destination's schema of a CDC mapping: its transformed fields, keyed
+/// by the source's primary key (`cdc_deduped`), plus the columns change data
+/// capture adds.
+pub fn capture_schema(m: &Mapping, source_fields: &[Field]) -> Result<EntitySchema, String> {
+    let mut fields = transform::plan("transform", &m.transform, source_fields)
+        .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
+    let keys = m.key_fields();
+    for f in &mut fields {
+        if m.sync_mode == SyncMode::CdcAppend {
+            f.primary_key = false;
+        } else if !keys.is_empty() {
+            f.primary_key = keys.contains(&f.name.as_str());
+        }
+        if f.primary_key {
+            f.nullable = false;
+        }
+    }
+    if m.sync_mode == SyncMode::CdcDeduped && !fields.iter().any(|f| f.primary_key) {
+        return Err(format!("{} has no primary key: cdc_deduped mirrors a table by its key", m.source_entity));
+    }
+    let extra = |name: &str, t: FieldType| Field {
+        name: name.into(),
+        field_type: t,
+        nullable: true,
+        primary_key: false,
+        native_type: None,
+    };
+    match (m.sync_mode, m.delete_mode.unwrap_or_default()) {
+        (SyncMode::CdcAppend, _) => {
+            fields.push(extra(OP, FieldType::String));
+            fields.push(extra(POSITION, FieldType::String));
+            fields.push(extra(COMMITTED_AT, FieldType::Timestamp));
+        }
+        (_, DeleteMode::Soft) => fields.push(extra(DELETED_AT, FieldType::Timestamp)),
+        _ => {}
+    }
+    Ok(EntitySchema { name: m.destination().to_string(), fields })
+}
+
+/// What a run's CDC mappings share.
+#[derive(Clone, Copy)]
+pub(super) struct Scope<'a> {
+    pub run: &'a Run,
+    pub flow: &'a Flow,
+    pub source: &'a Arc<dyn Source>,
+    pub changes: &'a Arc<dyn ChangeSource>,
+    pub dest: &'a Arc<dyn Destination>,
+}
+
+/// What an entity's writer is given next: consecutive changes of one kind
+/// go together, in order.
+enum Pending {
+    None,
+    Upserts(Vec<Vec<Value>>),
+    Deletes(Vec<Vec<Value>>),
+}
+
+/// One CDC mapping's part of the run.
+struct Entity<'a> {
+    m: &'a Mapping,
+    index: usize,
+    /// The source's fields as the catalog gives them: what the changes are
+    /// put in the order of.
+    source_fields: Arc<Vec<Field>>,
+    schema: EntitySchema,
+    writer: Option<Box<dyn EntityWriter>>,
+    /// The position the destination holds (or will, at the next commit).
+    position: String,
+    /// Where each field of the stream's rows goes among `source_fields`.
+    order: Vec<Option<usize>>,
+    pending: Pending,
+    stats: EntityStats,
+    /// Rows this attempt committed before the writer now open.
+    committed: u64,
+}
+
+impl Entity<'_> {
+    fn key_idx(&self) -> Vec<usize> {
+        self.schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect()
+    }
+
+    /// The change's row in the source's field order, transformed, with the
+    /// capture columns.
+    fn row(&self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Vec<Value> {
+        let mut row = vec![Value::Null; self.source_fields.len()];
+        for (i, v) in c.values.iter().enumerate() {
+            if let Some(Some(at)) = self.order.get(i) {
+                row[*at] = v.clone();
+            }
+        }
+        let batch = RecordBatch { fields: self.source_fields.clone(), rows: vec![row] };
+        let mut row = transform::apply(&self.m.transform, batch).rows.pop().unwrap_or_default();
+        if self.m.sync_mode == SyncMode::CdcAppend {
+            row.push(Value::String(c.op.as_str().into()));
+            row.push(Value::String(begin.0.clone()));
+            row.push(begin.1.map_or(Value::Null, Value::Timestamp));
+        } else if self.m.delete_mode == Some(DeleteMode::Soft) {
+            row.push(Value::Null);
+        }
+        row
+    }
+
+    async fn flush(&mut self) -> Result<(), CaptureFailure> {
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        let key_idx = self.key_idx();
+        let fields = Arc::new(self.schema.fields.clone());
+        let entity = self.m.source_entity.clone();
+        let deduped = self.m.sync_mode == SyncMode::CdcDeduped;
+        let pending = std::mem::replace(&mut self.pending, Pending::None);
+        let Some(writer) = self.writer.as_mut() else { return Ok(()) };
+        let written = match pending {
+            Pending::None => Ok(()),
+            Pending::Upserts(rows) => {
+                let mut batch = RecordBatch { fields, rows };
+                if deduped {
+                    batch = crate::sync::dedupe(batch, &key_idx, None);
+                }
+                writer.write(&batch).await
+            }
+            Pending::Deletes(rows) => {
+                let key_fields: Vec<Field> = key_idx.iter().map(|i| fields[*i].clone()).collect();
+                let keys: Vec<Vec<Value>> =
+                    rows.into_iter().map(|r| key_idx.iter().map(|i| r[*i].clone()).collect()).collect();
+                writer.delete(&RecordBatch { fields: Arc::new(key_fields), rows: keys }).await
+            }
+        };
+        written.map_err(|e| failure_of(&entity, e))
+    }
+
+    /// Sets the fields of one row a change carried (a large value an
+    /// update left as it was stays as the destination holds it), or a soft
+    /// delete's time.
+    async fn update(&mut self, row: Vec<Value>, keep: &[usize]) -> Result<(), CaptureFailure> {
+        self.flush().await?;
+        let set: Vec<usize> = (0..self.schema.fields.len()).filter(|i| !keep.contains(i)).collect();
+        let fields: Vec<Field> = set.iter().map(|i| self.schema.fields[*i].clone()).collect();
+        let row: Vec<Value> = set.iter().map(|i| row[*i].clone()).collect();
+        let entity = self.m.source_entity.clone();
+        let Some(writer) = self.writer.as_mut() else { return Ok(()) };
+        let updated = writer.update(&RecordBatch { fields: Arc::new(fields), rows: vec![row] }).await;
+        updated.map_err(|e| failure_of(&entity, e))
+    }
+
+    fn failed(&self, e: crate::connect::connector::ConnectorError) -> CaptureFailure {
+        failure_of(&self.m.source_entity, e)
+    }
+
+    /// Applies one change.
+    async fn apply(&mut self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Result<(), CaptureFailure> {
+        self.stats.rows_read += 1;
+        let row = self.row(c, begin);
+        let unchanged: Vec<usize> = c
+            .unchanged
+            .iter()
+            .filter_map(|i| self.order.get(*i).copied().flatten())
+            .filter_map(|at| self.schema.index_of(&self.source_fields[at].name))
+            .collect();
+        match (self.m.sync_mode, c.op) {
+            (SyncMode::CdcAppend, _) => self.push_upsert(row).await,
+            (_, ChangeOp::Delete) if self.m.delete_mode == Some(DeleteMode::Soft) => {
+                let mut row = row;
+                let at = self.schema.fields.len() - 1;
+                row[at] = begin.1.map_or(Value::Null, Value::Timestamp);
+                let key_idx = self.key_idx();
+                let keep: Vec<usize> =
+                    (0..self.schema.fields.len()).filter(|i| *i != at && !key_idx.contains(i)).collect();
+                self.update(row, &keep).await
+            }
+            (_, ChangeOp::Delete) => {
+                if !matches!(self.pending, Pending::Deletes(_)) {
+                    self.flush().await?;
+                    self.pending = Pending::Deletes(Vec::new());
+                }
+                if let Pending::Deletes(rows) = &mut self.pending {
+                    rows.push(row);
+                }
+                Ok(())
+            }
+            (_, _) if !unchanged.is_empty() => self.update(row, &unchanged).await,
+            _ => self.push_upsert(row).await,
+        }
+    }
+
+    async fn push_upsert(&mut self, row: Vec<Value>) -> Result<(), CaptureFailure> {
+        if !matches!(self.pending, Pending::Upserts(_)) {
+            self.flush().await?;
+            self.pending = Pending::Upserts(Vec::new());
+        }
+        if let Pending::Upserts(rows) = &mut self.pending {
+            rows.push(row);
+            if rows.len() >= BATCH_ROWS {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SyncService {
+    /// Removes the flow's change stream (its slot and publication) from
+    /// its source, so that nothing Sluice made keeps the source's log. A
+    /// source that cannot be reached keeps them: logged, and the slot then
+    /// shows in `pg_replication_slots` as `sluice_<flow id>`.
+    pub(super) async fn drop_stream(&self, flow: &Flow) {
+        let dropped = async {
+            let c = self
+                .connect
+                .connection(flow.org_id, flow.source_connection_id)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("the source connection was deleted")?;
+            let cfg = self.connect.resolve_connection(&c).await.map_err(|e| e.to_string())?;
+            let changes = self.connect.registry().change_source(&cfg).await.map_err(|e| e.to_string())?;
+            changes.drop_stream(&stream_name(flow)).await.map_err(|e| e.to_string())
+        };
+        if let Err(e) = dropped.await {
+            tracing::warn!(flow = %flow.id, stream = %stream_name(flow), error = %e, "the flow's change stream could not be removed from its source");
+        }
+    }
+
+    /// The CDC mappings of a run (`(index, mapping)`), together: answers
+    /// each one's stats and how it ended, or one failure for all of them.
+    pub(super) async fn capture(
+        &self,
+        scope: Scope<'_>,
+        mappings: &[(usize, &Mapping)],
+        earlier: &[EntityStats],
+    ) -> Vec<(usize, EntityStats, Result<(), CaptureFailure>)> {
+        let mut entities = Vec::new();
+        let outcome = self.capture_all(scope, mappings, earlier, &mut entities).await;
+        let mut out = Vec::new();
+        for (index, m) in mappings {
+            let e = entities.iter_mut().find(|e| e.index == *index);
+            let mut stats = e
+                .as_ref()
+                .map(|e| e.stats.clone())
+                .unwrap_or_else(|| EntityStats { entity: m.source_entity.clone(), ..Default::default() });
+            let result = match &outcome {
+                Ok(()) => Ok(()),
+                Err(f) if f.entity.as_deref().is_none_or(|x| x == m.source_entity) => Err(CaptureFailure {
+                    entity: Some(m.source_entity.clone()),
+                    message: f.message.clone(),
+                    transient: f.transient,
+                    lost: f.lost,
+                }),
+                // Another entity failed: this one's commits stand, and the
+                // next run goes on from them.
+                Err(_) => Ok(()),
+            };
+            stats.status = if result.is_ok() { "succeeded" } else { "failed" }.into();
+            if let Err(f) = &result {
+                stats.error = Some(f.message.clone());
+            }
+            if let Some(e) = e
+                && let Some(w) = e.writer.take()
+            {
+                w.abort().await;
+            }
+            out.push((*index, stats, result));
+        }
+        out
+    }
+
+    async fn capture_all<'a>(
+        &self,
+        scope: Scope<'_>,
+        mappings: &[(usize, &'a Mapping)],
+        earlier: &[EntityStats],
+        entities: &mut Vec<Entity<'a>>,
+    ) -> Result<(), CaptureFailure> {
+        let Scope { flow, source, changes, dest, .. } = scope;
+        let stream = stream_name(flow);
+        let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
+        let held: HashMap<String, String> = dest.positions(&stream).await?.into_iter().collect();
+        let holds_any = mappings.iter().any(|(_, m)| held.contains_key(m.destination()));
+        if !holds_any && changes.retained_from(&stream).await?.is_some() {
+            // Nothing of the stream reached the destination (a first copy
+            // that never committed): begin afresh, from a new snapshot.
+            changes.drop_stream(&stream).await?;
+        }
+        let start = changes.open_stream(&stream, &names).await?;
+        for (index, m) in mappings {
+            let entity = m.source_entity.as_str();
+            let source_fields = source
+                .entity_fields(entity)
+                .await
+                .map_err(|e| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::from_connector(e) })?;
+            let schema = capture_schema(m, &source_fields)
+                .map_err(|message| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::all(message) })?;
+            let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
+            let position = held.get(m.destination()).cloned();
+            let stats = EntityStats {
+                entity: entity.into(),
+                status: "running".into(),
+                rows_written: prior,
+                cursor_before: position.clone(),
+                ..Default::default()
+            };
+            let mut e = Entity {
+                m,
+                index: *index,
+                order: Vec::new(),
+                schema,
+                source_fields,
+                writer: None,
+                position: position.clone().unwrap_or_else(|| start.position.clone()),
+                pending: Pending::None,
+                stats,
+                committed: prior,
+            };
+            if position.is_none() {
+                if start.snapshot.is_none() && m.sync_mode == SyncMode::CdcAppend {
+                    return Err(CaptureFailure {
+                        entity: Some(entity.into()),
+                        ..CaptureFailure::all(
+                            "a cdc_append table added to a running change stream cannot be copied without \
+                             duplicating changes yet: make a new flow for it",
+                        )
+                    });
+                }
+                self.copy_first(scope, &stream, &mut e, start.snapshot.as_deref()).await?;
+            }
+            entities.push(e);
+        }
+        drop(start);
+        // As many tables at once as the destination takes writers (SQLite:
+        // one); the stream is read again for each group (reading leaves
+        // it where it is).
+        let until = changes.end_position().await?;
+        for group in entities.chunks_mut(dest.concurrent_writers().max(1)) {
+            self.stream_changes(scope, &stream, group, &until).await?;
+        }
+        // The source may forget what every table holds.
+        let min = entities.iter().map(|e| e.position.clone()).reduce(|a, b| match changes.after(&a, &b) {
+            Ok(true) => b,
+            _ => a,
+        });
+        if let Some(min) = min {
+            changes.confirm(&stream, &min).await?;
+        }
+        Ok(())
+    }
+
+    /// An entity's first copy, in the stream's snapshot when there is one,
+    /// committed with the stream's position.
+    async fn copy_first(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        e: &mut Entity<'_>,
+        snapshot: Option<&str>,
+    ) -> Result<(), CaptureFailure> {
+        let Scope { run, source, dest, .. } = scope;
+        let entity = e.m.source_entity.clone();
+        let how = match snapshot {
+            Some(_) => "copying the table in the change stream's snapshot",
+            None => "copying the table as it is now; the stream is replayed over it from its position",
+        };
+        self.log(run, "info", Some(&entity), how.into()).await;
+        let mut writer = dest
+            .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
+            .await
+            .map_err(|x| e.failed(x))?;
+        let mut reader = source
+            .read(ReadRequest {
+                entity: entity.clone(),
+                cursor: None,
+                limit: None,
+                batch_size: BATCH_ROWS,
+                ranges: 1,
+                snapshot: snapshot.map(str::to_string),
+            })
+            .await
+            .map_err(|x| e.failed(x))?;
+        e.order = order_of(&reader.fields(), &e.source_fields);
+        let begin = (e.position.clone(), None);
+        loop {
+            let batch = match reader.next_batch().await {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(x) => {
+                    writer.abort().await;
+                    return Err(e.failed(x));
+                }
+            };
+            e.stats.rows_read += batch.len() as u64;
+            let rows: Vec<Vec<Value>> = batch
+                .rows
+                .into_iter()
+                .map(|values| {
+                    let c = Change { entity: entity.clone(), op: ChangeOp::Insert, values, unchanged: Vec::new() };
+                    e.row(&c, &begin)
+                })
+                .collect();
+            if let Err(x) = writer.write(&RecordBatch { fields: Arc::new(e.schema.fields.clone()), rows }).await {
+                writer.abort().await;
+                return Err(e.failed(x));
+            }
+        }
+        if let Err(x) = writer.hold_position(stream, &e.position).await {
+            writer.abort().await;
+            return Err(e.failed(x));
+        }
+        self.hold(run).await.map_err(|_| CaptureFailure::lost())?;
+        let w = writer.finish().await.map_err(|x| e.failed(x))?;
+        e.committed += w.rows_written;
+        e.stats.rows_written = e.committed;
+        e.stats.bytes += w.bytes;
+        Ok(())
+    }
+
+    /// The stream from each entity's position to `until`.
+    async fn stream_changes(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        entities: &mut [Entity<'_>],
+        until: &str,
+    ) -> Result<(), CaptureFailure> {
+        let Scope { run, flow, changes, dest, .. } = scope;
+        // Per source table, the earliest position of its mappings; each
+        // mapping then skips what it holds.
+        let mut from: Vec<(String, String)> = Vec::new();
+        for e in entities.iter() {
+            match from.iter_mut().find(|(t, _)| *t == e.m.source_entity) {
+                Some((_, p)) => {
+                    if changes.after(p, &e.position)? {
+                        *p = e.position.clone();
+                    }
+                }
+                None => from.push((e.m.source_entity.clone(), e.position.clone())),
+            }
+        }
+        let mut reader = changes.changes(stream, &from, until).await?;
+        for e in entities.iter_mut() {
+            e.writer = Some(
+                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
+                    .await
+                    .map_err(|x| e.failed(x))?,
+            );
+        }
+        let mut begin: (String, Option<OffsetDateTime>) = (String::new(), None);
+        let mut since_commit = 0u64;
+        loop {
+            let events = reader.next(BATCH_ROWS).await?;
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                match event {
+                    ChangeEvent::Schema(s) => {
+                        for e in entities.iter_mut().filter(|e| e.m.source_entity == s.name) {
+                            let missing: Vec<&str> = s
+                                .fields
+                                .iter()
+                                .filter(|f| e.source_fields.iter().all(|x| x.name != f.name))
+                                .map(|f| f.name.as_str())
+                                .collect();
+                            if !missing.is_empty() {
+                                return Err(CaptureFailure {
+                                    entity: Some(s.name.clone()),
+                                    ..CaptureFailure::all(format!(
+                                        "the source's columns changed ({} new): update the flow",
+                                        missing.join(", ")
+                                    ))
+                                });
+                            }
+                            e.order = order_of(&s.fields, &e.source_fields);
+                        }
+                    }
+                    ChangeEvent::Begin { position, committed_at } => begin = (position, Some(committed_at)),
+                    ChangeEvent::Change(c) => {
+                        for e in entities.iter_mut().filter(|e| e.m.source_entity == c.entity) {
+                            // A transaction that commits before the position
+                            // this mapping holds is held already.
+                            if !changes.after(&e.position, &begin.0)? {
+                                e.apply(&c, &begin).await?;
+                                since_commit += 1;
+                            }
+                        }
+                    }
+                    ChangeEvent::Commit { position, .. } => {
+                        for e in entities.iter_mut() {
+                            if changes.after(&position, &e.position)? {
+                                e.position = position.clone();
+                            }
+                        }
+                        if since_commit >= CHECKPOINT_ROWS {
+                            self.commit_changes(run, flow, stream, entities, true).await?;
+                            since_commit = 0;
+                        }
+                    }
+                }
+            }
+        }
+        self.commit_changes(run, flow, stream, entities, false).await
+    }
+
+    /// Commits every entity with the position it reached (then stores it as
+    /// the entity's cursor, for `GET …/state`); `reopen` keeps the writers
+    /// open for more.
+    async fn commit_changes(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        stream: &str,
+        entities: &mut [Entity<'_>],
+        reopen: bool,
+    ) -> Result<(), CaptureFailure> {
+        for e in entities.iter_mut() {
+            e.flush().await?;
+            let Some(mut writer) = e.writer.take() else { continue };
+            if let Err(x) = writer.hold_position(stream, &e.position).await {
+                writer.abort().await;
+                return Err(e.failed(x));
+            }
+            self.hold(run).await.map_err(|_| CaptureFailure::lost())?;
+            let w = if reopen {
+                let w = writer.checkpoint().await.map_err(|x| e.failed(x))?;
+                e.writer = Some(writer);
+                w
+            } else {
+                writer.finish().await.map_err(|x| e.failed(x))?
+            };
+            e.stats.rows_written = e.committed + w.rows_written;
+            e.stats.bytes = w.bytes;
+            if !reopen {
+                e.committed = e.stats.rows_written;
+            }
+            e.stats.cursor_after = Some(e.position.clone());
+            let c = Cursor {
+                entity: e.m.source_entity.clone(),
+                cursor_field: Some(POSITION_FIELD.into()),
+                cursor_value: Some(e.position.clone()),
+                updated_at: self.clock.now(),
+            };
+            if !self.cursors.advance(flow.id, &c, run.fence()).await? {
+                return Err(CaptureFailure::lost());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connector's failure as `entity`'s.
+fn failure_of(entity: &str, e: crate::connect::connector::ConnectorError) -> CaptureFailure {
+    CaptureFailure { entity: Some(entity.to_string()), ..CaptureFailure::from_connector(e) }
+}
+
+/// Where each of `stream`'s fields goes among `fields` (by name).
+fn order_of(stream: &[Field], fields: &[Field]) -> Vec<Option<usize>> {
+    stream.iter().map(|f| fields.iter().position(|x| x.name == f.name)).collect()
+}
