@@ -91,6 +91,23 @@ async fn scenario(backend: Backend) {
         201
     )
     .id();
+    // The connection test says whether the source can capture changes.
+    let tested = check!(app.post(&format!("{conns}/{source_id}/test"), &ann, json!({})).await, 200);
+    assert_eq!(tested.body["cdc"], json!({"ready": true, "reasons": []}), "{:?}", tested.body);
+    let replica = check!(
+        app.post(&format!("{conns}/test"), &ann, json!({"name": "replica", "type": "postgres", "capability": "source",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
+        .await,
+        200
+    );
+    let wal_level: String = sqlx::query_scalar("SHOW wal_level")
+        .fetch_one(&mut sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap())
+        .await
+        .unwrap();
+    if wal_level != "logical" {
+        assert_eq!(replica.body["cdc"]["ready"], false, "{:?}", replica.body);
+        assert!(replica.body["cdc"]["reasons"][0].as_str().unwrap().starts_with("wal_level is"), "{:?}", replica.body);
+    }
     let dests = [
         (
             "postgres",

@@ -5,7 +5,8 @@
 //! PostgreSQL metadata store execute 50 queued runs each exactly once; a
 //! run taken over from a frozen worker ends that worker's destination
 //! session and finishes while it stays frozen; an API key revoked through
-//! one process stops working in another at once.
+//! one process stops working in another at once; change data capture killed
+//! again and again mid-run applies every change exactly once.
 
 mod common;
 
@@ -701,5 +702,141 @@ async fn a_revoked_key_stops_working_in_every_process_at_once() {
         assert_eq!(with_key(&key).await.unwrap().status().as_u16(), 401, "and stays revoked");
     }
     admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// (rows, a fingerprint of every row) of `table` on `pg`.
+async fn fingerprint(pg: &mut sqlx::PgConnection, table: &str) -> (i64, i64) {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*), coalesce(sum(hashtext(id::text || ':' || v::text || ':' || coalesce(pad, ''))::bigint), 0)::bigint FROM {table}"
+    )))
+    .fetch_one(pg)
+    .await
+    .unwrap()
+}
+
+/// Change data capture from a PostgreSQL source of the test's own
+/// (`wal_level = logical`) while the process is killed with SIGKILL again
+/// and again mid-run: 600,000 changes (inserts, updates with values over
+/// 2 KB, deletes) in 600 transactions; afterwards the mirror equals the
+/// source row for row and the change log holds each change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_capture_killed_again_and_again_applies_every_change_once() {
+    let Some(dst) = pg_schema().await else { return };
+    let Some(source) = tokio::task::spawn_blocking(|| {
+        sluice_testkit::services::OwnPostgres::start(
+            |_| {},
+            |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into(), "max_wal_size=4GB".into()],
+        )
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
+    exec(&mut src, "CREATE TABLE events (id bigint PRIMARY KEY, v int NOT NULL, pad text)".into()).await;
+    let (data, db, port, api) = sqlite_service("cdc-crash");
+    let mut proc = Some(serve(&["serve"], &env(&data, &db, port), &api).await);
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "Capture"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api
+        .post(&conns, json!({"name": "src", "type": "postgres", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "postgres", "user": "postgres", "sslmode": "disable"}}))
+        .await);
+    let d = id(api.post(&conns, pg_conn("dst", &dst.name)).await);
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "capture", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "sync_mode": "cdc_deduped"},
+                {"source_entity": "events", "dest_entity": "events_log", "sync_mode": "cdc_append"}
+            ]}}),
+        )
+        .await);
+    let trigger = |api: &Api| {
+        let path = format!("/v1/organizations/{org}/flows/{flow}/run");
+        let api = Api { client: api.client.clone(), base: api.base.clone(), token: api.token.clone() };
+        async move { api.post(&path, json!({})).await["id"].as_str().unwrap().to_string() }
+    };
+    let first = trigger(&api).await;
+    succeeded(&api, &org, &first, 120, "the first copy did not finish").await;
+
+    // Two rounds of load, each 150 transactions of 1,000 inserts, 100 of
+    // 1,000 updates (every tenth value over 2 KB, stored out of line) and 50
+    // of 1,000 deletes; each round's run killed after each of its first two
+    // commits (a run whose worker is lost three times is given up), then
+    // resumed after a restart.
+    let mut changes = 0i64;
+    let mut kills = 0;
+    let state = format!("/v1/organizations/{org}/flows/{flow}/state");
+    let position = |s: &serde_json::Value| s["data"][0]["cursor_value"].as_str().map(str::to_string);
+    for round in 0..2i64 {
+        let base = round * 150_000;
+        for t in 0..150 {
+            let (lo, hi) = (base + t * 1000 + 1, base + t * 1000 + 1000);
+            exec(&mut src, format!("INSERT INTO events SELECT g, 0, NULL FROM generate_series({lo}, {hi}) g")).await;
+            changes += 1000;
+        }
+        for t in 0..100 {
+            let (lo, hi) = (base + t * 1000 + 1, base + t * 1000 + 1000);
+            exec(
+                &mut src,
+                format!(
+                    "UPDATE events SET v = v + 1, pad = CASE WHEN id % 10 = 0 THEN \
+                     (SELECT string_agg(md5(id::text || i::text), '') FROM generate_series(1, 80) i) ELSE 'p' END \
+                     WHERE id BETWEEN {lo} AND {hi}"
+                ),
+            )
+            .await;
+            changes += 1000;
+        }
+        for t in 0..50 {
+            let (lo, hi) = (base + 100_000 + t * 1000 + 1, base + 100_000 + t * 1000 + 1000);
+            exec(&mut src, format!("DELETE FROM events WHERE id BETWEEN {lo} AND {hi}")).await;
+            changes += 1000;
+        }
+        let run = trigger(&api).await;
+        let mut seen = position(&api.get(&state).await);
+        let mut killed = 0;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while killed < 2 {
+            let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+            if r["status"] == "succeeded" {
+                break;
+            }
+            assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+            let now = position(&api.get(&state).await);
+            if now != seen && r["status"] == "running" {
+                // SIGKILL right after a commit, or a little later, mid-write.
+                tokio::time::sleep(Duration::from_millis([0, 150, 60, 300][(kills + killed) % 4])).await;
+                drop(proc.take());
+                killed += 1;
+                seen = now;
+                proc = Some(serve(&["serve"], &env(&data, &db, port), &api).await);
+            }
+            assert!(Instant::now() < deadline, "no progress within 600 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        kills += killed;
+        succeeded(&api, &org, &run, 600, "the resumed run did not finish").await;
+    }
+    assert!(kills >= 2, "the runs ended before they could be killed ({kills} kills)");
+    let last = trigger(&api).await;
+    succeeded(&api, &org, &last, 120, "the last run did not finish").await;
+
+    // The mirror equals the source; the change log has each change once.
+    let want = fingerprint(&mut src, "events").await;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    assert_eq!(fingerprint(&mut pg, &format!("{}.events", dst.name)).await, want, "after {kills} kills");
+    let (logged, distinct): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log",
+        dst.name
+    )))
+    .fetch_one(&mut pg)
+    .await
+    .unwrap();
+    assert_eq!((logged, distinct), (changes, changes), "each change once, after {kills} kills");
+    drop(proc);
     let _ = std::fs::remove_dir_all(&data);
 }

@@ -72,6 +72,17 @@ pub struct TestOutcome {
     pub latency_ms: u64,
     pub error: Option<String>,
     pub error_code: Option<&'static str>,
+    /// For a reachable source whose type captures changes: whether this
+    /// connection can (see [`CdcReadiness`]).
+    pub cdc: Option<CdcReadiness>,
+}
+
+/// Whether a source connection can capture changes, and if not, why: one
+/// line per missing setting or grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CdcReadiness {
+    pub ready: bool,
+    pub reasons: Vec<String>,
 }
 
 /// What a preview reads: the first `limit` records (default
@@ -582,6 +593,7 @@ impl ConnectService {
 
     async fn run_test(&self, c: &Connection) -> TestOutcome {
         let started = std::time::Instant::now();
+        let captures = self.connectors.spec(&c.connector_type).is_some_and(|s| s.features.contains(&"cdc"));
         let result = async {
             let cfg = self.resolve_connection(c).await?;
             if c.capability.reads() {
@@ -590,14 +602,32 @@ impl ConnectService {
             if c.capability.writes() {
                 self.connectors.destination(&cfg).await?.check().await?;
             }
-            Ok::<(), ConnectorError>(())
+            Ok::<_, ConnectorError>(cfg)
         }
         .await;
         let latency_ms = started.elapsed().as_millis() as u64;
         match result {
-            Ok(()) => TestOutcome { ok: true, latency_ms, error: None, error_code: None },
-            Err(e) => TestOutcome { ok: false, latency_ms, error: Some(e.to_string()), error_code: Some(e.code()) },
+            Ok(cfg) => {
+                let cdc = match captures && c.capability.reads() {
+                    true => Some(self.cdc_readiness(&cfg).await),
+                    false => None,
+                };
+                TestOutcome { ok: true, latency_ms, error: None, error_code: None, cdc }
+            }
+            Err(e) => {
+                TestOutcome { ok: false, latency_ms, error: Some(e.to_string()), error_code: Some(e.code()), cdc: None }
+            }
         }
+    }
+
+    /// Whether the source of `cfg` can capture changes (its server and
+    /// role; a table's own key is checked when a flow names it).
+    async fn cdc_readiness(&self, cfg: &ResolvedConfig) -> CdcReadiness {
+        let reasons = match self.connectors.change_source(cfg).await {
+            Ok(changes) => changes.readiness(&[]).await.unwrap_or_else(|e| vec![e.to_string()]),
+            Err(e) => vec![e.to_string()],
+        };
+        CdcReadiness { ready: reasons.is_empty(), reasons }
     }
 
     /// Tests a connection that is not saved.

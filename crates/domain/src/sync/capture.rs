@@ -45,6 +45,16 @@ pub fn stream_name(flow: &Flow) -> String {
     flow.id.as_uuid().simple().to_string()
 }
 
+/// A stop at a commit that is not a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Halt {
+    /// The run was canceled: what was committed stays.
+    Canceled,
+    /// The process is stopping: the run goes back to the queue and resumes
+    /// from the positions committed.
+    Stopped,
+}
+
 /// Why a CDC entity (or all of them) stopped.
 #[derive(Debug)]
 pub struct CaptureFailure {
@@ -54,21 +64,26 @@ pub struct CaptureFailure {
     pub transient: bool,
     /// The run was taken over: stop without recording anything.
     pub lost: bool,
+    pub halt: Option<Halt>,
 }
 
 impl CaptureFailure {
     fn all(message: impl Into<String>) -> Self {
-        CaptureFailure { entity: None, message: message.into(), transient: false, lost: false }
+        CaptureFailure { entity: None, message: message.into(), transient: false, lost: false, halt: None }
     }
 
     fn from_connector(e: crate::connect::connector::ConnectorError) -> Self {
         use crate::connect::connector::ConnectorError as C;
         let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
-        CaptureFailure { entity: None, transient, message: e.to_string(), lost: false }
+        CaptureFailure { transient, ..CaptureFailure::all(e.to_string()) }
     }
 
     fn lost() -> Self {
-        CaptureFailure { entity: None, message: "the run was taken over".into(), transient: false, lost: true }
+        CaptureFailure { lost: true, ..CaptureFailure::all("the run was taken over") }
+    }
+
+    fn halted(halt: Halt) -> Self {
+        CaptureFailure { halt: Some(halt), ..CaptureFailure::all("halted") }
     }
 }
 
@@ -80,12 +95,7 @@ impl From<crate::connect::connector::ConnectorError> for CaptureFailure {
 
 impl From<crate::Error> for CaptureFailure {
     fn from(e: crate::Error) -> Self {
-        CaptureFailure {
-            entity: None,
-            transient: e.kind() == crate::ErrorKind::Internal,
-            message: e.to_string(),
-            lost: false,
-        }
+        CaptureFailure { transient: e.kind() == crate::ErrorKind::Internal, ..CaptureFailure::all(e.to_string()) }
     }
 }
 
@@ -98,7 +108,9 @@ pub fn capture_schema(m: &Mapping, source_fields: &[Field]) -> Result<EntitySche
     let keys = m.key_fields();
     for f in &mut fields {
         if m.sync_mode == SyncMode::CdcAppend {
+            // A delete's row carries the key alone.
             f.primary_key = false;
+            f.nullable = true;
         } else if !keys.is_empty() {
             f.primary_key = keys.contains(&f.name.as_str());
         }
@@ -328,17 +340,20 @@ impl SyncService {
                 .as_ref()
                 .map(|e| e.stats.clone())
                 .unwrap_or_else(|| EntityStats { entity: m.source_entity.clone(), ..Default::default() });
+            // One stream feeds them all: when it stops, it stops for each
+            // (what each committed stands, and the next run goes on from it).
             let result = match &outcome {
                 Ok(()) => Ok(()),
-                Err(f) if f.entity.as_deref().is_none_or(|x| x == m.source_entity) => Err(CaptureFailure {
+                Err(f) => Err(CaptureFailure {
                     entity: Some(m.source_entity.clone()),
-                    message: f.message.clone(),
+                    message: match &f.entity {
+                        Some(x) if *x != m.source_entity => format!("stopped with {x}: {}", f.message),
+                        _ => f.message.clone(),
+                    },
                     transient: f.transient,
                     lost: f.lost,
+                    halt: f.halt,
                 }),
-                // Another entity failed: this one's commits stand, and the
-                // next run goes on from them.
-                Err(_) => Ok(()),
             };
             stats.status = if result.is_ok() { "succeeded" } else { "failed" }.into();
             if let Err(f) = &result {
@@ -621,6 +636,7 @@ impl SyncService {
                 e.committed = e.stats.rows_written;
             }
             e.stats.cursor_after = Some(e.position.clone());
+            e.stats.checkpoint_at = Some(self.clock.now());
             let c = Cursor {
                 entity: e.m.source_entity.clone(),
                 cursor_field: Some(POSITION_FIELD.into()),
@@ -629,6 +645,20 @@ impl SyncService {
             };
             if !self.cursors.advance(flow.id, &c, run.fence()).await? {
                 return Err(CaptureFailure::lost());
+            }
+        }
+        if reopen {
+            // Progress, so that readers see the run advance and a later
+            // attempt counts these rows.
+            let progress: Vec<EntityStats> = entities.iter().map(|e| e.stats.clone()).collect();
+            if !self.runs.progress(run.fence(), &progress).await? {
+                return Err(CaptureFailure::lost());
+            }
+            if self.canceled(run).await {
+                return Err(CaptureFailure::halted(Halt::Canceled));
+            }
+            if self.stopping() {
+                return Err(CaptureFailure::halted(Halt::Stopped));
             }
         }
         Ok(())

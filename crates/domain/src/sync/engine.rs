@@ -257,11 +257,11 @@ impl SyncService {
         self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    async fn canceled(&self, run: &Run) -> bool {
+    pub(super) async fn canceled(&self, run: &Run) -> bool {
         matches!(self.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
     }
 
@@ -553,6 +553,16 @@ impl SyncService {
                     );
                     self.log(run, "info", Some(&stats.entity), message).await;
                     Ok(EntityOutcome::Done)
+                }
+                Err(f) if f.halt == Some(super::capture::Halt::Canceled) => {
+                    stats.status = "canceled".into();
+                    stats.error = None;
+                    Ok(EntityOutcome::Canceled)
+                }
+                Err(f) if f.halt == Some(super::capture::Halt::Stopped) => {
+                    stats.status = "paused".into();
+                    stats.error = None;
+                    Ok(EntityOutcome::Stopped)
                 }
                 Err(f) => {
                     if !f.lost {

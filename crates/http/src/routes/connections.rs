@@ -330,11 +330,27 @@ pub struct TestResponse {
     pub error: Option<String>,
     /// `unreachable`, `auth_failed`, `database_not_found`, `entity_not_found`, `timeout`, `invalid_config`, …
     pub error_code: Option<String>,
+    /// For a reachable source that can capture changes (PostgreSQL): whether this one can, and why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cdc: Option<CdcReadinessDto>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CdcReadinessDto {
+    pub ready: bool,
+    /// One line per missing setting or grant (`wal_level`, `REPLICATION`, a free replication slot).
+    pub reasons: Vec<String>,
 }
 
 impl From<TestOutcome> for TestResponse {
     fn from(t: TestOutcome) -> Self {
-        Self { ok: t.ok, latency_ms: t.latency_ms, error: t.error, error_code: t.error_code.map(str::to_string) }
+        Self {
+            ok: t.ok,
+            latency_ms: t.latency_ms,
+            error: t.error,
+            error_code: t.error_code.map(str::to_string),
+            cdc: t.cdc.map(|c| CdcReadinessDto { ready: c.ready, reasons: c.reasons }),
+        }
     }
 }
 
