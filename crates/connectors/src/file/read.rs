@@ -1,0 +1,181 @@
+//! Reading a file connection: the `Source` impl, streaming a file record
+//! by record (or, for a cursor read, loading, filtering and sorting it).
+
+use super::formats::{Format, read_records, records_of, to_value};
+use super::{FileConnector, io};
+use crate::common::*;
+use sluice_domain::connect::connector::*;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Reads `path` record by record, sending batches as they fill: memory
+/// holds one batch (plus the channel's) however large the file.
+fn stream_records(
+    path: &Path,
+    what: &str,
+    format: Format,
+    fields: &Arc<Vec<Field>>,
+    limit: Option<u64>,
+    batch_size: usize,
+    tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>,
+) -> ConnectorResult<()> {
+    let file = File::open(path).map_err(|e| io(what, e))?;
+    let limit = limit.unwrap_or(u64::MAX);
+    let mut batch: Vec<Vec<Value>> = Vec::with_capacity(batch_size);
+    let mut count = 0u64;
+    let emit = |row: Vec<Value>, batch: &mut Vec<Vec<Value>>| -> bool {
+        batch.push(row);
+        if batch.len() >= batch_size {
+            let full = std::mem::replace(batch, Vec::with_capacity(batch_size));
+            return tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: full })).is_ok();
+        }
+        true
+    };
+    match format {
+        Format::Jsonl => {
+            for (n, line) in BufReader::with_capacity(1 << 20, file).lines().enumerate() {
+                if count >= limit {
+                    break;
+                }
+                let line = line.map_err(|e| io(what, e))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let mut obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&line)
+                    .map_err(|e| ConnectorError::Other(format!("{what} line {}: not a JSON object: {e}", n + 1)))?;
+                let row = fields
+                    .iter()
+                    .map(|f| obj.remove(&f.name).map(|v| to_value(&v, f.field_type)).unwrap_or(Value::Null))
+                    .collect();
+                count += 1;
+                if !emit(row, &mut batch) {
+                    return Ok(());
+                }
+            }
+        }
+        Format::Csv => {
+            let mut rdr = csv::ReaderBuilder::new()
+                .has_headers(true)
+                .flexible(true)
+                .from_reader(BufReader::with_capacity(1 << 20, file));
+            let headers: Vec<String> = rdr
+                .headers()
+                .map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?
+                .iter()
+                .map(str::to_string)
+                .collect();
+            let positions: Vec<Option<usize>> =
+                fields.iter().map(|f| headers.iter().position(|h| h == &f.name)).collect();
+            let mut rec = csv::StringRecord::new();
+            while count < limit
+                && rdr.read_record(&mut rec).map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?
+            {
+                let row = fields
+                    .iter()
+                    .zip(&positions)
+                    .map(|(f, p)| match p.and_then(|i| rec.get(i)) {
+                        None | Some("") => Value::Null,
+                        Some(text) => to_value(&serde_json::Value::String(text.to_string()), f.field_type),
+                    })
+                    .collect();
+                count += 1;
+                if !emit(row, &mut batch) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: batch }));
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Source for FileConnector {
+    async fn entity_fields(&self, entity: &str) -> ConnectorResult<Arc<Vec<Field>>> {
+        let schema = self
+            .whole_schema(entity)
+            .await?
+            .ok_or_else(|| ConnectorError::EntityNotFound(format!("no file for entity '{entity}'")))?;
+        Ok(Arc::new(schema.fields))
+    }
+
+    async fn check(&self) -> ConnectorResult<()> {
+        let dir = self.place.path.clone();
+        let meta = tokio::task::spawn_blocking(move || fs::metadata(&dir))
+            .await
+            .map_err(|e| ConnectorError::Other(e.to_string()))?;
+        match meta {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(ConnectorError::InvalidConfig(format!("'{}' is not a directory", self.place.label))),
+            Err(_) => Err(ConnectorError::DatabaseNotFound(format!("directory '{}' does not exist", self.place.label))),
+        }
+    }
+
+    async fn discover(&self) -> ConnectorResult<Vec<EntitySchema>> {
+        Source::check(self).await?;
+        let mut out = Vec::new();
+        for name in self.entities()? {
+            if let Ok(Some(s)) = self.schema(&name) {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
+        // A sync reads every record, so its types come from every record;
+        // a preview's from a sample.
+        let schema =
+            if req.limit.is_none() { self.whole_schema(&req.entity).await? } else { self.schema(&req.entity)? };
+        let schema =
+            schema.ok_or_else(|| ConnectorError::EntityNotFound(format!("no file for entity '{}'", req.entity)))?;
+        let cursor_idx = match &req.cursor {
+            Some(c) => Some(schema.index_of(&c.field).ok_or_else(|| {
+                ConnectorError::InvalidConfig(format!("cursor field '{}' is not in {}", c.field, schema.name))
+            })?),
+            None => None,
+        };
+        let fields = Arc::new(schema.fields.clone());
+        let path = self.data_file(&req.entity)?;
+        let what = self.label(&path);
+        let format = self.format;
+        let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
+        let f2 = fields.clone();
+        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
+            let _ = tokio::task::spawn_blocking(move || {
+                let produce = || -> ConnectorResult<()> {
+                    // Incremental reads must be ordered by the cursor, which
+                    // a file is not: load, filter and sort.
+                    if let (Some(ci), Some(c)) = (cursor_idx, &req.cursor) {
+                        let (_, raws) = read_records(&path, &what, format, None)?;
+                        let mut rows = records_of(&f2, raws);
+                        if let Some(from) = &c.from {
+                            rows.retain(|r| {
+                                compare_values(&r[ci], from).is_some_and(|o| o != std::cmp::Ordering::Less)
+                            });
+                        }
+                        rows.sort_by(|a, b| compare_values(&a[ci], &b[ci]).unwrap_or(std::cmp::Ordering::Equal));
+                        if let Some(l) = req.limit {
+                            rows.truncate(l as usize);
+                        }
+                        for chunk in rows.chunks(batch_size) {
+                            if tx.blocking_send(Ok(RecordBatch { fields: f2.clone(), rows: chunk.to_vec() })).is_err() {
+                                return Ok(());
+                            }
+                        }
+                        return Ok(());
+                    }
+                    stream_records(&path, &what, format, &f2, req.limit, batch_size, &tx)
+                };
+                if let Err(e) = produce() {
+                    let _ = tx.blocking_send(Err(e));
+                }
+            })
+            .await;
+        })))
+    }
+}
