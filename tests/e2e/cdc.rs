@@ -7,23 +7,26 @@
 
 use serde_json::{Value, json};
 use sluice_testkit::services::OwnPostgres;
+use sluice_tests::run_flow as run;
 use sluice_tests::{Auth, Backend, TestApp, check, spawn_app};
 use sqlx::Connection;
-use std::time::{Duration, Instant};
 
-async fn run(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Value {
-    let queued = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), auth, json!({})).await, 202);
-    let id = queued.id();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{id}"), auth).await, 200);
-        let status = r.body["status"].as_str().unwrap().to_string();
-        if !["queued", "running"].contains(&status.as_str()) {
-            return r.body;
-        }
-        assert!(Instant::now() < deadline, "run {id} still {status} after 60 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// A PostgreSQL server of the test's own with `wal_level = logical`, and
+/// a connection to its database `postgres`.
+async fn logical_source() -> Option<(OwnPostgres, sqlx::PgConnection)> {
+    let server = tokio::task::spawn_blocking(|| {
+        OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into()])
+    })
+    .await
+    .unwrap()?;
+    let conn = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    Some((server, conn))
+}
+
+/// A source connection named `name` to that server.
+fn source_body(name: &str, port: u16) -> Value {
+    json!({"name": name, "type": "postgres", "capability": "source",
+        "config": {"host": "127.0.0.1", "port": port, "database": "postgres", "user": "postgres", "sslmode": "disable"}})
 }
 
 /// The destination table's rows as `id:note[:deleted]`, by id.
@@ -59,18 +62,11 @@ async fn rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -
 
 async fn scenario(backend: Backend) {
     let Some(app) = spawn_app(backend).await else { return };
-    let Some(source) = tokio::task::spawn_blocking(|| {
-        OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into()])
-    })
-    .await
-    .unwrap() else {
-        return;
-    };
+    let Some((source, mut src)) = logical_source().await else { return };
     let Some(dst) = sluice_tests::pg_schema().await else { return };
     let Some(mut my) = sluice_tests::mariadb().await else { return };
     let mydb = format!("cdc_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {mydb}"))).execute(&mut my).await.unwrap();
-    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
     let exec = |sql: &'static str| sql;
     sqlx::raw_sql(exec(
         "CREATE TABLE orders (id int PRIMARY KEY, note text, big text);
@@ -84,13 +80,7 @@ async fn scenario(backend: Backend) {
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
     let conns = format!("/v1/organizations/{org}/connections");
-    let source_id = check!(
-        app.post(&conns, &ann, json!({"name": "shop", "type": "postgres", "capability": "source",
-            "config": {"host": "127.0.0.1", "port": source.port, "database": "postgres", "user": "postgres", "sslmode": "disable"}}))
-        .await,
-        201
-    )
-    .id();
+    let source_id = check!(app.post(&conns, &ann, source_body("shop", source.port)).await, 201).id();
     // The connection test says whether the source can capture changes.
     let tested = check!(app.post(&format!("{conns}/{source_id}/test"), &ann, json!({})).await, 200);
     assert_eq!(tested.body["cdc"], json!({"ready": true, "reasons": []}), "{:?}", tested.body);
@@ -199,16 +189,8 @@ async fn scenario(backend: Backend) {
     }
     // Changes, one transaction spanning two of them, a large value the
     // next update leaves as it is.
-    let big: String = {
-        // Incompressible, so that it is stored out of line (TOAST).
-        let mut x: u64 = 42;
-        (0..5000)
-            .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                char::from(b'a' + ((x >> 33) % 26) as u8)
-            })
-            .collect()
-    };
+    // Incompressible, so that it is stored out of line (TOAST).
+    let big = sluice_testkit::services::incompressible(5000);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "INSERT INTO orders VALUES (4, 'four', '{big}');
          BEGIN; UPDATE orders SET note = 'TWO' WHERE id = 2; DELETE FROM orders WHERE id = 3; COMMIT;
@@ -310,4 +292,112 @@ async fn sluice_objects(src: &mut sqlx::PgConnection) -> i64 {
     .fetch_one(src)
     .await
     .unwrap()
+}
+
+/// The rows of a destination table as JSON objects, by id.
+async fn records(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<Value> {
+    let p = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections/{conn}/preview"),
+            auth,
+            json!({"entity": entity, "limit": 100})
+        )
+        .await,
+        200
+    );
+    let mut rows = p.body["records"].as_array().unwrap().clone();
+    rows.sort_by_key(|r| r["id"].as_i64().unwrap_or(0));
+    rows
+}
+
+/// Columns changing at the source while a flow streams: a new column
+/// evolves the destination (`allow_all`) or stops that table alone as
+/// drift (`block_on_new_column`), which resumes from its position once the
+/// flow is updated; a column dropped while changes to it were unread stops
+/// that table alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_column_changes_evolve_block_or_stop_one_table() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else { return };
+    let Some((source, mut src)) = logical_source().await else { return };
+    let sql = |s: &str| sqlx::AssertSqlSafe(s.to_string());
+    sqlx::raw_sql(sql(
+        "CREATE TABLE orders (id int PRIMARY KEY, note text); CREATE TABLE other (id int PRIMARY KEY, note text);
+         INSERT INTO orders VALUES (1, 'one'); INSERT INTO other VALUES (1, 'one');",
+    ))
+    .execute(&mut src)
+    .await
+    .unwrap();
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let shop = check!(app.post(&conns, &ann, source_body("shop", source.port)).await, 201).id();
+    let wh = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "wh", "type": "sqlite", "capability": "both", "config": {"path": "ddl.db"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let flows = format!("/v1/organizations/{org}/flows");
+    let flow = |name: &str, mappings: Value| json!({"name": name, "source_connection_id": shop, "destination_connection_id": wh, "config": {"mappings": mappings}});
+    let open = check!(
+        app.post(&flows, &ann, flow("open", json!([{"source_entity": "orders", "sync_mode": "cdc_deduped"}]))).await,
+        201
+    )
+    .id();
+    let strict_mappings = |policy: &str| {
+        json!([
+            {"source_entity": "orders", "dest_entity": "orders_strict", "sync_mode": "cdc_deduped", "schema_policy": policy},
+            {"source_entity": "other", "sync_mode": "cdc_deduped"}
+        ])
+    };
+    let strict = check!(app.post(&flows, &ann, flow("strict", strict_mappings("block_on_new_column"))).await, 201).id();
+    for f in [&open, &strict] {
+        assert_eq!(run(&app, &ann, &org, f).await["status"], "succeeded");
+    }
+
+    sqlx::raw_sql(sql("ALTER TABLE orders ADD COLUMN extra text; UPDATE orders SET extra = 'x' WHERE id = 1;
+         INSERT INTO other VALUES (2, 'two');"))
+    .execute(&mut src)
+    .await
+    .unwrap();
+    // allow_all: the destination gains the column and its value.
+    let r = run(&app, &ann, &org, &open).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(records(&app, &ann, &org, &wh, "orders").await[0]["extra"], "x");
+    // block_on_new_column: that table stops as drift, the other goes on.
+    let r = run(&app, &ann, &org, &strict).await;
+    assert_eq!(r["status"], "drift_detected", "{r}");
+    let status = |r: &Value, i: usize| r["entities"][i]["status"].as_str().unwrap().to_string();
+    assert_eq!((status(&r, 0), status(&r, 1)), ("drift_detected".into(), "succeeded".into()), "{r}");
+    assert_eq!(records(&app, &ann, &org, &wh, "other").await.len(), 2);
+    assert!(records(&app, &ann, &org, &wh, "orders_strict").await[0].get("extra").is_none());
+    // Updated to allow_all, it resumes from its position: no copy again.
+    check!(
+        app.send(
+            reqwest::Method::PATCH,
+            &format!("{flows}/{strict}"),
+            &ann,
+            Some(json!({"config": {"mappings": strict_mappings("allow_all")}})),
+            &[]
+        )
+        .await,
+        200
+    );
+    let r = run(&app, &ann, &org, &strict).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(records(&app, &ann, &org, &wh, "orders_strict").await[0]["extra"], "x");
+    assert_eq!(r["entities"][0]["rows_read"], 1, "the one change, not a copy: {r}");
+
+    // A column dropped while a change to it was unread stops that table.
+    sqlx::raw_sql(sql("UPDATE orders SET note = 'uno' WHERE id = 1; ALTER TABLE orders DROP COLUMN note;"))
+        .execute(&mut src)
+        .await
+        .unwrap();
+    let r = run(&app, &ann, &org, &open).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(r["entities"][0]["error"].as_str().unwrap().contains("dropped"), "{r}");
 }

@@ -9,23 +9,7 @@ use sqlx::Connection;
 use std::time::{Duration, Instant};
 
 use sluice_tests::pg_exec;
-
-/// Queues a run and polls it to its end (deadline 60 s).
-async fn run(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Value {
-    let queued = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), auth, json!({})).await, 202);
-    assert_eq!(queued.body["status"], "queued");
-    let id = queued.id();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{id}"), auth).await, 200);
-        let status = r.body["status"].as_str().unwrap().to_string();
-        if !["queued", "running"].contains(&status.as_str()) {
-            return r.body;
-        }
-        assert!(Instant::now() < deadline, "run {id} still {status} after 60 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use sluice_tests::run_flow as run;
 
 /// The destination's rows, read back through the API (preview), by id.
 async fn dest_rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<Value> {

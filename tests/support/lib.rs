@@ -5,7 +5,7 @@
 
 use reqwest::{Method, StatusCode};
 use sea_orm::{ConnectionTrait, Database};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sluice::Application;
 use sluice::settings::{LogFormat, Settings};
 use sluice_auth::TokenIssuer;
@@ -458,4 +458,21 @@ macro_rules! check {
         assert_eq!(r.status.as_u16(), $status, "body: {}", r.body);
         r
     }};
+}
+
+/// Queues a run of `flow` and polls it to its end (deadline 60 s).
+pub async fn run_flow(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Value {
+    let queued = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), auth, json!({})).await, 202);
+    assert_eq!(queued.body["status"], "queued");
+    let id = queued.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{id}"), auth).await, 200);
+        let status = r.body["status"].as_str().unwrap().to_string();
+        if !["queued", "running"].contains(&status.as_str()) {
+            return r.body;
+        }
+        assert!(std::time::Instant::now() < deadline, "run {id} still {status} after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

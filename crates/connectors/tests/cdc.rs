@@ -105,16 +105,8 @@ async fn the_log_gives_every_change_once_from_the_snapshots_point() {
     let start = pg.open_stream("t1", &entities).await.unwrap();
     let snapshot = start.snapshot.clone().expect("a new slot exports its snapshot");
     // A large value, stored out of line (TOAST), that later updates leave as it is.
-    let big: String = {
-        // Incompressible, so that it is stored out of line (TOAST).
-        let mut x: u64 = 42;
-        (0..4000)
-            .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                char::from(b'a' + ((x >> 33) % 26) as u8)
-            })
-            .collect()
-    };
+    // Incompressible, so that it is stored out of line (TOAST).
+    let big = sluice_testkit::services::incompressible(4000);
     exec(&mut c, &format!("INSERT INTO people (id, name, bio) VALUES (4, 'dee', '{big}')")).await;
     exec(&mut c, "BEGIN; UPDATE people SET name = 'bobby' WHERE id = 2; DELETE FROM people WHERE id = 3; COMMIT;")
         .await;

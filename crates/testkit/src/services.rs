@@ -207,6 +207,18 @@ impl OwnPostgres {
     }
 }
 
+/// `n` letters that do not compress (a fixed pseudo-random sequence), so
+/// that PostgreSQL stores a value of them out of line (TOAST) past 2 KB.
+pub fn incompressible(n: usize) -> String {
+    let mut x: u64 = 42;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'a' + ((x >> 33) % 26) as u8)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,6 +53,16 @@ pub enum Halt {
     /// The process is stopping: the run goes back to the queue and resumes
     /// from the positions committed.
     Stopped,
+    /// The entity's source columns changed as its `schema_policy` does not
+    /// take: it stays at its position until the flow is updated.
+    Drift,
+}
+
+/// Why one entity stopped while the stream went on for the others.
+#[derive(Debug, Clone)]
+enum Stop {
+    Drift(String),
+    Failed(String),
 }
 
 /// Why a CDC entity (or all of them) stopped.
@@ -175,9 +185,25 @@ struct Entity<'a> {
     stats: EntityStats,
     /// Rows this attempt committed before the writer now open.
     committed: u64,
+    /// The position the destination holds now (committed).
+    held: String,
+    /// Set when the entity stopped: its changes are skipped from then on,
+    /// and it stays at `held`.
+    stopped: Option<Stop>,
 }
 
 impl Entity<'_> {
+    /// Stops this entity alone: what it wrote since its last commit is
+    /// rolled back, and it stays at the position it committed.
+    async fn stop(&mut self, why: Stop) {
+        if let Some(w) = self.writer.take() {
+            w.abort().await;
+        }
+        self.pending = Pending::None;
+        self.position = self.held.clone();
+        self.stopped = Some(why);
+    }
+
     fn key_idx(&self) -> Vec<usize> {
         self.schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect()
     }
@@ -342,9 +368,14 @@ impl SyncService {
                 .unwrap_or_else(|| EntityStats { entity: m.source_entity.clone(), ..Default::default() });
             // One stream feeds them all: when it stops, it stops for each
             // (what each committed stands, and the next run goes on from it).
-            let result = match &outcome {
-                Ok(()) => Ok(()),
-                Err(f) => Err(CaptureFailure {
+            let stopped = e.as_ref().and_then(|e| e.stopped.clone());
+            let result = match (&outcome, stopped) {
+                (Ok(()), None) => Ok(()),
+                (Ok(()), Some(Stop::Drift(message))) => {
+                    Err(CaptureFailure { halt: Some(Halt::Drift), ..CaptureFailure::all(message) })
+                }
+                (Ok(()), Some(Stop::Failed(message))) => Err(CaptureFailure::all(message)),
+                (Err(f), _) => Err(CaptureFailure {
                     entity: Some(m.source_entity.clone()),
                     message: match &f.entity {
                         Some(x) if *x != m.source_entity => format!("stopped with {x}: {}", f.message),
@@ -376,7 +407,7 @@ impl SyncService {
         earlier: &[EntityStats],
         entities: &mut Vec<Entity<'a>>,
     ) -> Result<(), CaptureFailure> {
-        let Scope { flow, source, changes, dest, .. } = scope;
+        let Scope { run, flow, source, changes, dest } = scope;
         let stream = stream_name(flow);
         let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
         let held: HashMap<String, String> = dest.positions(&stream).await?.into_iter().collect();
@@ -415,7 +446,16 @@ impl SyncService {
                 pending: Pending::None,
                 stats,
                 committed: prior,
+                held: String::new(),
+                stopped: None,
             };
+            e.held = e.position.clone();
+            if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
+                let message = "new source columns blocked by schema_policy block_on_new_column".to_string();
+                e.stopped = Some(Stop::Drift(message));
+                entities.push(e);
+                continue;
+            }
             if position.is_none() {
                 if start.snapshot.is_none() && m.sync_mode == SyncMode::CdcAppend {
                     return Err(CaptureFailure {
@@ -427,6 +467,7 @@ impl SyncService {
                     });
                 }
                 self.copy_first(scope, &stream, &mut e, start.snapshot.as_deref()).await?;
+                e.held = e.position.clone();
             }
             entities.push(e);
         }
@@ -517,6 +558,74 @@ impl SyncService {
         Ok(())
     }
 
+    /// The stream describes `e`'s table (`s`): before its first change, and
+    /// after its columns changed. A column the stream has and the
+    /// destination's fields lack is new at the source: with `allow_all` the
+    /// entity commits what it holds and reopens on the wider table (the
+    /// destination gains the column); with `block_on_new_column` it stops
+    /// as drift. One the source's catalog no longer has was dropped since:
+    /// the entity stops. Either stop leaves it at its committed position,
+    /// so that it resumes there once the flow is updated.
+    async fn follow_columns(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        e: &mut Entity<'_>,
+        s: &EntitySchema,
+    ) -> Result<(), CaptureFailure> {
+        let entity = e.m.source_entity.clone();
+        let new: Vec<String> = s
+            .fields
+            .iter()
+            .filter(|f| e.source_fields.iter().all(|x| x.name != f.name))
+            .map(|f| f.name.clone())
+            .collect();
+        if new.is_empty() {
+            e.order = order_of(&s.fields, &e.source_fields);
+            return Ok(());
+        }
+        let catalog = scope.source.entity_fields(&entity).await.map_err(|x| e.failed(x))?;
+        let dropped: Vec<&str> =
+            new.iter().filter(|n| catalog.iter().all(|f| f.name != **n)).map(String::as_str).collect();
+        if !dropped.is_empty() {
+            let message = format!(
+                "source columns {} were dropped while changes to them were unread: this table stops at its position \
+                 (re-snapshots are not built yet; a new flow copies it afresh)",
+                dropped.join(", ")
+            );
+            self.log(scope.run, "error", Some(&entity), message.clone()).await;
+            e.stop(Stop::Failed(message)).await;
+            return Ok(());
+        }
+        if e.m.schema_policy == crate::sync::flow::SchemaPolicy::BlockOnNewColumn {
+            let message = format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", "));
+            self.log(scope.run, "warn", Some(&entity), message.clone()).await;
+            e.stop(Stop::Drift(message)).await;
+            return Ok(());
+        }
+        // Everything before this change is whole: committed at the
+        // position reached, then the writer reopens on the wider table.
+        e.flush().await?;
+        if let Some(mut w) = e.writer.take() {
+            w.hold_position(stream, &e.position).await.map_err(|x| e.failed(x))?;
+            self.hold(scope.run).await.map_err(|_| CaptureFailure::lost())?;
+            let written = w.finish().await.map_err(|x| e.failed(x))?;
+            e.committed += written.rows_written;
+            e.stats.rows_written = e.committed;
+            e.held = e.position.clone();
+        }
+        e.source_fields = catalog;
+        e.schema = capture_schema(e.m, &e.source_fields)
+            .map_err(|message| CaptureFailure { entity: Some(entity.clone()), ..CaptureFailure::all(message) })?;
+        let attempt = super::engine::attempt_of(scope.run);
+        e.writer =
+            Some(scope.dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &attempt).await.map_err(|x| e.failed(x))?);
+        e.order = order_of(&s.fields, &e.source_fields);
+        let message = format!("new source columns {}: added to the destination", new.join(", "));
+        self.log(scope.run, "info", Some(&entity), message).await;
+        Ok(())
+    }
+
     /// The stream from each entity's position to `until`.
     async fn stream_changes(
         &self,
@@ -529,7 +638,7 @@ impl SyncService {
         // Per source table, the earliest position of its mappings; each
         // mapping then skips what it holds.
         let mut from: Vec<(String, String)> = Vec::new();
-        for e in entities.iter() {
+        for e in entities.iter().filter(|e| e.stopped.is_none()) {
             match from.iter_mut().find(|(t, _)| *t == e.m.source_entity) {
                 Some((_, p)) => {
                     if changes.after(p, &e.position)? {
@@ -540,7 +649,10 @@ impl SyncService {
             }
         }
         let mut reader = changes.changes(stream, &from, until).await?;
-        for e in entities.iter_mut() {
+        if from.is_empty() {
+            return Ok(());
+        }
+        for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
             e.writer = Some(
                 dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
                     .await
@@ -557,28 +669,13 @@ impl SyncService {
             for event in events {
                 match event {
                     ChangeEvent::Schema(s) => {
-                        for e in entities.iter_mut().filter(|e| e.m.source_entity == s.name) {
-                            let missing: Vec<&str> = s
-                                .fields
-                                .iter()
-                                .filter(|f| e.source_fields.iter().all(|x| x.name != f.name))
-                                .map(|f| f.name.as_str())
-                                .collect();
-                            if !missing.is_empty() {
-                                return Err(CaptureFailure {
-                                    entity: Some(s.name.clone()),
-                                    ..CaptureFailure::all(format!(
-                                        "the source's columns changed ({} new): update the flow",
-                                        missing.join(", ")
-                                    ))
-                                });
-                            }
-                            e.order = order_of(&s.fields, &e.source_fields);
+                        for e in entities.iter_mut().filter(|e| e.m.source_entity == s.name && e.stopped.is_none()) {
+                            self.follow_columns(scope, stream, e, &s).await?;
                         }
                     }
                     ChangeEvent::Begin { position, committed_at } => begin = (position, Some(committed_at)),
                     ChangeEvent::Change(c) => {
-                        for e in entities.iter_mut().filter(|e| e.m.source_entity == c.entity) {
+                        for e in entities.iter_mut().filter(|e| e.m.source_entity == c.entity && e.stopped.is_none()) {
                             // A transaction that commits before the position
                             // this mapping holds is held already.
                             if !changes.after(&e.position, &begin.0)? {
@@ -588,7 +685,7 @@ impl SyncService {
                         }
                     }
                     ChangeEvent::Commit { position, .. } => {
-                        for e in entities.iter_mut() {
+                        for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
                             if changes.after(&position, &e.position)? {
                                 e.position = position.clone();
                             }
@@ -635,6 +732,7 @@ impl SyncService {
             if !reopen {
                 e.committed = e.stats.rows_written;
             }
+            e.held = e.position.clone();
             e.stats.cursor_after = Some(e.position.clone());
             e.stats.checkpoint_at = Some(self.clock.now());
             let c = Cursor {

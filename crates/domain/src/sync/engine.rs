@@ -559,6 +559,11 @@ impl SyncService {
                     stats.error = None;
                     Ok(EntityOutcome::Canceled)
                 }
+                Err(f) if f.halt == Some(super::capture::Halt::Drift) => {
+                    stats.status = "drift_detected".into();
+                    stats.error = Some(f.message);
+                    Ok(EntityOutcome::Drift)
+                }
                 Err(f) if f.halt == Some(super::capture::Halt::Stopped) => {
                     stats.status = "paused".into();
                     stats.error = None;
@@ -818,7 +823,7 @@ impl SyncService {
     /// destination exists and the source brings columns it lacks, or a
     /// column whose type changed in the same engine (a widening, which
     /// would otherwise evolve the destination column).
-    async fn blocked_by_policy(
+    pub(super) async fn blocked_by_policy(
         &self,
         run: &Run,
         m: &Mapping,
