@@ -7,6 +7,7 @@
 
 use serde_json::{Value, json};
 use sluice_testkit::services::OwnPostgres;
+use sluice_tests::preview_rows;
 use sluice_tests::run_flow as run;
 use sluice_tests::{Auth, Backend, TestApp, check, spawn_app};
 use sqlx::Connection;
@@ -31,19 +32,9 @@ fn source_body(name: &str, port: u16) -> Value {
 
 /// The destination table's rows as `id:note[:deleted]`, by id.
 async fn rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<String> {
-    let p = check!(
-        app.post(
-            &format!("/v1/organizations/{org}/connections/{conn}/preview"),
-            auth,
-            json!({"entity": entity, "limit": 1000})
-        )
-        .await,
-        200
-    );
+    let records = preview_rows(app, auth, org, conn, entity).await;
     let int = |v: &Value| v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
-    let mut out: Vec<(i64, String)> = p.body["records"]
-        .as_array()
-        .unwrap()
+    let mut out: Vec<(i64, String)> = records
         .iter()
         .map(|r| {
             let mut s = format!("{}:{}", int(&r["id"]), r["note"].as_str().unwrap_or("null"));
@@ -294,22 +285,6 @@ async fn sluice_objects(src: &mut sqlx::PgConnection) -> i64 {
     .unwrap()
 }
 
-/// The rows of a destination table as JSON objects, by id.
-async fn records(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<Value> {
-    let p = check!(
-        app.post(
-            &format!("/v1/organizations/{org}/connections/{conn}/preview"),
-            auth,
-            json!({"entity": entity, "limit": 100})
-        )
-        .await,
-        200
-    );
-    let mut rows = p.body["records"].as_array().unwrap().clone();
-    rows.sort_by_key(|r| r["id"].as_i64().unwrap_or(0));
-    rows
-}
-
 /// Columns changing at the source while a flow streams: a new column
 /// evolves the destination (`allow_all`) or stops that table alone as
 /// drift (`block_on_new_column`), which resumes from its position once the
@@ -367,14 +342,14 @@ async fn source_column_changes_evolve_block_or_stop_one_table() {
     // allow_all: the destination gains the column and its value.
     let r = run(&app, &ann, &org, &open).await;
     assert_eq!(r["status"], "succeeded", "{r}");
-    assert_eq!(records(&app, &ann, &org, &wh, "orders").await[0]["extra"], "x");
+    assert_eq!(preview_rows(&app, &ann, &org, &wh, "orders").await[0]["extra"], "x");
     // block_on_new_column: that table stops as drift, the other goes on.
     let r = run(&app, &ann, &org, &strict).await;
     assert_eq!(r["status"], "drift_detected", "{r}");
     let status = |r: &Value, i: usize| r["entities"][i]["status"].as_str().unwrap().to_string();
     assert_eq!((status(&r, 0), status(&r, 1)), ("drift_detected".into(), "succeeded".into()), "{r}");
-    assert_eq!(records(&app, &ann, &org, &wh, "other").await.len(), 2);
-    assert!(records(&app, &ann, &org, &wh, "orders_strict").await[0].get("extra").is_none());
+    assert_eq!(preview_rows(&app, &ann, &org, &wh, "other").await.len(), 2);
+    assert!(preview_rows(&app, &ann, &org, &wh, "orders_strict").await[0].get("extra").is_none());
     // Updated to allow_all, it resumes from its position: no copy again.
     check!(
         app.send(
@@ -389,7 +364,7 @@ async fn source_column_changes_evolve_block_or_stop_one_table() {
     );
     let r = run(&app, &ann, &org, &strict).await;
     assert_eq!(r["status"], "succeeded", "{r}");
-    assert_eq!(records(&app, &ann, &org, &wh, "orders_strict").await[0]["extra"], "x");
+    assert_eq!(preview_rows(&app, &ann, &org, &wh, "orders_strict").await[0]["extra"], "x");
     assert_eq!(r["entities"][0]["rows_read"], 1, "the one change, not a copy: {r}");
 
     // A column dropped while a change to it was unread stops that table.

@@ -4,28 +4,13 @@
 //! reset, a new source column, overwrite; exact row counts, no duplicate keys.
 
 use serde_json::{Value, json};
-use sluice_tests::{Auth, Backend, TestApp, check, spawn_app};
+use sluice_tests::{Backend, check, spawn_app};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 
 use sluice_tests::pg_exec;
+use sluice_tests::preview_rows as dest_rows;
 use sluice_tests::run_flow as run;
-
-/// The destination's rows, read back through the API (preview), by id.
-async fn dest_rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<Value> {
-    let p = check!(
-        app.post(
-            &format!("/v1/organizations/{org}/connections/{conn}/preview"),
-            auth,
-            json!({"entity": entity, "limit": 1000})
-        )
-        .await,
-        200
-    );
-    let mut rows = p.body["records"].as_array().unwrap().clone();
-    rows.sort_by_key(|r| r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok())).unwrap_or(0));
-    rows
-}
 
 fn ids(rows: &[Value]) -> Vec<i64> {
     rows.iter().map(|r| r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok())).unwrap()).collect()

@@ -476,3 +476,20 @@ pub async fn run_flow(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Valu
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A destination entity's rows read back through the API (preview, up to
+/// 1,000), by id.
+pub async fn preview_rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<Value> {
+    let p = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/connections/{conn}/preview"),
+            auth,
+            json!({"entity": entity, "limit": 1000})
+        )
+        .await,
+        200
+    );
+    let mut rows = p.body["records"].as_array().unwrap().clone();
+    rows.sort_by_key(|r| r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok())).unwrap_or(0));
+    rows
+}

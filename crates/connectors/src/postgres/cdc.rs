@@ -98,7 +98,21 @@ fn text_value(s: String, t: FieldType) -> Value {
 pub(super) const POSITIONS: &str = "_sluice_positions";
 
 /// The exported snapshot's connection: the snapshot lives while it does.
-struct SnapshotHold(#[allow(dead_code)] sqlx::PgConnection);
+/// Dropped, it says goodbye to the server (a `Terminate`, so that the
+/// server's process lets go of the slot at once) on a task of its own.
+struct SnapshotHold(Option<sqlx::PgConnection>);
+
+impl Drop for SnapshotHold {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = conn.close().await;
+            });
+        }
+    }
+}
 
 impl PgConnector {
     /// The positions the tables of this schema hold of change stream
@@ -207,6 +221,32 @@ impl PgConnector {
         Ok(())
     }
 
+    /// Waits (up to 10 s) until no session holds the slot: the replication
+    /// connection that made it goes away a moment after it is dropped, and
+    /// a slot is read by one session at a time.
+    async fn wait_for_slot(&self, slot: &str) -> ConnectorResult<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let holder: Option<i32> =
+                sqlx::query_scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1")
+                    .bind(slot)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| self.e(&e))?
+                    .flatten();
+            match holder {
+                None => return Ok(()),
+                Some(pid) if std::time::Instant::now() >= deadline => {
+                    return Err(ConnectorError::Other(format!(
+                        "the replication slot {slot} is in use by server process {pid}: another reader of this \
+                         flow's changes"
+                    )));
+                }
+                Some(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
     /// The slot's confirmed position, when the slot exists in this database.
     async fn slot_position(&self, slot: &str) -> ConnectorResult<Option<Lsn>> {
         let found: Option<Option<String>> = sqlx::query_scalar(
@@ -301,7 +341,7 @@ impl ChangeSource for PgConnector {
         let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(&mut conn).await.map_err(|e| self.e(&e))?;
         let position: String = row.try_get("consistent_point").map_err(|e| self.e(&e))?;
         let snapshot: String = row.try_get("snapshot_name").map_err(|e| self.e(&e))?;
-        Ok(StreamStart { position, snapshot: Some(snapshot), hold: Some(Box::new(SnapshotHold(conn))) })
+        Ok(StreamStart { position, snapshot: Some(snapshot), hold: Some(Box::new(SnapshotHold(Some(conn)))) })
     }
 
     async fn end_position(&self) -> ConnectorResult<String> {
@@ -320,42 +360,61 @@ impl ChangeSource for PgConnector {
     ) -> ConnectorResult<Box<dyn ChangeReader>> {
         let object = object_name(name)?;
         let until = lsn(until)?;
+        self.wait_for_slot(&object).await?;
         let after = from.iter().map(|(e, p)| Ok((e.clone(), lsn(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
-        let mut conn = self.pool.acquire().await.map_err(|e| self.e(&e))?;
+        // A connection of its own, closed when the read ends or is dropped,
+        // so that no server process goes on holding the slot after it.
+        let mut conn = self.direct(false).await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<ConnectorResult<Vec<ChangeEvent>>>(4);
         let (host, database, schema) = (self.host.clone(), self.database.clone(), self.schema.clone());
         tokio::spawn(async move {
             use futures_util::TryStreamExt;
             let mut decoder =
                 Decoder { schema, after, relations: HashMap::new(), commit: Lsn::default(), out: Vec::new() };
-            let mut rows = sqlx::query(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL, \
-                 'proto_version', '1', 'publication_names', $1)",
-            )
-            .bind(&object)
-            .bind(until.to_string())
-            .fetch(&mut *conn);
-            loop {
-                let row = match rows.try_next().await {
-                    Ok(Some(r)) => r,
-                    Ok(None) => break,
-                    Err(e) => {
-                        let _ = tx.send(Err(super::err(&e, &host, &database))).await;
+            // A slot is read by one process at a time: one that is letting
+            // go of it is waited for (up to 5 s) before the read fails.
+            let mut tries = 0;
+            'read: loop {
+                let mut rows = sqlx::query(
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL, \
+                     'proto_version', '1', 'publication_names', $1)",
+                )
+                .bind(&object)
+                .bind(until.to_string())
+                .fetch(&mut conn);
+                let mut read_any = false;
+                loop {
+                    let row = match rows.try_next().await {
+                        Ok(Some(r)) => r,
+                        Ok(None) => break 'read,
+                        Err(sqlx::Error::Database(d))
+                            if !read_any && tries < 50 && d.code().as_deref() == Some("55006") =>
+                        {
+                            tries += 1;
+                            drop(rows);
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                            continue 'read;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(super::err(&e, &host, &database))).await;
+                            return;
+                        }
+                    };
+                    read_any = true;
+                    let data: Vec<u8> = row.get(0);
+                    if let Err(e) = decoder.feed(&data) {
+                        let _ = tx.send(Err(ConnectorError::Other(format!("reading the change stream: {e}")))).await;
                         return;
                     }
-                };
-                let data: Vec<u8> = row.get(0);
-                if let Err(e) = decoder.feed(&data) {
-                    let _ = tx.send(Err(ConnectorError::Other(format!("reading the change stream: {e}")))).await;
-                    return;
-                }
-                if decoder.out.len() >= CHUNK && tx.send(Ok(std::mem::take(&mut decoder.out))).await.is_err() {
-                    return;
+                    if decoder.out.len() >= CHUNK && tx.send(Ok(std::mem::take(&mut decoder.out))).await.is_err() {
+                        return;
+                    }
                 }
             }
             if !decoder.out.is_empty() {
                 let _ = tx.send(Ok(decoder.out)).await;
             }
+            let _ = conn.close().await;
         });
         Ok(Box::new(PgChanges { rx, buffered: std::collections::VecDeque::new(), ended: false }))
     }
@@ -367,6 +426,7 @@ impl ChangeSource for PgConnector {
             return Err(ConnectorError::Other(format!("the replication slot {object} is gone")));
         };
         if position > held {
+            self.wait_for_slot(&object).await?;
             sqlx::query("SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)")
                 .bind(&object)
                 .bind(position.to_string())
@@ -385,6 +445,7 @@ impl ChangeSource for PgConnector {
     async fn drop_stream(&self, name: &str) -> ConnectorResult<()> {
         let object = object_name(name)?;
         if self.slot_position(&object).await?.is_some() {
+            self.wait_for_slot(&object).await?;
             sqlx::query("SELECT pg_drop_replication_slot($1)")
                 .bind(&object)
                 .execute(&self.pool)
