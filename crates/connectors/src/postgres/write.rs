@@ -395,10 +395,16 @@ impl PgWriter {
         Ok(())
     }
 
+    /// Merges the staged rows into the table and empties the stage, so that
+    /// a later merge in the same transaction (after a delete or an update
+    /// by key, see `cdc`) does not bring them back.
     pub(super) async fn merge_stage(&mut self) -> ConnectorResult<()> {
-        if let (Some(sql), true) = (self.merge.clone(), self.staged) {
+        if let (Some(sql), Some(stage), true) = (self.merge.clone(), self.stage.clone(), self.staged) {
             let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
             let r = sqlx::query(AssertSqlSafe(sql)).execute(&mut **tx).await;
+            r.map_err(|e| self.e(&e))?;
+            let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
+            let r = sqlx::query(AssertSqlSafe(format!("TRUNCATE {}", quote_dq(&stage)))).execute(&mut **tx).await;
             r.map_err(|e| self.e(&e))?;
             self.staged = false;
         }
