@@ -187,7 +187,7 @@ async fn scenario(backend: Backend) {
          BEGIN; UPDATE orders SET note = 'TWO' WHERE id = 2; DELETE FROM orders WHERE id = 3; COMMIT;
          UPDATE orders SET note = 'FOUR' WHERE id = 4;
          INSERT INTO orders VALUES (5, 'five', NULL); DELETE FROM orders WHERE id = 5;
-         INSERT INTO orders VALUES (6, 'six', NULL);"
+         INSERT INTO orders VALUES (6, 'six', NULL); UPDATE orders SET id = 7 WHERE id = 6;"
     )))
     .execute(&mut src)
     .await
@@ -195,16 +195,18 @@ async fn scenario(backend: Backend) {
     for (name, conn, flow) in &flows {
         let r = run(&app, &ann, &org, flow).await;
         assert_eq!(r["status"], "succeeded", "{name}: {r}");
-        // 5 was inserted and deleted before 6 was inserted, all before one commit: it stays deleted.
-        assert_eq!(rows(&app, &ann, &org, conn, "orders").await, ["1:one", "2:TWO", "4:FOUR", "6:six"], "{name}");
+        // 5 was inserted and deleted before 6 was inserted, all before one
+        // commit: it stays deleted; 6 then took the key 7: no row is left under 6.
+        assert_eq!(rows(&app, &ann, &org, conn, "orders").await, ["1:one", "2:TWO", "4:FOUR", "7:six"], "{name}");
         assert_eq!(
             rows(&app, &ann, &org, conn, "orders_soft").await,
-            ["1:one", "2:TWO", "3:three:deleted", "4:FOUR", "5:five:deleted", "6:six"],
+            ["1:one", "2:TWO", "3:three:deleted", "4:FOUR", "5:five:deleted", "6:six:deleted", "7:six"],
             "{name}"
         );
         let log = rows(&app, &ann, &org, conn, "orders_log").await;
         let mut want = vec!["insert 1:one", "insert 2:two", "update 2:TWO", "insert 3:three", "delete 3:null"];
         want.extend(["insert 4:four", "update 4:FOUR", "insert 5:five", "delete 5:null", "insert 6:six"]);
+        want.extend(["delete 6:null", "update 7:six"]);
         let mut got = log.clone();
         got.sort();
         want.sort();
@@ -228,7 +230,7 @@ async fn scenario(backend: Backend) {
         // Nothing new: nothing applied again.
         let again = run(&app, &ann, &org, flow).await;
         assert_eq!(again["status"], "succeeded", "{name}: {again}");
-        assert_eq!(rows(&app, &ann, &org, conn, "orders_log").await.len(), 10, "{name}");
+        assert_eq!(rows(&app, &ann, &org, conn, "orders_log").await.len(), 12, "{name}");
     }
     // One slot and one publication per flow on the source.
     let (slots, publications): (i64, i64) = sqlx::query_as(

@@ -589,7 +589,15 @@ impl Decoder {
                 self.relations.insert(r.id, (r, ours));
             }
             Message::Insert { relation, new } => self.change(relation, ChangeOp::Insert, new)?,
-            Message::Update { relation, new, .. } => self.change(relation, ChangeOp::Update, new)?,
+            Message::Update { relation, old, new } => {
+                // A changed key: the row under the old key goes first.
+                if let Some(old) = old
+                    && self.key_changed(relation, &old, &new)
+                {
+                    self.change(relation, ChangeOp::Delete, old)?;
+                }
+                self.change(relation, ChangeOp::Update, new)?
+            }
             Message::Delete { relation, old } => self.change(relation, ChangeOp::Delete, old)?,
             Message::Truncate { relations } => {
                 if let Some((r, _)) = relations
@@ -603,6 +611,13 @@ impl Decoder {
             Message::Logical { .. } | Message::Other(_) => {}
         }
         Ok(())
+    }
+
+    /// Whether an update's old tuple (the old key, or the old row) names
+    /// another key than its new row.
+    fn key_changed(&self, relation: u32, old: &[Column], new: &[Column]) -> bool {
+        let Some((r, _)) = self.relations.get(&relation) else { return false };
+        r.columns.iter().enumerate().any(|(i, c)| c.key && old.get(i) != new.get(i))
     }
 
     /// Whether the transaction at hand is one `entity` does not hold yet.
