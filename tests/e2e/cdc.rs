@@ -114,7 +114,9 @@ async fn scenario(backend: Backend) {
             json!({"name": "bad", "source_connection_id": source_id, "destination_connection_id": source_id,
             "config": {"mappings": [
                 {"source_entity": "keyless", "sync_mode": "cdc_deduped"},
-                {"source_entity": "orders", "sync_mode": "cdc_append", "cursor_field": "id", "delete_mode": "soft"}
+                {"source_entity": "orders", "sync_mode": "cdc_append", "cursor_field": "id", "delete_mode": "soft"},
+                {"source_entity": "orders", "dest_entity": "some", "sync_mode": "cdc_deduped",
+                 "transform": [{"op": "filter", "field": "note", "eq": "one"}]}
             ]}})
         )
         .await,
@@ -125,6 +127,7 @@ async fn scenario(backend: Backend) {
     assert!(fields.contains(&"config.mappings[0].source_entity"), "{fields:?}");
     assert!(fields.contains(&"config.mappings[1].cursor_field"), "{fields:?}");
     assert!(fields.contains(&"config.mappings[1].delete_mode"), "{fields:?}");
+    assert!(fields.contains(&"config.mappings[2].transform"), "{fields:?}");
 
     // A destination that cannot apply changes is refused up front too.
     let lake = check!(

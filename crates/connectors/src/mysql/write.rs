@@ -25,7 +25,7 @@ impl Destination for MySqlConnector {
         sqlx::query(AssertSqlSafe(format!(
             "CREATE TABLE IF NOT EXISTS {POSITIONS} (stream varchar(64) NOT NULL, entity varchar(255) NOT NULL, \
              position varchar(255) NOT NULL, updated_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
-             PRIMARY KEY (stream, entity))"
+             PRIMARY KEY (stream, entity)) ENGINE = InnoDB"
         )))
         .execute(&self.pool)
         .await

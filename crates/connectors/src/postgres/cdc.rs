@@ -206,15 +206,19 @@ impl PgConnector {
             sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
             return Ok(());
         }
-        let mut published: Vec<String> = sqlx::query_scalar(
-            "SELECT format('%I.%I', schemaname, tablename) FROM pg_publication_tables WHERE pubname = $1",
-        )
-        .bind(publication)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.e(&e))?;
+        // Compared by name (not as quoted text), so that an unchanged set
+        // of tables changes nothing.
+        let mut published: Vec<(String, String)> =
+            sqlx::query_as("SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1")
+                .bind(publication)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
         published.sort();
-        if published.join(", ") != tables {
+        let mut wanted: Vec<(String, String)> = entities.iter().map(|e| (self.schema.clone(), e.clone())).collect();
+        wanted.sort();
+        wanted.dedup();
+        if published != wanted {
             let sql = format!("ALTER PUBLICATION {} SET TABLE {tables}", quote_dq(publication));
             sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
         }

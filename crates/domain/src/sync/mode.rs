@@ -162,6 +162,15 @@ pub fn check_capture(path: &str, m: &crate::sync::flow::Mapping) -> Vec<FieldErr
     if m.delete_mode.is_some() && m.sync_mode != SyncMode::CdcDeduped {
         errors.push(FieldError::new(format!("{path}.delete_mode"), "applies to cdc_deduped only"));
     }
+    if m.sync_mode.cdc() && m.transform.iter().any(|s| matches!(s, crate::sync::transform::Step::Filter { .. })) {
+        errors.push(FieldError::new(
+            format!("{path}.transform"),
+            format!(
+                "{} applies every change of the table: a filter would keep some of a row's changes and drop others",
+                m.sync_mode.as_str()
+            ),
+        ));
+    }
     if m.sync_mode.cdc() {
         for (field, set) in
             [("cursor_field", m.cursor_field.is_some()), ("cursor_lookback", m.cursor_lookback.is_some())]
