@@ -165,11 +165,7 @@ pub fn place(config: &BTreeMap<String, Value>) -> BTreeMap<&str, &Value> {
 /// the placeholder, not a removal).
 pub fn supplied_secrets<'a>(spec: &ConnectorSpec, update: &'a BTreeMap<String, Value>) -> Vec<&'a str> {
     let credential: Vec<&str> = spec.credential_fields().collect();
-    update
-        .iter()
-        .filter(|(k, v)| credential.contains(&k.as_str()) && v.as_str().is_some_and(|s| s != PLACEHOLDER))
-        .map(|(k, _)| k.as_str())
-        .collect()
+    supplied_values(update).into_iter().filter(|k| credential.contains(k)).collect()
 }
 
 /// The keys `update` sets to a value (not the placeholder, not a removal).

@@ -97,6 +97,12 @@ pub enum ConnectorError {
 }
 
 impl ConnectorError {
+    /// Whether trying again later may help: the server could not be
+    /// reached, or did not answer in time.
+    pub fn transient(&self) -> bool {
+        matches!(self, ConnectorError::Unreachable(_) | ConnectorError::Timeout(_))
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             ConnectorError::Unreachable(_) => "unreachable",

@@ -83,8 +83,7 @@ impl CaptureFailure {
     }
 
     fn from_connector(e: crate::connect::connector::ConnectorError) -> Self {
-        use crate::connect::connector::ConnectorError as C;
-        let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
+        let transient = e.transient();
         CaptureFailure { transient, ..CaptureFailure::all(e.to_string()) }
     }
 

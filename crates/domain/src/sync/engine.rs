@@ -210,8 +210,7 @@ impl Failure {
 
 impl From<crate::connect::connector::ConnectorError> for Failure {
     fn from(e: crate::connect::connector::ConnectorError) -> Self {
-        use crate::connect::connector::ConnectorError as C;
-        let transient = matches!(e, C::Unreachable(_) | C::Timeout(_));
+        let transient = e.transient();
         Failure { message: e.to_string(), transient, lost: false }
     }
 }
