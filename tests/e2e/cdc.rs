@@ -244,11 +244,7 @@ async fn scenario(backend: Backend) {
     .await
     .unwrap();
     assert_eq!((slots, publications), (3, 3));
-    // A position is not moved or reset through the cursor API yet: refused.
     let (_, _, first) = &flows[0];
-    let put = app.put(&format!("{flows_path}/{first}/state/orders"), &ann, json!({"cursor_value": "0/0"})).await;
-    assert_eq!(put.status, 422, "{:?}", put.body);
-    assert_eq!(app.delete(&format!("{flows_path}/{first}/state/orders"), &ann).await.status, 422);
     // Deleting a flow, or its last CDC mapping, removes its slot and
     // publication from the source.
     check!(app.delete(&format!("{flows_path}/{first}"), &ann).await, 204);
@@ -270,6 +266,232 @@ async fn scenario(backend: Backend) {
     check!(app.delete(&format!("{flows_path}/{third}"), &ann).await, 204);
     assert_eq!(sluice_objects(&mut src).await, 0);
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+}
+
+/// A CDC entity's position through the state API and what the stream does
+/// with it: an idle table does not keep the slot's log; PUT moves a table
+/// forward to a later position the slot retains (and refuses any other);
+/// DELETE copies it again, in a snapshot of its own, leaving the mirror
+/// equal to the source (a row only the destination had goes) and the change
+/// log with the copy's rows as inserts; a slot dropped by hand fails the
+/// tables with `position_lost` until they are copied again; a `cdc_append`
+/// table joins a running flow. Audited with old and new values.
+async fn positions(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some((source, mut src)) = logical_source().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    sqlx::raw_sql(
+        "CREATE TABLE orders (id int PRIMARY KEY, note text);
+         CREATE TABLE items (id int PRIMARY KEY, note text);
+         CREATE TABLE busy (id serial PRIMARY KEY, note text);
+         INSERT INTO orders VALUES (1, 'one'), (2, 'two');
+         INSERT INTO items VALUES (1, 'pen');",
+    )
+    .execute(&mut src)
+    .await
+    .unwrap();
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    // A budget of one byte of retained log: every run is over it.
+    let mut body = source_body("shop", source.port);
+    body["config"]["cdc_max_retained"] = json!(1);
+    let source_id = check!(app.post(&conns, &ann, body).await, 201).id();
+    let conn = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    let flows_path = format!("/v1/organizations/{org}/flows");
+    let mut mappings = json!([
+        {"source_entity": "orders", "sync_mode": "cdc_deduped"},
+        {"source_entity": "orders", "dest_entity": "orders_soft", "sync_mode": "cdc_deduped", "delete_mode": "soft"},
+        {"source_entity": "orders", "dest_entity": "orders_log", "sync_mode": "cdc_append"}
+    ]);
+    let flow = check!(
+        app.post(
+            &flows_path,
+            &ann,
+            json!({"name": "orders", "source_connection_id": source_id,
+            "destination_connection_id": conn, "config": {"mappings": mappings}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let state_path = format!("{flows_path}/{flow}/state");
+    let state = check!(app.get(&state_path, &ann).await, 200).body;
+    assert_eq!(state["data"][0]["cursor_field"], "$position", "{state}");
+    assert_eq!(state["data"][0]["snapshot"], json!({"state": "pending", "chunks_done": 0, "chunks_total": 1}));
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let state = check!(app.get(&state_path, &ann).await, 200).body;
+    assert_eq!(state["data"][0]["snapshot"]["state"], "done", "{state}");
+    let held = |state: &Value| state["data"][0]["cursor_value"].as_str().unwrap().to_string();
+    let first = held(&state);
+
+    // Another table of the database takes writes, the flow's tables none:
+    // a run moves the slot on all the same.
+    for _ in 0..20 {
+        sqlx::query("INSERT INTO busy (note) SELECT repeat('x', 100) FROM generate_series(1, 500)")
+            .execute(&mut src)
+            .await
+            .unwrap();
+    }
+    let busy_end: String =
+        sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text").fetch_one(&mut src).await.unwrap();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let behind: i64 = sqlx::query_scalar(
+        "SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint FROM pg_replication_slots \
+         WHERE slot_name LIKE 'sluice_%'",
+    )
+    .bind(&busy_end)
+    .fetch_one(&mut src)
+    .await
+    .unwrap();
+    assert!(behind <= 0, "the slot stays {behind} bytes behind the idle tables' writes");
+    let idle = held(&check!(app.get(&state_path, &ann).await, 200).body);
+    assert_ne!(idle, first, "an idle table's position moves on too");
+    // The metrics show the log kept and the lag; the budget's event is
+    // recorded once (a day), not at every run.
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    for name in ["sluice_cdc_retained_bytes", "sluice_cdc_lag_seconds"] {
+        let series = format!("{name}{{flow=\"{flow}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&series)).unwrap_or_else(|| panic!("{series} in {metrics}"));
+        let value: f64 = line[series.len()..].parse().unwrap();
+        assert!(value >= 0.0, "{line}");
+    }
+    let activity = check!(app.get(&format!("/v1/organizations/{org}/activity"), &ann).await, 200).body;
+    let over: Vec<&Value> =
+        activity["data"].as_array().unwrap().iter().filter(|e| e["type"] == "cdc.retained_over_budget").collect();
+    assert_eq!(over.len(), 1, "{activity}");
+    assert_eq!(over[0]["data"]["flow_id"], flow.as_str(), "{:?}", over[0]);
+    assert_eq!(over[0]["data"]["budget_bytes"], 1, "{:?}", over[0]);
+
+    // PUT: earlier, unknown or past the end is refused; later skips what is between.
+    for bad in ["0/0", "yesterday", "FFFFFFFF/0"] {
+        let put = app.put(&format!("{state_path}/orders"), &ann, json!({"cursor_value": bad})).await;
+        assert_eq!(put.status, 422, "{bad}: {:?}", put.body);
+        assert_eq!(put.body["code"], "position_not_retained", "{bad}: {:?}", put.body);
+    }
+    sqlx::query("INSERT INTO orders VALUES (3, 'skipped')").execute(&mut src).await.unwrap();
+    let past: String = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text").fetch_one(&mut src).await.unwrap();
+    let put = check!(app.put(&format!("{state_path}/orders"), &ann, json!({"cursor_value": past})).await, 200);
+    assert_eq!(put.body["cursor_value"], past.as_str());
+    sqlx::query("INSERT INTO orders VALUES (4, 'four')").execute(&mut src).await.unwrap();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    assert_eq!(rows(&app, &ann, &org, &conn, "orders").await, ["1:one", "2:two", "4:four"]);
+    // Every mapping of the table moved.
+    assert_eq!(rows(&app, &ann, &org, &conn, "orders_soft").await, ["1:one", "2:two", "4:four"]);
+    assert_eq!(rows(&app, &ann, &org, &conn, "orders_log").await, ["insert 1:one", "insert 2:two", "insert 4:four"]);
+
+    // DELETE: copied again; a row only the destination has goes (or is
+    // marked deleted), the change log gains the copy's rows as inserts.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {}.orders VALUES (99, 'stale'); INSERT INTO {}.orders_soft (id, note) VALUES (99, 'stale')",
+        dst.name, dst.name
+    )))
+    .execute(&mut sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap())
+    .await
+    .unwrap();
+    for entity in ["orders"] {
+        check!(app.delete(&format!("{state_path}/{entity}"), &ann).await, 204);
+    }
+    let state = check!(app.get(&state_path, &ann).await, 200).body;
+    assert_eq!(state["data"][0]["snapshot"]["state"], "pending", "{state}");
+    assert!(state["data"][0]["cursor_value"].is_null(), "{state}");
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(rows(&app, &ann, &org, &conn, "orders").await, ["1:one", "2:two", "3:skipped", "4:four"]);
+    assert_eq!(
+        rows(&app, &ann, &org, &conn, "orders_soft").await,
+        ["1:one", "2:two", "3:skipped", "4:four", "99:stale:deleted"]
+    );
+    let log = rows(&app, &ann, &org, &conn, "orders_log").await;
+    assert_eq!(log.iter().filter(|r| r.starts_with("insert 4:")).count(), 2, "{log:?}");
+    assert_eq!(log.len(), 2 + 1 + 4, "the first copy, an insert, the copy again: {log:?}");
+    let audit = check!(app.get(&format!("/v1/organizations/{org}/audit-logs?resource_id={flow}"), &ann).await, 200);
+    let entries = audit.body["data"].as_array().unwrap();
+    let moved = entries.iter().find(|e| e["action"] == "flow.cursor.updated").expect("PUT audited");
+    assert_eq!(moved["details"]["new_value"], past.as_str(), "{moved}");
+    assert!(moved["details"]["old_value"].as_str().is_some_and(|v| v.contains('/')), "{moved}");
+    let reset = entries.iter().find(|e| e["action"] == "flow.cursor.reset").expect("DELETE audited");
+    assert!(reset["details"]["old_value"].as_str().is_some_and(|v| v.contains('/')), "{reset}");
+    assert!(reset["details"]["new_value"].is_null(), "{reset}");
+
+    // A cdc_append table joins the running flow: copied once, then its changes.
+    mappings.as_array_mut().unwrap().push(json!({"source_entity": "items", "sync_mode": "cdc_append"}));
+    check!(
+        app.send(
+            reqwest::Method::PATCH,
+            &format!("{flows_path}/{flow}"),
+            &ann,
+            Some(json!({"config": {"mappings": mappings}})),
+            &[]
+        )
+        .await,
+        200
+    );
+    sqlx::query("INSERT INTO items VALUES (2, 'ink')").execute(&mut src).await.unwrap();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    sqlx::query("UPDATE items SET note = 'quill' WHERE id = 1").execute(&mut src).await.unwrap();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    assert_eq!(rows(&app, &ann, &org, &conn, "items").await, ["insert 1:pen", "update 1:quill", "insert 2:ink"]);
+
+    // The slot dropped by hand: the changes since are lost, and the run
+    // says so per table until each is copied again.
+    sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'sluice_%'")
+        .execute(&mut src)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO orders VALUES (5, 'five')").execute(&mut src).await.unwrap();
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(r["entities"][0]["error_code"], "position_lost", "{r}");
+    for entity in ["orders", "items"] {
+        check!(app.delete(&format!("{state_path}/{entity}"), &ann).await, 204);
+    }
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    assert_eq!(rows(&app, &ann, &org, &conn, "orders").await, ["1:one", "2:two", "3:skipped", "4:four", "5:five"]);
+    assert_eq!(
+        rows(&app, &ann, &org, &conn, "items").await,
+        ["insert 1:pen", "insert 1:quill", "update 1:quill", "insert 2:ink", "insert 2:ink"]
+    );
+
+    // Ten thousand soft deletes in one transaction: applied in batches
+    // (one scratch table per transaction, not one per row, which ran the
+    // destination out of locks).
+    sqlx::query("INSERT INTO orders SELECT g, 'bulk' FROM generate_series(1000, 10999) g")
+        .execute(&mut src)
+        .await
+        .unwrap();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    sqlx::query("DELETE FROM orders WHERE id >= 1000").execute(&mut src).await.unwrap();
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    let mut wh = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    let (gone, marked): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM {0}.orders WHERE id >= 1000), \
+         (SELECT count(*) FROM {0}.orders_soft WHERE id >= 1000 AND _sluice_deleted_at IS NOT NULL)",
+        dst.name
+    )))
+    .fetch_one(&mut wh)
+    .await
+    .unwrap();
+    assert_eq!((gone, marked), (0, 10_000));
+    check!(app.delete(&format!("{flows_path}/{flow}"), &ann).await, 204);
+    assert_eq!(sluice_objects(&mut src).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_move_and_reset_with_sqlite_metadata() {
+    positions(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_move_and_reset_with_postgres_metadata() {
+    positions(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

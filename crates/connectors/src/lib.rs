@@ -228,6 +228,15 @@ pub fn specs() -> Vec<ConnectorSpec> {
         None,
         "PEM text of the CA certificate for verify-ca and verify-full",
     ));
+    pg.push(field(
+        "cdc_max_retained",
+        Integer,
+        false,
+        false,
+        Some(json!(10_u64 << 30)),
+        "bytes of write-ahead log this source may keep for a flow's change stream before an activity event \
+         (cdc.retained_over_budget) says so",
+    ));
     let mut my = database_fields(3306);
     my.push(field(
         "ssl_mode",

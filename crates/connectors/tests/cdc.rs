@@ -194,3 +194,93 @@ async fn the_log_gives_every_change_once_from_the_snapshots_point() {
 async fn start_position(pg: &PgConnector) -> String {
     pg.retained_from("t1").await.unwrap().expect("the slot exists")
 }
+
+/// The changes of `entity` in stream `stream` after `after`, up to the
+/// source's end now.
+async fn changes_of(pg: &PgConnector, stream: &str, entity: &str, after: &str) -> Vec<String> {
+    let until = pg.end_position().await.unwrap();
+    let from = [(entity.to_string(), after.to_string())];
+    let mut reader = pg.changes(stream, &from, &until).await.unwrap();
+    let mut all = Vec::new();
+    loop {
+        let got = reader.next(100).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        all.extend(got);
+    }
+    all.iter()
+        .filter_map(|e| match e {
+            ChangeEvent::Change(c) => Some(format!("{} {} {:?}", c.entity, c.op.as_str(), c.values[0])),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_joining_a_running_stream_is_copied_in_a_snapshot_of_its_own() {
+    let Some(server) = tokio::task::spawn_blocking(|| {
+        OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into()])
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let mut c = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    exec(
+        &mut c,
+        "CREATE TABLE people (id int PRIMARY KEY, name text);
+         CREATE TABLE keyless (v text);
+         CREATE TABLE parts (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+         CREATE TABLE parts_low PARTITION OF parts FOR VALUES FROM (0) TO (100);
+         CREATE TABLE parts_high PARTITION OF parts FOR VALUES FROM (100) TO (200);
+         INSERT INTO people VALUES (1, 'ann');",
+    )
+    .await;
+    let pg = connector(server.port, "postgres");
+
+    // A table without a key is refused before it joins a publication:
+    // published, the source's own updates of it would fail.
+    let refused = pg.open_stream("t2", &["keyless".into()]).await.err().expect("refused");
+    assert!(refused.to_string().contains("has no primary key"), "{refused}");
+    let publications: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_publication").fetch_one(&mut c).await.unwrap();
+    assert_eq!(publications, 0);
+    exec(&mut c, "UPDATE keyless SET v = 'still writable'").await;
+
+    // A partitioned table's changes arrive as the table's.
+    let start = pg.open_stream("t2", &["parts".into()]).await.unwrap();
+    let from = start.position.clone();
+    drop(start);
+    exec(&mut c, "INSERT INTO parts VALUES (5, 'low'), (150, 'high'); DELETE FROM parts WHERE id = 5").await;
+    assert_eq!(
+        changes_of(&pg, "t2", "parts", &from).await,
+        ["parts insert Int(5)", "parts insert Int(150)", "parts delete Int(5)"]
+    );
+
+    // A table joining the stream later: copied in a snapshot of its own,
+    // the stream going on for it from exactly that snapshot's position.
+    pg.open_stream("t2", &["parts".into(), "people".into()]).await.unwrap();
+    exec(&mut c, "INSERT INTO people VALUES (2, 'before')").await;
+    let snap = pg.fresh_snapshot("t2").await.unwrap();
+    exec(&mut c, "INSERT INTO people VALUES (3, 'after')").await;
+    let mut reader = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    exec(&mut reader, "BEGIN ISOLATION LEVEL REPEATABLE READ").await;
+    exec(&mut reader, &format!("SET TRANSACTION SNAPSHOT '{}'", snap.snapshot.clone().unwrap())).await;
+    let seen: Vec<i32> = sqlx::query_scalar("SELECT id FROM people ORDER BY id").fetch_all(&mut reader).await.unwrap();
+    assert_eq!(seen, [1, 2]);
+    exec(&mut reader, "COMMIT").await;
+    assert_eq!(changes_of(&pg, "t2", "people", &snap.position).await, ["people insert Int(3)"]);
+    // Its temporary slot goes with the snapshot; the stream's stays.
+    drop(snap);
+    let mut slots = 0;
+    for _ in 0..100 {
+        slots =
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_replication_slots").fetch_one(&mut c).await.unwrap();
+        if slots == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(slots, 1);
+    pg.drop_stream("t2").await.unwrap();
+}

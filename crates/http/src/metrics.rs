@@ -36,6 +36,11 @@ struct Outcome {
     outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabel {
+    flow: String,
+}
+
 /// Every metric of the process.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -47,6 +52,11 @@ pub struct Metrics {
     validations: Family<Outcome, Counter>,
     deliveries: Family<Outcome, Counter>,
     queue_depth: Gauge,
+    cdc_retained: Family<FlowLabel, Gauge>,
+    cdc_lag: Family<FlowLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// When each flow's destination last held everything its source had:
+    /// the lag is the time since, as of each scrape.
+    caught_up: Mutex<std::collections::HashMap<String, time::OffsetDateTime>>,
 }
 
 fn request_buckets() -> Histogram {
@@ -67,6 +77,9 @@ impl Default for Metrics {
             validations: Family::default(),
             deliveries: Family::default(),
             queue_depth: Gauge::default(),
+            cdc_retained: Family::default(),
+            cdc_lag: Family::default(),
+            caught_up: Mutex::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -78,6 +91,16 @@ impl Default for Metrics {
             r.register("sluice_gateway_validations", "Gateway validations answered, by outcome", m.validations.clone());
             r.register("sluice_webhook_deliveries", "Notification delivery attempts, by outcome", m.deliveries.clone());
             r.register("sluice_queue_depth", "Runs waiting for a worker", m.queue_depth.clone());
+            r.register(
+                "sluice_cdc_retained_bytes",
+                "Write-ahead log a flow's source keeps for its change stream, as of its last read",
+                m.cdc_retained.clone(),
+            );
+            r.register(
+                "sluice_cdc_lag_seconds",
+                "Time since a flow's destination last held every change its source had",
+                m.cdc_lag.clone(),
+            );
         }
         // Every label value known beforehand shows from the first scrape, at 0.
         for status in ["succeeded", "failed", "canceled", "drift_detected"] {
@@ -108,6 +131,11 @@ impl Metrics {
         if let Some(d) = queue_depth {
             self.queue_depth.set(i64::try_from(d).unwrap_or(i64::MAX));
         }
+        let now = time::OffsetDateTime::now_utc();
+        for (flow, at) in self.caught_up.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+            let lag = (now - *at).as_seconds_f64().max(0.0);
+            self.cdc_lag.get_or_create(&FlowLabel { flow: flow.clone() }).set(lag);
+        }
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &r) {
@@ -131,6 +159,12 @@ impl sluice_domain::monitoring::ports::Metrics for Metrics {
     fn webhook_delivery(&self, outcome: &'static str) {
         self.deliveries.get_or_create(&Outcome { outcome: outcome.to_string() }).inc();
     }
+
+    fn cdc_stream(&self, flow: &str, retained_bytes: u64, caught_up: time::OffsetDateTime) {
+        let label = FlowLabel { flow: flow.to_string() };
+        self.cdc_retained.get_or_create(&label).set(i64::try_from(retained_bytes).unwrap_or(i64::MAX));
+        self.caught_up.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(label.flow, caught_up);
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +179,7 @@ mod tests {
         m.run_finished("succeeded", 42, 3.5);
         m.gateway_validation("valid");
         m.webhook_delivery("delivered");
+        m.cdc_stream("0194c4a2-0000-7000-8000-000000000001", 4096, time::OffsetDateTime::now_utc());
         let text = m.render(Some(7));
         for line in [
             "http_requests_total{method=\"GET\",route=\"/v1/organizations/{orgId}\",status=\"200\"} 1",
@@ -154,6 +189,8 @@ mod tests {
             "sluice_webhook_deliveries_total{outcome=\"delivered\"} 1",
             "sluice_queue_depth 7",
             "sluice_run_duration_seconds_count 1",
+            "sluice_cdc_retained_bytes{flow=\"0194c4a2-0000-7000-8000-000000000001\"} 4096",
+            "sluice_cdc_lag_seconds{flow=\"0194c4a2-0000-7000-8000-000000000001\"} 0.",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

@@ -253,6 +253,7 @@ fn string_for(parent: &str, name: &str) -> String {
         "outcome" => "delivered",
         "relation" => "feeds",
         "change" => "compatible",
+        "state" => "done",
         "version" => "1",
         "description" => "Orders placed in the shop.",
         "message" | "error" | "last_error" => "connection refused by 10.0.0.5:5432",

@@ -21,6 +21,8 @@ pub struct ChannelReader {
     fields: Arc<Vec<Field>>,
     rx: mpsc::Receiver<ConnectorResult<RecordBatch>>,
     task: JoinHandle<()>,
+    /// The task was awaited (a handle is awaited once).
+    joined: bool,
 }
 
 impl ChannelReader {
@@ -32,7 +34,7 @@ impl ChannelReader {
     {
         let (tx, rx) = mpsc::channel(READ_AHEAD);
         let task = tokio::spawn(produce(tx));
-        Self { fields, rx, task }
+        Self { fields, rx, task, joined: false }
     }
 }
 
@@ -52,7 +54,18 @@ impl RecordReader for ChannelReader {
         match self.rx.recv().await {
             Some(Ok(b)) => Ok(Some(b)),
             Some(Err(e)) => Err(e),
-            None => Ok(None),
+            // The producer is done: the read ended, unless the producer
+            // panicked (what it did not send was never read).
+            None if self.joined => Ok(None),
+            None => {
+                self.joined = true;
+                match (&mut self.task).await {
+                    Err(e) if e.is_panic() => {
+                        Err(ConnectorError::Other("the read stopped before its end (its reading task failed)".into()))
+                    }
+                    _ => Ok(None),
+                }
+            }
         }
     }
 }
@@ -147,4 +160,26 @@ pub fn align<'a>(batch: &'a RecordBatch, order: &[String]) -> std::borrow::Cow<'
         return std::borrow::Cow::Borrowed(&batch.rows);
     }
     batch.rows.iter().map(|r| idx.iter().map(|j| j.map(|j| r[j].clone()).unwrap_or(Value::Null)).collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_reader_whose_task_fails_is_an_error_not_an_end() {
+        let fields = Arc::new(Vec::new());
+        let mut whole = ChannelReader::spawn(fields.clone(), |tx| async move {
+            let _ = tx.send(Ok(RecordBatch { fields: Arc::new(Vec::new()), rows: vec![vec![]] })).await;
+        });
+        assert_eq!(whole.next_batch().await.unwrap().map(|b| b.len()), Some(1));
+        assert!(whole.next_batch().await.unwrap().is_none());
+        assert!(whole.next_batch().await.unwrap().is_none(), "asked again");
+        let mut cut = ChannelReader::spawn(fields, |tx| async move {
+            let _ = tx.send(Ok(RecordBatch { fields: Arc::new(Vec::new()), rows: vec![vec![]] })).await;
+            panic!("a bug in the reading task");
+        });
+        assert!(cut.next_batch().await.unwrap().is_some());
+        assert!(cut.next_batch().await.is_err(), "what the task did not send was never read");
+    }
 }

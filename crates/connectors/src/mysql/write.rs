@@ -37,6 +37,19 @@ impl Destination for MySqlConnector {
             .map_err(|e| self.e(&e))
     }
 
+    async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {
+        self.positions(stream).await?;
+        let q = match position {
+            Some(p) => sqlx::query(AssertSqlSafe(format!(
+                "UPDATE {POSITIONS} SET position = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE stream = ? AND entity = ?"
+            )))
+            .bind(p.to_string()),
+            None => sqlx::query(AssertSqlSafe(format!("DELETE FROM {POSITIONS} WHERE stream = ? AND entity = ?"))),
+        };
+        q.bind(stream.to_string()).bind(entity.to_string()).execute(&self.pool).await.map_err(|e| self.e(&e))?;
+        Ok(())
+    }
+
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         Ok(self.schemas(Some(entity)).await?.pop())
     }
@@ -521,6 +534,19 @@ impl EntityWriter for MySqlWriter {
             self.send(Command::Execute(q)).await?;
         }
         Ok(())
+    }
+
+    async fn clear(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.check()?;
+        let table = quote_bt(&self.table);
+        let sql = match soft_column {
+            Some(c) => {
+                let c = quote_bt(c);
+                format!("UPDATE {table} SET {c} = CURRENT_TIMESTAMP(6) WHERE {c} IS NULL")
+            }
+            None => format!("DELETE FROM {table}"),
+        };
+        self.send(Command::Execute(sqlx::query(AssertSqlSafe(sql)))).await
     }
 
     async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {

@@ -137,9 +137,10 @@ impl Decoder {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// Whether bytes are left that make no whole record (a cut stream).
-    pub fn has_partial(&self) -> bool {
-        !self.ended && self.pos < self.buf.len()
+    /// Whether the stream is cut: its trailer was not seen (bytes left
+    /// that make no whole record, or a stream that ended between records).
+    pub fn is_cut(&self) -> bool {
+        !self.ended
     }
 
     /// The next record, if its bytes are all here.
@@ -571,7 +572,12 @@ mod tests {
             }
         }
         assert_eq!(d.next(&wires, &names).unwrap(), Step::End);
-        assert!(!d.has_partial());
+        assert!(!d.is_cut());
+        // Cut between records: not whole either.
+        let mut d = Decoder::default();
+        d.feed(&stream[..stream.len() - TRAILER.len()]);
+        while let Step::Record(_) = d.next(&wires, &names).unwrap() {}
+        assert!(d.is_cut());
         assert_eq!(got, vec![row.to_vec(), row.to_vec()]);
 
         let mut d = Decoder::default();

@@ -16,7 +16,13 @@ impl PgConnector {
     pub(super) async fn copy_out(&self, sql: &str) -> ConnectorResult<PgBulkOut<'static>> {
         use sqlx::postgres::PgPoolCopyExt;
         let stream = self.pool.copy_out_raw(sql).await.map_err(|e| self.e(&e))?;
-        Ok(PgBulkOut { stream, host: self.host.clone(), database: self.database.clone(), failed: None })
+        Ok(PgBulkOut {
+            stream,
+            host: self.host.clone(),
+            database: self.database.clone(),
+            failed: None,
+            binary_tail: None,
+        })
     }
 }
 
@@ -28,7 +34,7 @@ pub(super) async fn copy_on<'c>(
     database: String,
 ) -> ConnectorResult<PgBulkOut<'c>> {
     match conn.copy_out_raw(sql).await {
-        Ok(stream) => Ok(PgBulkOut { stream, host, database, failed: None }),
+        Ok(stream) => Ok(PgBulkOut { stream, host, database, failed: None, binary_tail: None }),
         Err(e) => Err(err(&e, &host, &database)),
     }
 }
@@ -39,6 +45,9 @@ pub(super) struct PgBulkOut<'a> {
     database: String,
     /// A failure met while joining ready pieces, told at the next call.
     failed: Option<ConnectorError>,
+    /// For a binary COPY, its last two bytes so far: a whole stream ends
+    /// with the trailer (-1), one cut between records does not.
+    binary_tail: Option<[u8; 2]>,
 }
 
 #[async_trait::async_trait]
@@ -49,6 +58,15 @@ impl BulkStream for PgBulkOut<'static> {
 }
 
 impl PgBulkOut<'_> {
+    /// Checks, at its end, that this binary COPY is whole (its trailer
+    /// came): a stream whose connection was lost between records is an
+    /// error, not a shorter table. (A cut stream whose last two bytes
+    /// happen to be 0xFFFF passes: the check is cheap, not complete.)
+    pub(super) fn binary(mut self) -> Self {
+        self.binary_tail = Some([0, 0]);
+        self
+    }
+
     /// The next piece, with every piece already received joined to it (up
     /// to [`COPY_CHUNK`]): PostgreSQL sends a message per record, and a
     /// writer is faster with fewer, larger pieces.
@@ -58,6 +76,12 @@ impl PgBulkOut<'_> {
             return Err(e);
         }
         let mut out = match self.stream.next().await {
+            None if self.binary_tail.is_some_and(|t| t != [0xff, 0xff]) => {
+                return Err(ConnectorError::Other(format!(
+                    "reading {}: the binary COPY stream was cut before its end",
+                    self.host
+                )));
+            }
             None => return Ok(None),
             Some(Ok(b)) => b.to_vec(),
             Some(Err(e)) => return Err(err(&e, &self.host, &self.database)),
@@ -72,6 +96,13 @@ impl PgBulkOut<'_> {
                     break;
                 }
                 Some(None) | None => break,
+            }
+        }
+        if let Some(tail) = &mut self.binary_tail {
+            match out.len() {
+                0 => {}
+                1 => *tail = [tail[1], out[0]],
+                n => *tail = [out[n - 2], out[n - 1]],
             }
         }
         Ok(Some(out))
@@ -268,6 +299,11 @@ impl RowsParser {
     fn end(&mut self) -> Result<(), String> {
         if self.buf.len() > self.whole {
             return Err("the binary COPY stream ended inside a record".into());
+        }
+        // Whole streams end with their trailer: one without it was cut
+        // (its connection lost) between records, not done.
+        if !self.ended {
+            return Err("the binary COPY stream was cut before its end".into());
         }
         Ok(())
     }

@@ -138,6 +138,31 @@ impl PgConnector {
             .map_err(|e| self.e(&e))
     }
 
+    /// Moves (or, with `None`, forgets) the position `entity` holds of
+    /// change stream `stream`.
+    pub(super) async fn move_held_position(
+        &self,
+        stream: &str,
+        entity: &str,
+        position: Option<&str>,
+    ) -> ConnectorResult<()> {
+        self.held_positions(stream).await?;
+        let table = self.qualified(POSITIONS);
+        let q = match position {
+            Some(p) => sqlx::query(AssertSqlSafe(format!(
+                "UPDATE {table} SET position = $3, updated_at = now() WHERE stream = $1 AND entity = $2"
+            )))
+            .bind(stream)
+            .bind(entity)
+            .bind(p.to_string()),
+            None => sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE stream = $1 AND entity = $2")))
+                .bind(stream)
+                .bind(entity),
+        };
+        q.execute(&self.pool).await.map_err(|e| self.e(&e))?;
+        Ok(())
+    }
+
     /// A read of `sql` (the read's select) in an exported snapshot, on a
     /// connection of its own that is closed after (it ends inside the
     /// snapshot's transaction).
@@ -202,7 +227,13 @@ impl PgConnector {
             .map_err(|e| self.e(&e))?;
         let tables = self.table_list(entities);
         if exists.is_none() {
-            let sql = format!("CREATE PUBLICATION {} FOR TABLE {tables}", quote_dq(publication));
+            // Partitions' changes as their partitioned table's (13 and later).
+            let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
+            let with = if version >= 130_000 { " WITH (publish_via_partition_root = true)" } else { "" };
+            let sql = format!("CREATE PUBLICATION {} FOR TABLE {tables}{with}", quote_dq(publication));
             sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
             return Ok(());
         }
@@ -249,6 +280,69 @@ impl PgConnector {
                 Some(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             }
         }
+    }
+
+    /// Makes logical replication slot `slot` on a replication connection
+    /// that exports its snapshot (held open by the answer's `hold`).
+    async fn create_slot(&self, slot: &str, temporary: bool) -> ConnectorResult<StreamStart> {
+        let mut conn = self.direct(true).await?;
+        let kind = if temporary { "TEMPORARY LOGICAL" } else { "LOGICAL" };
+        let sql = format!("CREATE_REPLICATION_SLOT {} {kind} pgoutput EXPORT_SNAPSHOT", quote_dq(slot));
+        let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(&mut conn).await.map_err(|e| self.e(&e))?;
+        let position: String = row.try_get("consistent_point").map_err(|e| self.e(&e))?;
+        let snapshot: String = row.try_get("snapshot_name").map_err(|e| self.e(&e))?;
+        Ok(StreamStart { position, snapshot: Some(snapshot), hold: Some(Box::new(SnapshotHold(Some(conn)))) })
+    }
+
+    /// Refuses, before they join a publication, the tables whose updates
+    /// and deletes PostgreSQL could not then publish: once a table without
+    /// a replica identity is published, the source's own updates of it
+    /// fail. A partitioned table needs PostgreSQL 13 (its changes are then
+    /// published as the table's, not its partitions').
+    async fn check_publishable(&self, entities: &[String]) -> ConnectorResult<()> {
+        let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
+            "SELECT c.relname::text, c.relkind::text, c.relreplident::text, \
+             EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = ANY($2)",
+        )
+        .bind(&self.schema)
+        .bind(entities)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+        for e in entities {
+            let table = self.qualified(e);
+            let Some((_, kind, identity, pk)) = rows.iter().find(|r| r.0 == *e) else {
+                return Err(ConnectorError::EntityNotFound(table));
+            };
+            match kind.as_str() {
+                "r" => {}
+                "p" if version >= 130_000 => {}
+                "p" => {
+                    return Err(ConnectorError::InvalidConfig(format!(
+                        "{table} is partitioned: capturing its changes takes PostgreSQL 13 or later"
+                    )));
+                }
+                _ => return Err(ConnectorError::InvalidConfig(format!("{table} is not a table"))),
+            }
+            let identified = match identity.as_str() {
+                "d" => *pk,
+                "n" => false,
+                _ => true,
+            };
+            if !identified {
+                return Err(ConnectorError::InvalidConfig(format!(
+                    "table {table} has no primary key (nor a replica identity): publishing it would make the \
+                     source's own updates and deletes of it fail"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The slot's confirmed position, when the slot exists in this database.
@@ -336,20 +430,30 @@ impl ChangeSource for PgConnector {
 
     async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart> {
         let object = object_name(name)?;
+        self.check_publishable(entities).await?;
         self.publish(&object, entities).await?;
         if let Some(position) = self.slot_position(&object).await? {
             return Ok(StreamStart { position: position.to_string(), snapshot: None, hold: None });
         }
-        let mut conn = self.direct(true).await?;
-        let sql = format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT", quote_dq(&object));
-        let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(&mut conn).await.map_err(|e| self.e(&e))?;
-        let position: String = row.try_get("consistent_point").map_err(|e| self.e(&e))?;
-        let snapshot: String = row.try_get("snapshot_name").map_err(|e| self.e(&e))?;
-        Ok(StreamStart { position, snapshot: Some(snapshot), hold: Some(Box::new(SnapshotHold(Some(conn)))) })
+        self.create_slot(&object, false).await
+    }
+
+    async fn fresh_snapshot(&self, name: &str) -> ConnectorResult<StreamStart> {
+        // A temporary slot of its own exports the snapshot: it goes away
+        // with its connection (the hold), and the stream's slot, which
+        // reads on from before this point, stays as it is.
+        let object = object_name(name)?;
+        let temporary = format!("{object}_t{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+        self.create_slot(&temporary, true).await
     }
 
     async fn end_position(&self) -> ConnectorResult<String> {
-        sqlx::query_scalar("SELECT pg_current_wal_lsn()::text").fetch_one(&self.pool).await.map_err(|e| self.e(&e))
+        // Flushed, not merely written: a slot is read up to what is flushed,
+        // and a read that ends here must have seen every change before it.
+        sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))
     }
 
     fn after(&self, position: &str, other: &str) -> ConnectorResult<bool> {
@@ -369,7 +473,8 @@ impl ChangeSource for PgConnector {
         // A connection of its own, closed when the read ends or is dropped,
         // so that no server process goes on holding the slot after it.
         let mut conn = self.direct(false).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel::<ConnectorResult<Vec<ChangeEvent>>>(4);
+        // `Ok(None)` says the read reached its end.
+        let (tx, rx) = tokio::sync::mpsc::channel::<ConnectorResult<Option<Vec<ChangeEvent>>>>(4);
         let (host, database, schema) = (self.host.clone(), self.database.clone(), self.schema.clone());
         tokio::spawn(async move {
             use futures_util::TryStreamExt;
@@ -410,15 +515,17 @@ impl ChangeSource for PgConnector {
                         let _ = tx.send(Err(ConnectorError::Other(format!("reading the change stream: {e}")))).await;
                         return;
                     }
-                    if decoder.out.len() >= CHUNK && tx.send(Ok(std::mem::take(&mut decoder.out))).await.is_err() {
+                    if decoder.out.len() >= CHUNK && tx.send(Ok(Some(std::mem::take(&mut decoder.out)))).await.is_err()
+                    {
                         return;
                     }
                 }
             }
-            if !decoder.out.is_empty() {
-                let _ = tx.send(Ok(decoder.out)).await;
+            if !decoder.out.is_empty() && tx.send(Ok(Some(decoder.out))).await.is_err() {
+                return;
             }
             let _ = conn.close().await;
+            let _ = tx.send(Ok(None)).await;
         });
         Ok(Box::new(PgChanges { rx, buffered: std::collections::VecDeque::new(), ended: false }))
     }
@@ -446,6 +553,19 @@ impl ChangeSource for PgConnector {
         Ok(self.slot_position(&object).await?.map(|l| l.to_string()))
     }
 
+    async fn retained_bytes(&self, name: &str) -> ConnectorResult<Option<u64>> {
+        let object = object_name(name)?;
+        let found: Option<Option<i64>> = sqlx::query_scalar(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots \
+             WHERE slot_name = $1 AND database = current_database()",
+        )
+        .bind(&object)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        Ok(found.flatten().map(|b| u64::try_from(b).unwrap_or(0)))
+    }
+
     async fn drop_stream(&self, name: &str) -> ConnectorResult<()> {
         let object = object_name(name)?;
         if self.slot_position(&object).await?.is_some() {
@@ -471,12 +591,23 @@ impl super::PgWriter {
     }
 
     /// A temporary table of `rows`, its columns `names` typed as the
-    /// target's (for deletes and updates by key).
+    /// target's (for deletes and updates by key). One per set of columns
+    /// and transaction (it goes at commit), emptied for each use: a
+    /// transaction of many batches takes no more locks for it.
     async fn scratch(&mut self, names: &[String], rows: &[Vec<Value>]) -> ConnectorResult<String> {
-        let scratch = quote_dq(&format!("sluice_keys_{}", uuid::Uuid::new_v4().simple()));
-        let like =
-            format!("CREATE TEMP TABLE {scratch} AS SELECT {} FROM {} WITH NO DATA", names.join(", "), self.table);
-        self.exec(like).await?;
+        // FNV-1a of the columns: a name that fits PostgreSQL's 63 bytes.
+        let hash = names
+            .join(",")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+        let scratch = quote_dq(&format!("sluice_keys_{hash:016x}"));
+        self.exec(format!(
+            "CREATE TEMP TABLE IF NOT EXISTS {scratch} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA",
+            names.join(", "),
+            self.table
+        ))
+        .await?;
+        self.exec(format!("TRUNCATE {scratch}")).await?;
         let (host, db) = (self.host.clone(), self.database.clone());
         let tx = self.tx.as_mut().ok_or_else(|| ConnectorError::Other("writer already finished".into()))?;
         let mut copy = tx
@@ -502,8 +633,7 @@ impl super::PgWriter {
         let names: Vec<String> = keys.fields.iter().map(|f| quote_dq(&f.name)).collect();
         let scratch = self.scratch(&names, &keys.rows).await?;
         let on: Vec<String> = names.iter().map(|n| format!("t.{n} = k.{n}")).collect();
-        self.exec(format!("DELETE FROM {} t USING {scratch} k WHERE {}", self.table, on.join(" AND "))).await?;
-        self.exec(format!("DROP TABLE {scratch}")).await
+        self.exec(format!("DELETE FROM {} t USING {scratch} k WHERE {}", self.table, on.join(" AND "))).await
     }
 
     /// Sets the fields of `rows` but the key on the rows with its keys.
@@ -525,8 +655,21 @@ impl super::PgWriter {
         let on: Vec<String> = keys.iter().map(|n| format!("t.{n} = u.{n}")).collect();
         let sql =
             format!("UPDATE {} t SET {} FROM {scratch} u WHERE {}", self.table, assign.join(", "), on.join(" AND "));
-        self.exec(sql).await?;
-        self.exec(format!("DROP TABLE {scratch}")).await
+        self.exec(sql).await
+    }
+
+    /// Removes every row (or marks the live ones deleted in
+    /// `soft_column`), in the writer's transaction.
+    pub(super) async fn clear_rows(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.merge_stage().await?;
+        let sql = match soft_column {
+            Some(c) => {
+                let c = quote_dq(c);
+                format!("UPDATE {} SET {c} = now() WHERE {c} IS NULL", self.table)
+            }
+            None => format!("DELETE FROM {}", self.table),
+        };
+        self.exec(sql).await
     }
 
     /// Records the position this table holds of `stream`, in the writer's
@@ -658,7 +801,7 @@ impl Decoder {
 
 /// The events the reading task sends.
 struct PgChanges {
-    rx: tokio::sync::mpsc::Receiver<ConnectorResult<Vec<ChangeEvent>>>,
+    rx: tokio::sync::mpsc::Receiver<ConnectorResult<Option<Vec<ChangeEvent>>>>,
     buffered: std::collections::VecDeque<ChangeEvent>,
     ended: bool,
 }
@@ -668,8 +811,16 @@ impl ChangeReader for PgChanges {
     async fn next(&mut self, max: usize) -> ConnectorResult<Vec<ChangeEvent>> {
         while self.buffered.is_empty() && !self.ended {
             match self.rx.recv().await {
-                Some(events) => self.buffered.extend(events?),
-                None => self.ended = true,
+                Some(Ok(Some(events))) => self.buffered.extend(events),
+                Some(Ok(None)) => self.ended = true,
+                Some(Err(e)) => return Err(e),
+                // The reading task ended without saying so (it panicked):
+                // what it did not send was not seen.
+                None => {
+                    return Err(ConnectorError::Other(
+                        "the change stream's reader stopped before the end of the read".into(),
+                    ));
+                }
             }
         }
         let n = self.buffered.len().min(max.max(1));

@@ -132,7 +132,7 @@ impl Source for PgConnector {
         match (format, cursor) {
             (BULK_FORMAT, None) => {
                 let sql = format!("COPY (SELECT {cols} FROM {table}) TO STDOUT (FORMAT binary)");
-                Ok(Some(Box::new(self.copy_out(&sql).await?)))
+                Ok(Some(Box::new(self.copy_out(&sql).await?.binary())))
             }
             (SLUICE_CSV, None) => {
                 // The values formatted by PostgreSQL as the file writer
@@ -270,8 +270,10 @@ impl Decoding {
                     send(tx, Err(e)).await;
                     return;
                 }
-                Ok(None) if decoder.has_partial() => {
-                    send(tx, Err(bad("the binary COPY stream ended inside a record".into()))).await;
+                // Whole streams end with their trailer: one that ends
+                // without it was cut (its connection lost), not done.
+                Ok(None) if decoder.is_cut() => {
+                    send(tx, Err(bad("the binary COPY stream was cut before its end".into()))).await;
                     return;
                 }
                 Ok(None) => break,

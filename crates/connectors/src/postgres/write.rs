@@ -23,6 +23,10 @@ impl Destination for PgConnector {
         self.held_positions(stream).await
     }
 
+    async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {
+        self.move_held_position(stream, entity, position).await
+    }
+
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         Ok(self.schemas(Some(entity)).await?.pop())
     }
@@ -560,6 +564,10 @@ impl EntityWriter for PgWriter {
 
     async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
         self.write_position(stream, position).await
+    }
+
+    async fn clear(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.clear_rows(soft_column).await
     }
 
     async fn abort(mut self: Box<Self>) {

@@ -33,6 +33,19 @@ impl Destination for SqliteConnector {
             .map_err(|e| err(&e))
     }
 
+    async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {
+        self.positions(stream).await?;
+        let q = match position {
+            Some(p) => sqlx::query(AssertSqlSafe(format!(
+                "UPDATE {POSITIONS} SET position = ?, updated_at = datetime('now') WHERE stream = ? AND entity = ?"
+            )))
+            .bind(p.to_string()),
+            None => sqlx::query(AssertSqlSafe(format!("DELETE FROM {POSITIONS} WHERE stream = ? AND entity = ?"))),
+        };
+        q.bind(stream.to_string()).bind(entity.to_string()).execute(&self.pool).await.map_err(|e| err(&e))?;
+        Ok(())
+    }
+
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
         self.entity_schema(entity).await
     }
@@ -232,6 +245,20 @@ impl EntityWriter for SqliteWriter {
             }
             q.execute(&mut **self.tx()?).await.map_err(|e| err(&e))?;
         }
+        Ok(())
+    }
+
+    async fn clear(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+        let table = quote_dq(&self.table);
+        let sql = match soft_column {
+            // The form the writer gives timestamps (RFC 3339, UTC).
+            Some(c) => {
+                let c = quote_dq(c);
+                format!("UPDATE {table} SET {c} = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE {c} IS NULL")
+            }
+            None => format!("DELETE FROM {table}"),
+        };
+        sqlx::query(AssertSqlSafe(sql)).execute(&mut **self.tx()?).await.map_err(|e| err(&e))?;
         Ok(())
     }
 

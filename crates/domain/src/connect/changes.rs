@@ -64,7 +64,9 @@ pub enum ChangeEvent {
 #[async_trait::async_trait]
 pub trait ChangeReader: Send {
     /// The next events, at most `max`; none when the stream reached the end
-    /// it was opened up to.
+    /// it was opened up to (a read that stops short of it fails instead:
+    /// the caller takes "none" to mean every change up to that end was
+    /// seen).
     async fn next(&mut self, max: usize) -> ConnectorResult<Vec<ChangeEvent>>;
 }
 
@@ -90,7 +92,14 @@ pub trait ChangeSource: Send + Sync {
     /// covers `entities`; creates it when missing.
     async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart>;
 
-    /// The position the source's log ends at now.
+    /// A snapshot of the tables as of a position the stream `name` reads
+    /// past (it exists already): for copying a table added to the stream,
+    /// or copying one again, so that the changes after the copy begin
+    /// exactly where it ends. Valid while `hold` is.
+    async fn fresh_snapshot(&self, name: &str) -> ConnectorResult<StreamStart>;
+
+    /// The position the source's log ends at now: everything before it can
+    /// be read.
     async fn end_position(&self) -> ConnectorResult<String>;
 
     /// Whether `position` comes after `other` in this source's log.
@@ -116,6 +125,10 @@ pub trait ChangeSource: Send + Sync {
 
     /// The earliest position the stream still holds.
     async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>>;
+
+    /// How many bytes of its log the source keeps for the stream (from the
+    /// oldest it may still need to the end); `None` when it has none.
+    async fn retained_bytes(&self, name: &str) -> ConnectorResult<Option<u64>>;
 
     /// Removes the stream (its slot and publication); nothing when missing.
     async fn drop_stream(&self, name: &str) -> ConnectorResult<()>;

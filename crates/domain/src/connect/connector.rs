@@ -248,6 +248,14 @@ pub trait EntityWriter: Send {
         Err(ConnectorError::Unsupported("this destination updates no rows in place".into()))
     }
 
+    /// Removes every row of the entity in the writer's transaction (readers
+    /// see them until it commits); with `soft_column`, sets that column to
+    /// the current time on the rows where it is null instead. A copy that
+    /// follows then leaves exactly the source's rows.
+    async fn clear(&mut self, _soft_column: Option<&str>) -> ConnectorResult<()> {
+        Err(ConnectorError::Unsupported("this destination deletes no rows".into()))
+    }
+
     /// Records, in the writer's transaction (so with the rows it commits),
     /// that the entity holds change stream `stream` up to `position` (see
     /// [`Destination::positions`]).
@@ -323,6 +331,13 @@ pub trait Destination: Send + Sync {
     /// its writers committed them ([`EntityWriter::hold_position`]): where
     /// the stream resumes, whatever happened to the run that wrote them.
     async fn positions(&self, _stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        Err(ConnectorError::Unsupported("this destination holds no change stream positions".into()))
+    }
+
+    /// Moves the position `entity` holds of change stream `stream` (it
+    /// holds one) to `position`, or forgets it (`None`: the entity is
+    /// copied again, as new to the stream).
+    async fn move_position(&self, _stream: &str, _entity: &str, _position: Option<&str>) -> ConnectorResult<()> {
         Err(ConnectorError::Unsupported("this destination holds no change stream positions".into()))
     }
 }

@@ -59,6 +59,10 @@ pub trait Metrics: Send + Sync {
     fn gateway_validation(&self, outcome: &'static str);
     /// A notification delivery attempt ended: `delivered`, `failed` or `refused`.
     fn webhook_delivery(&self, outcome: &'static str);
+    /// Flow `flow`'s change stream: its source keeps `retained_bytes` of log
+    /// for it, and its destination holds every change the source had at
+    /// `caught_up` (the lag is the time since).
+    fn cdc_stream(&self, _flow: &str, _retained_bytes: u64, _caught_up: time::OffsetDateTime) {}
 }
 
 /// Counts nothing (embedders and tests without an operator).

@@ -14,8 +14,19 @@ use sha2::Sha256;
 use time::OffsetDateTime;
 
 /// The events a rule can name.
-pub const EVENTS: [&str; 6] =
-    ["run.succeeded", "run.failed", "run.drift_detected", "schema.drift", "quota.threshold", "connection.failing"];
+pub const EVENTS: [&str; 7] = [
+    "run.succeeded",
+    "run.failed",
+    "run.drift_detected",
+    "schema.drift",
+    "quota.threshold",
+    "connection.failing",
+    RETAINED_OVER_BUDGET,
+];
+
+/// A flow's change stream makes its source keep more log than the source
+/// connection's `cdc_max_retained` (see `docs/cdc.md`).
+pub const RETAINED_OVER_BUDGET: &str = "cdc.retained_over_budget";
 
 /// The prefix of a webhook signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";

@@ -93,6 +93,12 @@ impl MonitoringService {
         self.activity.record_event(event).await
     }
 
+    /// The organization's events at or after `since`, newest first (for
+    /// the contexts above, which need not ask twice).
+    pub(crate) async fn recent(&self, org: OrgId, since: OffsetDateTime, limit: u64) -> Result<Vec<ActivityEvent>> {
+        self.activity.events(org, Some(since), limit).await
+    }
+
     /// The operator's counters, for the contexts above.
     pub(crate) fn metrics(&self) -> &dyn Metrics {
         self.metrics.as_ref()

@@ -152,6 +152,10 @@ pub mod code {
     pub const NO_CURSOR: &str = "no_cursor";
     pub const NOT_A_SOURCE: &str = "not_a_source";
     pub const OAUTH_EXCHANGE_FAILED: &str = "oauth_exchange_failed";
+    /// A change stream no longer holds what an entity had not read yet.
+    pub const POSITION_LOST: &str = "position_lost";
+    /// A position a change stream does not retain (earlier, unknown, or past its end).
+    pub const POSITION_NOT_RETAINED: &str = "position_not_retained";
     pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
     pub const RUN_FINISHED: &str = "run_finished";
     pub const RUN_IN_PROGRESS: &str = "run_in_progress";

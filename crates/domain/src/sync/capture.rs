@@ -14,12 +14,16 @@
 //!   no position for is copied first. When no entity holds one, the stream
 //!   starts afresh: the source exports the snapshot its position starts
 //!   from, and the copy reads in it, so the changes that follow begin
-//!   exactly where the copy ends. An entity added to a running stream is
-//!   copied as it is now and the stream replayed over it from the stream's
-//!   position (`cdc_deduped`: the upserts and deletes converge on the
-//!   source's rows); a `cdc_append` entity cannot be added so yet.
+//!   exactly where the copy ends. An entity added to a running stream, or
+//!   copied again (`DELETE …/state`), is copied in a snapshot of its own
+//!   ([`ChangeSource::fresh_snapshot`]) and the stream goes on for it from
+//!   that snapshot's position. A `cdc_deduped` copy first clears what the
+//!   destination held, in the copy's transaction.
 //! - A run reads the stream up to the source's end at its start, commits
-//!   every [`CHECKPOINT_ROWS`] changes at a transaction's end, and ends.
+//!   every [`CHECKPOINT_ROWS`] changes at a transaction's end, and ends;
+//!   having read to that end, every entity holds it (an idle one too).
+//! - A position the stream no longer holds fails its entity with
+//!   `position_lost`, never skipping what was lost.
 //!
 //! See `docs/cdc.md`.
 
@@ -32,12 +36,20 @@ use crate::connect::connector::{
 use crate::sync::flow::{Cursor, EntityStats, Flow, Mapping, Run};
 use crate::sync::mode::{COMMITTED_AT, DELETED_AT, DeleteMode, OP, POSITION, SyncMode};
 use crate::sync::transform;
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 use time::OffsetDateTime;
 
 /// What a stored CDC position shows as its cursor field (`GET …/state`).
 pub const POSITION_FIELD: &str = "$position";
+
+/// The source connection's setting: how many bytes of log its change
+/// streams may keep before an event says so.
+pub const MAX_RETAINED: &str = "cdc_max_retained";
+
+/// [`MAX_RETAINED`] unless set: 10 GiB.
+pub const DEFAULT_MAX_RETAINED: u64 = 10 << 30;
 
 /// The name of a flow's change stream (its slot and publication on the
 /// source).
@@ -63,6 +75,8 @@ pub enum Halt {
 enum Stop {
     Drift(String),
     Failed(String),
+    /// The stream no longer holds changes the entity had not read.
+    Lost(String),
 }
 
 /// Why a CDC entity (or all of them) stopped.
@@ -75,11 +89,18 @@ pub struct CaptureFailure {
     /// The run was taken over: stop without recording anything.
     pub lost: bool,
     pub halt: Option<Halt>,
+    /// The failure's code, where it has one of its own
+    /// ([`crate::shared::error::code::POSITION_LOST`]).
+    pub code: Option<&'static str>,
 }
 
 impl CaptureFailure {
     fn all(message: impl Into<String>) -> Self {
-        CaptureFailure { entity: None, message: message.into(), transient: false, lost: false, halt: None }
+        CaptureFailure { entity: None, message: message.into(), transient: false, lost: false, halt: None, code: None }
+    }
+
+    fn position_lost(message: impl Into<String>) -> Self {
+        CaptureFailure { code: Some(crate::shared::error::code::POSITION_LOST), ..CaptureFailure::all(message) }
     }
 
     fn from_connector(e: crate::connect::connector::ConnectorError) -> Self {
@@ -160,11 +181,19 @@ pub(super) struct Scope<'a> {
 }
 
 /// What an entity's writer is given next: consecutive changes of one kind
-/// go together, in order.
+/// go together, in order, up to [`BATCH_ROWS`].
 enum Pending {
     None,
     Upserts(Vec<Vec<Value>>),
+    /// The keys of the rows to delete.
     Deletes(Vec<Vec<Value>>),
+    /// Rows (in the schema's field order) whose fields but `keep` are set
+    /// on the destination's rows with their keys: updates that left large
+    /// values as they were, and soft deletes.
+    Updates {
+        keep: Vec<usize>,
+        rows: Vec<Vec<Value>>,
+    },
 }
 
 /// One CDC mapping's part of the run.
@@ -189,6 +218,8 @@ struct Entity<'a> {
     /// Set when the entity stopped: its changes are skipped from then on,
     /// and it stays at `held`.
     stopped: Option<Stop>,
+    /// The destination holds no position: the table is copied first.
+    copy: bool,
 }
 
 impl Entity<'_> {
@@ -247,28 +278,39 @@ impl Entity<'_> {
                 }
                 writer.write(&batch).await
             }
-            Pending::Deletes(rows) => {
+            Pending::Deletes(keys) => {
                 let key_fields: Vec<Field> = key_idx.iter().map(|i| fields[*i].clone()).collect();
-                let keys: Vec<Vec<Value>> =
-                    rows.into_iter().map(|r| key_idx.iter().map(|i| r[*i].clone()).collect()).collect();
                 writer.delete(&RecordBatch { fields: Arc::new(key_fields), rows: keys }).await
+            }
+            Pending::Updates { keep, rows } => {
+                let set: Vec<usize> = (0..fields.len()).filter(|i| !keep.contains(i)).collect();
+                let set_fields: Vec<Field> = set.iter().map(|i| fields[*i].clone()).collect();
+                let rows = rows.into_iter().map(|r| set.iter().map(|i| r[*i].clone()).collect()).collect();
+                // A key updated twice in the batch: the later update wins.
+                let keys: Vec<usize> =
+                    set_fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
+                let batch = crate::sync::dedupe(RecordBatch { fields: Arc::new(set_fields), rows }, &keys, None);
+                writer.update(&batch).await
             }
         };
         written.map_err(|e| failure_of(&entity, e))
     }
 
-    /// Sets the fields of one row a change carried (a large value an
-    /// update left as it was stays as the destination holds it), or a soft
-    /// delete's time.
-    async fn update(&mut self, row: Vec<Value>, keep: &[usize]) -> Result<(), CaptureFailure> {
-        self.flush().await?;
-        let set: Vec<usize> = (0..self.schema.fields.len()).filter(|i| !keep.contains(i)).collect();
-        let fields: Vec<Field> = set.iter().map(|i| self.schema.fields[*i].clone()).collect();
-        let row: Vec<Value> = set.iter().map(|i| row[*i].clone()).collect();
-        let entity = self.m.source_entity.clone();
-        let Some(writer) = self.writer.as_mut() else { return Ok(()) };
-        let updated = writer.update(&RecordBatch { fields: Arc::new(fields), rows: vec![row] }).await;
-        updated.map_err(|e| failure_of(&entity, e))
+    /// Queues a row whose fields but `keep` are set on the destination's
+    /// row with its key (a large value an update left as it was stays as
+    /// the destination holds it; a soft delete sets its time alone).
+    async fn push_update(&mut self, row: Vec<Value>, keep: Vec<usize>) -> Result<(), CaptureFailure> {
+        if !matches!(&self.pending, Pending::Updates { keep: k, .. } if *k == keep) {
+            self.flush().await?;
+            self.pending = Pending::Updates { keep, rows: Vec::new() };
+        }
+        if let Pending::Updates { rows, .. } = &mut self.pending {
+            rows.push(row);
+            if rows.len() >= BATCH_ROWS {
+                self.flush().await?;
+            }
+        }
+        Ok(())
     }
 
     fn failed(&self, e: crate::connect::connector::ConnectorError) -> CaptureFailure {
@@ -294,19 +336,23 @@ impl Entity<'_> {
                 let key_idx = self.key_idx();
                 let keep: Vec<usize> =
                     (0..self.schema.fields.len()).filter(|i| *i != at && !key_idx.contains(i)).collect();
-                self.update(row, &keep).await
+                self.push_update(row, keep).await
             }
             (_, ChangeOp::Delete) => {
                 if !matches!(self.pending, Pending::Deletes(_)) {
                     self.flush().await?;
                     self.pending = Pending::Deletes(Vec::new());
                 }
-                if let Pending::Deletes(rows) = &mut self.pending {
-                    rows.push(row);
+                let key: Vec<Value> = self.key_idx().into_iter().map(|i| row[i].clone()).collect();
+                if let Pending::Deletes(keys) = &mut self.pending {
+                    keys.push(key);
+                    if keys.len() >= BATCH_ROWS {
+                        self.flush().await?;
+                    }
                 }
                 Ok(())
             }
-            (_, _) if !unchanged.is_empty() => self.update(row, &unchanged).await,
+            (_, _) if !unchanged.is_empty() => self.push_update(row, unchanged).await,
             _ => self.push_upsert(row).await,
         }
     }
@@ -374,6 +420,7 @@ impl SyncService {
                     Err(CaptureFailure { halt: Some(Halt::Drift), ..CaptureFailure::all(message) })
                 }
                 (Ok(()), Some(Stop::Failed(message))) => Err(CaptureFailure::all(message)),
+                (Ok(()), Some(Stop::Lost(message))) => Err(CaptureFailure::position_lost(message)),
                 (Err(f), _) => Err(CaptureFailure {
                     entity: Some(m.source_entity.clone()),
                     message: match &f.entity {
@@ -383,11 +430,13 @@ impl SyncService {
                     transient: f.transient,
                     lost: f.lost,
                     halt: f.halt,
+                    code: f.code,
                 }),
             };
             stats.status = if result.is_ok() { "succeeded" } else { "failed" }.into();
             if let Err(f) = &result {
                 stats.error = Some(f.message.clone());
+                stats.error_code = f.code.map(str::to_string);
             }
             if let Some(e) = e
                 && let Some(w) = e.writer.take()
@@ -411,10 +460,22 @@ impl SyncService {
         let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
         let held: HashMap<String, String> = dest.positions(&stream).await?.into_iter().collect();
         let holds_any = mappings.iter().any(|(_, m)| held.contains_key(m.destination()));
-        if !holds_any && changes.retained_from(&stream).await?.is_some() {
+        let retained = changes.retained_from(&stream).await?;
+        match (holds_any, &retained) {
             // Nothing of the stream reached the destination (a first copy
-            // that never committed): begin afresh, from a new snapshot.
-            changes.drop_stream(&stream).await?;
+            // that never committed, or every table to copy again): begin
+            // afresh, from a new snapshot.
+            (false, Some(_)) => changes.drop_stream(&stream).await?,
+            // Dropped by hand, or by the server (a slot past its WAL
+            // limit): what happened since the positions held is gone.
+            (true, None) => {
+                return Err(CaptureFailure::position_lost(format!(
+                    "the source no longer has this flow's change stream (replication slot sluice_{stream}): the \
+                     changes after the positions the destination holds are lost; copy each table again with \
+                     DELETE …/state/{{entity}}"
+                )));
+            }
+            _ => {}
         }
         let start = changes.open_stream(&stream, &names).await?;
         for (index, m) in mappings {
@@ -441,39 +502,55 @@ impl SyncService {
                 schema,
                 source_fields,
                 writer: None,
-                position: position.clone().unwrap_or_else(|| start.position.clone()),
+                position: position.clone().unwrap_or_default(),
                 pending: Pending::None,
                 stats,
                 committed: prior,
                 held: String::new(),
                 stopped: None,
+                copy: position.is_none(),
             };
             e.held = e.position.clone();
-            if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
+            if let (Some(p), Some(r)) = (&position, &retained)
+                && changes.after(r, p)?
+            {
+                // The stream was moved past what this table holds (it left
+                // the flow a while, or the slot was advanced by hand).
+                let message = format!(
+                    "the change stream moved on to {r} while this table holds {p}: the changes between are lost; \
+                     copy it again with DELETE …/state/{entity}"
+                );
+                self.log(run, "error", Some(entity), message.clone()).await;
+                e.stopped = Some(Stop::Lost(message));
+            } else if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
                 let message = "new source columns blocked by schema_policy block_on_new_column".to_string();
                 e.stopped = Some(Stop::Drift(message));
-                entities.push(e);
-                continue;
-            }
-            if position.is_none() {
-                if start.snapshot.is_none() && m.sync_mode == SyncMode::CdcAppend {
-                    return Err(CaptureFailure {
-                        entity: Some(entity.into()),
-                        ..CaptureFailure::all(
-                            "a cdc_append table added to a running change stream cannot be copied without \
-                             duplicating changes yet: make a new flow for it",
-                        )
-                    });
-                }
-                self.copy_first(scope, &stream, &mut e, start.snapshot.as_deref()).await?;
-                e.held = e.position.clone();
             }
             entities.push(e);
         }
-        drop(start);
+        // Tables to copy: in the new stream's snapshot, or (the stream ran
+        // already) in a snapshot of their own, taken now, from whose
+        // position the stream then goes on for them.
+        if entities.iter().any(|e| e.copy) {
+            let snap = match start.snapshot {
+                Some(_) => start,
+                None => {
+                    drop(start);
+                    changes.fresh_snapshot(&stream).await?
+                }
+            };
+            for e in entities.iter_mut().filter(|e| e.copy) {
+                e.position = snap.position.clone();
+                self.copy_first(scope, &stream, e, snap.snapshot.as_deref()).await?;
+                e.held = e.position.clone();
+            }
+        } else {
+            drop(start);
+        }
         // As many tables at once as the destination takes writers (SQLite:
         // one); the stream is read again for each group (reading leaves
         // it where it is).
+        let caught_up = self.clock.now();
         let until = changes.end_position().await?;
         for group in entities.chunks_mut(dest.concurrent_writers().max(1)) {
             self.stream_changes(scope, &stream, group, &until).await?;
@@ -486,7 +563,68 @@ impl SyncService {
         if let Some(min) = min {
             changes.confirm(&stream, &min).await?;
         }
+        self.watch_stream(flow, &stream, changes, caught_up).await;
         Ok(())
+    }
+
+    /// After a run's read: the flow's stream in the metrics (the log its
+    /// source keeps for it, and when its destination last caught up), and
+    /// a `cdc.retained_over_budget` event, at most one a day per flow,
+    /// while the source keeps more than the source connection's
+    /// `cdc_max_retained` bytes (10 GiB unless set).
+    async fn watch_stream(
+        &self,
+        flow: &Flow,
+        stream: &str,
+        changes: &Arc<dyn ChangeSource>,
+        caught_up: OffsetDateTime,
+    ) {
+        let retained = match changes.retained_bytes(stream).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(flow = %flow.id, error = %e, "reading how much log the source keeps failed");
+                return;
+            }
+        };
+        self.monitoring.metrics().cdc_stream(&flow.id.to_string(), retained, caught_up);
+        let budget = match self.connect.connection(flow.org_id, flow.source_connection_id).await {
+            Ok(Some(c)) => c.config.get(MAX_RETAINED).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok())),
+            _ => None,
+        }
+        .unwrap_or(DEFAULT_MAX_RETAINED);
+        if retained <= budget {
+            return;
+        }
+        let event = crate::monitoring::rule::RETAINED_OVER_BUDGET;
+        let since = self.clock.now() - time::Duration::days(1);
+        let told = match self.monitoring.recent(flow.org_id, since, 1000).await {
+            Ok(events) => events.iter().any(|e| e.event_type == event && e.data["flow_id"] == json!(flow.id)),
+            Err(_) => false,
+        };
+        if told {
+            return;
+        }
+        let recorded = self
+            .monitoring
+            .record(&crate::monitoring::activity::ActivityEvent {
+                id: uuid::Uuid::now_v7(),
+                org_id: flow.org_id,
+                event_type: event.into(),
+                severity: "warning".into(),
+                message: format!(
+                    "flow '{}' makes its source keep {retained} bytes of log, over the {budget} of the source \
+                     connection's cdc_max_retained: run it more often, or remove the table that holds it back",
+                    flow.name
+                ),
+                data: json!({"flow_id": flow.id, "flow_name": flow.name, "retained_bytes": retained,
+                    "budget_bytes": budget, "connection_id": flow.source_connection_id}),
+                created_at: self.clock.now(),
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(flow = %flow.id, error = %e, "recording cdc.retained_over_budget failed");
+        }
     }
 
     /// An entity's first copy, in the stream's snapshot when there is one,
@@ -498,17 +636,28 @@ impl SyncService {
         e: &mut Entity<'_>,
         snapshot: Option<&str>,
     ) -> Result<(), CaptureFailure> {
-        let Scope { run, source, dest, .. } = scope;
+        let Scope { run, flow, source, dest, .. } = scope;
         let entity = e.m.source_entity.clone();
         let how = match snapshot {
-            Some(_) => "copying the table in the change stream's snapshot",
-            None => "copying the table as it is now; the stream is replayed over it from its position",
+            Some(_) => format!("copying the table in a snapshot at {}; its changes follow from there", e.position),
+            None => "copying the table as it is now; the stream is replayed over it from its position".into(),
         };
-        self.log(run, "info", Some(&entity), how.into()).await;
+        self.log(run, "info", Some(&entity), how).await;
         let mut writer = dest
             .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
             .await
             .map_err(|x| e.failed(x))?;
+        // A mirror ends up with exactly the source's rows: what it held
+        // before (a copy again, a table that left the flow a while) goes,
+        // in the copy's transaction, or is marked deleted. A change log
+        // keeps its rows and gains the copy's as inserts.
+        if e.m.sync_mode == SyncMode::CdcDeduped {
+            let soft = (e.m.delete_mode == Some(DeleteMode::Soft)).then_some(DELETED_AT);
+            if let Err(x) = writer.clear(soft).await {
+                writer.abort().await;
+                return Err(e.failed(x));
+            }
+        }
         let mut reader = source
             .read(ReadRequest {
                 entity: entity.clone(),
@@ -554,6 +703,16 @@ impl SyncService {
         e.committed += w.rows_written;
         e.stats.rows_written = e.committed;
         e.stats.bytes += w.bytes;
+        // For `GET …/state` (the destination holds the position already).
+        let c = Cursor {
+            entity: entity.clone(),
+            cursor_field: Some(POSITION_FIELD.into()),
+            cursor_value: Some(e.position.clone()),
+            updated_at: self.clock.now(),
+        };
+        if !self.cursors.advance(flow.id, &c, run.fence()).await? {
+            return Err(CaptureFailure::lost());
+        }
         Ok(())
     }
 
@@ -695,6 +854,14 @@ impl SyncService {
                         }
                     }
                 }
+            }
+        }
+        // The read reached `until`: each entity holds every change before
+        // it, even a table no transaction touched, so that the source may
+        // forget its log up to there (an idle table does not keep it).
+        for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
+            if changes.after(until, &e.position)? {
+                e.position = until.to_string();
             }
         }
         self.commit_changes(run, flow, stream, entities, false).await

@@ -375,6 +375,9 @@ pub struct EntityStats {
     pub rows_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The failure's code where it has one of its own (`position_lost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -561,7 +561,9 @@ impl SyncService {
     pub async fn set_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str, value: &str) -> Result<Cursor> {
         self.identity.access(p, org, Permission::Write).await?;
         let (f, m) = self.mapping_for(org, id, entity).await?;
-        refuse_position_write(&m)?;
+        if m.sync_mode.cdc() {
+            return self.move_position(p, &f, &m, value).await;
+        }
         let field = m.cursor_field.clone().ok_or_else(|| Error::Unprocessable {
             code: crate::shared::error::code::NO_CURSOR,
             message: format!("'{entity}' syncs in {} mode, which keeps no cursor", m.sync_mode.as_str()),
@@ -601,28 +603,153 @@ impl SyncService {
     /// destination is not truncated.
     pub async fn reset_cursor(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str) -> Result<()> {
         self.identity.access(p, org, Permission::Write).await?;
-        let (_, m) = self.mapping_for(org, id, entity).await?;
-        refuse_position_write(&m)?;
+        let (f, m) = self.mapping_for(org, id, entity).await?;
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.reset", "flow", id, self.clock.now())
             .with_details(json!({"entity": entity, "new_value": null}));
+        if m.sync_mode.cdc() {
+            // The destination forgets the positions its tables of this
+            // entity hold: the next run copies them again (in a snapshot of
+            // their own, the stream going on from there), and the state
+            // shows them pending.
+            let (_, dest) = self.capture_ends(&f).await?;
+            let stream = crate::sync::capture::stream_name(&f);
+            for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && x.sync_mode.cdc()) {
+                dest.move_position(&stream, m.destination(), None).await.map_err(unreachable("destination"))?;
+            }
+            let pending = Cursor {
+                entity: entity.to_string(),
+                cursor_field: Some(crate::sync::capture::POSITION_FIELD.into()),
+                cursor_value: None,
+                updated_at: self.clock.now(),
+            };
+            return self.cursors.write_by_user(id, entity, Some(pending), audit).await;
+        }
         self.cursors.write_by_user(id, entity, None, audit).await
+    }
+
+    /// Each mapped entity's state: its cursor, and for a CDC entity its
+    /// copy's progress (`pending` until its first copy, or a copy asked for
+    /// again, commits; `running` while a run of the flow executes then).
+    pub async fn state(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<EntityState>> {
+        let cursors = self.cursors(p, org, id).await?;
+        let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
+        let running = self.runs.running_for_flow(id).await?;
+        Ok(cursors
+            .into_iter()
+            .zip(&f.config.mappings)
+            .map(|(mut cursor, m)| {
+                let snapshot = m.sync_mode.cdc().then(|| {
+                    if cursor.cursor_field.is_none() {
+                        cursor.cursor_field = Some(crate::sync::capture::POSITION_FIELD.into());
+                    }
+                    match (&cursor.cursor_value, running) {
+                        (Some(_), _) => SnapshotProgress { state: "done", chunks_done: 1, chunks_total: 1 },
+                        (None, true) => SnapshotProgress { state: "running", chunks_done: 0, chunks_total: 1 },
+                        (None, false) => SnapshotProgress { state: "pending", chunks_done: 0, chunks_total: 1 },
+                    }
+                });
+                EntityState { cursor, snapshot }
+            })
+            .collect())
+    }
+
+    /// The change source and the destination of a CDC flow.
+    async fn capture_ends(
+        &self,
+        f: &Flow,
+    ) -> Result<(
+        std::sync::Arc<dyn crate::connect::changes::ChangeSource>,
+        std::sync::Arc<dyn crate::connect::connector::Destination>,
+    )> {
+        let open = |side: &'static str, id| async move {
+            let c = self.connect.connection(f.org_id, id).await?.ok_or(Error::not_found("connection"))?;
+            self.connect.resolve_connection(&c).await.map_err(unreachable(side))
+        };
+        let source = open("source", f.source_connection_id).await?;
+        let dest = open("destination", f.destination_connection_id).await?;
+        let registry = self.connect.registry();
+        let changes = registry.change_source(&source).await.map_err(unreachable("source"))?;
+        let dest = registry.destination(&dest).await.map_err(unreachable("destination"))?;
+        Ok((changes, dest))
+    }
+
+    /// Moves a CDC entity forward to `value`, a later position its stream
+    /// retains (the changes between are skipped), in the destination that
+    /// holds it (each table of its mappings); audited with the old and new
+    /// positions.
+    async fn move_position(&self, p: &Principal, f: &Flow, m: &Mapping, value: &str) -> Result<Cursor> {
+        let entity = m.source_entity.as_str();
+        let refused =
+            |message: String| Error::Unprocessable { code: crate::shared::error::code::POSITION_NOT_RETAINED, message };
+        let (changes, dest) = self.capture_ends(f).await?;
+        let stream = crate::sync::capture::stream_name(f);
+        let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
+        let tables: Vec<&str> = f
+            .config
+            .mappings
+            .iter()
+            .filter(|x| x.source_entity == entity && x.sync_mode.cdc())
+            .map(|x| x.destination())
+            .collect();
+        for table in &tables {
+            let held = held
+                .iter()
+                .find(|(e, _)| e == table)
+                .map(|(_, p)| p)
+                .ok_or_else(|| refused(format!("'{entity}' holds no position yet: its copy has not committed")))?;
+            let later = changes.after(value, held).map_err(|_| {
+                refused(format!("'{value}' is not a position of this source (a PostgreSQL LSN reads like 16/B374D848)"))
+            })?;
+            if !later && changes.after(held, value).unwrap_or(true) {
+                return Err(refused(format!(
+                    "{value} is before {held}, the position {table} holds: moving back would apply changes twice; \
+                     copy the table again with DELETE …/state/{entity}"
+                )));
+            }
+        }
+        let end = changes.end_position().await.map_err(unreachable("source"))?;
+        if changes.after(value, &end).unwrap_or(true) {
+            return Err(refused(format!("{value} is past the end of the source's log ({end})")));
+        }
+        match changes.retained_from(&stream).await.map_err(unreachable("source"))? {
+            Some(from) if !changes.after(&from, value).unwrap_or(true) => {}
+            _ => return Err(refused(format!("the source's change stream no longer retains {value}"))),
+        }
+        for table in &tables {
+            dest.move_position(&stream, table, Some(value)).await.map_err(unreachable("destination"))?;
+        }
+        let cursor = Cursor {
+            entity: entity.to_string(),
+            cursor_field: Some(crate::sync::capture::POSITION_FIELD.into()),
+            cursor_value: Some(value.to_string()),
+            updated_at: self.clock.now(),
+        };
+        let audit = AuditEntry::new(Some(f.org_id), p.actor(), "flow.cursor.updated", "flow", f.id, cursor.updated_at)
+            .with_details(json!({"entity": entity, "new_value": value}));
+        self.cursors.write_by_user(f.id, entity, Some(cursor.clone()), audit).await?;
+        Ok(cursor)
     }
 }
 
-/// A change data capture entity's position is not yet moved or reset
-/// through the cursor API (see `docs/cdc.md`): refused, rather than a
-/// stored cursor the next run would not follow.
-fn refuse_position_write(m: &crate::sync::flow::Mapping) -> Result<()> {
-    if m.sync_mode.cdc() {
-        return Err(Error::Unprocessable {
-            code: crate::shared::error::code::NO_CURSOR,
-            message: format!(
-                "'{}' syncs in {} mode: its position is the one its destination holds, and moving or resetting it \
-                 (an online re-snapshot) is not built yet",
-                m.source_entity,
-                m.sync_mode.as_str()
-            ),
-        });
+/// A CDC entity's copy: `pending`, `running` or `done`, in chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotProgress {
+    pub state: &'static str,
+    pub chunks_done: u64,
+    pub chunks_total: u64,
+}
+
+/// An entity's cursor, with its copy's progress for a CDC entity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityState {
+    pub cursor: Cursor,
+    pub snapshot: Option<SnapshotProgress>,
+}
+
+/// A connector's failure reaching a flow's `side` as a 422 that says so.
+fn unreachable(side: &'static str) -> impl Fn(crate::connect::connector::ConnectorError) -> Error {
+    move |e| Error::Unprocessable {
+        code: if side == "source" { crate::shared::error::code::SOURCE_UNREACHABLE } else { e.code() },
+        message: format!("the flow's {side} could not be reached: {e}"),
     }
-    Ok(())
 }

@@ -16,7 +16,7 @@ use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{
     Cursor, EntityStats, Flow, FlowConfig, FlowStatus, Run, RunLog, RunStatus, Trigger, edges,
 };
-use sluice_domain::sync::service::{FlowUpdate, NewFlow};
+use sluice_domain::sync::service::{EntityState, FlowUpdate, NewFlow};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -87,6 +87,9 @@ pub struct EntityProgress {
     pub rows_per_second: Option<f64>,
     /// Why the entity failed.
     pub error: Option<String>,
+    /// The failure's code where it has one of its own: `position_lost`
+    /// (a change stream no longer holds what the entity had not read).
+    pub error_code: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -519,15 +522,46 @@ pub async fn run_events(state: Data<AppState>, caller: Caller, path: Path<(Uuid,
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CursorResponse {
     pub entity: String,
+    /// `"$position"` for a CDC entity.
     pub cursor_field: Option<String>,
+    /// A CDC entity's position: the one its destination holds (a
+    /// PostgreSQL LSN, `16/B374D848`).
     pub cursor_value: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// A CDC entity's copy (absent for other entities).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotResponse>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SnapshotResponse {
+    /// `pending` (not copied yet, or asked to copy again), `running` or `done`.
+    pub state: &'static str,
+    pub chunks_done: u64,
+    pub chunks_total: u64,
 }
 
 impl From<Cursor> for CursorResponse {
     fn from(c: Cursor) -> Self {
-        Self { entity: c.entity, cursor_field: c.cursor_field, cursor_value: c.cursor_value, updated_at: c.updated_at }
+        Self {
+            entity: c.entity,
+            cursor_field: c.cursor_field,
+            cursor_value: c.cursor_value,
+            updated_at: c.updated_at,
+            snapshot: None,
+        }
+    }
+}
+
+impl From<EntityState> for CursorResponse {
+    fn from(s: EntityState) -> Self {
+        let snapshot = s.snapshot.map(|p| SnapshotResponse {
+            state: p.state,
+            chunks_done: p.chunks_done,
+            chunks_total: p.chunks_total,
+        });
+        CursorResponse { snapshot, ..s.cursor.into() }
     }
 }
 
@@ -549,8 +583,8 @@ pub async fn get_state(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<StateResponse>> {
     let (org, id) = path.into_inner();
-    let cursors = state.sluice.sync.cursors(&caller.principal, org.into(), FlowId::from(id)).await?;
-    Ok(Json(StateResponse { flow_id: id, data: cursors.into_iter().map(Into::into).collect() }))
+    let states = state.sluice.sync.state(&caller.principal, org.into(), FlowId::from(id)).await?;
+    Ok(Json(StateResponse { flow_id: id, data: states.into_iter().map(Into::into).collect() }))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -628,7 +662,7 @@ pub async fn details(
     let f = state.sluice.sync.get_flow(&caller.principal, org, id).await?;
     let recent =
         state.sluice.sync.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
-    let cursors = state.sluice.sync.cursors(&caller.principal, org, id).await?;
+    let cursors = state.sluice.sync.state(&caller.principal, org, id).await?;
     let all = state.sluice.sync.topology(&caller.principal, org).await?;
     let name_of = |fid: FlowId| all.iter().find(|x| x.id == fid).map(|x| x.name.clone()).unwrap_or_default();
     let graph = edges(&all);
