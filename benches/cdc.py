@@ -18,10 +18,13 @@ Both destinations are compared with the source row by row (an md5 of the
 ordered rows). Also measured: the initial snapshot (the first run's copy)
 against the binary COPY pipe of the same table, Sluice's peak RSS, and the
 slot's retained WAL while another table takes writes for DURATION seconds
-between runs of the flow every 10 s.
+between runs of the flow every 10 s, and a continuous flow at RATE changes
+a second (20 commits a second) for LATENCY_SECS: the time from a row's
+insert (`clock_timestamp()` at the source) to the moment a poller of the
+destination (every 20 ms, same cluster, same clock) first sees it.
 
     cargo build --release
-    python3 benches/cdc.py                 # CHANGES=1000000 ROWS=1000000
+    python3 benches/cdc.py      # CHANGES=1000000 ROWS=1000000 DURATION=120 RATE=2000 LATENCY_SECS=60
 
 Needs the PostgreSQL server binaries (initdb, pg_ctl), psql and runuser.
 """
@@ -41,6 +44,8 @@ from sluicebench import free_port, peak_rss, reset_peak_rss, serve, stop  # noqa
 CHANGES = int(os.environ.get("CHANGES", "1000000"))
 ROWS = int(os.environ.get("ROWS", "1000000"))
 DURATION = int(os.environ.get("DURATION", "120"))
+RATE = int(os.environ.get("RATE", "2000"))
+LATENCY_SECS = int(os.environ.get("LATENCY_SECS", "60"))
 TXN = 1000
 
 
@@ -217,6 +222,65 @@ def main():
         written = int(pg.sql("src", f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{written_from}')::bigint"))
         overall_rss = peak_rss(sluice)
 
+        # Continuous mode at RATE changes/s: commit-to-visible latency.
+        pg.sql("src", "CREATE TABLE lat (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                      "pad text)")
+        cflow = api.call("POST", f"/v1/organizations/{org}/flows", {
+            "name": "lat", "source_connection_id": src, "destination_connection_id": dst,
+            "config": {"continuous": True, "mappings": [{"source_entity": "lat", "sync_mode": "cdc_deduped"}]}})["id"]
+        for _ in range(600):
+            if pg.sql("dst_sluice", "SELECT count(*) FROM pg_tables WHERE tablename = 'lat'") == "1":
+                break
+            time.sleep(0.1)
+        else:
+            sys.exit("the continuous flow did not start")
+        batch = max(1, RATE // 20)
+        stop_writes.clear()
+
+        def rate_writer():
+            # One psql session reading statements from a pipe: 20 commits a
+            # second of RATE/20 rows each.
+            p = subprocess.Popen(["psql", "-X", "-q", pg.url("src")], stdin=subprocess.PIPE, text=True)
+            next_at = time.time()
+            while not stop_writes.is_set():
+                p.stdin.write(f"INSERT INTO lat (pad) SELECT md5(g::text) FROM generate_series(1, {batch}) g;\n")
+                p.stdin.flush()
+                next_at += 0.05
+                time.sleep(max(0.0, next_at - time.time()))
+            p.stdin.close()
+            p.wait()
+
+        reset_peak_rss(sluice)
+        w = threading.Thread(target=rate_writer)
+        w.start()
+        latencies, last = [], 0
+        poller = subprocess.Popen(["psql", "-X", "-q", "-tA", "-F", " ", pg.url("dst_sluice")], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        end = time.time() + LATENCY_SECS
+        while time.time() < end:
+            poller.stdin.write(f"SELECT id, extract(epoch FROM clock_timestamp() - at) FROM lat WHERE id > {last} "
+                               "ORDER BY id;\nSELECT 'END';\n")
+            poller.stdin.flush()
+            while True:
+                line = poller.stdout.readline().strip()
+                if line == "END":
+                    break
+                if line:
+                    i, secs = line.split(" ")
+                    last = max(last, int(i))
+                    latencies.append(float(secs))
+            time.sleep(0.02)
+        stop_writes.set()
+        w.join()
+        poller.stdin.close()
+        poller.wait()
+        lat_rss = peak_rss(sluice)
+        api.call("PATCH", f"/v1/organizations/{org}/flows/{cflow}", {"status": "paused"})
+        latencies.sort()
+
+        def pct(p):
+            return latencies[min(len(latencies) - 1, int(len(latencies) * p))] * 1000
+
         mib = 1024 * 1024
         print(f"changes: {CHANGES:,} in {CHANGES // TXN:,} transactions (load written in {load_secs:.1f} s); "
               f"table of {ROWS:,} rows")
@@ -230,6 +294,9 @@ def main():
         print(f"retained WAL over {DURATION} s of writes to another table ({written / mib:,.0f} MiB of WAL written), "
               f"after each run every 10 s: {', '.join(f'{r / mib:.1f}' for r in retained)} MiB")
         print(f"peak RSS since the catch-up (the retained-WAL phase included): {overall_rss}")
+        print(f"continuous at {RATE:,} changes/s for {LATENCY_SECS} s: {len(latencies):,} rows seen; commit-to-visible "
+              f"p50 {pct(0.5):.0f} ms, p95 {pct(0.95):.0f} ms, p99 {pct(0.99):.0f} ms, max {latencies[-1] * 1000:.0f} ms; "
+              f"peak RSS {lat_rss}")
         print(f"run entity stats: {run['entities'][0]['rows_read']:,} read, {run['entities'][0]['rows_written']:,} written")
     finally:
         if sluice:

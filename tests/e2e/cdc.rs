@@ -484,6 +484,142 @@ async fn positions(backend: Backend) {
     assert_eq!(sluice_objects(&mut src).await, 0);
 }
 
+/// The runs of a flow, newest first.
+async fn runs_of(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Vec<Value> {
+    let r = check!(app.get(&format!("/v1/organizations/{org}/flows/{flow}/runs"), auth).await, 200);
+    r.body["data"].as_array().cloned().unwrap_or_default()
+}
+
+/// The destination schema's `orders` as `id:note`, by id (none while the
+/// table does not exist).
+async fn mirror(schema: &str) -> Vec<String> {
+    let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT id || ':' || note FROM {schema}.orders ORDER BY id")))
+        .fetch_all(&mut c)
+        .await
+        .unwrap_or_default()
+}
+
+/// Waits up to `secs` for `what` to hold.
+async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "{what} within {secs} s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A continuous flow: one run started by the scheduler, no run asked for,
+/// that applies changes as they come; the state cannot be moved under it
+/// (409); paused, its run ends and no other starts; resumed, a new run
+/// applies what came meanwhile. A continuous flow takes CDC mappings only
+/// and no schedule.
+async fn continuous(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some((source, mut src)) = logical_source().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    sqlx::raw_sql("CREATE TABLE orders (id int PRIMARY KEY, note text); INSERT INTO orders VALUES (1, 'one');")
+        .execute(&mut src)
+        .await
+        .unwrap();
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source_id = check!(app.post(&conns, &ann, source_body("shop", source.port)).await, 201).id();
+    let conn = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    let flows_path = format!("/v1/organizations/{org}/flows");
+    let body = |mappings: Value, schedule: Value| {
+        json!({"name": "orders", "source_connection_id": source_id, "destination_connection_id": conn,
+            "schedule": schedule, "config": {"continuous": true, "mappings": mappings}})
+    };
+    let cdc = json!([{"source_entity": "orders", "sync_mode": "cdc_deduped"}]);
+    let bad = check!(app.post(&flows_path, &ann, body(cdc.clone(), json!("*/5 * * * *"))).await, 422);
+    assert_eq!(bad.body["details"]["errors"][0]["field"], "schedule", "{:?}", bad.body);
+    let full = json!([{"source_entity": "orders", "sync_mode": "full_refresh_overwrite"}]);
+    let bad = check!(app.post(&flows_path, &ann, body(full, Value::Null)).await, 422);
+    assert_eq!(bad.body["details"]["errors"][0]["field"], "config.continuous", "{:?}", bad.body);
+
+    let flow = check!(app.post(&flows_path, &ann, body(cdc, Value::Null)).await, 201).id();
+    // Nobody asks for a run: the scheduler starts one, which copies, then
+    // applies each change as it comes.
+    eventually(30, "the first copy", || async { mirror(&dst.name).await == ["1:one"] }).await;
+    for i in 2..=4 {
+        sqlx::query(sqlx::AssertSqlSafe(format!("INSERT INTO orders VALUES ({i}, 'n{i}')")))
+            .execute(&mut src)
+            .await
+            .unwrap();
+        eventually(10, "a change applied", || async { mirror(&dst.name).await.len() == i }).await;
+    }
+    sqlx::raw_sql("UPDATE orders SET note = 'ONE' WHERE id = 1; DELETE FROM orders WHERE id = 2")
+        .execute(&mut src)
+        .await
+        .unwrap();
+    eventually(10, "an update and a delete", || async { mirror(&dst.name).await == ["1:ONE", "3:n3", "4:n4"] }).await;
+    let runs = runs_of(&app, &ann, &org, &flow).await;
+    assert_eq!(runs.len(), 1, "one run, kept going: {runs:?}");
+    assert_eq!(runs[0]["status"], "running");
+    assert_eq!(runs[0]["trigger"], "schedule");
+    // Its position cannot move under it.
+    let put = app.put(&format!("{flows_path}/{flow}/state/orders"), &ann, json!({"cursor_value": "0/0"})).await;
+    assert_eq!(put.status, 409, "{:?}", put.body);
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(&format!("sluice_cdc_lag_seconds{{flow=\"{flow}\"}}")), "{metrics}");
+
+    // Paused: the run ends, and no other starts.
+    check!(
+        app.send(reqwest::Method::PATCH, &format!("{flows_path}/{flow}"), &ann, Some(json!({"status": "paused"})), &[])
+            .await,
+        200
+    );
+    eventually(15, "the run to end", || async { runs_of(&app, &ann, &org, &flow).await[0]["status"] == "succeeded" })
+        .await;
+    sqlx::query("INSERT INTO orders VALUES (5, 'while paused')").execute(&mut src).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    assert_eq!(runs_of(&app, &ann, &org, &flow).await.len(), 1, "no run while paused");
+    assert_eq!(mirror(&dst.name).await.len(), 3);
+    // Resumed: a new run applies what came meanwhile.
+    check!(
+        app.send(reqwest::Method::PATCH, &format!("{flows_path}/{flow}"), &ann, Some(json!({"status": "active"})), &[])
+            .await,
+        200
+    );
+    eventually(30, "the change made while paused", || async {
+        mirror(&dst.name).await == ["1:ONE", "3:n3", "4:n4", "5:while paused"]
+    })
+    .await;
+    check!(
+        app.send(reqwest::Method::PATCH, &format!("{flows_path}/{flow}"), &ann, Some(json!({"status": "paused"})), &[])
+            .await,
+        200
+    );
+    eventually(15, "the second run to end", || async {
+        runs_of(&app, &ann, &org, &flow).await.iter().all(|r| r["status"] == "succeeded")
+    })
+    .await;
+    check!(app.delete(&format!("{flows_path}/{flow}"), &ann).await, 204);
+    assert_eq!(sluice_objects(&mut src).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_flow_keeps_one_run_going_with_sqlite_metadata() {
+    continuous(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_flow_keeps_one_run_going_with_postgres_metadata() {
+    continuous(Backend::Postgres).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn positions_move_and_reset_with_sqlite_metadata() {
     positions(Backend::Sqlite).await;

@@ -257,6 +257,28 @@ async fn a_table_joining_a_running_stream_is_copied_in_a_snapshot_of_its_own() {
         ["parts insert Int(5)", "parts insert Int(150)", "parts delete Int(5)"]
     );
 
+    // Arrays arrive as JSON, as a copy reads them.
+    exec(&mut c, "CREATE TABLE tagged (id int PRIMARY KEY, tags int[], names text[])").await;
+    let from = pg.open_stream("t2", &["parts".into(), "tagged".into()]).await.unwrap().position;
+    exec(&mut c, r#"INSERT INTO tagged VALUES (1, '{1,NULL,3}', '{"a b",c}')"#).await;
+    let until = pg.end_position().await.unwrap();
+    let mut reader = pg.changes("t2", &[("tagged".to_string(), from)], &until).await.unwrap();
+    let mut values = None;
+    loop {
+        let got = reader.next(100).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for e in got {
+            if let ChangeEvent::Change(ch) = e {
+                values = Some(ch.values);
+            }
+        }
+    }
+    let values = values.expect("the insert");
+    assert_eq!(values[1], Value::Json(serde_json::json!([1, null, 3])));
+    assert_eq!(values[2], Value::Json(serde_json::json!(["a b", "c"])));
+
     // A table joining the stream later: copied in a snapshot of its own,
     // the stream going on for it from exactly that snapshot's position.
     pg.open_stream("t2", &["parts".into(), "people".into()]).await.unwrap();

@@ -24,71 +24,28 @@ pub fn worker_id() -> String {
 /// more, the run in progress (if any) pauses at its next checkpoint and
 /// goes back to the queue, and it returns.
 pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>, wake: Arc<Wake>) {
-    let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
     tracing::info!(worker = %id, "worker started");
+    let mut continuous = tokio::task::JoinSet::new();
     loop {
+        // Continuous runs that ended.
+        while continuous.try_join_next().is_some() {}
         if *stop.borrow() {
             tracing::info!(worker = %id, "worker stopped: it takes no more runs");
+            // Continuous runs pause at their next commit (within a second
+            // or so) and go back to the queue.
+            sluice.sync.stop_at_checkpoint();
+            while continuous.join_next().await.is_some() {}
             return;
         }
         match sluice.sync.claim_run(&id).await {
             Ok(Some(run)) => {
-                let (run_id, fence) = (run.id, run.fence());
-                tracing::info!(worker = %id, run = %run_id, attempt = fence.attempt, flow = %run.flow_id, "run claimed");
-                // The heartbeat renews the lease; once it finds the run no
-                // longer this attempt's (taken over after a freeze, say), the
-                // execution is dropped at once: its open destination
-                // transactions roll back and it writes nothing more.
-                let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
-                let beat = {
-                    let (sluice, id) = (sluice.clone(), id.clone());
-                    tokio::spawn(async move {
-                        loop {
-                            tokio::time::sleep(heartbeat).await;
-                            match sluice.sync.renew_lease(fence, &id).await {
-                                Ok(true) => {}
-                                Ok(false) => {
-                                    let _ = lost_tx.send(());
-                                    break;
-                                }
-                                Err(e) => tracing::warn!(run = %run_id, error = %e, "heartbeat failed"),
-                            }
-                        }
-                    })
-                };
-                let execution = sluice.sync.execute_run(run);
-                tokio::pin!(execution);
-                let mut lost = lost;
-                let mut told = *stop.borrow();
-                loop {
-                    tokio::select! {
-                        done = &mut execution => {
-                            let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
-                            let status = done.status.as_str();
-                            if done.finished_at.is_some() {
-                                tracing::info!(worker = %id, run = %run_id, status, rows, "run finished");
-                            } else {
-                                tracing::info!(worker = %id, run = %run_id, status, rows, "run paused at a checkpoint; queued again");
-                            }
-                            break;
-                        }
-                        Ok(()) = &mut lost => {
-                            tracing::warn!(worker = %id, run = %run_id, attempt = fence.attempt,
-                                "the run is no longer this worker's (its lease was taken over); execution stopped");
-                            break;
-                        }
-                        changed = stop.changed(), if !told => {
-                            // Told to stop (or the sender is gone): the run
-                            // pauses at its next checkpoint.
-                            told = changed.is_err() || *stop.borrow();
-                            if told {
-                                sluice.sync.stop_at_checkpoint();
-                                tracing::info!(worker = %id, run = %run_id, "stopping: the run pauses at its next checkpoint");
-                            }
-                        }
-                    }
+                // A continuous run goes on until it is stopped: it runs
+                // beside this loop, which goes on claiming other runs.
+                if sluice.sync.is_continuous(&run).await {
+                    continuous.spawn(execute(sluice.clone(), id.clone(), run, stop.clone()));
+                } else {
+                    execute(sluice.clone(), id.clone(), run, stop.clone()).await;
                 }
-                beat.abort();
             }
             Ok(None) => {
                 // Idle: wait for a queued run, the next poll or the stop,
@@ -105,6 +62,74 @@ pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Recei
             }
         }
     }
+}
+
+/// Executes a claimed run with its lease renewed, until it ends, is taken
+/// over (its execution is then dropped at once) or `stop` says the process
+/// stops (it then pauses at its next checkpoint).
+async fn execute(
+    sluice: Sluice,
+    id: String,
+    run: sluice_domain::sync::flow::Run,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
+    let (run_id, fence) = (run.id, run.fence());
+    tracing::info!(worker = %id, run = %run_id, attempt = fence.attempt, flow = %run.flow_id, "run claimed");
+    // The heartbeat renews the lease; once it finds the run no
+    // longer this attempt's (taken over after a freeze, say), the
+    // execution is dropped at once: its open destination
+    // transactions roll back and it writes nothing more.
+    let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
+    let beat = {
+        let (sluice, id) = (sluice.clone(), id.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(heartbeat).await;
+                match sluice.sync.renew_lease(fence, &id).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let _ = lost_tx.send(());
+                        break;
+                    }
+                    Err(e) => tracing::warn!(run = %run_id, error = %e, "heartbeat failed"),
+                }
+            }
+        })
+    };
+    let execution = sluice.sync.execute_run(run);
+    tokio::pin!(execution);
+    let mut lost = lost;
+    let mut told = *stop.borrow();
+    loop {
+        tokio::select! {
+            done = &mut execution => {
+                let rows: u64 = done.entities.iter().map(|e| e.rows_written).sum();
+                let status = done.status.as_str();
+                if done.finished_at.is_some() {
+                    tracing::info!(worker = %id, run = %run_id, status, rows, "run finished");
+                } else {
+                    tracing::info!(worker = %id, run = %run_id, status, rows, "run paused at a checkpoint; queued again");
+                }
+                break;
+            }
+            Ok(()) = &mut lost => {
+                tracing::warn!(worker = %id, run = %run_id, attempt = fence.attempt,
+                    "the run is no longer this worker's (its lease was taken over); execution stopped");
+                break;
+            }
+            changed = stop.changed(), if !told => {
+                // Told to stop (or the sender is gone): the run
+                // pauses at its next checkpoint.
+                told = changed.is_err() || *stop.borrow();
+                if told {
+                    sluice.sync.stop_at_checkpoint();
+                    tracing::info!(worker = %id, run = %run_id, "stopping: the run pauses at its next checkpoint");
+                }
+            }
+        }
+    }
+    beat.abort();
 }
 
 /// How often due flows are queued and lost runs recovered.

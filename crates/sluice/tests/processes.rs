@@ -915,3 +915,219 @@ async fn change_capture_killed_again_and_again_applies_every_change_once_with_sq
 async fn change_capture_killed_again_and_again_applies_every_change_once_into_mariadb_with_postgres_metadata() {
     change_capture_killed_again_and_again(true).await;
 }
+
+/// A continuous CDC flow on two serving processes sharing a PostgreSQL
+/// store, while a writer keeps changing the source (inserts, updates with
+/// values over 2 KB, deletes) and one transaction stays open across the
+/// first kills: 20 times, the process holding the run is killed with
+/// SIGKILL (and started again) or frozen with SIGSTOP past its lease (the
+/// other process takes the run over; the frozen one, woken, writes nothing
+/// more). Afterwards the mirror equals the source row for row and the
+/// change log holds each change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_change_once() {
+    type Row = (i64, i32, String);
+    let Some(dst) = pg_schema().await else { return };
+    let Some(source) = tokio::task::spawn_blocking(|| {
+        sluice_testkit::services::OwnPostgres::start(
+            |_| {},
+            |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into(), "max_wal_size=4GB".into()],
+        )
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let Some((admin, name, db, data)) = pg_metadata_db("continuous").await else { return };
+    std::fs::create_dir_all(&data).unwrap();
+    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
+    exec(&mut src, "CREATE TABLE events (id bigint PRIMARY KEY, v int NOT NULL, pad text)".into()).await;
+    let ports = [free_port(), free_port()];
+    let environment = |port: u16| {
+        let mut e = env(&data, &db, port);
+        e.push(("SLUICE_RUN_LEASE", "3".to_string()));
+        e
+    };
+    let apis: Vec<Api> =
+        ports.iter().map(|p| Api { client: client(), base: format!("http://127.0.0.1:{p}"), token: token() }).collect();
+    let mut procs: Vec<Proc> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        procs.push(serve(&["serve"], &environment(*p), &apis[i]).await);
+    }
+    let api = &apis[0];
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "Continuous"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api
+        .post(&conns, json!({"name": "src", "type": "postgres", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "postgres", "user": "postgres", "sslmode": "disable"}}))
+        .await);
+    let d = id(api.post(&conns, pg_conn("dst", &dst.name)).await);
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "capture", "source_connection_id": s, "destination_connection_id": d,
+            "config": {"continuous": true, "mappings": [
+                {"source_entity": "events", "sync_mode": "cdc_deduped"},
+                {"source_entity": "events", "dest_entity": "events_log", "sync_mode": "cdc_append"}
+            ]}}),
+        )
+        .await);
+
+    // The first copy (a new slot waits for the transactions open at the
+    // source, so the open one below comes after it).
+    let state = format!("/v1/organizations/{org}/flows/{flow}/state");
+    let copied = Instant::now() + Duration::from_secs(120);
+    while !api.get(&state).await["data"][0]["cursor_value"].is_string() {
+        assert!(Instant::now() < copied, "the first copy did not commit");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One transaction open across the first kills (its rows arrive when it
+    // commits, near the end).
+    let mut open = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
+    exec(&mut open, "BEGIN; INSERT INTO events SELECT -g, 0, 'open' FROM generate_series(1, 500) g".into()).await;
+    // The writer: transactions of 200 inserts, 200 updates (every tenth
+    // value over 2 KB, stored out of line) or 100 deletes, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, stop) = (source.url("postgres"), stop.clone());
+        tokio::spawn(async move {
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let (mut changes, mut next, mut t) = (0u64, 1i64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let sql = match t % 3 {
+                    0 => {
+                        next += 200;
+                        format!(
+                            "INSERT INTO events SELECT g, 0, 'p' FROM generate_series({}, {}) g",
+                            next - 200,
+                            next - 1
+                        )
+                    }
+                    1 => format!(
+                        "UPDATE events SET v = v + 1, pad = CASE WHEN id % 10 = 0 THEN \
+                         (SELECT string_agg(md5(id::text || i::text || v::text), '') FROM generate_series(1, 80) i) \
+                         ELSE 'q' END WHERE id > 0 AND id % 7 = {} AND id >= {}",
+                        t % 7,
+                        (next - 1400).max(1)
+                    ),
+                    _ => format!("DELETE FROM events WHERE id > 0 AND id % 11 = {} AND id < {}", t % 11, next - 2000),
+                };
+                changes += sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap().rows_affected();
+                t += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            changes
+        })
+    };
+
+    let meta = sqlx::PgPool::connect(&db).await.unwrap();
+    // The process holding the flow's running run, by the pid in its worker id.
+    let holder = || async {
+        let claimed: Option<String> = sqlx::query_scalar(
+            "SELECT claimed_by FROM runs WHERE flow_id = $1::uuid AND status = 'running' ORDER BY queued_at DESC LIMIT 1",
+        )
+        .bind(&flow)
+        .fetch_optional(&meta)
+        .await
+        .unwrap()
+        .flatten();
+        claimed.and_then(|w| w.split(':').nth(1).and_then(|p| p.parse::<u32>().ok()))
+    };
+    let procs_pids = std::sync::Mutex::new(Vec::<u32>::new());
+    let runs_now = || async {
+        let r: Vec<(String, i32, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT status, attempt, claimed_by, left(entities::text, 600) FROM runs WHERE flow_id = $1::uuid \
+             ORDER BY queued_at DESC LIMIT 4",
+        )
+        .bind(&flow)
+        .fetch_all(&meta)
+        .await
+        .unwrap();
+        let pids: Vec<u32> = procs_pids.lock().unwrap().clone();
+        format!("{r:?}; processes {pids:?}")
+    };
+    let (mut kills, mut freezes) = (0, 0);
+    for event in 0..20 {
+        *procs_pids.lock().unwrap() = procs.iter().map(|p| p.0.id()).collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        tokio::time::sleep(Duration::from_millis(1200 + (event as u64 * 377) % 1500)).await;
+        let pid = loop {
+            if let Some(pid) = holder().await
+                && procs.iter().any(|p| p.0.id() == pid)
+            {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "event {event}: no process holds the continuous run: {}",
+                runs_now().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let i = procs.iter().position(|p| p.0.id() == pid).unwrap();
+        if event % 2 == 0 {
+            drop(procs.remove(i));
+            kills += 1;
+            procs.insert(i, serve(&["serve"], &environment(ports[i]), &apis[i]).await);
+        } else {
+            // Frozen past its lease: the other process takes the run over.
+            signal(&procs[i], "STOP");
+            let taken = loop {
+                if holder().await.is_some_and(|p| p != pid) {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            signal(&procs[i], "CONT");
+            assert!(taken, "event {event}: the frozen process's run was not taken over: {}", runs_now().await);
+            freezes += 1;
+        }
+        if event == 12 {
+            exec(&mut open, "COMMIT".into()).await;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let changes = writer.await.unwrap() + 500;
+
+    // The mirror catches up with the source, row for row; the change log
+    // has each change once.
+    let rows = "SELECT id, v, md5(coalesce(pad, '')) FROM events ORDER BY id";
+    let want: Vec<Row> = sqlx::query_as(rows).fetch_all(&mut src).await.unwrap();
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    let mirror = rows.replace("events", &format!("{}.events", dst.name));
+    let caught_up = Instant::now() + Duration::from_secs(180);
+    loop {
+        let got: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(mirror.clone())).fetch_all(&mut pg).await.unwrap();
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < caught_up, "the mirror did not catch up: {} rows of {}", got.len(), want.len());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log_sql =
+        format!("SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log", dst.name);
+    let (logged, distinct): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(log_sql)).fetch_one(&mut pg).await.unwrap();
+    assert_eq!(
+        (logged as u64, distinct as u64),
+        (changes, changes),
+        "each change once, after {kills} kills and {freezes} freezes"
+    );
+    assert_eq!((kills, freezes), (10, 10));
+    // Paused, the run ends and the flow goes; nothing is left on the source.
+    let (st, _) = api
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/v1/organizations/{org}/flows/{flow}"),
+            Some(json!({"status": "paused"})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    drop(procs);
+    use sea_orm::ConnectionTrait;
+    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -48,6 +48,9 @@ fn pg_time(micros: i64) -> OffsetDateTime {
 /// The field type of a column by its type's OID (the built-in types; any
 /// other reads as text, as its text form).
 fn field_type(oid: u32) -> FieldType {
+    if array_element(oid).is_some() {
+        return FieldType::Array;
+    }
     match oid {
         20 | 21 | 23 | 26 => FieldType::Integer,
         700 | 701 => FieldType::Number,
@@ -59,6 +62,115 @@ fn field_type(oid: u32) -> FieldType {
         17 => FieldType::Binary,
         _ => FieldType::String,
     }
+}
+
+/// How the elements of an array type (by the array type's OID) read in
+/// JSON, as `to_json` gives them (which is how a copy reads arrays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Element {
+    /// Integers, floats and numerics: numbers.
+    Number,
+    Boolean,
+    /// `json` and `jsonb`: the JSON itself.
+    Json,
+    /// Anything else: its text.
+    Text,
+}
+
+fn array_element(oid: u32) -> Option<Element> {
+    Some(match oid {
+        1005 | 1007 | 1016 | 1028 | 1021 | 1022 | 1231 => Element::Number,
+        1000 => Element::Boolean,
+        199 | 3807 => Element::Json,
+        // text, varchar, bpchar, name, uuid, date, time, timestamp(tz),
+        // interval, bytea, char, inet, cidr, macaddr.
+        1009 | 1015 | 1014 | 1003 | 2951 | 1182 | 1183 | 1115 | 1185 | 1187 | 1001 | 1002 | 1041 | 651 | 1040 => {
+            Element::Text
+        }
+        _ => return None,
+    })
+}
+
+/// An array's text form (`{1,2}`, `{{"a b",NULL},{c,d}}`, `[0:1]={1,2}`)
+/// as a JSON array whose elements read as `kind`; `None` when it is not
+/// one.
+fn array_json(s: &str, kind: Element) -> Option<serde_json::Value> {
+    use serde_json::Value as J;
+    // Bounds other than the default come first: `[0:1]={…}`.
+    let s = if s.starts_with('[') { &s[s.find('=')? + 1..] } else { s };
+    let b = s.as_bytes();
+    let mut at = 0;
+    let element = |text: &str, quoted: bool| -> J {
+        if !quoted && text.eq_ignore_ascii_case("NULL") {
+            return J::Null;
+        }
+        match kind {
+            Element::Number => serde_json::from_str::<serde_json::Number>(text)
+                .map(J::Number)
+                .unwrap_or_else(|_| J::String(text.to_string())),
+            Element::Boolean => match text {
+                "t" => J::Bool(true),
+                "f" => J::Bool(false),
+                _ => J::String(text.to_string()),
+            },
+            Element::Json => serde_json::from_str(text).unwrap_or_else(|_| J::String(text.to_string())),
+            Element::Text => J::String(text.to_string()),
+        }
+    };
+    fn level(b: &[u8], at: &mut usize, element: &dyn Fn(&str, bool) -> J, depth: usize) -> Option<J> {
+        if depth > 6 || b.get(*at) != Some(&b'{') {
+            return None;
+        }
+        *at += 1;
+        let mut out = Vec::new();
+        if b.get(*at) == Some(&b'}') {
+            *at += 1;
+            return Some(J::Array(out));
+        }
+        loop {
+            match b.get(*at)? {
+                b'{' => out.push(level(b, at, element, depth + 1)?),
+                b'"' => {
+                    *at += 1;
+                    let mut text = Vec::new();
+                    loop {
+                        match *b.get(*at)? {
+                            b'\\' => {
+                                text.push(*b.get(*at + 1)?);
+                                *at += 2;
+                            }
+                            b'"' => {
+                                *at += 1;
+                                break;
+                            }
+                            c => {
+                                text.push(c);
+                                *at += 1;
+                            }
+                        }
+                    }
+                    out.push(element(std::str::from_utf8(&text).ok()?, true));
+                }
+                _ => {
+                    let start = *at;
+                    while !matches!(b.get(*at)?, b',' | b'}') {
+                        *at += 1;
+                    }
+                    out.push(element(std::str::from_utf8(&b[start..*at]).ok()?.trim(), false));
+                }
+            }
+            match b.get(*at)? {
+                b',' => *at += 1,
+                b'}' => {
+                    *at += 1;
+                    return Some(J::Array(out));
+                }
+                _ => return None,
+            }
+        }
+    }
+    let v = level(b, &mut at, &element, 0)?;
+    (at == b.len()).then_some(v)
 }
 
 /// A column's text form (the session's: UTC, ISO dates, hex bytea) as a
@@ -357,7 +469,12 @@ impl PgConnector {
         .map_err(|e| self.e(&e))?;
         match found {
             Some(Some(p)) => Ok(Some(lsn(&p)?)),
-            Some(None) => Err(ConnectorError::Other(format!("the replication slot {slot} has no position"))),
+            // Still being made by another session: a new slot waits for
+            // the transactions open at the source to end first.
+            Some(None) => Err(ConnectorError::Timeout(format!(
+                "the replication slot {slot} is still being created: the source waits for the transactions open on \
+                 it to end before a new slot can start"
+            ))),
             None => Ok(None),
         }
     }
@@ -454,6 +571,20 @@ impl ChangeSource for PgConnector {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| self.e(&e))
+    }
+
+    async fn wait_past(&self, position: &str, at_most: std::time::Duration) -> ConnectorResult<bool> {
+        let position = lsn(position)?;
+        let deadline = std::time::Instant::now() + at_most;
+        loop {
+            if lsn(&self.end_position().await?)? > position {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     fn after(&self, position: &str, other: &str) -> ConnectorResult<bool> {
@@ -791,7 +922,10 @@ impl Decoder {
                     unchanged.push(i);
                     Value::Null
                 }
-                Column::Text(s) => text_value(s, field_type(rc.type_oid)),
+                Column::Text(s) => match array_element(rc.type_oid) {
+                    Some(kind) => array_json(&s, kind).map(Value::Json).unwrap_or(Value::String(s)),
+                    None => text_value(s, field_type(rc.type_oid)),
+                },
             })
             .collect();
         self.out.push(ChangeEvent::Change(Change { entity: r.name.clone(), op, values, unchanged }));
@@ -846,6 +980,26 @@ mod tests {
         assert!(matches!(text_value("NaN".into(), FieldType::Number), Value::Float(f) if f.is_nan()));
         assert_eq!(text_value("x".into(), FieldType::Integer), Value::String("x".into()));
         assert_eq!(pg_time(0), OffsetDateTime::from_unix_timestamp(946_684_800).unwrap());
+    }
+
+    #[test]
+    fn arrays_read_as_json_as_a_copy_reads_them() {
+        use serde_json::json;
+        let a = |s: &str, k| array_json(s, k);
+        assert_eq!(a("{1,2,NULL}", Element::Number), Some(json!([1, 2, null])));
+        assert_eq!(a("{{1.5,2},{3,4}}", Element::Number), Some(json!([[1.5, 2], [3, 4]])));
+        assert_eq!(a("{}", Element::Text), Some(json!([])));
+        assert_eq!(a("{t,f}", Element::Boolean), Some(json!([true, false])));
+        assert_eq!(
+            a(r#"{"a b","x\"y",NULL,"NULL",plain}"#, Element::Text),
+            Some(json!(["a b", "x\"y", null, "NULL", "plain"]))
+        );
+        assert_eq!(a(r#"{"{\"k\": 1}"}"#, Element::Json), Some(json!([{"k": 1}])));
+        assert_eq!(a("[0:1]={7,8}", Element::Number), Some(json!([7, 8])));
+        for bad in ["", "{", "{1,2", "{1}x", "1,2", "{\"open}", &"{".repeat(20)] {
+            assert_eq!(a(bad, Element::Number), None, "{bad}");
+        }
+        assert_eq!(field_type(1007), FieldType::Array);
     }
 
     #[test]

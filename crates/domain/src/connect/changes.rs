@@ -102,6 +102,10 @@ pub trait ChangeSource: Send + Sync {
     /// be read.
     async fn end_position(&self) -> ConnectorResult<String>;
 
+    /// Waits until the source's log ends past `position` (something was
+    /// written since), or `at_most` passed; answers whether it did.
+    async fn wait_past(&self, position: &str, at_most: std::time::Duration) -> ConnectorResult<bool>;
+
     /// Whether `position` comes after `other` in this source's log.
     ///
     /// # Errors

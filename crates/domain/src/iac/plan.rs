@@ -16,8 +16,8 @@ use crate::connect::integration::Integration;
 use crate::identity::user::validate_name;
 use crate::shared::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
 use crate::sync::flow::{
-    Flow, FlowConfig, FlowStatus, check_config, check_schedule, find_cycle, next_run, resolve_dependencies,
-    upstream_ids,
+    Flow, FlowConfig, FlowStatus, check_config, check_continuous, check_schedule, find_cycle, next_due,
+    resolve_dependencies, upstream_ids,
 };
 use crate::{Error, FieldError};
 use serde::Serialize;
@@ -528,6 +528,7 @@ impl<'a> Planner<'a> {
                 self.errors.extend(under(&path, f));
             }
             self.errors.extend(under(&path, check_config(&d.config)));
+            self.errors.extend(under(&path, check_continuous(&d.config, d.schedule.as_deref())));
             let mut conn = |field: &str, r: &str, reads: bool| {
                 let wanted = if reads { "a source" } else { "a destination" };
                 match self.names.connection(r) {
@@ -589,10 +590,7 @@ impl<'a> Planner<'a> {
             let existing = self.find_f(&d.name);
             let status = d.status.or(existing.map(|e| e.status)).unwrap_or(FlowStatus::Active);
             let schedule = d.schedule.as_ref().map(|s| s.trim().to_string());
-            let next_run_at = match (&schedule, status) {
-                (Some(s), FlowStatus::Active) => next_run(s, self.now),
-                _ => None,
-            };
+            let next_run_at = next_due(schedule.as_deref(), status, config.continuous, self.now);
             let flow = Flow {
                 id: *id,
                 org_id: self.org,

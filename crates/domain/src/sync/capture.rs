@@ -48,6 +48,13 @@ pub const POSITION_FIELD: &str = "$position";
 /// streams may keep before an event says so.
 pub const MAX_RETAINED: &str = "cdc_max_retained";
 
+/// How long a continuous run waits for the source to write before it
+/// looks again (and checks whether it should stop).
+const CONTINUOUS_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A continuous run commits at least this often while changes arrive.
+const CONTINUOUS_COMMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// [`MAX_RETAINED`] unless set: 10 GiB.
 pub const DEFAULT_MAX_RETAINED: u64 = 10 << 30;
 
@@ -550,21 +557,55 @@ impl SyncService {
         // As many tables at once as the destination takes writers (SQLite:
         // one); the stream is read again for each group (reading leaves
         // it where it is).
-        let caught_up = self.clock.now();
-        let until = changes.end_position().await?;
-        for group in entities.chunks_mut(dest.concurrent_writers().max(1)) {
-            self.stream_changes(scope, &stream, group, &until).await?;
+        // A scheduled run reads once, to the source's end at its start; a
+        // continuous one (`config.continuous`) goes on reading until it is
+        // canceled, its process stops, or its flow is paused or changed.
+        loop {
+            let caught_up = self.clock.now();
+            let until = changes.end_position().await?;
+            let mut applied = 0;
+            for group in entities.chunks_mut(dest.concurrent_writers().max(1)) {
+                applied += self.stream_changes(scope, &stream, group, &until).await?;
+            }
+            // The source may forget what every table holds.
+            let min = entities.iter().map(|e| e.position.clone()).reduce(|a, b| match changes.after(&a, &b) {
+                Ok(true) => b,
+                _ => a,
+            });
+            if let Some(min) = min {
+                changes.confirm(&stream, &min).await?;
+            }
+            self.watch_stream(flow, &stream, changes, caught_up).await;
+            if !flow.config.continuous {
+                return Ok(());
+            }
+            if applied > 0 {
+                let progress: Vec<EntityStats> = entities.iter().map(|e| e.stats.clone()).collect();
+                if !self.runs.progress(run.fence(), &progress).await? {
+                    return Err(CaptureFailure::lost());
+                }
+            }
+            if self.canceled(run).await {
+                return Err(CaptureFailure::halted(Halt::Canceled));
+            }
+            if self.stopping() {
+                return Err(CaptureFailure::halted(Halt::Stopped));
+            }
+            match self.flows.get(flow.org_id, flow.id).await? {
+                Some(f) if f.status == crate::sync::flow::FlowStatus::Active && f.updated_at == flow.updated_at => {}
+                _ => {
+                    let message = "the flow was paused, changed or deleted: this run ends (a changed flow's next run \
+                                   starts at once)";
+                    self.log(run, "info", None, message.into()).await;
+                    return Ok(());
+                }
+            }
+            if entities.iter().all(|e| e.stopped.is_some()) {
+                return Ok(());
+            }
+            // Nothing new yet: wait (up to a second) for the source to write.
+            changes.wait_past(&until, CONTINUOUS_IDLE).await?;
         }
-        // The source may forget what every table holds.
-        let min = entities.iter().map(|e| e.position.clone()).reduce(|a, b| match changes.after(&a, &b) {
-            Ok(true) => b,
-            _ => a,
-        });
-        if let Some(min) = min {
-            changes.confirm(&stream, &min).await?;
-        }
-        self.watch_stream(flow, &stream, changes, caught_up).await;
-        Ok(())
     }
 
     /// After a run's read: the flow's stream in the metrics (the log its
@@ -784,14 +825,15 @@ impl SyncService {
         Ok(())
     }
 
-    /// The stream from each entity's position to `until`.
+    /// The stream from each entity's position to `until`; answers how many
+    /// changes it applied.
     async fn stream_changes(
         &self,
         scope: Scope<'_>,
         stream: &str,
         entities: &mut [Entity<'_>],
         until: &str,
-    ) -> Result<(), CaptureFailure> {
+    ) -> Result<u64, CaptureFailure> {
         let Scope { run, flow, changes, dest, .. } = scope;
         // Per source table, the earliest position of its mappings; each
         // mapping then skips what it holds.
@@ -808,7 +850,7 @@ impl SyncService {
         }
         let mut reader = changes.changes(stream, &from, until).await?;
         if from.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
             e.writer = Some(
@@ -818,7 +860,8 @@ impl SyncService {
             );
         }
         let mut begin: (String, Option<OffsetDateTime>) = (String::new(), None);
-        let mut since_commit = 0u64;
+        let (mut since_commit, mut applied) = (0u64, 0u64);
+        let mut committed_at = std::time::Instant::now();
         loop {
             let events = reader.next(BATCH_ROWS).await?;
             if events.is_empty() {
@@ -839,6 +882,7 @@ impl SyncService {
                             if !changes.after(&e.position, &begin.0)? {
                                 e.apply(&c, &begin).await?;
                                 since_commit += 1;
+                                applied += 1;
                             }
                         }
                     }
@@ -848,9 +892,14 @@ impl SyncService {
                                 e.position = position.clone();
                             }
                         }
-                        if since_commit >= CHECKPOINT_ROWS {
+                        // Every CHECKPOINT_ROWS changes; a continuous run
+                        // also every second while changes arrive.
+                        let due =
+                            flow.config.continuous && since_commit > 0 && committed_at.elapsed() >= CONTINUOUS_COMMIT;
+                        if since_commit >= CHECKPOINT_ROWS || due {
                             self.commit_changes(run, flow, stream, entities, true).await?;
                             since_commit = 0;
+                            committed_at = std::time::Instant::now();
                         }
                     }
                 }
@@ -864,7 +913,8 @@ impl SyncService {
                 e.position = until.to_string();
             }
         }
-        self.commit_changes(run, flow, stream, entities, false).await
+        self.commit_changes(run, flow, stream, entities, false).await?;
+        Ok(applied)
     }
 
     /// Commits every entity with the position it reached (then stores it as

@@ -234,6 +234,12 @@ impl From<&str> for Failure {
 }
 
 impl SyncService {
+    /// Whether `run` is a continuous flow's: it goes on until stopped, so
+    /// a worker runs it beside the others.
+    pub async fn is_continuous(&self, run: &Run) -> bool {
+        matches!(self.flows.get(run.org_id, run.flow_id).await, Ok(Some(f)) if f.config.continuous)
+    }
+
     /// Claims the next queued run for `worker`.
     ///
     /// # Errors

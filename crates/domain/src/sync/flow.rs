@@ -130,6 +130,10 @@ pub struct FlowConfig {
     pub mappings: Vec<Mapping>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<Dependency>,
+    /// Keep one run going, applying changes as they arrive (change data
+    /// capture mappings only; see `docs/cdc.md`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continuous: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,7 +247,42 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
         }
         errors.extend(crate::sync::check_capture(&path, m));
     }
+    if config.continuous
+        && let Some((i, m)) = config.mappings.iter().enumerate().find(|(_, m)| !m.sync_mode.cdc())
+    {
+        errors.push(FieldError::new(
+            "config.continuous",
+            format!(
+                "a continuous flow captures changes only: mappings[{i}] syncs in {} mode (cdc_deduped or \
+                 cdc_append)",
+                m.sync_mode.as_str()
+            ),
+        ));
+    }
     errors
+}
+
+/// When a flow is next due: its schedule's next time, or (a continuous
+/// flow) from now on, while the scheduler keeps one run of it going; never
+/// while paused.
+pub fn next_due(
+    schedule: Option<&str>,
+    status: FlowStatus,
+    continuous: bool,
+    now: OffsetDateTime,
+) -> Option<OffsetDateTime> {
+    match (schedule, status) {
+        (_, FlowStatus::Active) if continuous => Some(now),
+        (Some(s), FlowStatus::Active) => next_run(s, now),
+        _ => None,
+    }
+}
+
+/// A continuous flow keeps one run going: it takes no schedule.
+pub fn check_continuous(config: &FlowConfig, schedule: Option<&str>) -> Option<FieldError> {
+    (config.continuous && schedule.is_some()).then(|| {
+        FieldError::new("schedule", "a continuous flow keeps one run going and takes no schedule: leave it out")
+    })
 }
 
 /// A cycle in the dependency graph (`edges`: flow → its upstream flows),
@@ -500,6 +539,7 @@ mod tests {
             config: FlowConfig {
                 mappings: vec![],
                 depends_on: deps.into_iter().map(|(flow, on)| Dependency { flow, on }).collect(),
+                continuous: false,
             },
             status: FlowStatus::Active,
             next_run_at: None,

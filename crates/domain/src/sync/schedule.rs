@@ -36,6 +36,10 @@ impl SyncService {
         let now = self.clock.now();
         let mut queued = 0;
         for f in self.queue.due_flows(now).await? {
+            if f.config.continuous {
+                queued += usize::from(self.keep_going(&f, now).await?);
+                continue;
+            }
             let (Some(at), Some(expr)) = (f.next_run_at, f.schedule.clone()) else { continue };
             let run = new_run(&f, Trigger::Schedule, Uuid::now_v7(), now);
             let next = next_run(&expr, now);
@@ -45,6 +49,33 @@ impl SyncService {
             }
         }
         Ok(queued)
+    }
+
+    /// Queues a continuous flow's next run when it has none queued or
+    /// running: at once after a run that ended otherwise, after a backoff
+    /// (5 s, doubling to 5 min) after consecutive failures. Once per ended
+    /// run whatever the number of processes (the marker names it).
+    async fn keep_going(&self, f: &Flow, now: OffsetDateTime) -> Result<bool> {
+        let recent = self
+            .runs
+            .list_for_flow(f.org_id, f.id, None, crate::shared::page::PageRequest { limit: 8, after: None })
+            .await?;
+        let marker = match recent.items.first() {
+            Some(last) if !last.status.finished() => return Ok(false),
+            Some(last) => {
+                let failures = recent.items.iter().take_while(|r| r.status == RunStatus::Failed).count() as u32;
+                if failures > 0 {
+                    let wait = Duration::seconds(5 * (1i64 << (failures - 1).min(6))).min(Duration::minutes(5));
+                    if last.finished_at.is_some_and(|at| at + wait > now) {
+                        return Ok(false);
+                    }
+                }
+                format!("continuous:{}:{}", f.id, last.id)
+            }
+            None => format!("continuous:{}:first", f.id),
+        };
+        let run = new_run(f, Trigger::Schedule, Uuid::now_v7(), now);
+        self.queue.queue_once(&marker, &run, Some((f.id, f.next_run_at))).await
     }
 
     /// Renews `worker`'s lease on the run it executes; `false` when the run
@@ -74,7 +105,9 @@ impl SyncService {
         let now = self.clock.now();
         let mut n = 0;
         for mut run in self.queue.stale_runs(cutoff).await? {
-            if run.attempt < MAX_ATTEMPTS {
+            // A continuous run is always taken over: it commits as it goes
+            // and resumes from there, and it never ends on its own.
+            if run.attempt < MAX_ATTEMPTS || self.is_continuous(&run).await {
                 if self.queue.requeue(run.fence(), run.claimed_by.clone()).await? {
                     let _ = self
                         .runs

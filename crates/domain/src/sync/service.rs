@@ -222,6 +222,7 @@ impl SyncService {
             errors.extend(f);
         }
         errors.extend(check_config(&flow.config));
+        errors.extend(check_continuous(&flow.config, flow.schedule.as_deref()));
         let source = self.connect.connection(flow.org_id, flow.source_connection_id).await?;
         let dest = self.connect.connection(flow.org_id, flow.destination_connection_id).await?;
         match &source {
@@ -296,10 +297,7 @@ impl SyncService {
     }
 
     fn schedule_next(&self, f: &mut Flow) {
-        f.next_run_at = match (&f.schedule, f.status) {
-            (Some(s), FlowStatus::Active) => next_run(s, self.clock.now()),
-            _ => None,
-        };
+        f.next_run_at = next_due(f.schedule.as_deref(), f.status, f.config.continuous, self.clock.now());
     }
 
     pub async fn create_flow(&self, p: &Principal, org: OrgId, new: NewFlow) -> Result<Flow> {

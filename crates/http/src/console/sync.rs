@@ -183,7 +183,7 @@ pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>
             source_connection_id: connection_id("source", &f.source)?,
             destination_connection_id: connection_id("destination", &f.destination)?,
             schedule: nonempty(&f.schedule),
-            config: FlowConfig { mappings: vec![mapping], depends_on: vec![] },
+            config: FlowConfig { mappings: vec![mapping], depends_on: vec![], continuous: false },
             status: FlowStatus::Active,
         })
     })();
