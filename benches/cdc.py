@@ -11,8 +11,9 @@ updates, 20% inserts, 20% deletes, in transactions of 1,000) is written at
 the source; then each catches up alone, timed:
 
 - Sluice: one run (`POST …/run`, its server-side `finished_at`);
-- native: `ALTER SUBSCRIPTION … ENABLE` until the subscriber's table has
-  the source's fingerprint (polled every 100 ms).
+- native: `ALTER SUBSCRIPTION … ENABLE` until the load's last transaction
+  (a marker row) is applied at the subscriber (polled every 50 ms by an
+  index lookup; changes apply in commit order).
 
 Both destinations are compared with the source row by row (an md5 of the
 ordered rows). Also measured: the initial snapshot (the first run's copy)
@@ -140,6 +141,7 @@ def main():
                        shell=True, check=True)
         copy_pipe = time.time() - start
 
+        os.makedirs(os.path.join(work, "sluice"))
         sluice, api = serve(os.path.join(work, "sluice"))
         org = api.call("POST", "/v1/organizations", {"name": "Bench"})["id"]
         conns = f"/v1/organizations/{org}/connections"
@@ -160,8 +162,12 @@ def main():
         subprocess.run(f"psql -X -q {pg.url('src')} -c 'COPY t TO STDOUT (FORMAT binary)' | "
                        f"psql -X -q {pg.url('dst_native')} -c 'COPY t FROM STDIN (FORMAT binary)'",
                        shell=True, check=True)
+        # On one cluster the slot is made apart (CREATE SUBSCRIPTION making
+        # it would wait for itself).
+        pg.sql("src", "SELECT pg_create_logical_replication_slot('native', 'pgoutput')")
         pg.sql("dst_native", f"CREATE SUBSCRIPTION native CONNECTION 'host=127.0.0.1 port={pg.port} "
-               "user=postgres dbname=src' PUBLICATION native WITH (copy_data = false)")
+               "user=postgres dbname=src' PUBLICATION native WITH (copy_data = false, create_slot = false, "
+               "slot_name = 'native')")
         # Wait until its slot is active, then stop it for the load.
         for _ in range(300):
             if pg.sql("src", "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'native' AND active") == "1":
@@ -173,8 +179,32 @@ def main():
                 break
             time.sleep(0.1)
 
+        # ingestr's CDC (postgres+cdc://), where it is installed: its own
+        # snapshot now, its catch-up after the load.
+        ingestr = shutil.which("ingestr")
+        ingestr_cmd = None
+        if ingestr:
+            pg.sql("postgres", "CREATE DATABASE dst_ingestr")
+            pg.sql("src", "CREATE PUBLICATION ingestr_pub FOR TABLE t")
+            ingestr_cmd = [ingestr, "ingest", "--yes",
+                           "--source-uri", f"postgres+cdc://postgres@127.0.0.1:{pg.port}/src?publication=ingestr_pub"
+                                           "&slot=ingestr_slot",
+                           "--source-table", "public.t",
+                           "--dest-uri", pg.url("dst_ingestr").replace("postgres://", "postgresql://"),
+                           "--dest-table", "public.t"]
+            start = time.time()
+            first = subprocess.run(ingestr_cmd, capture_output=True, text=True)
+            ingestr_snapshot = time.time() - start
+            if first.returncode != 0:
+                print(f"ingestr's CDC snapshot failed: {first.stderr[-2000:] or first.stdout[-2000:]}")
+                ingestr_cmd = None
+
         start = time.time()
         load(pg, CHANGES)
+        # The load's last transaction: a marker row, whose arrival says a
+        # subscriber applied everything before it (changes apply in commit
+        # order), so that catching up is watched by one index lookup.
+        pg.sql("src", "INSERT INTO t VALUES (-1, 0, 'marker', 0, now())")
         load_secs = time.time() - start
         want = pg.sql("src", FINGERPRINT)
 
@@ -189,15 +219,35 @@ def main():
         # Native catches up.
         start = time.time()
         pg.sql("dst_native", "ALTER SUBSCRIPTION native ENABLE")
-        while pg.sql("dst_native", FINGERPRINT) != want:
-            time.sleep(0.1)
+        while pg.sql("dst_native", "SELECT count(*) FROM t WHERE id = -1") != "1":
+            time.sleep(0.05)
             if time.time() - start > 3600:
                 sys.exit("native replication did not catch up in an hour")
         native_secs = time.time() - start
+        got = pg.sql("dst_native", FINGERPRINT)
+        if got != want:
+            sys.exit(f"native replication's copy differs from the source: {got} != {want}")
         pg.sql("dst_native", "ALTER SUBSCRIPTION native DISABLE")
         pg.sql("dst_native", "ALTER SUBSCRIPTION native SET (slot_name = NONE)")
         pg.sql("dst_native", "DROP SUBSCRIPTION native")
         pg.sql("src", "SELECT pg_drop_replication_slot('native')")
+
+        ingestr_line = "ingestr: not installed (pip install ingestr)"
+        if ingestr_cmd:
+            start = time.time()
+            again = subprocess.run(ingestr_cmd, capture_output=True, text=True)
+            ingestr_secs = time.time() - start
+            if again.returncode != 0:
+                ingestr_line = f"ingestr's CDC catch-up failed: {again.stderr[-2000:] or again.stdout[-2000:]}"
+            else:
+                live = pg.sql("dst_ingestr", "SELECT count(*) FROM public.t WHERE _cdc_deleted IS NOT TRUE")
+                version = subprocess.run([ingestr, "--version"], capture_output=True, text=True).stdout.strip()
+                rows = want.split(":")[0]
+                ingestr_line = (f"catch-up, ingestr {version} (postgres+cdc): {ingestr_secs:8.2f} s  "
+                                f"{CHANGES / ingestr_secs:10,.0f} changes/s; its snapshot {ingestr_snapshot:.2f} s; "
+                                f"live rows {live} (source {rows})")
+            pg.sql("src", "SELECT pg_drop_replication_slot('ingestr_slot') FROM pg_replication_slots "
+                          "WHERE slot_name = 'ingestr_slot'")
 
         # Retained WAL while another table takes writes and the flow runs
         # every 10 s: flat, not growing with the writes.
@@ -288,6 +338,8 @@ def main():
               f"peak RSS {catchup_rss}")
         print(f"catch-up, native subscription:   {native_secs:8.2f} s  {CHANGES / native_secs:10,.0f} changes/s")
         print(f"  ratio Sluice/native throughput: {native_secs / sluice_secs:.2f}x")
+        print(ingestr_line)
+        print("Sling: its CDC needs a paid CLI Pro Max token (docs.slingdata.io/concepts/change-capture): not run")
         print(f"initial snapshot, Sluice (first run): {snapshot_secs:8.2f} s  peak RSS {snapshot_rss}")
         print(f"initial snapshot, binary COPY pipe:   {copy_pipe:8.2f} s")
         print(f"  ratio Sluice/pipe throughput: {copy_pipe / snapshot_secs:.2f}x")

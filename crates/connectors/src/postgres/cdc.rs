@@ -312,6 +312,57 @@ impl PgConnector {
         })))
     }
 
+    /// The whole of `entity` as a binary COPY in an exported snapshot, on a
+    /// connection of its own that is closed after.
+    pub(super) async fn bulk_in_snapshot(
+        &self,
+        entity: &str,
+        fields: &[Field],
+        snapshot: &str,
+    ) -> ConnectorResult<Box<dyn sluice_domain::connect::connector::BulkStream>> {
+        if snapshot.is_empty() || !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(ConnectorError::InvalidConfig(format!("'{snapshot}' is not a snapshot name")));
+        }
+        let mut conn = self.pool.acquire().await.map_err(|e| self.e(&e))?;
+        conn.close_on_drop();
+        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+        sqlx::query(AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'")))
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+        let cols: Vec<String> = fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let sql =
+            format!("COPY (SELECT {} FROM {}) TO STDOUT (FORMAT binary)", cols.join(", "), self.qualified(entity));
+        let (host, database) = (self.host.clone(), self.database.clone());
+        let part = move |tx: tokio::sync::mpsc::Sender<ConnectorResult<Vec<u8>>>| async move {
+            let mut stream = match super::copy_on(&mut conn, &sql, host, database).await {
+                Ok(stream) => stream.binary(),
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            loop {
+                match stream.chunk().await {
+                    Ok(Some(piece)) => {
+                        if tx.send(Ok(piece)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+            }
+        };
+        Ok(crate::common::ranges_bulk(vec![part]))
+    }
+
     /// A direct connection with this connector's settings, for replication
     /// work a pooled connection must not carry on with.
     async fn direct(&self, replication: bool) -> ConnectorResult<sqlx::PgConnection> {

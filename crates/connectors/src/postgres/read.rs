@@ -118,6 +118,19 @@ impl Source for PgConnector {
         self.schemas(None).await
     }
 
+    async fn bulk_out_in_snapshot(
+        &self,
+        entity: &str,
+        format: &str,
+        fields: &[Field],
+        snapshot: &str,
+    ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
+        if format != BULK_FORMAT {
+            return Ok(None);
+        }
+        Ok(Some(self.bulk_in_snapshot(entity, fields, snapshot).await?))
+    }
+
     async fn bulk_out(
         &self,
         entity: &str,

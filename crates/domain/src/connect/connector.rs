@@ -190,6 +190,19 @@ pub trait Source: Send + Sync {
         Ok(None)
     }
 
+    /// The whole of `entity` as a bulk stream in `format`, read in an
+    /// exported `snapshot` (a change stream's start); `None` when the
+    /// source has no such stream.
+    async fn bulk_out_in_snapshot(
+        &self,
+        _entity: &str,
+        _format: &str,
+        _fields: &[Field],
+        _snapshot: &str,
+    ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
+        Ok(None)
+    }
+
     /// When the oldest transaction still writing to the source began (or,
     /// with none open, now), as far as this connection can see, for a read
     /// by the timestamp field `cursor`; `None` when the source cannot tell

@@ -31,7 +31,7 @@ use super::engine::{BATCH_ROWS, CHECKPOINT_ROWS};
 use super::service::SyncService;
 use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource};
 use crate::connect::connector::{
-    Destination, EntitySchema, EntityWriter, Field, FieldType, ReadRequest, RecordBatch, Source, Value,
+    Destination, EntitySchema, EntityWriter, Field, FieldType, ReadRequest, RecordBatch, Source, Value, WriteMode,
 };
 use crate::sync::flow::{Cursor, EntityStats, Flow, Mapping, Run};
 use crate::sync::mode::{COMMITTED_AT, DELETED_AT, DeleteMode, OP, POSITION, SyncMode};
@@ -187,20 +187,77 @@ pub(super) struct Scope<'a> {
     pub dest: &'a Arc<dyn Destination>,
 }
 
-/// What an entity's writer is given next: consecutive changes of one kind
-/// go together, in order, up to [`BATCH_ROWS`].
+/// What an entity's writer is given next.
 enum Pending {
     None,
-    Upserts(Vec<Vec<Value>>),
-    /// The keys of the rows to delete.
-    Deletes(Vec<Vec<Value>>),
-    /// Rows (in the schema's field order) whose fields but `keep` are set
-    /// on the destination's rows with their keys: updates that left large
-    /// values as they were, and soft deletes.
-    Updates {
-        keep: Vec<usize>,
-        rows: Vec<Vec<Value>>,
-    },
+    /// A change log's rows, in order.
+    Log(Vec<Vec<Value>>),
+    /// A mirror's changes, one per key.
+    Mirror(ByKey),
+}
+
+/// What a mirror does to one key.
+#[derive(Debug, Clone, PartialEq)]
+enum KeyOp {
+    Upsert,
+    Delete,
+    /// Sets the row's fields but these (a large value an update left as it
+    /// was, or a soft delete, which sets its time alone).
+    Partial(Vec<usize>),
+}
+
+/// A mirror's pending changes, one per key: changes of different keys do
+/// not depend on each other, so only each key's last state matters (an
+/// update folded into the upsert before it, a delete replacing both).
+/// Applied as one upsert, one delete and one update per set of kept fields,
+/// however the source's transactions interleaved them.
+#[derive(Default)]
+struct ByKey {
+    slots: HashMap<u64, crate::sync::mode::SmallSlots>,
+    rows: Vec<(KeyOp, Vec<Value>)>,
+}
+
+impl ByKey {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn push(&mut self, op: KeyOp, row: Vec<Value>, key_idx: &[usize]) {
+        let h = crate::sync::mode::key_hash(&row, key_idx);
+        let slots = self.slots.entry(h).or_default();
+        let rows = &mut self.rows;
+        let Some(i) = slots.find(|i| crate::sync::mode::same_key(&rows[i].1, &row, key_idx)) else {
+            slots.push(rows.len());
+            rows.push((op, row));
+            return;
+        };
+        let (before, held) = &mut rows[i];
+        match (&*before, op) {
+            // What the update left as it was comes from the row before.
+            (KeyOp::Upsert, KeyOp::Partial(keep)) => {
+                let mut row = row;
+                for k in keep {
+                    row[k] = held[k].clone();
+                }
+                *held = row;
+            }
+            (KeyOp::Partial(kept), KeyOp::Partial(keep)) => {
+                let mut row = row;
+                for k in &keep {
+                    if !kept.contains(k) {
+                        row[*k] = held[*k].clone();
+                    }
+                }
+                let both: Vec<usize> = keep.into_iter().filter(|k| kept.contains(k)).collect();
+                *before = KeyOp::Partial(both);
+                *held = row;
+            }
+            (_, op) => {
+                *before = op;
+                *held = row;
+            }
+        }
+    }
 }
 
 /// One CDC mapping's part of the run.
@@ -273,49 +330,54 @@ impl Entity<'_> {
         let key_idx = self.key_idx();
         let fields = Arc::new(self.schema.fields.clone());
         let entity = self.m.source_entity.clone();
-        let deduped = self.m.sync_mode == SyncMode::CdcDeduped;
         let pending = std::mem::replace(&mut self.pending, Pending::None);
         let Some(writer) = self.writer.as_mut() else { return Ok(()) };
-        let written = match pending {
-            Pending::None => Ok(()),
-            Pending::Upserts(rows) => {
-                let mut batch = RecordBatch { fields, rows };
-                if deduped {
-                    batch = crate::sync::dedupe(batch, &key_idx, None);
+        let failed = |e| failure_of(&entity, e);
+        match pending {
+            Pending::None => {}
+            Pending::Log(rows) => writer.write(&RecordBatch { fields, rows }).await.map_err(failed)?,
+            Pending::Mirror(by_key) => {
+                let (mut upserts, mut deletes) = (Vec::new(), Vec::new());
+                let mut partials: Vec<(Vec<usize>, Vec<Vec<Value>>)> = Vec::new();
+                for (op, row) in by_key.rows {
+                    match op {
+                        KeyOp::Upsert => upserts.push(row),
+                        KeyOp::Delete => deletes.push(key_idx.iter().map(|i| row[*i].clone()).collect()),
+                        KeyOp::Partial(keep) => match partials.iter_mut().find(|(k, _)| *k == keep) {
+                            Some((_, rows)) => rows.push(row),
+                            None => partials.push((keep, vec![row])),
+                        },
+                    }
                 }
-                writer.write(&batch).await
+                if !upserts.is_empty() {
+                    writer.write(&RecordBatch { fields: fields.clone(), rows: upserts }).await.map_err(failed)?;
+                }
+                if !deletes.is_empty() {
+                    let key_fields: Vec<Field> = key_idx.iter().map(|i| fields[*i].clone()).collect();
+                    let keys = RecordBatch { fields: Arc::new(key_fields), rows: deletes };
+                    writer.delete(&keys).await.map_err(failed)?;
+                }
+                for (keep, rows) in partials {
+                    let set: Vec<usize> = (0..fields.len()).filter(|i| !keep.contains(i)).collect();
+                    let set_fields: Vec<Field> = set.iter().map(|i| fields[*i].clone()).collect();
+                    let rows = rows.into_iter().map(|r| set.iter().map(|i| r[*i].clone()).collect()).collect();
+                    writer.update(&RecordBatch { fields: Arc::new(set_fields), rows }).await.map_err(failed)?;
+                }
             }
-            Pending::Deletes(keys) => {
-                let key_fields: Vec<Field> = key_idx.iter().map(|i| fields[*i].clone()).collect();
-                writer.delete(&RecordBatch { fields: Arc::new(key_fields), rows: keys }).await
-            }
-            Pending::Updates { keep, rows } => {
-                let set: Vec<usize> = (0..fields.len()).filter(|i| !keep.contains(i)).collect();
-                let set_fields: Vec<Field> = set.iter().map(|i| fields[*i].clone()).collect();
-                let rows = rows.into_iter().map(|r| set.iter().map(|i| r[*i].clone()).collect()).collect();
-                // A key updated twice in the batch: the later update wins.
-                let keys: Vec<usize> =
-                    set_fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
-                let batch = crate::sync::dedupe(RecordBatch { fields: Arc::new(set_fields), rows }, &keys, None);
-                writer.update(&batch).await
-            }
-        };
-        written.map_err(|e| failure_of(&entity, e))
+        }
+        Ok(())
     }
 
-    /// Queues a row whose fields but `keep` are set on the destination's
-    /// row with its key (a large value an update left as it was stays as
-    /// the destination holds it; a soft delete sets its time alone).
-    async fn push_update(&mut self, row: Vec<Value>, keep: Vec<usize>) -> Result<(), CaptureFailure> {
-        if !matches!(&self.pending, Pending::Updates { keep: k, .. } if *k == keep) {
-            self.flush().await?;
-            self.pending = Pending::Updates { keep, rows: Vec::new() };
+    /// Queues one change of a mirror's key; a full batch goes to the writer.
+    async fn push_key(&mut self, op: KeyOp, row: Vec<Value>) -> Result<(), CaptureFailure> {
+        let key_idx = self.key_idx();
+        if !matches!(self.pending, Pending::Mirror(_)) {
+            self.pending = Pending::Mirror(ByKey::default());
         }
-        if let Pending::Updates { rows, .. } = &mut self.pending {
-            rows.push(row);
-            if rows.len() >= BATCH_ROWS {
-                self.flush().await?;
-            }
+        let Pending::Mirror(by_key) = &mut self.pending else { return Ok(()) };
+        by_key.push(op, row, &key_idx);
+        if by_key.len() >= BATCH_ROWS {
+            self.flush().await?;
         }
         Ok(())
     }
@@ -328,54 +390,37 @@ impl Entity<'_> {
     async fn apply(&mut self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Result<(), CaptureFailure> {
         self.stats.rows_read += 1;
         let row = self.row(c, begin);
+        if self.m.sync_mode == SyncMode::CdcAppend {
+            if !matches!(self.pending, Pending::Log(_)) {
+                self.pending = Pending::Log(Vec::new());
+            }
+            let Pending::Log(rows) = &mut self.pending else { return Ok(()) };
+            rows.push(row);
+            if rows.len() >= BATCH_ROWS {
+                self.flush().await?;
+            }
+            return Ok(());
+        }
         let unchanged: Vec<usize> = c
             .unchanged
             .iter()
             .filter_map(|i| self.order.get(*i).copied().flatten())
             .filter_map(|at| self.schema.index_of(&self.source_fields[at].name))
             .collect();
-        match (self.m.sync_mode, c.op) {
-            (SyncMode::CdcAppend, _) => self.push_upsert(row).await,
-            (_, ChangeOp::Delete) if self.m.delete_mode == Some(DeleteMode::Soft) => {
+        match c.op {
+            ChangeOp::Delete if self.m.delete_mode == Some(DeleteMode::Soft) => {
                 let mut row = row;
                 let at = self.schema.fields.len() - 1;
                 row[at] = begin.1.map_or(Value::Null, Value::Timestamp);
                 let key_idx = self.key_idx();
                 let keep: Vec<usize> =
                     (0..self.schema.fields.len()).filter(|i| *i != at && !key_idx.contains(i)).collect();
-                self.push_update(row, keep).await
+                self.push_key(KeyOp::Partial(keep), row).await
             }
-            (_, ChangeOp::Delete) => {
-                if !matches!(self.pending, Pending::Deletes(_)) {
-                    self.flush().await?;
-                    self.pending = Pending::Deletes(Vec::new());
-                }
-                let key: Vec<Value> = self.key_idx().into_iter().map(|i| row[i].clone()).collect();
-                if let Pending::Deletes(keys) = &mut self.pending {
-                    keys.push(key);
-                    if keys.len() >= BATCH_ROWS {
-                        self.flush().await?;
-                    }
-                }
-                Ok(())
-            }
-            (_, _) if !unchanged.is_empty() => self.push_update(row, unchanged).await,
-            _ => self.push_upsert(row).await,
+            ChangeOp::Delete => self.push_key(KeyOp::Delete, row).await,
+            _ if !unchanged.is_empty() => self.push_key(KeyOp::Partial(unchanged), row).await,
+            _ => self.push_key(KeyOp::Upsert, row).await,
         }
-    }
-
-    async fn push_upsert(&mut self, row: Vec<Value>) -> Result<(), CaptureFailure> {
-        if !matches!(self.pending, Pending::Upserts(_)) {
-            self.flush().await?;
-            self.pending = Pending::Upserts(Vec::new());
-        }
-        if let Pending::Upserts(rows) = &mut self.pending {
-            rows.push(row);
-            if rows.len() >= BATCH_ROWS {
-                self.flush().await?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -579,18 +624,8 @@ impl SyncService {
             if !flow.config.continuous {
                 return Ok(());
             }
-            if applied > 0 {
-                let progress: Vec<EntityStats> = entities.iter().map(|e| e.stats.clone()).collect();
-                if !self.runs.progress(run.fence(), &progress).await? {
-                    return Err(CaptureFailure::lost());
-                }
-            }
-            if self.canceled(run).await {
-                return Err(CaptureFailure::halted(Halt::Canceled));
-            }
-            if self.stopping() {
-                return Err(CaptureFailure::halted(Halt::Stopped));
-            }
+            let progress = (applied > 0).then(|| entities.iter().map(|e| e.stats.clone()).collect());
+            self.progress_or_halt(run, progress).await?;
             match self.flows.get(flow.org_id, flow.id).await? {
                 Some(f) if f.status == crate::sync::flow::FlowStatus::Active && f.updated_at == flow.updated_at => {}
                 _ => {
@@ -684,6 +719,11 @@ impl SyncService {
             None => "copying the table as it is now; the stream is replayed over it from its position".into(),
         };
         self.log(run, "info", Some(&entity), how).await;
+        if let Some(snapshot) = snapshot
+            && self.copy_in_bulk(scope, stream, e, snapshot).await?
+        {
+            return Ok(());
+        }
         let mut writer = dest
             .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
             .await
@@ -744,17 +784,68 @@ impl SyncService {
         e.committed += w.rows_written;
         e.stats.rows_written = e.committed;
         e.stats.bytes += w.bytes;
-        // For `GET …/state` (the destination holds the position already).
-        let c = Cursor {
-            entity: entity.clone(),
-            cursor_field: Some(POSITION_FIELD.into()),
-            cursor_value: Some(e.position.clone()),
-            updated_at: self.clock.now(),
-        };
-        if !self.cursors.advance(flow.id, &c, run.fence()).await? {
-            return Err(CaptureFailure::lost());
+        self.show_position(run, flow, &e.m.source_entity, &e.position).await
+    }
+
+    /// A mirror's copy as a full refresh does it, where both sides can: the
+    /// source's bulk stream (read in the snapshot) into a fresh table,
+    /// swapped in with the position in one transaction (which also leaves
+    /// exactly the source's rows). Not for a change log (its columns are
+    /// not the table's), soft deletes (the rows marked deleted stay) or a
+    /// transform. Answers whether it copied.
+    async fn copy_in_bulk(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        e: &mut Entity<'_>,
+        snapshot: &str,
+    ) -> Result<bool, CaptureFailure> {
+        let Scope { run, flow, source, dest, .. } = scope;
+        if e.m.sync_mode != SyncMode::CdcDeduped
+            || e.m.delete_mode == Some(DeleteMode::Soft)
+            || !e.m.transform.is_empty()
+            || !dest.loads_in_bulk()
+        {
+            return Ok(false);
         }
-        Ok(())
+        let entity = e.m.source_entity.clone();
+        let attempt = super::engine::attempt_of(run);
+        let mut writer = dest.open_for(&e.schema, WriteMode::Overwrite, &attempt).await.map_err(|x| e.failed(x))?;
+        let Some(format) = writer.bulk_format() else {
+            writer.abort().await;
+            return Ok(false);
+        };
+        let mut bulk = match source.bulk_out_in_snapshot(&entity, format, &e.source_fields, snapshot).await {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                writer.abort().await;
+                return Ok(false);
+            }
+            Err(x) => {
+                writer.abort().await;
+                return Err(e.failed(x));
+            }
+        };
+        self.log(run, "info", Some(&entity), format!("bulk copy ({format}) into a fresh table")).await;
+        let loaded = match writer.write_bulk(&mut *bulk, None).await {
+            Ok(n) => n,
+            Err(x) => {
+                writer.abort().await;
+                return Err(e.failed(x));
+            }
+        };
+        if let Err(x) = writer.hold_position(stream, &e.position).await {
+            writer.abort().await;
+            return Err(e.failed(x));
+        }
+        self.hold(run).await.map_err(|_| CaptureFailure::lost())?;
+        let w = writer.finish().await.map_err(|x| e.failed(x))?;
+        e.stats.rows_read += loaded;
+        e.committed += loaded;
+        e.stats.rows_written = e.committed;
+        e.stats.bytes += w.bytes;
+        self.show_position(run, flow, &e.m.source_entity, &e.position).await?;
+        Ok(true)
     }
 
     /// The stream describes `e`'s table (`s`): before its first change, and
@@ -951,29 +1042,41 @@ impl SyncService {
             e.held = e.position.clone();
             e.stats.cursor_after = Some(e.position.clone());
             e.stats.checkpoint_at = Some(self.clock.now());
-            let c = Cursor {
-                entity: e.m.source_entity.clone(),
-                cursor_field: Some(POSITION_FIELD.into()),
-                cursor_value: Some(e.position.clone()),
-                updated_at: self.clock.now(),
-            };
-            if !self.cursors.advance(flow.id, &c, run.fence()).await? {
-                return Err(CaptureFailure::lost());
-            }
+            self.show_position(run, flow, &e.m.source_entity, &e.position).await?;
         }
         if reopen {
-            // Progress, so that readers see the run advance and a later
-            // attempt counts these rows.
-            let progress: Vec<EntityStats> = entities.iter().map(|e| e.stats.clone()).collect();
-            if !self.runs.progress(run.fence(), &progress).await? {
-                return Err(CaptureFailure::lost());
-            }
-            if self.canceled(run).await {
-                return Err(CaptureFailure::halted(Halt::Canceled));
-            }
-            if self.stopping() {
-                return Err(CaptureFailure::halted(Halt::Stopped));
-            }
+            let progress = entities.iter().map(|e| e.stats.clone()).collect();
+            self.progress_or_halt(run, Some(progress)).await?;
+        }
+        Ok(())
+    }
+
+    /// Stores the position `e` committed as its cursor, for `GET …/state`
+    /// (the destination holds it already: this is what shows).
+    async fn show_position(&self, run: &Run, flow: &Flow, entity: &str, position: &str) -> Result<(), CaptureFailure> {
+        let c = Cursor {
+            entity: entity.to_string(),
+            cursor_field: Some(POSITION_FIELD.into()),
+            cursor_value: Some(position.to_string()),
+            updated_at: self.clock.now(),
+        };
+        if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(CaptureFailure::lost()) }
+    }
+
+    /// Between commits: the entities' progress stored (when given), so that
+    /// readers see the run advance and a later attempt counts these rows;
+    /// then a halt if the run was canceled or the process is stopping.
+    async fn progress_or_halt(&self, run: &Run, progress: Option<Vec<EntityStats>>) -> Result<(), CaptureFailure> {
+        if let Some(progress) = progress
+            && !self.runs.progress(run.fence(), &progress).await?
+        {
+            return Err(CaptureFailure::lost());
+        }
+        if self.canceled(run).await {
+            return Err(CaptureFailure::halted(Halt::Canceled));
+        }
+        if self.stopping() {
+            return Err(CaptureFailure::halted(Halt::Stopped));
         }
         Ok(())
     }

@@ -282,17 +282,17 @@ pub fn dedupe(batch: RecordBatch, key_idx: &[usize], cursor_idx: Option<usize>) 
 
 /// The rows of one key hash: almost always one, kept without allocating.
 #[derive(Default)]
-struct SmallSlots {
+pub(crate) struct SmallSlots {
     first: Option<usize>,
     more: Vec<usize>,
 }
 
 impl SmallSlots {
-    fn find(&self, is: impl Fn(usize) -> bool) -> Option<usize> {
+    pub(crate) fn find(&self, is: impl Fn(usize) -> bool) -> Option<usize> {
         self.first.into_iter().chain(self.more.iter().copied()).find(|i| is(*i))
     }
 
-    fn push(&mut self, i: usize) {
+    pub(crate) fn push(&mut self, i: usize) {
         match self.first {
             None => self.first = Some(i),
             Some(_) => self.more.push(i),
@@ -300,7 +300,7 @@ impl SmallSlots {
     }
 }
 
-fn key_hash(row: &[Value], key_idx: &[usize]) -> u64 {
+pub(crate) fn key_hash(row: &[Value], key_idx: &[usize]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for i in key_idx {
@@ -322,7 +322,7 @@ fn key_hash(row: &[Value], key_idx: &[usize]) -> u64 {
 
 /// Key equality as the hash sees it (floats by their bits, instants
 /// whatever their offset).
-fn same_key(a: &[Value], b: &[Value], key_idx: &[usize]) -> bool {
+pub(crate) fn same_key(a: &[Value], b: &[Value], key_idx: &[usize]) -> bool {
     key_idx.iter().all(|i| match (&a[*i], &b[*i]) {
         (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
         (Value::Timestamp(x), Value::Timestamp(y)) => x.unix_timestamp_nanos() == y.unix_timestamp_nanos(),
