@@ -733,6 +733,20 @@ async fn source_column_changes_evolve_block_or_stop_one_table() {
     assert_eq!(preview_rows(&app, &ann, &org, &wh, "orders_strict").await[0]["extra"], "x");
     assert_eq!(r["entities"][0]["rows_read"], 1, "the one change, not a copy: {r}");
 
+    // A column whose type changes between two unread changes stops that
+    // table alone, at its position.
+    sqlx::raw_sql(sql("UPDATE other SET note = 'deux' WHERE id = 2;
+         ALTER TABLE other ALTER COLUMN note TYPE int USING length(note); UPDATE other SET note = 5 WHERE id = 2;
+         INSERT INTO orders (id, extra) VALUES (3, 'three');"))
+    .execute(&mut src)
+    .await
+    .unwrap();
+    let r = run(&app, &ann, &org, &strict).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!((status(&r, 0), status(&r, 1)), ("succeeded".into(), "failed".into()), "{r}");
+    assert!(r["entities"][1]["error"].as_str().unwrap().contains("changed type: note (string → integer)"), "{r}");
+    assert_eq!(preview_rows(&app, &ann, &org, &wh, "orders_strict").await.len(), 2);
+
     // A column dropped while a change to it was unread stops that table.
     sqlx::raw_sql(sql("UPDATE orders SET note = 'uno' WHERE id = 1; ALTER TABLE orders DROP COLUMN note;"))
         .execute(&mut src)

@@ -284,6 +284,8 @@ struct Entity<'a> {
     stopped: Option<Stop>,
     /// The destination holds no position: the table is copied first.
     copy: bool,
+    /// Each column's type as the stream last described the table.
+    stream_types: HashMap<String, FieldType>,
 }
 
 impl Entity<'_> {
@@ -561,6 +563,7 @@ impl SyncService {
                 held: String::new(),
                 stopped: None,
                 copy: position.is_none(),
+                stream_types: HashMap::new(),
             };
             e.held = e.position.clone();
             if let (Some(p), Some(r)) = (&position, &retained)
@@ -574,6 +577,13 @@ impl SyncService {
                 );
                 self.log(run, "error", Some(entity), message.clone()).await;
                 e.stopped = Some(Stop::Lost(message));
+            } else if let Some(retyped) = match position {
+                Some(_) => Some(self.retyped_columns(dest, &e.schema).await).filter(|r| !r.is_empty()),
+                None => None,
+            } {
+                let message = retyped_message(&retyped, entity);
+                self.log(run, "error", Some(entity), message.clone()).await;
+                e.stopped = Some(Stop::Failed(message));
             } else if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
                 let message = "new source columns blocked by schema_policy block_on_new_column".to_string();
                 e.stopped = Some(Stop::Drift(message));
@@ -864,6 +874,24 @@ impl SyncService {
         s: &EntitySchema,
     ) -> Result<(), CaptureFailure> {
         let entity = e.m.source_entity.clone();
+        // A column whose type changed since the stream last described the
+        // table: its values no longer fit the destination's column.
+        let retyped: Vec<String> = s
+            .fields
+            .iter()
+            .filter_map(|f| {
+                let before = e.stream_types.get(&f.name)?;
+                (*before != f.field_type)
+                    .then(|| format!("{} ({} → {})", f.name, before.as_str(), f.field_type.as_str()))
+            })
+            .collect();
+        e.stream_types = s.fields.iter().map(|f| (f.name.clone(), f.field_type)).collect();
+        if !retyped.is_empty() {
+            let message = retyped_message(&retyped, &entity);
+            self.log(scope.run, "error", Some(&entity), message.clone()).await;
+            e.stop(Stop::Failed(message)).await;
+            return Ok(());
+        }
         let new: Vec<String> = s
             .fields
             .iter()
@@ -1080,6 +1108,16 @@ impl SyncService {
         }
         Ok(())
     }
+}
+
+/// Why a table whose source columns changed type stops (`retyped`:
+/// `column (old → new)`).
+fn retyped_message(retyped: &[String], entity: &str) -> String {
+    format!(
+        "source columns changed type: {}; this table stops at its position: change the destination's columns to \
+         match (it then resumes there), or copy the table again with DELETE …/state/{entity}",
+        retyped.join(", ")
+    )
 }
 
 /// A connector's failure as `entity`'s.

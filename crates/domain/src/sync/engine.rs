@@ -302,10 +302,15 @@ impl SyncService {
             }
             return run;
         }
-        if let Err(f) = &result
-            && f.lost
-        {
-            // Another attempt holds the run now; it records the outcome.
+        // Another attempt holds the run now (it was taken over while this
+        // one was frozen, say, and whatever this one met since, a read cut
+        // by the server included, is not the run's outcome): that attempt
+        // records it.
+        let taken_over = match &result {
+            Err(f) if f.lost => true,
+            _ => matches!(self.runs.holds(run.fence()).await, Ok(false)) && !self.canceled(&run).await,
+        };
+        if taken_over {
             tracing::warn!(run = %run.id, attempt = run.attempt, "the run was taken over; this attempt stopped");
             return run;
         }
@@ -841,16 +846,7 @@ impl SyncService {
         let Some(existing) = dest.describe(&schema.name).await? else { return Ok(false) };
         let new: Vec<&str> =
             schema.fields.iter().filter(|f| existing.field(&f.name).is_none()).map(|f| f.name.as_str()).collect();
-        let engine = |n: &str| n.split_once(':').map(|(e, t)| (e.to_string(), t.to_string()));
-        let retyped: Vec<String> = schema
-            .fields
-            .iter()
-            .filter_map(|f| {
-                let (se, st) = engine(f.native_type.as_deref()?)?;
-                let (de, dt) = engine(existing.field(&f.name)?.native_type.as_deref()?)?;
-                (se == de && st != dt).then(|| format!("{} ({dt} → {st})", f.name))
-            })
-            .collect();
+        let retyped = retyped(schema, &existing);
         if new.is_empty() && retyped.is_empty() {
             return Ok(false);
         }
@@ -864,6 +860,16 @@ impl SyncService {
         let message = format!("{} blocked by schema_policy block_on_new_column", what.join("; "));
         self.log(run, "warn", Some(&m.source_entity), message).await;
         Ok(true)
+    }
+
+    /// The source columns of `schema` whose type is no longer the one the
+    /// destination's table has (`column (old → new)`): told only where both
+    /// sides are one engine, whose native types compare exactly.
+    pub(super) async fn retyped_columns(&self, dest: &Arc<dyn Destination>, schema: &EntitySchema) -> Vec<String> {
+        match dest.describe(&schema.name).await {
+            Ok(Some(existing)) => retyped(schema, &existing),
+            _ => Vec::new(),
+        }
     }
 
     /// Whether an incremental upsert starts from nothing: no cursor stored,
@@ -1152,6 +1158,20 @@ impl SyncService {
         };
         if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
+}
+
+/// See [`SyncService::retyped_columns`].
+fn retyped(schema: &EntitySchema, existing: &EntitySchema) -> Vec<String> {
+    let engine = |n: &str| n.split_once(':').map(|(e, t)| (e.to_string(), t.to_string()));
+    schema
+        .fields
+        .iter()
+        .filter_map(|f| {
+            let (se, st) = engine(f.native_type.as_deref()?)?;
+            let (de, dt) = engine(existing.field(&f.name)?.native_type.as_deref()?)?;
+            (se == de && st != dt).then(|| format!("{} ({dt} → {st})", f.name))
+        })
+        .collect()
 }
 
 /// The attempt a run's destination sessions are marked with.
