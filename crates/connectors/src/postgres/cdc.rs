@@ -275,16 +275,9 @@ impl PgConnector {
         Ok(())
     }
 
-    /// A read of `sql` (the read's select) in an exported snapshot, on a
-    /// connection of its own that is closed after (it ends inside the
-    /// snapshot's transaction).
-    pub(super) async fn read_in_snapshot(
-        &self,
-        schema: &EntitySchema,
-        sql: &str,
-        snapshot: &str,
-        batch_size: usize,
-    ) -> ConnectorResult<Box<dyn sluice_domain::connect::connector::RecordReader>> {
+    /// A pooled connection (closed after, not pooled again) in a read-only
+    /// transaction of the exported `snapshot`.
+    async fn in_snapshot(&self, snapshot: &str) -> ConnectorResult<sqlx::pool::PoolConnection<sqlx::Postgres>> {
         if snapshot.is_empty() || !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Err(ConnectorError::InvalidConfig(format!("'{snapshot}' is not a snapshot name")));
         }
@@ -298,6 +291,20 @@ impl PgConnector {
             .execute(&mut *conn)
             .await
             .map_err(|e| self.e(&e))?;
+        Ok(conn)
+    }
+
+    /// A read of `sql` (the read's select) in an exported snapshot, on a
+    /// connection of its own that is closed after (it ends inside the
+    /// snapshot's transaction).
+    pub(super) async fn read_in_snapshot(
+        &self,
+        schema: &EntitySchema,
+        sql: &str,
+        snapshot: &str,
+        batch_size: usize,
+    ) -> ConnectorResult<Box<dyn sluice_domain::connect::connector::RecordReader>> {
+        let mut conn = self.in_snapshot(snapshot).await?;
         let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
         let decoding = super::Decoding::new(&schema.fields, batch_size, &self.host, &self.database);
         let fields = decoding.fields.clone();
@@ -320,19 +327,7 @@ impl PgConnector {
         fields: &[Field],
         snapshot: &str,
     ) -> ConnectorResult<Box<dyn sluice_domain::connect::connector::BulkStream>> {
-        if snapshot.is_empty() || !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Err(ConnectorError::InvalidConfig(format!("'{snapshot}' is not a snapshot name")));
-        }
-        let mut conn = self.pool.acquire().await.map_err(|e| self.e(&e))?;
-        conn.close_on_drop();
-        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| self.e(&e))?;
-        sqlx::query(AssertSqlSafe(format!("SET TRANSACTION SNAPSHOT '{snapshot}'")))
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| self.e(&e))?;
+        let mut conn = self.in_snapshot(snapshot).await?;
         let cols: Vec<String> = fields.iter().map(|f| quote_dq(&f.name)).collect();
         let sql =
             format!("COPY (SELECT {} FROM {}) TO STDOUT (FORMAT binary)", cols.join(", "), self.qualified(entity));

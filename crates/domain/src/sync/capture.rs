@@ -785,16 +785,29 @@ impl SyncService {
                 return Err(e.failed(x));
             }
         }
-        if let Err(x) = writer.hold_position(stream, &e.position).await {
-            writer.abort().await;
-            return Err(e.failed(x));
-        }
-        self.hold(run).await.map_err(|_| CaptureFailure::lost())?;
-        let w = writer.finish().await.map_err(|x| e.failed(x))?;
+        let w = self.commit_copy(run, stream, &e.m.source_entity, &e.position, writer).await?;
         e.committed += w.rows_written;
         e.stats.rows_written = e.committed;
         e.stats.bytes += w.bytes;
         self.show_position(run, flow, &e.m.source_entity, &e.position).await
+    }
+
+    /// Commits a copy's writer with the position it reached, unless the run
+    /// was taken over.
+    async fn commit_copy(
+        &self,
+        run: &Run,
+        stream: &str,
+        entity: &str,
+        position: &str,
+        mut writer: Box<dyn EntityWriter>,
+    ) -> Result<crate::connect::connector::WriteStats, CaptureFailure> {
+        if let Err(x) = writer.hold_position(stream, position).await {
+            writer.abort().await;
+            return Err(failure_of(entity, x));
+        }
+        self.hold(run).await.map_err(|_| CaptureFailure::lost())?;
+        writer.finish().await.map_err(|x| failure_of(entity, x))
     }
 
     /// A mirror's copy as a full refresh does it, where both sides can: the
@@ -844,12 +857,7 @@ impl SyncService {
                 return Err(e.failed(x));
             }
         };
-        if let Err(x) = writer.hold_position(stream, &e.position).await {
-            writer.abort().await;
-            return Err(e.failed(x));
-        }
-        self.hold(run).await.map_err(|_| CaptureFailure::lost())?;
-        let w = writer.finish().await.map_err(|x| e.failed(x))?;
+        let w = self.commit_copy(run, stream, &e.m.source_entity, &e.position, writer).await?;
         e.stats.rows_read += loaded;
         e.committed += loaded;
         e.stats.rows_written = e.committed;
