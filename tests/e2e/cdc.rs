@@ -369,6 +369,18 @@ async fn positions(backend: Backend) {
     assert_eq!(over[0]["data"]["flow_id"], flow.as_str(), "{:?}", over[0]);
     assert_eq!(over[0]["data"]["budget_bytes"], 1, "{:?}", over[0]);
 
+    // Another organization neither sees nor moves this flow's state.
+    let eve = app.token("eve@example.com");
+    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
+    for path in [state_path.clone(), format!("/v1/organizations/{other}/flows/{flow}/state")] {
+        let got = app.get(&path, &eve).await;
+        assert_eq!(got.status, 404, "{path}: {:?}", got.body);
+        let put = app.put(&format!("{path}/orders"), &eve, json!({"cursor_value": "0/0"})).await;
+        assert_eq!(put.status, 404, "{path}: {:?}", put.body);
+        assert_eq!(app.delete(&format!("{path}/orders"), &eve).await.status, 404, "{path}");
+    }
+    assert_eq!(held(&check!(app.get(&state_path, &ann).await, 200).body), idle);
+
     // PUT: earlier, unknown or past the end is refused; later skips what is between.
     for bad in ["0/0", "yesterday", "FFFFFFFF/0"] {
         let put = app.put(&format!("{state_path}/orders"), &ann, json!({"cursor_value": bad})).await;

@@ -409,12 +409,17 @@ async fn large_tables_are_read_in_key_ranges_at_once_every_row_once() {
             );
             let src = registry.source(&cfg).await.unwrap();
             let watch = sqlx::PgPool::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+            // Only this test's reads: the server is shared (another client
+            // may read a table named big of its own meanwhile).
+            let mine = format!("COPY (SELECT%\"{schema}\".\"big\"%");
             let reading = move || {
-                let watch = watch.clone();
+                let (watch, mine) = (watch.clone(), mine.clone());
                 async move {
                     let n: i64 = sqlx::query_scalar(
-                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (SELECT%big%' AND state = 'active'",
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND state = 'active' \
+                         AND datname = 'test'",
                     )
+                    .bind(mine)
                     .fetch_one(&watch)
                     .await
                     .unwrap();
