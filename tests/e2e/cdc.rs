@@ -323,6 +323,7 @@ async fn positions(backend: Backend) {
     .id();
     let state_path = format!("{flows_path}/{flow}/state");
     let state = check!(app.get(&state_path, &ann).await, 200).body;
+    assert_eq!(state["data"].as_array().unwrap().len(), 1, "one entry for the table its three mappings read: {state}");
     assert_eq!(state["data"][0]["cursor_field"], "$position", "{state}");
     assert_eq!(state["data"][0]["snapshot"], json!({"state": "pending", "chunks_done": 0, "chunks_total": 1}));
     assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");

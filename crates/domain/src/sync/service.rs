@@ -531,9 +531,8 @@ impl SyncService {
         self.identity.access(p, org, Permission::Read).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let stored = self.cursors.list(id).await?;
-        Ok(f.config
-            .mappings
-            .iter()
+        Ok(entity_mappings(&f)
+            .into_iter()
             .map(|m| {
                 stored.iter().find(|c| c.entity == m.source_entity).cloned().unwrap_or(Cursor {
                     entity: m.source_entity.clone(),
@@ -634,7 +633,7 @@ impl SyncService {
         let running = self.runs.running_for_flow(id).await?;
         Ok(cursors
             .into_iter()
-            .zip(&f.config.mappings)
+            .zip(entity_mappings(&f))
             .map(|(mut cursor, m)| {
                 let snapshot = m.sync_mode.cdc().then(|| {
                     if cursor.cursor_field.is_none() {
@@ -727,6 +726,13 @@ impl SyncService {
         self.cursors.write_by_user(f.id, entity, Some(cursor.clone()), audit).await?;
         Ok(cursor)
     }
+}
+
+/// The first mapping of each source entity, in order: an entity has one
+/// cursor (or position), however many mappings read it.
+fn entity_mappings(f: &Flow) -> Vec<&Mapping> {
+    let mut seen = std::collections::HashSet::new();
+    f.config.mappings.iter().filter(|m| seen.insert(m.source_entity.as_str())).collect()
 }
 
 /// A CDC entity's copy: `pending`, `running` or `done`, in chunks.
