@@ -377,7 +377,7 @@ impl PgConnector {
     }
 
     /// Makes the publication cover exactly `entities`.
-    async fn publish(&self, publication: &str, entities: &[String]) -> ConnectorResult<()> {
+    async fn publish(&self, publication: &str, entities: &[String], version: i32) -> ConnectorResult<()> {
         let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_publication WHERE pubname = $1")
             .bind(publication)
             .fetch_optional(&self.pool)
@@ -386,10 +386,6 @@ impl PgConnector {
         let tables = self.table_list(entities);
         if exists.is_none() {
             // Partitions' changes as their partitioned table's (13 and later).
-            let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| self.e(&e))?;
             let with = if version >= 130_000 { " WITH (publish_via_partition_root = true)" } else { "" };
             let sql = format!("CREATE PUBLICATION {} FOR TABLE {tables}{with}", quote_dq(publication));
             sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
@@ -457,7 +453,8 @@ impl PgConnector {
     /// a replica identity is published, the source's own updates of it
     /// fail. A partitioned table needs PostgreSQL 13 (its changes are then
     /// published as the table's, not its partitions').
-    async fn check_publishable(&self, entities: &[String]) -> ConnectorResult<()> {
+    /// Answers the server's version (`server_version_num`).
+    async fn check_publishable(&self, entities: &[String]) -> ConnectorResult<i32> {
         let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
             "SELECT c.relname::text, c.relkind::text, c.relreplident::text, \
              EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
@@ -500,7 +497,7 @@ impl PgConnector {
                 )));
             }
         }
-        Ok(())
+        Ok(version)
     }
 
     /// The slot's confirmed position, when the slot exists in this database.
@@ -593,8 +590,8 @@ impl ChangeSource for PgConnector {
 
     async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart> {
         let object = object_name(name)?;
-        self.check_publishable(entities).await?;
-        self.publish(&object, entities).await?;
+        let version = self.check_publishable(entities).await?;
+        self.publish(&object, entities, version).await?;
         if let Some(position) = self.slot_position(&object).await? {
             return Ok(StreamStart { position: position.to_string(), snapshot: None, hold: None });
         }

@@ -433,14 +433,7 @@ impl SyncService {
     /// shows in `pg_replication_slots` as `sluice_<flow id>`.
     pub(super) async fn drop_stream(&self, flow: &Flow) {
         let dropped = async {
-            let c = self
-                .connect
-                .connection(flow.org_id, flow.source_connection_id)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("the source connection was deleted")?;
-            let cfg = self.connect.resolve_connection(&c).await.map_err(|e| e.to_string())?;
-            let changes = self.connect.registry().change_source(&cfg).await.map_err(|e| e.to_string())?;
+            let changes = self.change_source_of(flow).await.map_err(|e| e.to_string())?;
             changes.drop_stream(&stream_name(flow)).await.map_err(|e| e.to_string())
         };
         if let Err(e) = dropped.await {

@@ -608,7 +608,7 @@ impl SyncService {
             // entity hold: the next run copies them again (in a snapshot of
             // their own, the stream going on from there), and the state
             // shows them pending.
-            let (_, dest) = self.capture_ends(&f).await?;
+            let dest = self.destination_of(&f).await?;
             let stream = crate::sync::capture::stream_name(&f);
             for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && x.sync_mode.cdc()) {
                 dest.move_position(&stream, m.destination(), None).await.map_err(unreachable("destination"))?;
@@ -650,24 +650,27 @@ impl SyncService {
             .collect())
     }
 
-    /// The change source and the destination of a CDC flow.
-    async fn capture_ends(
+    /// A flow's connection on `side` (`source` or `destination`), its
+    /// secrets resolved; a failure says which side could not be reached.
+    async fn flow_side(&self, f: &Flow, side: &'static str) -> Result<crate::connect::connector::ResolvedConfig> {
+        let id = if side == "source" { f.source_connection_id } else { f.destination_connection_id };
+        let c = self.connect.connection(f.org_id, id).await?.ok_or(Error::not_found("connection"))?;
+        self.connect.resolve_connection(&c).await.map_err(unreachable(side))
+    }
+
+    /// A CDC flow's change source.
+    pub(super) async fn change_source_of(
         &self,
         f: &Flow,
-    ) -> Result<(
-        std::sync::Arc<dyn crate::connect::changes::ChangeSource>,
-        std::sync::Arc<dyn crate::connect::connector::Destination>,
-    )> {
-        let open = |side: &'static str, id| async move {
-            let c = self.connect.connection(f.org_id, id).await?.ok_or(Error::not_found("connection"))?;
-            self.connect.resolve_connection(&c).await.map_err(unreachable(side))
-        };
-        let source = open("source", f.source_connection_id).await?;
-        let dest = open("destination", f.destination_connection_id).await?;
-        let registry = self.connect.registry();
-        let changes = registry.change_source(&source).await.map_err(unreachable("source"))?;
-        let dest = registry.destination(&dest).await.map_err(unreachable("destination"))?;
-        Ok((changes, dest))
+    ) -> Result<std::sync::Arc<dyn crate::connect::changes::ChangeSource>> {
+        let cfg = self.flow_side(f, "source").await?;
+        self.connect.registry().change_source(&cfg).await.map_err(unreachable("source"))
+    }
+
+    /// A flow's destination.
+    async fn destination_of(&self, f: &Flow) -> Result<std::sync::Arc<dyn crate::connect::connector::Destination>> {
+        let cfg = self.flow_side(f, "destination").await?;
+        self.connect.registry().destination(&cfg).await.map_err(unreachable("destination"))
     }
 
     /// Moves a CDC entity forward to `value`, a later position its stream
@@ -678,7 +681,7 @@ impl SyncService {
         let entity = m.source_entity.as_str();
         let refused =
             |message: String| Error::Unprocessable { code: crate::shared::error::code::POSITION_NOT_RETAINED, message };
-        let (changes, dest) = self.capture_ends(f).await?;
+        let (changes, dest) = (self.change_source_of(f).await?, self.destination_of(f).await?);
         let stream = crate::sync::capture::stream_name(f);
         let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
         let tables: Vec<&str> = f
