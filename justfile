@@ -18,7 +18,7 @@ fmt:
 
 # Regenerate docs/openapi.json after changing a route or a wire type.
 openapi:
-    SLUICE_UPDATE_OPENAPI=1 cargo test --workspace --test openapi
+    SLUICE_UPDATE_OPENAPI=1 cargo test --workspace --test http -- openapi::
 
 # Everything CI does.
 ci:

@@ -261,10 +261,8 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         console_url: "http://console.example".into(),
         run_worker: true,
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
-        entity_concurrency: options
-            .entity_concurrency
-            .unwrap_or(sluice_domain::sync::engine::DEFAULT_ENTITY_CONCURRENCY),
-        read_ranges: sluice_domain::sync::engine::DEFAULT_READ_RANGES,
+        entity_concurrency: options.entity_concurrency.unwrap_or(sluice_domain::sync::run::DEFAULT_ENTITY_CONCURRENCY),
+        read_ranges: sluice_domain::sync::entity::DEFAULT_READ_RANGES,
         rate_limits: options.rate_limits.or(Some(Default::default())),
         stripe: options.stripe.clone(),
         // The tests' receivers listen on loopback.

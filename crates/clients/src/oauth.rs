@@ -72,7 +72,7 @@ impl OAuthProviders {
 }
 
 fn failed(message: String) -> Error {
-    Error::Unprocessable { code: sluice_domain::shared::error::code::OAUTH_EXCHANGE_FAILED, message }
+    Error::Unprocessable { code: sluice_domain::shared::error::Code::OauthExchangeFailed, message }
 }
 
 #[async_trait]

@@ -70,7 +70,7 @@ pub struct Oidc {
 }
 
 fn unavailable(message: String) -> Error {
-    Error::Unavailable { code: "oidc_unavailable", message }
+    Error::Unavailable { code: sluice_domain::shared::error::Code::OidcUnavailable, message }
 }
 
 fn refused(message: impl Into<String>) -> Error {

@@ -8,7 +8,7 @@
 use crate::oauth::pairs;
 use async_trait::async_trait;
 use sluice_domain::billing::ports::{CheckoutRequest, CheckoutSession, PaymentProvider};
-use sluice_domain::shared::error::code::PAYMENT_PROVIDER_FAILED;
+use sluice_domain::shared::error::Code;
 use sluice_domain::shared::ids::OrgId;
 use sluice_domain::shared::secret::Secret;
 use sluice_domain::{Error, Result};
@@ -24,7 +24,7 @@ pub struct Stripe {
 }
 
 fn failed(message: String) -> Error {
-    Error::Unavailable { code: PAYMENT_PROVIDER_FAILED, message }
+    Error::Unavailable { code: Code::PaymentProviderFailed, message }
 }
 
 impl Stripe {

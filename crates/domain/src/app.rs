@@ -115,13 +115,13 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            lease: std::time::Duration::try_from(crate::sync::schedule::LEASE)
+            lease: std::time::Duration::try_from(crate::sync::queue::LEASE)
                 .unwrap_or(std::time::Duration::from_secs(60)),
             offload: Arc::new(Inline),
             billing: BillingConfig::default(),
             metrics: Arc::new(NoMetrics),
-            entity_concurrency: crate::sync::engine::DEFAULT_ENTITY_CONCURRENCY,
-            read_ranges: crate::sync::engine::DEFAULT_READ_RANGES,
+            entity_concurrency: crate::sync::run::DEFAULT_ENTITY_CONCURRENCY,
+            read_ranges: crate::sync::entity::DEFAULT_READ_RANGES,
             secret_policy: Default::default(),
         }
     }
@@ -194,7 +194,7 @@ impl Sluice {
             queue: p.queue,
             audit: p.audit,
             clock: clock.clone(),
-            lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::schedule::LEASE),
+            lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::queue::LEASE),
             stopping: Arc::default(),
             entity_concurrency: options.entity_concurrency.max(1),
             read_ranges: options.read_ranges.max(1),

@@ -1,16 +1,21 @@
 //! Moving data: flows and their mappings, the sync modes and cursor rules,
-//! transforms, the engine that executes a run, and scheduling, recovery
-//! and orchestration of runs.
+//! transforms; a run's life (claimed, leased and fenced in `queue`,
+//! executed in `run`, one entity at a time in `entity`, a change stream in
+//! `capture`), scheduling and orchestration, and the read models.
 
 pub mod capture;
 pub mod cursor;
-pub mod engine;
+pub mod entity;
 pub mod flow;
 pub mod mode;
+pub mod orchestrate;
 pub mod ports;
-pub mod schedule;
+pub mod queue;
+pub mod run;
 pub mod service;
 pub mod transform;
+pub mod validate;
+pub mod views;
 
 pub use cursor::*;
 pub use mode::*;

@@ -1,16 +1,14 @@
-//! Extractors: the authenticated caller, the internal key, and the
+//! Extractors: the internal key, JSON bodies, pagination, and the
 //! configuration that turns malformed JSON, paths and queries into the
-//! contract's errors.
+//! contract's errors. The caller is in `session`.
 
 use crate::AppState;
 use crate::error::ApiError;
 use actix_web::dev::Payload;
 use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
-use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use actix_web::{FromRequest, HttpRequest, web};
 use serde::Deserialize;
 use sluice_domain::FieldError;
-use sluice_domain::identity::Principal;
-use sluice_domain::identity::user::VerifiedClaims;
 use sluice_domain::shared::page::PageRequest;
 use sluice_domain::shared::secret::constant_time_eq;
 use std::future::{Ready, ready};
@@ -18,43 +16,6 @@ use utoipa::IntoParams;
 
 pub const MAX_JSON_BODY: usize = 1024 * 1024;
 pub const INTERNAL_KEY_HEADER: &str = "X-Internal-Api-Key";
-
-/// Who is calling, as the middleware resolved it from `Authorization:
-/// Bearer` or `X-Api-Key`.
-#[derive(Clone, Debug)]
-pub struct Caller {
-    pub principal: Principal,
-    /// The session token's claims; `None` for API keys.
-    pub claims: Option<VerifiedClaims>,
-}
-
-/// What the middleware found: a caller, or why the credentials failed.
-#[derive(Clone, Debug)]
-pub(crate) enum AuthOutcome {
-    Ok(Caller),
-    Failed { status: actix_web::http::StatusCode, code: &'static str, message: String },
-}
-
-impl FromRequest for Caller {
-    type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let reading = matches!(*req.method(), actix_web::http::Method::GET | actix_web::http::Method::HEAD);
-        if !reading && req.extensions().get::<crate::console::CookieSession>().is_some() {
-            return ready(Err(ApiError::unauthenticated(
-                "the console's session cookie does not write through the API: send 'Authorization: Bearer <token>' or 'X-Api-Key: <key>'",
-            )));
-        }
-        ready(match req.extensions().get::<AuthOutcome>() {
-            Some(AuthOutcome::Ok(c)) => Ok(c.clone()),
-            Some(AuthOutcome::Failed { status, code, message }) => Err(ApiError::new(*status, code, message.clone())),
-            None => Err(ApiError::unauthenticated(
-                "missing credentials: send 'Authorization: Bearer <token>' or 'X-Api-Key: <key>'",
-            )),
-        })
-    }
-}
 
 /// A request carrying the internal API key (`X-Internal-Api-Key`), compared
 /// in constant time. Without a configured key the internal endpoints answer
@@ -70,8 +31,7 @@ impl FromRequest for InternalCaller {
         let configured = req.app_data::<web::Data<AppState>>().and_then(|s| s.internal_api_key.clone());
         ready(match configured {
             None => Err(ApiError::new(
-                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                "internal_api_disabled",
+                sluice_domain::shared::error::Code::InternalApiDisabled,
                 "internal endpoints are disabled: SLUICE_INTERNAL_API_KEY is not set",
             )),
             Some(expected) => match req.headers().get(INTERNAL_KEY_HEADER) {
@@ -173,8 +133,7 @@ pub(crate) fn json_api_error(err: JsonPayloadError) -> ApiError {
             ),
         },
         JsonPayloadError::ContentType => ApiError::new(
-            actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            sluice_domain::shared::error::Code::UnsupportedMediaType,
             "send the body as Content-Type: application/json",
         ),
         other => ApiError::malformed_json(format!("unreadable body: {other}"), 0, 0),

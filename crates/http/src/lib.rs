@@ -1,10 +1,12 @@
-//! Sluice's HTTP adapter: actix-web routes over the domain's use cases.
+//! Sluice's HTTP adapter: the JSON API's actix-web routes over the domain's
+//! use cases, and the web plumbing the console (`sluice-console`) shares:
+//! the state, the caller, errors, request ids and body reading.
 //!
 //! [`app`] builds the whole application (routes, middleware, error handling,
-//! OpenAPI); the binary serves it and the tests drive it in process, so both
-//! run the same thing.
+//! OpenAPI, and the pages it is given); the binary serves it and the tests
+//! drive it in process, so both run the same thing.
 
-pub mod console;
+pub mod body;
 pub mod dto;
 pub mod error;
 pub mod extract;
@@ -13,6 +15,7 @@ pub mod middleware;
 mod openapi_docs;
 pub mod ratelimit;
 pub mod routes;
+pub mod session;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
@@ -38,8 +41,6 @@ pub struct AppState {
     /// The operator's metrics (`GET /metrics`), shared with the domain's
     /// services that count into them.
     pub metrics: std::sync::Arc<metrics::Metrics>,
-    /// The web console's sign-in settings.
-    pub console: console::ConsoleConfig,
 }
 
 #[derive(OpenApi)]
@@ -245,8 +246,7 @@ async fn not_found(req: HttpRequest, routes: Data<Routes>) -> HttpResponse {
     use actix_web::ResponseError;
     if let Some(allowed) = routes.allowed(req.path()).filter(|a| !a.contains(&req.method().as_str())) {
         let mut res = error::ApiError::new(
-            actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            sluice_domain::shared::error::Code::MethodNotAllowed,
             format!("{} {} is not allowed; use {}", req.method(), req.path(), allowed.join(", ")),
         )
         .error_response();
@@ -258,9 +258,12 @@ async fn not_found(req: HttpRequest, routes: Data<Routes>) -> HttpResponse {
     error::ApiError::not_found(format!("no route for {} {}", req.method(), req.path())).error_response()
 }
 
-/// The application, ready for `HttpServer::new` or `actix_web::test::init_service`.
+/// The application, ready for `HttpServer::new` or `actix_web::test::init_service`:
+/// the API, and `pages` (the console's routes, `sluice_console::routes`)
+/// beside it under the same middleware.
 pub fn app(
     state: AppState,
+    pages: impl FnOnce(&mut web::ServiceConfig),
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,
@@ -286,7 +289,7 @@ pub fn app(
         .app_data(routes)
         .service(utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").url("/v1/openapi.json", api))
         .route("/metrics", web::get().to(metrics_text))
-        .configure(console::routes)
+        .configure(pages)
         .route(
             "/docs",
             web::get()

@@ -3,16 +3,16 @@
 //! credentials once, applies `X-Idempotency-Key`, and logs the outcome.
 
 use crate::AppState;
+use crate::body::{MAX_ANY_BODY, read_body};
 use crate::error::{ApiError, REQUEST_ID};
-use crate::extract::{AuthOutcome, Caller};
+use crate::session::{API_KEY_HEADER, AuthOutcome, Caller, authenticate};
 use actix_web::body::{BoxBody, MessageBody, to_bytes_limited};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
-use actix_web::web::{Bytes, BytesMut, Data};
+use actix_web::web::Data;
 use actix_web::{HttpMessage, HttpResponse, ResponseError};
-use futures_util::StreamExt;
 use sluice_domain::app::Sluice;
 use sluice_domain::shared::idempotency;
 use sluice_domain::shared::idempotency::{Begin, StoredResponse};
@@ -23,9 +23,6 @@ use tracing::Instrument;
 pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
 pub const IDEMPOTENCY_KEY_HEADER: &str = "X-Idempotency-Key";
 pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
-pub const API_KEY_HEADER: &str = "X-Api-Key";
-/// The largest body any endpoint takes (IaC documents and gateway payloads).
-pub const MAX_ANY_BODY: usize = 4 * 1024 * 1024;
 /// Responses larger than this are not kept for replay.
 const MAX_STORED_RESPONSE: usize = 4 * 1024 * 1024;
 
@@ -175,66 +172,6 @@ async fn call(
     req: ServiceRequest,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     Ok(next.call(req).await?.map_into_boxed_body())
-}
-
-/// Resolves `Authorization: Bearer` or `X-Api-Key`; `None` when neither is sent.
-async fn authenticate(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutcome> {
-    let bearer = req.headers().get(header::AUTHORIZATION);
-    let api_key = req.headers().get(API_KEY_HEADER);
-    let fail = |e: ApiError| AuthOutcome::Failed { status: e.status, code: e.code, message: e.message };
-    let result = match (bearer, api_key) {
-        (None, None) => return cookie_session(sluice, req).await,
-        (Some(_), Some(_)) => Err(ApiError::unauthenticated("send either Authorization or X-Api-Key, not both")),
-        (Some(v), None) => {
-            match v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ").or_else(|| s.strip_prefix("bearer "))) {
-                Some(token) => sluice
-                    .identity
-                    .authenticate_session(token.trim())
-                    .await
-                    .map(|(principal, claims)| Caller { principal, claims: Some(claims) })
-                    .map_err(ApiError::from),
-                None => Err(ApiError::unauthenticated("the Authorization header must be 'Bearer <token>'")),
-            }
-        }
-        (None, Some(v)) => match v.to_str() {
-            Ok(raw) => sluice
-                .identity
-                .authenticate_api_key(raw.trim())
-                .await
-                .map(|principal| Caller { principal, claims: None })
-                .map_err(ApiError::from),
-            Err(_) => Err(ApiError::unauthenticated("unknown or revoked API key")),
-        },
-    };
-    Some(match result {
-        Ok(c) => AuthOutcome::Ok(c),
-        Err(e) => fail(e),
-    })
-}
-
-/// The console's session cookie. Console pages take it (their forms carry
-/// a CSRF token); the API's [`Caller`] takes it for reads only, whatever
-/// the path's spelling, so no page can make a browser write through the
-/// API. A cookie that no longer signs in counts as none (the console asks
-/// to sign in again).
-async fn cookie_session(sluice: &Sluice, req: &ServiceRequest) -> Option<AuthOutcome> {
-    let token = req.cookie(crate::console::SESSION_COOKIE)?.value().to_string();
-    let (principal, claims) = sluice.identity.authenticate_session(&token).await.ok()?;
-    req.extensions_mut().insert(crate::console::CookieSession(token));
-    Some(AuthOutcome::Ok(Caller { principal, claims: Some(claims) }))
-}
-
-/// The whole body, up to `limit` bytes (413 past it).
-pub(crate) async fn read_body(payload: &mut Payload, limit: usize) -> Result<Bytes, ApiError> {
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::malformed_json(format!("unreadable body: {e}"), 0, 0))?;
-        if buf.len() + chunk.len() > limit {
-            return Err(ApiError::payload_too_large(limit));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
 }
 
 async fn idempotent(

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use sluice_domain::shared::error::code::{CONCURRENT_APPLY, IDEMPOTENCY_IN_PROGRESS as IN_PROGRESS};
+use sluice_domain::shared::error::Code;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -41,7 +41,10 @@ fn http() -> anyhow::Result<reqwest::Client> {
 /// idempotency key.
 fn transient(status: u16, body: &Value) -> bool {
     matches!(status, 429 | 500 | 502 | 503 | 504)
-        || (status == 409 && [IN_PROGRESS, CONCURRENT_APPLY].iter().any(|c| body["code"].as_str() == Some(*c)))
+        || (status == 409
+            && [Code::IdempotencyInProgress, Code::ConcurrentApply]
+                .iter()
+                .any(|c| body["code"].as_str() == Some(c.as_str())))
 }
 
 /// Sends `document` to the apply endpoint with one idempotency key for

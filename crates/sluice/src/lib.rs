@@ -38,12 +38,12 @@ impl ConsoleSessions {
 
     /// A one-time sign-in URL for `email`, valid for `ttl`.
     pub fn login_link(&self, public_url: &str, email: &str, ttl: std::time::Duration) -> String {
-        let token = sluice_http::console::login_link_token(&self.link_key, email, ttl);
+        let token = sluice_console::login_link_token(&self.link_key, email, ttl);
         format!("{}/login/link?token={token}", public_url.trim_end_matches('/'))
     }
 }
 
-impl sluice_http::console::Sessions for ConsoleSessions {
+impl sluice_console::Sessions for ConsoleSessions {
     fn mint(&self, email: &str, ttl: std::time::Duration) -> anyhow::Result<String> {
         self.issuer.issue(email, Some(email), None, ttl)
     }
@@ -271,20 +271,21 @@ impl Application {
             console_url: settings.console_url.clone(),
             rate_limits: settings.rate_limits.map(|c| Arc::new(sluice_http::ratelimit::RateLimits::new(c))),
             metrics,
-            console: sluice_http::console::ConsoleConfig {
-                sessions: ConsoleSessions::from_settings(&settings)
-                    .map(|c| Arc::new(c) as Arc<dyn sluice_http::console::Sessions>),
-                oidc: settings.oidc.clone().map(|c| {
-                    Arc::new(sluice_clients::oidc::Oidc::new(c, &settings.console_url))
-                        as Arc<dyn sluice_domain::identity::ports::IdentityProvider>
-                }),
-            },
+        };
+        let console = sluice_console::ConsoleConfig {
+            sessions: ConsoleSessions::from_settings(&settings)
+                .map(|c| Arc::new(c) as Arc<dyn sluice_console::Sessions>),
+            oidc: settings.oidc.clone().map(|c| {
+                Arc::new(sluice_clients::oidc::Oidc::new(c, &settings.console_url))
+                    as Arc<dyn sluice_domain::identity::ports::IdentityProvider>
+            }),
         };
         let port = listener.local_addr()?.port();
         // Signals are ours (`run_until_stopped`): the HTTP workers' runtimes
         // must outlive the run in progress, whose pooled connections may
         // have been opened on them.
-        let server = HttpServer::new(move || sluice_http::app(state.clone()))
+        // The API and, beside it, the console's pages.
+        let server = HttpServer::new(move || sluice_http::app(state.clone(), sluice_console::routes(console.clone())))
             .listen(listener)?
             .shutdown_timeout(10)
             .disable_signals()

@@ -196,7 +196,7 @@ impl IntegrationRepository for Store {
                 .map_err(db_err)?;
             if users > 0 {
                 return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::code::IN_USE,
+                    code: sluice_domain::shared::error::Code::InUse,
                     message: format!("{users} connection(s) use this integration; delete or move them first"),
                 });
             }
@@ -250,7 +250,7 @@ impl ConnectionRepository for Store {
                 .map_err(db_err)?;
             if users > 0 {
                 return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::code::IN_USE,
+                    code: sluice_domain::shared::error::Code::InUse,
                     message: format!("{users} flow(s) use this connection; delete or change them first"),
                 });
             }

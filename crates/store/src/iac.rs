@@ -21,7 +21,7 @@ use sluice_domain::shared::ids::OrgId;
 /// first; a missed conditional update means the row changed meanwhile.
 fn stale(e: DbErr) -> Error {
     match db_err(e) {
-        Error::Conflict { code: sluice_domain::shared::error::code::CONFLICT, .. } => stale_plan(),
+        e if e.kind() == sluice_domain::ErrorKind::Conflict => stale_plan(),
         e => e,
     }
 }

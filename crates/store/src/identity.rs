@@ -319,13 +319,13 @@ impl InvitationRepository for Store {
                 .map_err(db_err)?;
             if res.rows_affected == 0 {
                 return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
+                    code: sluice_domain::shared::error::Code::InvitationNotPending,
                     message: "this invitation is no longer pending".into(),
                 });
             }
             if self.membership(tx.c(), inv.org_id, user).await?.is_some() {
                 return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::code::ALREADY_MEMBER,
+                    code: sluice_domain::shared::error::Code::AlreadyMember,
                     message: "you are already a member of this organization".into(),
                 });
             }
@@ -352,7 +352,7 @@ impl InvitationRepository for Store {
                 .ok_or(Error::not_found("invitation"))?;
             if m.status != InvitationStatus::Pending.as_str() {
                 return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
+                    code: sluice_domain::shared::error::Code::InvitationNotPending,
                     message: format!("this invitation is {}", m.status),
                 });
             }

@@ -11,7 +11,7 @@ use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId};
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::{QueueRepository, *};
-use sluice_domain::sync::schedule::new_run;
+use sluice_domain::sync::queue::new_run;
 use sluice_store::Store;
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -78,7 +78,7 @@ async fn apply(store: &Store, org: OrgId, text: &str) -> Result<IacPlan> {
         }
         match store.apply(org, &p.writes, &audit(org)).await {
             Ok(()) => return Ok(p),
-            Err(Error::Conflict { code: sluice_domain::shared::error::code::STALE_PLAN, .. }) => continue,
+            Err(Error::Conflict { code: sluice_domain::shared::error::Code::StalePlan, .. }) => continue,
             Err(e) => return Err(e),
         }
     }
@@ -115,7 +115,7 @@ async fn scenario(store: &Store) {
     assert!(matches!(b.writes.flows[0], Write::Update { .. }) || matches!(b.writes.flows[1], Write::Update { .. }));
     store.apply(org, &a.writes, &audit(org)).await.unwrap();
     let err = store.apply(org, &b.writes, &audit(org)).await.unwrap_err();
-    assert!(matches!(err, Error::Conflict { code: sluice_domain::shared::error::code::STALE_PLAN, .. }), "{err:?}");
+    assert!(matches!(err, Error::Conflict { code: sluice_domain::shared::error::Code::StalePlan, .. }), "{err:?}");
     let s = store.snapshot(org).await.unwrap();
     assert!(!s.flows.iter().any(|f| f.name == "extra"), "a refused apply leaves nothing");
     assert_eq!(s.flows.iter().find(|f| f.name == "orders").unwrap().schedule.as_deref(), Some("0 * * * *"));
@@ -125,7 +125,7 @@ async fn scenario(store: &Store) {
     let c2 = plan_of(&with_new, &s, org).unwrap();
     store.apply(org, &c1.writes, &audit(org)).await.unwrap();
     let err = store.apply(org, &c2.writes, &audit(org)).await.unwrap_err();
-    assert!(matches!(err, Error::Conflict { code: sluice_domain::shared::error::code::STALE_PLAN, .. }), "{err:?}");
+    assert!(matches!(err, Error::Conflict { code: sluice_domain::shared::error::Code::StalePlan, .. }), "{err:?}");
     assert!(plan_of(&with_new, &store.snapshot(org).await.unwrap(), org).unwrap().writes.is_empty());
 }
 

@@ -92,7 +92,7 @@ impl IntegrationRepository for InMemoryCatalog {
         let users = s.connections.iter().filter(|c| c.integration_id == Some(id)).count();
         if users > 0 {
             return Err(Error::Conflict {
-                code: sluice_domain::shared::error::code::IN_USE,
+                code: sluice_domain::shared::error::Code::InUse,
                 message: format!("{users} connection(s) use this integration"),
             });
         }

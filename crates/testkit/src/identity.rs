@@ -192,13 +192,13 @@ impl InvitationRepository for InMemoryStore {
         let pending = s.invitations.iter().any(|(i, _)| i.id == inv.id && i.status == InvitationStatus::Pending);
         if !pending {
             return Err(Error::Conflict {
-                code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
+                code: sluice_domain::shared::error::Code::InvitationNotPending,
                 message: "this invitation is no longer pending".into(),
             });
         }
         if s.members.contains_key(&(inv.org_id, user)) {
             return Err(Error::Conflict {
-                code: sluice_domain::shared::error::code::ALREADY_MEMBER,
+                code: sluice_domain::shared::error::Code::AlreadyMember,
                 message: "you are already a member of this organization".into(),
             });
         }
@@ -219,7 +219,7 @@ impl InvitationRepository for InMemoryStore {
             .ok_or(Error::not_found("invitation"))?;
         if i.status != InvitationStatus::Pending {
             return Err(Error::Conflict {
-                code: sluice_domain::shared::error::code::INVITATION_NOT_PENDING,
+                code: sluice_domain::shared::error::Code::InvitationNotPending,
                 message: format!("this invitation is {}", i.status.as_str()),
             });
         }

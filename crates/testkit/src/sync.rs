@@ -5,6 +5,7 @@ use super::*;
 use sluice_domain::shared::ids::{FlowId, RunId};
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::*;
+use sluice_domain::sync::queue::Fence;
 
 #[derive(Default)]
 pub(crate) struct FlowState {

@@ -462,7 +462,7 @@ async fn a_cursor_write_is_atomic_with_its_guard_and_its_audit_entry() {
     });
     let e = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "2026-01-01T00:00:00Z").await.unwrap_err();
     assert!(
-        matches!(&e, sluice_domain::Error::Conflict { code, .. } if *code == sluice_domain::shared::error::code::RUN_IN_PROGRESS),
+        matches!(&e, sluice_domain::Error::Conflict { code, .. } if *code == sluice_domain::shared::error::Code::RunInProgress),
         "{e:?}"
     );
     assert_eq!(stored().await.as_deref(), Some("2026-01-03T00:00:00.000000Z"), "nothing written");
@@ -482,4 +482,94 @@ async fn a_cursor_write_is_atomic_with_its_guard_and_its_audit_entry() {
     let last = entries.iter().max_by_key(|e| e.created_at).unwrap();
     assert_eq!(last.details["new_value"], "2026-01-01T00:00:00.000000Z", "{:?}", last.details);
     assert_eq!(last.details["old_value"], "2026-01-02T00:00:00.000000Z", "{:?}", last.details);
+}
+
+/// A flow written through the API and one applied in a document meet one
+/// rule book: the same problems, at the same paths under the document's
+/// `flows[i]`, with the same messages, each once; the document's flows are
+/// checked against the source's schema as the API's are.
+#[tokio::test]
+async fn a_flow_is_checked_alike_through_the_api_and_a_document() {
+    let w = world().await;
+    let errors = |e: sluice_domain::Error| match e {
+        sluice_domain::Error::Validation(errors) => {
+            errors.into_iter().map(|x| (x.field, x.message)).collect::<Vec<(String, String)>>()
+        }
+        other => panic!("{other:?}"),
+    };
+    // A missing cursor field is one problem, told once.
+    let config: FlowConfig = serde_json::from_value(
+        json!({"mappings": [{"source_entity": "people", "sync_mode": "incremental_deduped", "primary_key": "id"}]}),
+    )
+    .unwrap();
+    let api =
+        errors(w.sluice.sync.create_flow(&w.p, w.org, NewFlow::active("a", w.src, w.dst, config)).await.unwrap_err());
+    assert_eq!(
+        api,
+        [("config.mappings[0].cursor_field".to_string(), "is required by incremental_deduped".to_string())]
+    );
+    let doc = |mapping: &str| {
+        format!(
+            "version: 1\nflows:\n  - name: d\n    source_connection: crm\n    destination_connection: wh\n    config:\n      mappings:\n        - {mapping}\n"
+        )
+    };
+    let iac = errors(
+        w.sluice
+            .iac
+            .apply_iac(
+                &w.p,
+                w.org,
+                &doc("{source_entity: people, sync_mode: incremental_deduped, primary_key: id}"),
+                true,
+            )
+            .await
+            .unwrap_err(),
+    );
+    let placed: Vec<(String, String)> = api.iter().map(|(f, m)| (format!("flows[0].{f}"), m.clone())).collect();
+    assert_eq!(iac, placed);
+
+    // An entity the source does not have, and a cursor that is no field
+    // of it: the document is checked against the source as the API is.
+    let mapping = json!({"source_entity": "people", "sync_mode": "incremental_deduped", "primary_key": "id", "cursor_field": "nope"});
+    let config: FlowConfig = serde_json::from_value(json!({"mappings": [mapping]})).unwrap();
+    let api =
+        errors(w.sluice.sync.create_flow(&w.p, w.org, NewFlow::active("a", w.src, w.dst, config)).await.unwrap_err());
+    assert_eq!(api, [("config.mappings[0].cursor_field".to_string(), "'nope' is not a field of people".to_string())]);
+    let iac = errors(
+        w.sluice
+            .iac
+            .apply_iac(
+                &w.p,
+                w.org,
+                &doc("{source_entity: people, sync_mode: incremental_deduped, primary_key: id, cursor_field: nope}"),
+                false,
+            )
+            .await
+            .unwrap_err(),
+    );
+    let placed: Vec<(String, String)> = api.iter().map(|(f, m)| (format!("flows[0].{f}"), m.clone())).collect();
+    assert_eq!(iac, placed);
+    let missing = doc("{source_entity: nobody, sync_mode: full_refresh_overwrite}");
+    let iac = errors(w.sluice.iac.apply_iac(&w.p, w.org, &missing, true).await.unwrap_err());
+    assert_eq!(
+        iac,
+        [("flows[0].config.mappings[0].source_entity".to_string(), "'nobody' does not exist in 'crm'".to_string())]
+    );
+    assert!(w.sluice.sync.list_flows(&w.p, w.org, None, Default::default()).await.unwrap().items.is_empty());
+
+    // A connection on the wrong end: one message for both writers.
+    let config: FlowConfig = serde_json::from_value(
+        json!({"mappings": [{"source_entity": "people", "sync_mode": "full_refresh_overwrite"}]}),
+    )
+    .unwrap();
+    let api =
+        errors(w.sluice.sync.create_flow(&w.p, w.org, NewFlow::active("a", w.dst, w.src, config)).await.unwrap_err());
+    let text = "version: 1\nflows:\n  - name: d\n    source_connection: wh\n    destination_connection: crm\n    config:\n      mappings:\n        - {source_entity: people, sync_mode: full_refresh_overwrite}\n";
+    let iac = errors(w.sluice.iac.apply_iac(&w.p, w.org, text, true).await.unwrap_err());
+    let messages = |e: &[(String, String)]| e.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>();
+    assert_eq!(messages(&api), messages(&iac));
+    assert_eq!(
+        messages(&api),
+        ["'wh' is a destination only; it cannot be read", "'crm' is a source only; it cannot be written"]
+    );
 }

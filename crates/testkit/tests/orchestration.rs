@@ -10,7 +10,7 @@ use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::clock::Clock;
 use sluice_domain::shared::ids::{ConnectionId, OrgId};
 use sluice_domain::sync::flow::*;
-use sluice_domain::sync::schedule::{LEASE, MAX_ATTEMPTS};
+use sluice_domain::sync::queue::{Fence, LEASE, MAX_ATTEMPTS};
 use sluice_domain::sync::service::NewFlow;
 use sluice_testkit::*;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use crate::identity::{Permission, Principal};
 use crate::shared::audit::{Actor, ActorKind, AuditEntry};
 use crate::shared::cache::Ttl;
 use crate::shared::clock::Clock;
-use crate::shared::error::code;
+use crate::shared::error::Code;
 use crate::shared::ids::OrgId;
 use crate::shared::secret::Secret;
 use crate::{Error, Result};
@@ -70,7 +70,7 @@ pub enum WebhookOutcome {
 
 fn not_configured() -> Error {
     Error::Unavailable {
-        code: code::BILLING_NOT_CONFIGURED,
+        code: Code::BillingNotConfigured,
         message: "billing is not configured on this server (SLUICE_STRIPE_SECRET_KEY)".into(),
     }
 }
@@ -158,7 +158,7 @@ impl BillingService {
         };
         let Some(price) = self.config.prices.of(plan) else {
             return Err(Error::Unavailable {
-                code: code::BILLING_NOT_CONFIGURED,
+                code: Code::BillingNotConfigured,
                 message: format!("no price is configured for the {} plan", plan.as_str()),
             });
         };
@@ -209,10 +209,10 @@ impl BillingService {
         let secret = self.config.webhook_secret.as_ref().ok_or_else(not_configured)?;
         let now = self.clock.now();
         verify_signature(payload, signature.unwrap_or_default(), secret.expose(), now).map_err(|e| {
-            Error::BadRequest { code: code::INVALID_SIGNATURE, message: e.message().into(), details: json!({}) }
+            Error::BadRequest { code: Code::InvalidSignature, message: e.message().into(), details: json!({}) }
         })?;
         let event = parse_event(payload, &self.config.prices).ok_or_else(|| Error::BadRequest {
-            code: code::MALFORMED_JSON,
+            code: Code::MalformedJson,
             message: "the body is not a payment-provider event".into(),
             details: json!({}),
         })?;
@@ -293,7 +293,7 @@ impl BillingService {
             Metered::Refused => {}
         }
         Err(Error::Exhausted {
-            code: code::QUOTA_EXCEEDED,
+            code: Code::QuotaExceeded,
             message: format!(
                 "the monthly quota of {} validations of the {} plan is used up",
                 limit.unwrap_or_default(),

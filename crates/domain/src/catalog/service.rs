@@ -151,7 +151,7 @@ impl CatalogService {
             if !deps.is_empty() {
                 let names: Vec<&str> = deps.iter().map(|d| d.flow_name.as_str()).collect();
                 return Err(Error::Conflict {
-                    code: crate::shared::error::code::IN_USE,
+                    code: crate::shared::error::Code::InUse,
                     message: format!(
                         "flows depend on this data asset ({}); pass ?force=true to delete it anyway",
                         names.join(", ")

@@ -103,20 +103,21 @@ impl ConnectorError {
         matches!(self, ConnectorError::Unreachable(_) | ConnectorError::Timeout(_))
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> crate::shared::error::Code {
+        use crate::shared::error::Code;
         match self {
-            ConnectorError::Unreachable(_) => "unreachable",
-            ConnectorError::Refused(_) => "refused",
-            ConnectorError::Tls(_) => "tls",
-            ConnectorError::WrongProtocol(_) => "wrong_protocol",
-            ConnectorError::MetadataStore(_) => "metadata_store",
-            ConnectorError::AuthFailed(_) => "auth_failed",
-            ConnectorError::DatabaseNotFound(_) => "database_not_found",
-            ConnectorError::EntityNotFound(_) => "entity_not_found",
-            ConnectorError::Timeout(_) => "timeout",
-            ConnectorError::InvalidConfig(_) => "invalid_config",
-            ConnectorError::Unsupported(_) => "unsupported",
-            ConnectorError::Other(_) => "connector_error",
+            ConnectorError::Unreachable(_) => Code::Unreachable,
+            ConnectorError::Refused(_) => Code::Refused,
+            ConnectorError::Tls(_) => Code::Tls,
+            ConnectorError::WrongProtocol(_) => Code::WrongProtocol,
+            ConnectorError::MetadataStore(_) => Code::MetadataStore,
+            ConnectorError::AuthFailed(_) => Code::AuthFailed,
+            ConnectorError::DatabaseNotFound(_) => Code::DatabaseNotFound,
+            ConnectorError::EntityNotFound(_) => Code::EntityNotFound,
+            ConnectorError::Timeout(_) => Code::Timeout,
+            ConnectorError::InvalidConfig(_) => Code::InvalidConfig,
+            ConnectorError::Unsupported(_) => Code::Unsupported,
+            ConnectorError::Other(_) => Code::ConnectorError,
         }
     }
 }

@@ -26,7 +26,7 @@ pub trait IntegrationRepository: Send + Sync {
     /// `Conflict` when the new name is taken.
     async fn update(&self, integration: &Integration, audit: &AuditEntry) -> Result<()>;
     /// # Errors
-    /// `NotFound`; `Conflict { code: crate::shared::error::code::IN_USE }` while connections use it.
+    /// `NotFound`; `Conflict { code: crate::shared::error::Code::InUse }` while connections use it.
     async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()>;
 }
 
@@ -41,7 +41,7 @@ pub trait ConnectionRepository: Send + Sync {
     async fn list(&self, org: OrgId, page: PageRequest) -> Result<Page<Connection>>;
     async fn update(&self, connection: &Connection, audit: &AuditEntry) -> Result<()>;
     /// # Errors
-    /// `NotFound`; `Conflict { code: crate::shared::error::code::IN_USE }` while flows use it.
+    /// `NotFound`; `Conflict { code: crate::shared::error::Code::InUse }` while flows use it.
     async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()>;
     /// Records the outcome of a test.
     async fn record_test(
@@ -93,7 +93,7 @@ pub trait OAuthClient: Send + Sync {
     /// Exchanges `code` for tokens.
     ///
     /// # Errors
-    /// `Unprocessable { code: crate::shared::error::code::OAUTH_EXCHANGE_FAILED }` with the provider's reason.
+    /// `Unprocessable { code: crate::shared::error::Code::OauthExchangeFailed }` with the provider's reason.
     async fn exchange(&self, provider: &str, code: &str, verifier: &str) -> Result<OAuthTokens>;
 }
 

@@ -12,7 +12,7 @@ use crate::connect::connection::{
     secrets_to_resupply, split_config, supplied_secrets, supplied_values,
 };
 use crate::connect::connector::{
-    Capability, ConnectorError, ConnectorSpec, EntitySchema, ReadRequest, RecordBatch, ResolvedConfig,
+    Capability, ConnectorError, ConnectorSpec, EntitySchema, ReadRequest, RecordBatch, ResolvedConfig, Source,
 };
 use crate::connect::integration::{Credentials, Integration, SecretValue};
 use crate::identity::service::IdentityService;
@@ -71,7 +71,7 @@ pub struct TestOutcome {
     pub ok: bool,
     pub latency_ms: u64,
     pub error: Option<String>,
-    pub error_code: Option<&'static str>,
+    pub error_code: Option<crate::shared::error::Code>,
     /// For a reachable source whose type captures changes: whether this
     /// connection can (see [`CdcReadiness`]).
     pub cdc: Option<CdcReadiness>,
@@ -138,7 +138,26 @@ pub(crate) fn connection_json(c: &Connection) -> Value {
 }
 
 fn bad_state(message: &str) -> Error {
-    Error::Unprocessable { code: crate::shared::error::code::INVALID_OAUTH_STATE, message: message.into() }
+    Error::Unprocessable { code: crate::shared::error::Code::InvalidOauthState, message: message.into() }
+}
+
+/// A connection opened as a connector, with the connection it names.
+pub struct Opened<T: ?Sized> {
+    pub connection: Connection,
+    pub io: Arc<T>,
+}
+
+/// Why a connection could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// No such connection in the organization (deleted meanwhile, say).
+    Missing,
+    /// The metadata store failed.
+    Store(Error),
+    /// Its settings did not resolve: an integration, a secret reference.
+    Resolve { connection: String, error: ConnectorError },
+    /// Its connector would not open.
+    Open(ConnectorError),
 }
 
 fn connector_failure(e: ConnectorError) -> Error {
@@ -661,15 +680,88 @@ impl ConnectService {
         Ok(outcome)
     }
 
-    async fn source_of(&self, c: &Connection) -> Result<std::sync::Arc<dyn crate::connect::connector::Source>> {
+    /// An organization's connection, its settings resolved: the one way
+    /// every caller (a run, a cursor's typing, a flow's state) reaches a
+    /// connector.
+    async fn resolved(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+    ) -> std::result::Result<(Connection, ResolvedConfig), OpenError> {
+        let c = self.connections.get(org, id).await.map_err(OpenError::Store)?.ok_or(OpenError::Missing)?;
+        let cfg = self.settings_of(&c).await?;
+        Ok((c, cfg))
+    }
+
+    async fn settings_of(&self, c: &Connection) -> std::result::Result<ResolvedConfig, OpenError> {
+        self.resolve_connection(c).await.map_err(|error| OpenError::Resolve { connection: c.name.clone(), error })
+    }
+
+    /// A connection in hand (saved or planned) opened as a source.
+    ///
+    /// # Errors
+    /// See [`OpenError`].
+    pub async fn source_for(&self, c: &Connection) -> std::result::Result<Arc<dyn Source>, OpenError> {
+        let cfg = self.settings_of(c).await?;
+        self.connectors.source(&cfg).await.map_err(OpenError::Open)
+    }
+
+    /// Opens an organization's connection as a source.
+    ///
+    /// # Errors
+    /// See [`OpenError`].
+    pub async fn open_source(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+    ) -> std::result::Result<Opened<dyn Source>, OpenError> {
+        let c = self.connections.get(org, id).await.map_err(OpenError::Store)?.ok_or(OpenError::Missing)?;
+        let io = self.source_for(&c).await?;
+        Ok(Opened { connection: c, io })
+    }
+
+    /// Opens an organization's connection as a change source (its log).
+    ///
+    /// # Errors
+    /// See [`OpenError`].
+    pub async fn open_change_source(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+    ) -> std::result::Result<Opened<dyn crate::connect::changes::ChangeSource>, OpenError> {
+        let (connection, cfg) = self.resolved(org, id).await?;
+        let io = self.connectors.change_source(&cfg).await.map_err(OpenError::Open)?;
+        Ok(Opened { connection, io })
+    }
+
+    /// Opens an organization's connection as a destination.
+    ///
+    /// # Errors
+    /// See [`OpenError`].
+    pub async fn open_destination(
+        &self,
+        org: OrgId,
+        id: ConnectionId,
+    ) -> std::result::Result<Opened<dyn crate::connect::connector::Destination>, OpenError> {
+        let (connection, cfg) = self.resolved(org, id).await?;
+        let io = self.connectors.destination(&cfg).await.map_err(OpenError::Open)?;
+        Ok(Opened { connection, io })
+    }
+
+    /// A connection already in hand opened as a source, refused when it
+    /// only writes (discovery, preview).
+    async fn source_of(&self, c: &Connection) -> Result<Arc<dyn Source>> {
         if !c.capability.reads() {
             return Err(Error::Unprocessable {
-                code: crate::shared::error::code::NOT_A_SOURCE,
+                code: crate::shared::error::Code::NotASource,
                 message: format!("connection '{}' is a {}; it cannot be read", c.name, c.capability.as_str()),
             });
         }
-        let cfg = self.resolve_connection(c).await.map_err(connector_failure)?;
-        self.connectors.source(&cfg).await.map_err(connector_failure)
+        self.source_for(c).await.map_err(|e| match e {
+            OpenError::Store(e) => e,
+            OpenError::Missing => Error::not_found("connection"),
+            OpenError::Resolve { error, .. } | OpenError::Open(error) => connector_failure(error),
+        })
     }
 
     /// Discovers the entities of a source and catalogues each as a
@@ -857,7 +949,7 @@ impl ConnectService {
 /// A unique violation on a named resource, said with its name.
 pub(crate) fn named_conflict(e: Error, kind: &str, name: &str) -> Error {
     match e {
-        Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
+        Error::Conflict { code: crate::shared::error::Code::Conflict, .. } => {
             Error::conflict(format!("a {kind} named '{name}' already exists"))
         }
         other => other,

@@ -111,7 +111,7 @@ impl From<ParseError> for Error {
     fn from(e: ParseError) -> Self {
         match e {
             ParseError::Malformed { message, line, column } => Error::BadRequest {
-                code: crate::shared::error::code::MALFORMED_YAML,
+                code: crate::shared::error::Code::MalformedYaml,
                 message: match (line, column) {
                     (Some(l), Some(c)) => format!("malformed YAML at line {l}, column {c}: {message}"),
                     _ => format!("malformed YAML: {message}"),

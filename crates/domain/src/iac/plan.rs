@@ -15,10 +15,8 @@ use crate::connect::connector::{Capability, ConnectorSpec};
 use crate::connect::integration::Integration;
 use crate::identity::user::validate_name;
 use crate::shared::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
-use crate::sync::flow::{
-    Flow, FlowConfig, FlowStatus, check_config, check_continuous, check_schedule, find_cycle, next_due,
-    resolve_dependencies, upstream_ids,
-};
+use crate::sync::flow::{Flow, FlowConfig, FlowStatus, find_cycle, next_due, resolve_dependencies, upstream_ids};
+use crate::sync::validate::{Draft, End, check_flow};
 use crate::{Error, FieldError};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -523,61 +521,33 @@ impl<'a> Planner<'a> {
         let mut planned: Vec<(usize, Flow, Option<&Flow>)> = Vec::new();
         for (i, (d, id)) in self.doc.flows.iter().zip(flow_ids).enumerate() {
             let path = format!("flows[{i}]");
-            self.errors.extend(name_errors(&path, &d.name));
-            if let Err(Error::Validation(f)) = check_schedule(d.schedule.as_deref()) {
-                self.errors.extend(under(&path, f));
-            }
-            self.errors.extend(under(&path, check_config(&d.config)));
-            self.errors.extend(under(&path, check_continuous(&d.config, d.schedule.as_deref())));
-            let mut conn = |field: &str, r: &str, reads: bool| {
-                let wanted = if reads { "a source" } else { "a destination" };
-                match self.names.connection(r) {
-                    None => {
-                        self.errors.push(FieldError::new(
-                            format!("{path}.{field}"),
-                            format!("no connection '{r}' in the document or the organization"),
-                        ));
-                        None
-                    }
-                    Some((cid, kind, cap)) => {
-                        let ok = if reads { cap.reads() } else { cap.writes() };
-                        if !ok {
-                            self.errors.push(FieldError::new(
-                                format!("{path}.{field}"),
-                                format!("'{r}' is a {}; it cannot be {wanted}", cap.as_str()),
-                            ));
-                        }
-                        Some((cid, kind))
-                    }
-                }
-            };
-            let source = conn("source_connection", &d.source_connection, true);
-            let dest = conn("destination_connection", &d.destination_connection, false);
-            if let Some(spec) = source.as_ref().and_then(|(_, kind)| self.registry.spec(kind)) {
-                let dest_spec = dest.as_ref().and_then(|(_, kind)| self.registry.spec(kind));
-                let applies = dest_spec.as_ref().map(|d| (d.connector_type, d.features.as_slice()));
-                for (j, m) in d.config.mappings.iter().enumerate() {
-                    let path = format!("{path}.config.mappings[{j}]");
-                    self.errors.extend(crate::sync::check_capture_mode(
-                        &path,
-                        m,
-                        &spec.sync_modes,
-                        spec.connector_type,
-                        applies,
+            let mut conn = |field: &str, r: &str| {
+                let found = self.names.connection(r);
+                if found.is_none() {
+                    self.errors.push(FieldError::new(
+                        format!("{path}.{field}"),
+                        format!("no connection '{r}' in the document or the organization"),
                     ));
                 }
-            }
-            // Every destination takes the change data capture modes.
-            if let Some(spec) = dest.as_ref().and_then(|(_, kind)| self.registry.spec(kind)) {
-                for (j, m) in d.config.mappings.iter().enumerate().filter(|(_, m)| !m.sync_mode.cdc()) {
-                    if !spec.sync_modes.is_empty() && !spec.sync_modes.contains(&m.sync_mode.as_str()) {
-                        self.errors.push(FieldError::new(
-                            format!("{path}.config.mappings[{j}].sync_mode"),
-                            format!("{} destinations do not support {}", spec.connector_type, m.sync_mode.as_str()),
-                        ));
-                    }
-                }
-            }
+                found
+            };
+            let source = conn("source_connection", &d.source_connection);
+            let dest = conn("destination_connection", &d.destination_connection);
+            let end = |field, r, c: &Option<(ConnectionId, String, Capability)>| {
+                c.as_ref().map(|(_, kind, capability)| End {
+                    field,
+                    name: r,
+                    capability: *capability,
+                    spec: self.registry.spec(kind),
+                })
+            };
+            let draft = Draft { name: &d.name, schedule: d.schedule.as_deref(), config: &d.config };
+            self.errors.extend(check_flow(
+                &path,
+                &draft,
+                end("source_connection", &d.source_connection, &source),
+                end("destination_connection", &d.destination_connection, &dest),
+            ));
             let mut config = d.config.clone();
             self.errors.extend(resolve_dependencies(
                 &format!("{path}."),
@@ -586,7 +556,7 @@ impl<'a> Planner<'a> {
                 |r| self.names.flow(r),
                 "in the document or the organization",
             ));
-            let (Some((src, _)), Some((dst, _))) = (source, dest) else { continue };
+            let (Some((src, ..)), Some((dst, ..))) = (source, dest) else { continue };
             let existing = self.find_f(&d.name);
             let status = d.status.or(existing.map(|e| e.status)).unwrap_or(FlowStatus::Active);
             let schedule = d.schedule.as_ref().map(|s| s.trim().to_string());

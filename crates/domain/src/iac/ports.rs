@@ -15,7 +15,7 @@ pub trait IacRepository: Send + Sync {
     /// `audit` in one transaction, serialized with other applies of `org`.
     ///
     /// # Errors
-    /// `Conflict { code: crate::shared::error::code::STALE_PLAN }`, with nothing written, when a
+    /// `Conflict { code: crate::shared::error::Code::StalePlan }`, with nothing written, when a
     /// resource was changed after the plan was made (an update's
     /// `planned_against` no longer matches) or a created name was taken
     /// meanwhile; the caller plans again.
@@ -26,7 +26,7 @@ pub trait IacRepository: Send + Sync {
 /// The conflict a stale plan gets from [`IacRepository::apply`].
 pub fn stale_plan() -> Error {
     Error::Conflict {
-        code: crate::shared::error::code::STALE_PLAN,
+        code: crate::shared::error::Code::StalePlan,
         message: "the organization changed while the apply was planned".into(),
     }
 }

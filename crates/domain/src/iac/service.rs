@@ -96,9 +96,9 @@ impl IacService {
     /// `dry_run`, answers the plan and writes nothing.
     ///
     /// # Errors
-    /// `BadRequest { code: crate::shared::error::code::MALFORMED_YAML }` for text that is not YAML;
+    /// `BadRequest { code: crate::shared::error::Code::MalformedYaml }` for text that is not YAML;
     /// `Validation` listing every problem with its YAML path;
-    /// `Conflict { code: crate::shared::error::code::CONCURRENT_APPLY }` when other applies kept
+    /// `Conflict { code: crate::shared::error::Code::ConcurrentApply }` when other applies kept
     /// changing the organization.
     pub async fn apply_iac(&self, p: &Principal, org: OrgId, text: &str, dry_run: bool) -> Result<ApplyOutcome> {
         self.identity.access(p, org, Permission::Write).await?;
@@ -109,6 +109,7 @@ impl IacService {
             let now = self.clock.now();
             let mut plan = iac::plan(&doc, &current, &registry, org, now)?;
             self.check_connection_settings(p, org, &doc, &current, &plan).await?;
+            self.check_flows_against_sources(&doc, &current, &plan).await?;
             if dry_run {
                 for c in plan.changes.iter_mut().filter(|c| c.action == Action::Created) {
                     c.id = None;
@@ -122,13 +123,15 @@ impl IacService {
             let audit = audit_entries(org, p, &plan, apply_id, now);
             match self.iac.apply(org, &plan.writes, &audit).await {
                 Ok(()) => return Ok(ApplyOutcome { dry_run, apply_id: Some(apply_id), plan }),
-                Err(Error::Conflict { code: crate::shared::error::code::STALE_PLAN, .. }) => continue,
+                // Planned against rows another writer changed meanwhile
+                // (the store refuses every write of such a plan): plan again.
+                Err(e) if e.kind() == crate::ErrorKind::Conflict => continue,
                 Err(e) => return Err(e),
             }
         }
         Err(Error::Conflict {
             // Lost to other applies ATTEMPTS times; sending it again may succeed.
-            code: crate::shared::error::code::CONCURRENT_APPLY,
+            code: crate::shared::error::Code::ConcurrentApply,
             message: "other applies kept changing this organization; try again".into(),
         })
     }
@@ -196,6 +199,38 @@ impl IacService {
         if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
     }
 
+    /// The flows the plan writes checked against their sources' schemas,
+    /// as the API checks them: a new flow, or one whose mappings or
+    /// connections change, when its source answers.
+    async fn check_flows_against_sources(
+        &self,
+        doc: &Document,
+        current: &crate::iac::plan::Snapshot,
+        plan: &IacPlan,
+    ) -> Result<()> {
+        let mut errors = Vec::new();
+        for f in plan.writes.flows.iter().map(|w| w.item()) {
+            let before = current.flows.iter().find(|e| e.id == f.id);
+            if !crate::sync::validate::touches_source(before, f) {
+                continue;
+            }
+            let Some(i) = doc.flows.iter().position(|d| d.name.trim() == f.name) else { continue };
+            let planned = plan.writes.connections.iter().map(|w| w.item());
+            let Some(source) = planned
+                .chain(current.connections.iter())
+                .find(|c| c.id == f.source_connection_id)
+                .filter(|c| c.capability.reads())
+            else {
+                continue;
+            };
+            if let Some(schemas) = self.sync.source_schemas(source, &f.config).await {
+                let path = format!("flows[{i}]");
+                errors.extend(crate::sync::validate::check_against_source(&path, &f.config, &source.name, &schemas));
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
+    }
+
     /// The organization's configuration as an IaC document that applies
     /// back unchanged (secrets as `***`).
     pub async fn export_iac(&self, p: &Principal, org: OrgId) -> Result<Document> {
@@ -248,14 +283,14 @@ impl IacService {
             Some(fields) => fields,
             None => {
                 let schemas = self.sync.source_schemas(&source, &f.config).await.ok_or_else(|| Error::Unprocessable {
-                    code: crate::shared::error::code::SCHEMA_UNKNOWN,
+                    code: crate::shared::error::Code::SchemaUnknown,
                     message: format!(
                         "no schema of '{}' is recorded and '{}' cannot be reached; run the flow or discover the connection first",
                         m.source_entity, source.name
                     ),
                 })?;
                 let s = schemas.get(&m.source_entity).ok_or_else(|| Error::Unprocessable {
-                    code: crate::shared::error::code::SCHEMA_UNKNOWN,
+                    code: crate::shared::error::Code::SchemaUnknown,
                     message: format!("'{}' does not exist in '{}'", m.source_entity, source.name),
                 })?;
                 s.fields

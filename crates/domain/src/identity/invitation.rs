@@ -67,13 +67,13 @@ impl Invitation {
             InvitationStatus::Pending => {}
             InvitationStatus::Expired => {
                 return Err(Error::Conflict {
-                    code: crate::shared::error::code::INVITATION_EXPIRED,
+                    code: crate::shared::error::Code::InvitationExpired,
                     message: "this invitation has expired".into(),
                 });
             }
             s => {
                 return Err(Error::Conflict {
-                    code: crate::shared::error::code::INVITATION_NOT_PENDING,
+                    code: crate::shared::error::Code::InvitationNotPending,
                     message: format!("this invitation is {}", s.as_str()),
                 });
             }
@@ -137,17 +137,14 @@ mod tests {
         assert_eq!(inv.status_at(datetime!(2026-01-07 23:59 UTC)), InvitationStatus::Pending);
         assert_eq!(inv.status_at(datetime!(2026-01-08 0:00 UTC)), InvitationStatus::Expired);
         let err = inv.check_acceptable(Some("ann@example.com"), datetime!(2026-01-09 0:00 UTC));
-        assert!(matches!(err, Err(Error::Conflict { code: crate::shared::error::code::INVITATION_EXPIRED, .. })));
+        assert!(matches!(err, Err(Error::Conflict { code: crate::shared::error::Code::InvitationExpired, .. })));
     }
 
     #[test]
     fn accepted_and_revoked_invitations_cannot_be_used_again() {
         for s in [InvitationStatus::Accepted, InvitationStatus::Revoked] {
             let err = invitation(s).check_acceptable(Some("ann@example.com"), datetime!(2026-01-02 0:00 UTC));
-            assert!(matches!(
-                err,
-                Err(Error::Conflict { code: crate::shared::error::code::INVITATION_NOT_PENDING, .. })
-            ));
+            assert!(matches!(err, Err(Error::Conflict { code: crate::shared::error::Code::InvitationNotPending, .. })));
         }
         // An accepted invitation stays accepted after its expiry date.
         let inv = invitation(InvitationStatus::Accepted);

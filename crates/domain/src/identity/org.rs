@@ -68,7 +68,7 @@ pub fn check_admin_retained(admins: u64, target: Role, new_role: Option<Role>) -
     let loses_admin = target == Role::Admin && new_role != Some(Role::Admin);
     if loses_admin && admins <= 1 {
         return Err(Error::Conflict {
-            code: crate::shared::error::code::LAST_ADMIN,
+            code: crate::shared::error::Code::LastAdmin,
             message: "an organization must keep at least one Admin".into(),
         });
     }
@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn removing_or_demoting_the_last_admin_is_a_conflict() {
         let err = check_admin_retained(1, Role::Admin, None).unwrap_err();
-        assert!(matches!(err, Error::Conflict { code: crate::shared::error::code::LAST_ADMIN, .. }));
+        assert!(matches!(err, Error::Conflict { code: crate::shared::error::Code::LastAdmin, .. }));
         assert!(check_admin_retained(1, Role::Admin, Some(Role::Editor)).is_err());
     }
 

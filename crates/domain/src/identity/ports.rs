@@ -53,12 +53,12 @@ pub trait OrgRepository: Send + Sync {
     /// transaction.
     ///
     /// # Errors
-    /// `NotFound` for a non-member; `Conflict { code: crate::shared::error::code::LAST_ADMIN }`.
+    /// `NotFound` for a non-member; `Conflict { code: crate::shared::error::Code::LastAdmin }`.
     async fn set_member_role(&self, org: OrgId, user: UserId, role: Role, audit: &AuditEntry) -> Result<Member>;
     /// Removes a member under the same rule.
     ///
     /// # Errors
-    /// `NotFound` for a non-member; `Conflict { code: crate::shared::error::code::LAST_ADMIN }`.
+    /// `NotFound` for a non-member; `Conflict { code: crate::shared::error::Code::LastAdmin }`.
     async fn remove_member(&self, org: OrgId, user: UserId, audit: &AuditEntry) -> Result<()>;
 }
 
@@ -72,8 +72,8 @@ pub trait InvitationRepository: Send + Sync {
     /// invitation's role, atomically.
     ///
     /// # Errors
-    /// `Conflict { code: crate::shared::error::code::INVITATION_NOT_PENDING }` when it was used or
-    /// revoked meanwhile; `Conflict { code: crate::shared::error::code::ALREADY_MEMBER }`.
+    /// `Conflict { code: crate::shared::error::Code::InvitationNotPending }` when it was used or
+    /// revoked meanwhile; `Conflict { code: crate::shared::error::Code::AlreadyMember }`.
     async fn accept(
         &self,
         invitation: &Invitation,
@@ -82,7 +82,7 @@ pub trait InvitationRepository: Send + Sync {
         audit: &AuditEntry,
     ) -> Result<()>;
     /// # Errors
-    /// `NotFound`; `Conflict { code: crate::shared::error::code::INVITATION_NOT_PENDING }`.
+    /// `NotFound`; `Conflict { code: crate::shared::error::Code::InvitationNotPending }`.
     async fn revoke(&self, org: OrgId, id: InvitationId, audit: &AuditEntry) -> Result<Invitation>;
 }
 

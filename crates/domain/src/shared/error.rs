@@ -22,7 +22,7 @@ impl FieldError {
 }
 
 /// The closed list of error kinds; every adapter maps these without a
-/// catch-all.
+/// catch-all (HTTP: one status a kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     Unauthenticated,
@@ -30,7 +30,13 @@ pub enum ErrorKind {
     /// A request body that cannot be read at all (400), e.g. broken YAML.
     BadRequest,
     NotFound,
+    /// A method the resource does not take (405).
+    MethodNotAllowed,
     Conflict,
+    /// A body over the size limit (413).
+    TooLarge,
+    /// A body in a media type the endpoint does not read (415).
+    UnsupportedMediaType,
     Validation,
     /// A quota or rate limit is used up (429).
     Exhausted,
@@ -40,6 +46,124 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// The table of error codes, one row a code: its text (the contract's
+/// error body's `code`) and its kind, from which every adapter takes the
+/// status. A code is only ever written as a [`Code`]; logic never matches
+/// on one.
+macro_rules! codes {
+    ($($(#[$doc:meta])* $name:ident = $text:literal => $kind:ident,)*) => {
+        /// Every code an error carries (see [`codes!`]'s table below).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Code {
+            /// Every code, in the table's order.
+            pub const ALL: &[Code] = &[$(Code::$name,)*];
+
+            /// The code as clients read it.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$name => $text,)*
+                }
+            }
+
+            /// The kind of every error with this code.
+            pub const fn kind(self) -> ErrorKind {
+                match self {
+                    $(Code::$name => ErrorKind::$kind,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    // Each kind's own code, for errors that carry no other.
+    Unauthenticated = "unauthenticated" => Unauthenticated,
+    Forbidden = "forbidden" => Forbidden,
+    BadRequest = "bad_request" => BadRequest,
+    NotFound = "not_found" => NotFound,
+    MethodNotAllowed = "method_not_allowed" => MethodNotAllowed,
+    Conflict = "conflict" => Conflict,
+    PayloadTooLarge = "payload_too_large" => TooLarge,
+    UnsupportedMediaType = "unsupported_media_type" => UnsupportedMediaType,
+    ValidationFailed = "validation_failed" => Validation,
+    QuotaExceeded = "quota_exceeded" => Exhausted,
+    Unavailable = "unavailable" => Unavailable,
+    InternalError = "internal_error" => Internal,
+
+    // 400: a body that cannot be read.
+    MalformedJson = "malformed_json" => BadRequest,
+    MalformedYaml = "malformed_yaml" => BadRequest,
+    InvalidSignature = "invalid_signature" => BadRequest,
+    // 403
+    CsrfFailed = "csrf_failed" => Forbidden,
+    // 409: the state of a resource refuses the change.
+    AlreadyMember = "already_member" => Conflict,
+    ConcurrentApply = "concurrent_apply" => Conflict,
+    IdempotencyInProgress = "idempotency_in_progress" => Conflict,
+    InUse = "in_use" => Conflict,
+    InvitationExpired = "invitation_expired" => Conflict,
+    InvitationNotPending = "invitation_not_pending" => Conflict,
+    LastAdmin = "last_admin" => Conflict,
+    RunFinished = "run_finished" => Conflict,
+    RunInProgress = "run_in_progress" => Conflict,
+    StalePlan = "stale_plan" => Conflict,
+    // 422: a well-formed request that cannot be processed.
+    CursorFieldMissing = "cursor_field_missing" => Validation,
+    IdempotencyKeyReused = "idempotency_key_reused" => Validation,
+    InvalidOauthState = "invalid_oauth_state" => Validation,
+    NoCursor = "no_cursor" => Validation,
+    NotASource = "not_a_source" => Validation,
+    OauthExchangeFailed = "oauth_exchange_failed" => Validation,
+    /// A change stream no longer holds what an entity had not read yet.
+    PositionLost = "position_lost" => Validation,
+    /// A position a change stream does not retain (earlier, unknown, or past its end).
+    PositionNotRetained = "position_not_retained" => Validation,
+    SchemaUnknown = "schema_unknown" => Validation,
+    SourceUnreachable = "source_unreachable" => Validation,
+    // 422: the gateway's verdicts on a model's output (its own body).
+    SchemaValidationFailed = "schema_validation_failed" => Validation,
+    RepairRejected = "repair_rejected" => Validation,
+    NoJsonFound = "no_json_found" => Validation,
+    // 422: what a connector met (see `ConnectorError::code`).
+    Unreachable = "unreachable" => Validation,
+    Refused = "refused" => Validation,
+    Tls = "tls" => Validation,
+    WrongProtocol = "wrong_protocol" => Validation,
+    MetadataStore = "metadata_store" => Validation,
+    AuthFailed = "auth_failed" => Validation,
+    DatabaseNotFound = "database_not_found" => Validation,
+    EntityNotFound = "entity_not_found" => Validation,
+    Timeout = "timeout" => Validation,
+    InvalidConfig = "invalid_config" => Validation,
+    Unsupported = "unsupported" => Validation,
+    ConnectorError = "connector_error" => Validation,
+    // 429
+    RateLimited = "rate_limited" => Exhausted,
+    // 503: not configured, or an outside service failed.
+    BillingNotConfigured = "billing_not_configured" => Unavailable,
+    InternalApiDisabled = "internal_api_disabled" => Unavailable,
+    OidcUnavailable = "oidc_unavailable" => Unavailable,
+    PaymentProviderFailed = "payment_provider_failed" => Unavailable,
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A domain error. Its [`Code`] decides its kind, and so its status: the
+/// variants group what each carries.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
@@ -49,56 +173,47 @@ pub enum Error {
     /// A body that cannot be read at all (400); `details` carries what
     /// locates the problem (line, column).
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String, details: serde_json::Value },
+    BadRequest { code: Code, message: String, details: serde_json::Value },
     #[error("{resource} not found")]
     NotFound { resource: &'static str },
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: Code, message: String },
     #[error("validation failed")]
     Validation(Vec<FieldError>),
     /// A well-formed request the server refuses to process (422) for a reason
     /// other than field validation, e.g. a reused idempotency key.
     #[error("{message}")]
-    Unprocessable { code: &'static str, message: String },
+    Unprocessable { code: Code, message: String },
     /// A quota or limit is used up, e.g. the monthly validations;
     /// `retry_after` seconds until it renews.
     #[error("{message}")]
-    Exhausted { code: &'static str, message: String, retry_after: u64 },
+    Exhausted { code: Code, message: String, retry_after: u64 },
     /// Not configured, or an outside service it needs failed (503).
     #[error("{message}")]
-    Unavailable { code: &'static str, message: String },
+    Unavailable { code: Code, message: String },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
 
 impl Error {
+    /// The error's kind: its code's.
     pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Unauthenticated(_) => ErrorKind::Unauthenticated,
-            Error::Forbidden(_) => ErrorKind::Forbidden,
-            Error::BadRequest { .. } => ErrorKind::BadRequest,
-            Error::NotFound { .. } => ErrorKind::NotFound,
-            Error::Conflict { .. } => ErrorKind::Conflict,
-            Error::Validation(_) | Error::Unprocessable { .. } => ErrorKind::Validation,
-            Error::Exhausted { .. } => ErrorKind::Exhausted,
-            Error::Unavailable { .. } => ErrorKind::Unavailable,
-            Error::Internal(_) => ErrorKind::Internal,
-        }
+        self.code().kind()
     }
 
-    /// The error's own code, where it carries one (the kind's otherwise).
-    pub fn code(&self) -> Option<&'static str> {
+    /// The error's code: its own, else its kind's.
+    pub fn code(&self) -> Code {
         match self {
             Error::BadRequest { code, .. }
             | Error::Conflict { code, .. }
             | Error::Unprocessable { code, .. }
             | Error::Exhausted { code, .. }
-            | Error::Unavailable { code, .. } => Some(code),
-            Error::Unauthenticated(_)
-            | Error::Forbidden(_)
-            | Error::NotFound { .. }
-            | Error::Validation(_)
-            | Error::Internal(_) => None,
+            | Error::Unavailable { code, .. } => *code,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::Forbidden(_) => Code::Forbidden,
+            Error::NotFound { .. } => Code::NotFound,
+            Error::Validation(_) => Code::ValidationFailed,
+            Error::Internal(_) => Code::InternalError,
         }
     }
 
@@ -107,14 +222,14 @@ impl Error {
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Error::Conflict { code: code::CONFLICT, message: message.into() }
+        Error::Conflict { code: Code::Conflict, message: message.into() }
     }
 
     /// A change refused while a run of the flow executes (409
     /// `run_in_progress`).
     pub fn run_in_progress() -> Self {
         Error::Conflict {
-            code: code::RUN_IN_PROGRESS,
+            code: Code::RunInProgress,
             message: "a run of this flow is executing; try again when it ends".into(),
         }
     }
@@ -126,42 +241,6 @@ impl Error {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Error::Forbidden(message.into())
     }
-}
-
-/// Every code an [`Error`] carries, in one list: logic matches on these
-/// constants, never on string literals, and clients read them in the
-/// contract's error body.
-pub mod code {
-    pub const ALREADY_MEMBER: &str = "already_member";
-    pub const BILLING_NOT_CONFIGURED: &str = "billing_not_configured";
-    pub const INVALID_SIGNATURE: &str = "invalid_signature";
-    pub const MALFORMED_JSON: &str = "malformed_json";
-    pub const PAYMENT_PROVIDER_FAILED: &str = "payment_provider_failed";
-    pub const CLAIM_LOST: &str = "claim_lost";
-    pub const CONCURRENT_APPLY: &str = "concurrent_apply";
-    pub const CONFLICT: &str = "conflict";
-    pub const CURSOR_FIELD_MISSING: &str = "cursor_field_missing";
-    pub const IDEMPOTENCY_IN_PROGRESS: &str = "idempotency_in_progress";
-    pub const IDEMPOTENCY_KEY_REUSED: &str = "idempotency_key_reused";
-    pub const IN_USE: &str = "in_use";
-    pub const INVALID_OAUTH_STATE: &str = "invalid_oauth_state";
-    pub const INVITATION_EXPIRED: &str = "invitation_expired";
-    pub const INVITATION_NOT_PENDING: &str = "invitation_not_pending";
-    pub const LAST_ADMIN: &str = "last_admin";
-    pub const MALFORMED_YAML: &str = "malformed_yaml";
-    pub const NO_CURSOR: &str = "no_cursor";
-    pub const NOT_A_SOURCE: &str = "not_a_source";
-    pub const OAUTH_EXCHANGE_FAILED: &str = "oauth_exchange_failed";
-    /// A change stream no longer holds what an entity had not read yet.
-    pub const POSITION_LOST: &str = "position_lost";
-    /// A position a change stream does not retain (earlier, unknown, or past its end).
-    pub const POSITION_NOT_RETAINED: &str = "position_not_retained";
-    pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
-    pub const RUN_FINISHED: &str = "run_finished";
-    pub const RUN_IN_PROGRESS: &str = "run_in_progress";
-    pub const SCHEMA_UNKNOWN: &str = "schema_unknown";
-    pub const SOURCE_UNREACHABLE: &str = "source_unreachable";
-    pub const STALE_PLAN: &str = "stale_plan";
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -230,5 +309,20 @@ mod tests {
         let v = json!([{"long_key": ["x", "y"]}, ["z", "n\u{0}"]]);
         assert_eq!(nul_in(&v, "body").as_deref(), Some("body[1][1]"));
         assert_eq!(nul_in(&json!({"a": ["x", {"b": 1}], "c": null}), "body"), None);
+    }
+}
+
+#[cfg(test)]
+mod code_tests {
+    use super::*;
+
+    /// One row a code: no text is written twice, and each is snake_case.
+    #[test]
+    fn every_code_is_one_row() {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in Code::ALL {
+            assert!(seen.insert(c.as_str()), "{} appears twice", c.as_str());
+            assert!(c.as_str().chars().all(|x| x.is_ascii_lowercase() || x == '_'), "{}", c.as_str());
+        }
     }
 }

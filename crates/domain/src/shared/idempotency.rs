@@ -90,8 +90,8 @@ pub enum Begin {
 /// Claims `key` in `scope` for a request with `fingerprint`.
 ///
 /// # Errors
-/// `Unprocessable { code: crate::shared::error::code::IDEMPOTENCY_KEY_REUSED }` when the key was used
-/// for another request; `Conflict { code: crate::shared::error::code::IDEMPOTENCY_IN_PROGRESS }` while
+/// `Unprocessable { code: crate::shared::error::Code::IdempotencyKeyReused }` when the key was used
+/// for another request; `Conflict { code: crate::shared::error::Code::IdempotencyInProgress }` while
 /// the first request runs.
 pub async fn begin(
     store: &dyn IdempotencyStore,
@@ -118,7 +118,7 @@ pub async fn begin(
             Decision::Replay(r) => return Ok(Begin::Replay(r)),
             Decision::Mismatch => {
                 return Err(Error::Unprocessable {
-                    code: crate::shared::error::code::IDEMPOTENCY_KEY_REUSED,
+                    code: crate::shared::error::Code::IdempotencyKeyReused,
                     message: "this idempotency key was used for a different request".into(),
                 });
             }
@@ -136,7 +136,7 @@ pub async fn begin(
 /// The conflict a request meets while another with its key is in flight.
 pub fn in_progress() -> Error {
     Error::Conflict {
-        code: crate::shared::error::code::IDEMPOTENCY_IN_PROGRESS,
+        code: crate::shared::error::Code::IdempotencyInProgress,
         message: "a request with this idempotency key is still in progress".into(),
     }
 }

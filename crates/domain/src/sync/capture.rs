@@ -27,7 +27,7 @@
 //!
 //! See `docs/cdc.md`.
 
-use super::engine::{BATCH_ROWS, CHECKPOINT_ROWS};
+use super::entity::{BATCH_ROWS, CHECKPOINT_ROWS};
 use super::service::SyncService;
 use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource};
 use crate::connect::connector::{
@@ -97,8 +97,8 @@ pub struct CaptureFailure {
     pub lost: bool,
     pub halt: Option<Halt>,
     /// The failure's code, where it has one of its own
-    /// ([`crate::shared::error::code::POSITION_LOST`]).
-    pub code: Option<&'static str>,
+    /// ([`crate::shared::error::Code::PositionLost`]).
+    pub code: Option<crate::shared::error::Code>,
 }
 
 impl CaptureFailure {
@@ -107,7 +107,7 @@ impl CaptureFailure {
     }
 
     fn position_lost(message: impl Into<String>) -> Self {
-        CaptureFailure { code: Some(crate::shared::error::code::POSITION_LOST), ..CaptureFailure::all(message) }
+        CaptureFailure { code: Some(crate::shared::error::Code::PositionLost), ..CaptureFailure::all(message) }
     }
 
     fn from_connector(e: crate::connect::connector::ConnectorError) -> Self {
@@ -483,7 +483,7 @@ impl SyncService {
             stats.status = if result.is_ok() { "succeeded" } else { "failed" }.into();
             if let Err(f) = &result {
                 stats.error = Some(f.message.clone());
-                stats.error_code = f.code.map(str::to_string);
+                stats.error_code = f.code.map(|c| c.as_str().to_string());
             }
             if let Some(e) = e
                 && let Some(w) = e.writer.take()
@@ -728,7 +728,7 @@ impl SyncService {
             return Ok(());
         }
         let mut writer = dest
-            .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
+            .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::run::attempt_of(run))
             .await
             .map_err(|x| e.failed(x))?;
         // A mirror ends up with exactly the source's rows: what it held
@@ -825,7 +825,7 @@ impl SyncService {
             return Ok(false);
         }
         let entity = e.m.source_entity.clone();
-        let attempt = super::engine::attempt_of(run);
+        let attempt = super::run::attempt_of(run);
         let mut writer = dest.open_for(&e.schema, WriteMode::Overwrite, &attempt).await.map_err(|x| e.failed(x))?;
         let Some(format) = writer.bulk_format() else {
             writer.abort().await;
@@ -936,7 +936,7 @@ impl SyncService {
         e.source_fields = catalog;
         e.schema = capture_schema(e.m, &e.source_fields)
             .map_err(|message| CaptureFailure { entity: Some(entity.clone()), ..CaptureFailure::all(message) })?;
-        let attempt = super::engine::attempt_of(scope.run);
+        let attempt = super::run::attempt_of(scope.run);
         e.writer =
             Some(scope.dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &attempt).await.map_err(|x| e.failed(x))?);
         e.order = order_of(&s.fields, &e.source_fields);
@@ -974,7 +974,7 @@ impl SyncService {
         }
         for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
             e.writer = Some(
-                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::engine::attempt_of(run))
+                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::run::attempt_of(run))
                     .await
                     .map_err(|x| e.failed(x))?,
             );

@@ -6,7 +6,7 @@ use crate::sync::SyncMode;
 use crate::sync::transform::Step;
 use crate::{Error, FieldError};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -214,54 +214,6 @@ pub fn next_run(expr: &str, after: OffsetDateTime) -> Option<OffsetDateTime> {
     OffsetDateTime::from_unix_timestamp(next.timestamp()).ok()
 }
 
-/// Checks a flow's config on its own: mappings present, names unique,
-/// each mode's fields named, transforms parsable.
-pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    if config.mappings.is_empty() {
-        errors.push(FieldError::new("config.mappings", "must hold at least one mapping"));
-    }
-    let mut dests = BTreeSet::new();
-    for (i, m) in config.mappings.iter().enumerate() {
-        let path = format!("config.mappings[{i}]");
-        if m.source_entity.trim().is_empty() {
-            errors.push(FieldError::new(format!("{path}.source_entity"), "is required"));
-        }
-        if !dests.insert(m.destination().to_string()) {
-            errors.push(FieldError::new(
-                format!("{path}.dest_entity"),
-                format!("'{}' is written by another mapping", m.destination()),
-            ));
-        }
-        errors.extend(crate::sync::check_mapping(
-            &path,
-            m.sync_mode,
-            m.cursor_field.as_deref(),
-            m.primary_key.as_deref(),
-            None,
-        ));
-        if let Some(l) = &m.cursor_lookback
-            && let Err(e) = crate::sync::parse_lookback(l)
-        {
-            errors.push(FieldError::new(format!("{path}.cursor_lookback"), e));
-        }
-        errors.extend(crate::sync::check_capture(&path, m));
-    }
-    if config.continuous
-        && let Some((i, m)) = config.mappings.iter().enumerate().find(|(_, m)| !m.sync_mode.cdc())
-    {
-        errors.push(FieldError::new(
-            "config.continuous",
-            format!(
-                "a continuous flow captures changes only: mappings[{i}] syncs in {} mode (cdc_deduped or \
-                 cdc_append)",
-                m.sync_mode.as_str()
-            ),
-        ));
-    }
-    errors
-}
-
 /// When a flow is next due: its schedule's next time, or (a continuous
 /// flow) from now on, while the scheduler keeps one run of it going; never
 /// while paused.
@@ -276,13 +228,6 @@ pub fn next_due(
         (Some(s), FlowStatus::Active) => next_run(s, now),
         _ => None,
     }
-}
-
-/// A continuous flow keeps one run going: it takes no schedule.
-pub fn check_continuous(config: &FlowConfig, schedule: Option<&str>) -> Option<FieldError> {
-    (config.continuous && schedule.is_some()).then(|| {
-        FieldError::new("schedule", "a continuous flow keeps one run going and takes no schedule: leave it out")
-    })
 }
 
 /// A cycle in the dependency graph (`edges`: flow → its upstream flows),
@@ -439,28 +384,6 @@ pub struct Run {
     pub not_before: Option<OffsetDateTime>,
 }
 
-/// A fencing token: one claim of a run. Every claim runs a new attempt
-/// (a run is queued again with the next number), so a worker whose run was
-/// taken over holds an attempt that no longer matches, and every write it
-/// makes for the run is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fence {
-    pub run: RunId,
-    pub attempt: u32,
-}
-
-impl Run {
-    pub fn fence(&self) -> Fence {
-        Fence { run: self.id, attempt: self.attempt }
-    }
-
-    /// Whether `fence`'s attempt still holds this run: the same attempt,
-    /// still running (what every fenced write checks).
-    pub fn held_by(&self, fence: Fence) -> bool {
-        self.fence() == fence && self.status == RunStatus::Running
-    }
-}
-
 /// One log line of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunLog {
@@ -607,26 +530,5 @@ mod tests {
         assert_eq!(cycle.len(), 4);
         edges.insert(c, vec![c]);
         assert_eq!(find_cycle(&edges, &names).unwrap(), ["c", "c"]);
-    }
-
-    #[test]
-    fn configs_name_every_problem() {
-        let config: FlowConfig = serde_json::from_value(serde_json::json!({"mappings": [
-            {"source_entity": "orders", "sync_mode": "incremental_deduped"},
-            {"source_entity": "users", "dest_entity": "orders", "sync_mode": "full_refresh_overwrite"}
-        ]}))
-        .unwrap();
-        let fields: Vec<String> = check_config(&config).into_iter().map(|e| e.field).collect();
-        assert_eq!(
-            fields,
-            ["config.mappings[0].cursor_field", "config.mappings[0].primary_key", "config.mappings[1].dest_entity"]
-        );
-        assert!(!check_config(&FlowConfig::default()).is_empty());
-        assert!(
-            serde_json::from_value::<FlowConfig>(
-                serde_json::json!({"mappings": [{"source_entity": "x", "sync_mode": "sometimes"}]})
-            )
-            .is_err()
-        );
     }
 }

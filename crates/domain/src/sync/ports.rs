@@ -2,6 +2,7 @@
 //! run queue are kept.
 
 use super::flow::*;
+use super::queue::Fence;
 use crate::Result;
 use crate::shared::audit::AuditEntry;
 use crate::shared::ids::{FlowId, OrgId, RunId};
@@ -111,7 +112,7 @@ pub trait QueueRepository: Send + Sync {
     async fn stale_runs(&self, before: OffsetDateTime) -> Result<Vec<Run>>;
     /// Puts a lost run back in the queue (attempt + 1) if it is still
     /// running in `fence`'s attempt, held by `worker`; whether it did.
-    async fn requeue(&self, fence: crate::sync::flow::Fence, worker: Option<String>) -> Result<bool>;
+    async fn requeue(&self, fence: crate::sync::queue::Fence, worker: Option<String>) -> Result<bool>;
     /// Runs of a trace in start order.
     async fn trace(&self, org: OrgId, trace: Uuid) -> Result<Vec<Run>>;
     /// A run of any organization (internal calls).
@@ -120,6 +121,10 @@ pub trait QueueRepository: Send + Sync {
     /// claimed before `not_before`, keeping `error` as the reason and the
     /// progress stored so far (the next attempt counts its rows); only
     /// while `fence` holds the run.
-    async fn retry_later(&self, fence: crate::sync::flow::Fence, not_before: OffsetDateTime, error: &str)
-    -> Result<()>;
+    async fn retry_later(
+        &self,
+        fence: crate::sync::queue::Fence,
+        not_before: OffsetDateTime,
+        error: &str,
+    ) -> Result<()>;
 }

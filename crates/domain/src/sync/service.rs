@@ -6,10 +6,9 @@
 use super::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository};
 use super::transform::{self, Step};
 use crate::connect::connection::Connection;
-use crate::connect::connector::{EntitySchema, RecordBatch};
-use crate::connect::service::{ConnectService, Preview, PreviewRequest};
+use crate::connect::connector::{ConnectorSpec, EntitySchema, RecordBatch};
+use crate::connect::service::{ConnectService, OpenError, Preview, PreviewRequest};
 use crate::identity::service::IdentityService;
-use crate::identity::user::validate_name;
 use crate::identity::{Permission, Principal};
 use crate::monitoring::service::MonitoringService;
 use crate::shared::audit::AuditEntry;
@@ -18,7 +17,7 @@ use crate::shared::clock::Clock;
 use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
 use crate::shared::page::{Page, PageRequest};
 use crate::sync::flow::*;
-use crate::sync::{SyncMode, check_mapping, parse_cursor};
+use crate::sync::{SyncMode, parse_cursor};
 use crate::{Error, FieldError, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -191,8 +190,7 @@ impl SyncService {
         source: &Connection,
         config: &FlowConfig,
     ) -> Option<BTreeMap<String, EntitySchema>> {
-        let cfg = self.connect.resolve_connection(source).await.ok()?;
-        let src = self.connect.registry().source(&cfg).await.ok()?;
+        let src = self.connect.source_for(source).await.ok()?;
         src.check().await.ok()?;
         let mut out = BTreeMap::new();
         for m in &config.mappings {
@@ -208,79 +206,37 @@ impl SyncService {
 
     /// Validates a flow against its connections, the source's schema and
     /// the other flows of the organization; normalizes `depends_on` to ids.
-    /// Checks a flow before it is written. With `against_source`, its
-    /// mappings are checked against the source's schema as it is now (a
-    /// new flow, or changed mappings or connections); without, a change
-    /// that touches neither (pause, resume, schedule, name) never depends
-    /// on the source, so that a flow the source broke can still be paused.
+    /// Checks a flow before it is written (see [`crate::sync::validate`]);
+    /// with `against_source` (see [`crate::sync::validate::touches_source`]),
+    /// against the source's schema as it is now.
     async fn validate_flow(&self, flow: &mut Flow, against_source: bool) -> Result<()> {
+        use crate::sync::validate::{Draft, End, check_against_source, check_flow, once};
         let mut errors: Vec<FieldError> = Vec::new();
-        if let Err(Error::Validation(f)) = validate_name("name", &flow.name) {
-            errors.extend(f);
-        }
-        if let Err(Error::Validation(f)) = check_schedule(flow.schedule.as_deref()) {
-            errors.extend(f);
-        }
-        errors.extend(check_config(&flow.config));
-        errors.extend(check_continuous(&flow.config, flow.schedule.as_deref()));
         let source = self.connect.connection(flow.org_id, flow.source_connection_id).await?;
         let dest = self.connect.connection(flow.org_id, flow.destination_connection_id).await?;
-        match &source {
-            None => errors.push(FieldError::new("source_connection_id", "no such connection in this organization")),
-            Some(c) if !c.capability.reads() => {
-                errors.push(FieldError::new("source_connection_id", format!("'{}' is a destination only", c.name)))
-            }
-            _ => {}
-        }
-        match &dest {
-            None => {
-                errors.push(FieldError::new("destination_connection_id", "no such connection in this organization"))
-            }
-            Some(c) if !c.capability.writes() => {
-                errors.push(FieldError::new("destination_connection_id", format!("'{}' is a source only", c.name)))
-            }
-            _ => {}
-        }
-        if let Some(src) = source.as_ref() {
-            let registry = self.connect.registry();
-            let modes = registry.spec(&src.connector_type).map(|s| s.sync_modes).unwrap_or_default();
-            let dest_spec = dest.as_ref().and_then(|d| registry.spec(&d.connector_type));
-            let dest = dest_spec.as_ref().map(|d| (d.connector_type, d.features.as_slice()));
-            for (i, m) in flow.config.mappings.iter().enumerate() {
-                let path = format!("config.mappings[{i}]");
-                errors.extend(crate::sync::check_capture_mode(&path, m, &modes, &src.connector_type, dest));
+        for (field, c) in [("source_connection_id", &source), ("destination_connection_id", &dest)] {
+            if c.is_none() {
+                errors.push(FieldError::new(field, "no such connection in this organization"));
             }
         }
+        let registry = self.connect.registry();
+        let specs = [&source, &dest].map(|c| c.as_ref().and_then(|c| registry.spec(&c.connector_type)));
+        fn end<'a>(field: &'a str, c: &'a Option<Connection>, spec: Option<&'a ConnectorSpec>) -> Option<End<'a>> {
+            c.as_ref().map(|c| End { field, name: &c.name, capability: c.capability, spec })
+        }
+        let draft = Draft { name: &flow.name, schedule: flow.schedule.as_deref(), config: &flow.config };
+        errors.extend(check_flow(
+            "",
+            &draft,
+            end("source_connection_id", &source, specs[0].as_ref()),
+            end("destination_connection_id", &dest, specs[1].as_ref()),
+        ));
         if let Some(src) = source.as_ref().filter(|c| c.capability.reads() && against_source)
             && let Some(schemas) = self.source_schemas(src, &flow.config).await
         {
-            for (i, m) in flow.config.mappings.iter().enumerate() {
-                let path = format!("config.mappings[{i}]");
-                if let Some(s) = schemas.get(&m.source_entity) {
-                    errors.extend(crate::sync::check_capture_keys(&path, m, s));
-                }
-                match schemas.get(&m.source_entity) {
-                    None => errors.push(FieldError::new(
-                        format!("{path}.source_entity"),
-                        format!("'{}' does not exist in '{}'", m.source_entity, src.name),
-                    )),
-                    Some(s) => {
-                        errors.extend(check_mapping(
-                            &path,
-                            m.sync_mode,
-                            m.cursor_field.as_deref(),
-                            m.primary_key.as_deref(),
-                            Some(s),
-                        ));
-                        if let Err(f) =
-                            crate::sync::transform::plan(&format!("{path}.transform"), &m.transform, &s.fields)
-                        {
-                            errors.extend(f);
-                        }
-                    }
-                }
-            }
+            errors.extend(check_against_source("", &flow.config, &src.name, &schemas));
         }
+        let mut errors = once(errors);
         // Dependencies: resolve ids or names, and refuse cycles.
         let all = self.flows.all(flow.org_id).await?;
         let mut names: BTreeMap<FlowId, String> = all.iter().map(|f| (f.id, f.name.clone())).collect();
@@ -320,12 +276,7 @@ impl SyncService {
         self.schedule_next(&mut f);
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.created", "flow", f.id, now)
             .with_change(Value::Null, flow_json(&f));
-        self.flows.create(&f, &audit).await.map_err(|e| match e {
-            Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
-                Error::conflict(format!("a flow named '{}' already exists", f.name))
-            }
-            other => other,
-        })?;
+        self.flows.create(&f, &audit).await.map_err(name_taken(&f.name))?;
         Ok(f)
     }
 
@@ -337,9 +288,11 @@ impl SyncService {
     pub async fn late_commit_warnings(&self, p: &Principal, org: OrgId, flow: &Flow) -> Result<Vec<String>> {
         use crate::connect::connector::FieldType;
         self.identity.access(p, org, Permission::Read).await?;
-        let Some(source) = self.connect.connection(org, flow.source_connection_id).await? else { return Ok(vec![]) };
-        let Ok(cfg) = self.connect.resolve_connection(&source).await else { return Ok(vec![]) };
-        let Ok(src) = self.connect.registry().source(&cfg).await else { return Ok(vec![]) };
+        let src = match self.connect.open_source(org, flow.source_connection_id).await {
+            Ok(o) => o.io,
+            Err(OpenError::Store(e)) => return Err(e),
+            Err(_) => return Ok(vec![]),
+        };
         let mut out = Vec::new();
         for (i, m) in flow.config.mappings.iter().enumerate() {
             let Some(cursor) = m.cursor_field.as_deref().filter(|_| m.sync_mode.incremental()) else { continue };
@@ -388,9 +341,7 @@ impl SyncService {
         if let Some(s) = u.status {
             after.status = s;
         }
-        let against_source = after.config != before.config
-            || after.source_connection_id != before.source_connection_id
-            || after.destination_connection_id != before.destination_connection_id;
+        let against_source = crate::sync::validate::touches_source(Some(&before), &after);
         self.validate_flow(&mut after, against_source).await?;
         self.schedule_next(&mut after);
         if after.name == before.name
@@ -405,12 +356,7 @@ impl SyncService {
         after.updated_at = self.clock.now();
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.updated", "flow", id, after.updated_at)
             .with_change(flow_json(&before), flow_json(&after));
-        self.flows.update(&after, &audit).await.map_err(|e| match e {
-            Error::Conflict { code: crate::shared::error::code::CONFLICT, .. } => {
-                Error::conflict(format!("a flow named '{}' already exists", after.name))
-            }
-            other => other,
-        })?;
+        self.flows.update(&after, &audit).await.map_err(name_taken(&after.name))?;
         // The change stream goes with the flow's last CDC mapping, or with
         // the source it read.
         let captures = |f: &Flow| f.config.mappings.iter().any(|m| m.sync_mode.cdc());
@@ -425,7 +371,7 @@ impl SyncService {
         let before = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         if self.runs.running_for_flow(id).await? {
             return Err(Error::Conflict {
-                code: crate::shared::error::code::RUN_IN_PROGRESS,
+                code: crate::shared::error::Code::RunInProgress,
                 message: "a run of this flow is executing; cancel it first".into(),
             });
         }
@@ -464,7 +410,7 @@ impl SyncService {
 
     /// Queues a run in trace `trace_id`.
     pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
-        let run = crate::sync::schedule::new_run(f, trigger, trace_id, self.clock.now());
+        let run = crate::sync::queue::new_run(f, trigger, trace_id, self.clock.now());
         self.runs.enqueue(&run).await?;
         Ok(run)
     }
@@ -507,7 +453,7 @@ impl SyncService {
         let mut run = self.runs.get(org, id).await?.ok_or(Error::not_found("run"))?;
         if run.status.finished() {
             return Err(Error::Conflict {
-                code: crate::shared::error::code::RUN_FINISHED,
+                code: crate::shared::error::Code::RunFinished,
                 message: format!("the run already ended as {}", run.status.as_str()),
             });
         }
@@ -562,23 +508,24 @@ impl SyncService {
             return self.move_position(p, &f, &m, value).await;
         }
         let field = m.cursor_field.clone().ok_or_else(|| Error::Unprocessable {
-            code: crate::shared::error::code::NO_CURSOR,
+            code: crate::shared::error::Code::NoCursor,
             message: format!("'{entity}' syncs in {} mode, which keeps no cursor", m.sync_mode.as_str()),
         })?;
         // The type of this one cursor column, asked of the source; a failure
         // says what failed (a secret that does not resolve is not an
         // unreachable source).
-        let source =
-            self.connect.connection(org, f.source_connection_id).await?.ok_or(Error::not_found("connection"))?;
         let failed = |e: crate::connect::connector::ConnectorError| Error::Unprocessable {
             code: e.code(),
             message: format!("the cursor's type could not be read from the source: {e}"),
         };
-        let cfg = self.connect.resolve_connection(&source).await.map_err(failed)?;
-        let fields =
-            self.connect.registry().source(&cfg).await.map_err(failed)?.entity_fields(entity).await.map_err(failed)?;
+        let source = self.connect.open_source(org, f.source_connection_id).await.map_err(|e| match e {
+            OpenError::Missing => Error::not_found("connection"),
+            OpenError::Store(e) => e,
+            OpenError::Resolve { error, .. } | OpenError::Open(error) => failed(error),
+        })?;
+        let fields = source.io.entity_fields(entity).await.map_err(failed)?;
         let t = fields.iter().find(|x| x.name == field).map(|x| x.field_type).ok_or_else(|| Error::Unprocessable {
-            code: crate::shared::error::code::CURSOR_FIELD_MISSING,
+            code: crate::shared::error::Code::CursorFieldMissing,
             message: format!("the source has no field '{field}' in '{entity}'"),
         })?;
         let parsed = parse_cursor(value, t)?;
@@ -650,27 +597,19 @@ impl SyncService {
             .collect())
     }
 
-    /// A flow's connection on `side` (`source` or `destination`), its
-    /// secrets resolved; a failure says which side could not be reached.
-    async fn flow_side(&self, f: &Flow, side: &'static str) -> Result<crate::connect::connector::ResolvedConfig> {
-        let id = if side == "source" { f.source_connection_id } else { f.destination_connection_id };
-        let c = self.connect.connection(f.org_id, id).await?.ok_or(Error::not_found("connection"))?;
-        self.connect.resolve_connection(&c).await.map_err(unreachable(side))
-    }
-
-    /// A CDC flow's change source.
+    /// A CDC flow's change source; a failure says it could not be reached.
     pub(super) async fn change_source_of(
         &self,
         f: &Flow,
     ) -> Result<std::sync::Arc<dyn crate::connect::changes::ChangeSource>> {
-        let cfg = self.flow_side(f, "source").await?;
-        self.connect.registry().change_source(&cfg).await.map_err(unreachable("source"))
+        let opened = self.connect.open_change_source(f.org_id, f.source_connection_id).await;
+        opened.map(|o| o.io).map_err(unopened("source"))
     }
 
-    /// A flow's destination.
+    /// A flow's destination; a failure says it could not be reached.
     async fn destination_of(&self, f: &Flow) -> Result<std::sync::Arc<dyn crate::connect::connector::Destination>> {
-        let cfg = self.flow_side(f, "destination").await?;
-        self.connect.registry().destination(&cfg).await.map_err(unreachable("destination"))
+        let opened = self.connect.open_destination(f.org_id, f.destination_connection_id).await;
+        opened.map(|o| o.io).map_err(unopened("destination"))
     }
 
     /// Moves a CDC entity forward to `value`, a later position its stream
@@ -680,7 +619,7 @@ impl SyncService {
     async fn move_position(&self, p: &Principal, f: &Flow, m: &Mapping, value: &str) -> Result<Cursor> {
         let entity = m.source_entity.as_str();
         let refused =
-            |message: String| Error::Unprocessable { code: crate::shared::error::code::POSITION_NOT_RETAINED, message };
+            |message: String| Error::Unprocessable { code: crate::shared::error::Code::PositionNotRetained, message };
         let (changes, dest) = (self.change_source_of(f).await?, self.destination_of(f).await?);
         let stream = crate::sync::capture::stream_name(f);
         let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
@@ -756,7 +695,21 @@ pub struct EntityState {
 /// A connector's failure reaching a flow's `side` as a 422 that says so.
 fn unreachable(side: &'static str) -> impl Fn(crate::connect::connector::ConnectorError) -> Error {
     move |e| Error::Unprocessable {
-        code: if side == "source" { crate::shared::error::code::SOURCE_UNREACHABLE } else { e.code() },
+        code: if side == "source" { crate::shared::error::Code::SourceUnreachable } else { e.code() },
         message: format!("the flow's {side} could not be reached: {e}"),
+    }
+}
+
+/// A flow's write refused by the store's unique name, said as such.
+fn name_taken(name: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| crate::connect::service::named_conflict(e, "flow", name)
+}
+
+/// The error of a flow's connection on `side` that would not open.
+fn unopened(side: &'static str) -> impl Fn(OpenError) -> Error {
+    move |e| match e {
+        OpenError::Missing => Error::not_found("connection"),
+        OpenError::Store(e) => e,
+        OpenError::Resolve { error, .. } | OpenError::Open(error) => unreachable(side)(error),
     }
 }

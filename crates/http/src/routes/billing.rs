@@ -3,10 +3,11 @@
 //! provider's webhooks.
 
 use crate::AppState;
+use crate::body::read_body;
 use crate::error::{ApiResult, ErrorBody};
+use crate::extract::Body;
 use crate::extract::MAX_JSON_BODY;
-use crate::extract::{Body, Caller};
-use crate::middleware::read_body;
+use crate::session::Caller;
 use actix_web::web::{self, Data, Json, Path};
 use actix_web::{HttpRequest, HttpResponse, get, post};
 use serde::{Deserialize, Serialize};

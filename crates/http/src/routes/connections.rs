@@ -5,7 +5,8 @@ use super::created;
 use crate::AppState;
 use crate::dto::ListResponse;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{Body, Caller, Pagination};
+use crate::extract::{Body, Pagination};
+use crate::session::Caller;
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post};
 use serde::{Deserialize, Serialize};
@@ -348,7 +349,7 @@ impl From<TestOutcome> for TestResponse {
             ok: t.ok,
             latency_ms: t.latency_ms,
             error: t.error,
-            error_code: t.error_code.map(str::to_string),
+            error_code: t.error_code.map(|c| c.as_str().to_string()),
             cdc: t.cdc.map(|c| CdcReadinessDto { ready: c.ready, reasons: c.reasons }),
         }
     }

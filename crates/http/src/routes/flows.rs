@@ -5,7 +5,7 @@ use crate::AppState;
 use crate::dto::ListResponse;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::Body;
-use crate::extract::Caller;
+use crate::session::Caller;
 use actix_web::web::{Data, Json, Path, Query};
 use actix_web::{HttpResponse, delete, get, patch, post, put};
 use serde::{Deserialize, Serialize};

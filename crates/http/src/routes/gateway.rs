@@ -2,10 +2,10 @@
 //! object (or a precise drift report) out.
 
 use crate::AppState;
+use crate::body::{MAX_ANY_BODY, read_body};
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::Caller;
 use crate::extract::json_api_error;
-use crate::middleware::{MAX_ANY_BODY, read_body};
+use crate::session::Caller;
 use actix_web::web::{self, Data};
 use actix_web::{HttpResponse, post};
 use serde::{Deserialize, Serialize};
@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use sluice_domain::FieldError;
 use sluice_domain::gateway::service::GatewayResult;
 use sluice_domain::gateway::{Finding, Outcome, Repair, RepairKind, TypeMismatch};
+use sluice_domain::shared::error::Code;
 use sluice_domain::shared::ids::AssetId;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -129,10 +130,10 @@ pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload)
             })
         }
         GatewayResult::Checked(Outcome::Invalid { missing_fields, type_mismatches, repairs, retry_prompt }) => {
-            HttpResponse::UnprocessableEntity().json(ValidateFailure {
+            failure(Code::SchemaValidationFailed).json(ValidateFailure {
                 success: false,
                 error: "Schema Validation Failed".into(),
-                code: "schema_validation_failed".into(),
+                code: Code::SchemaValidationFailed.as_str().into(),
                 drift_details: Some(DriftDetails { missing_fields, type_mismatches }),
                 retry_prompt: Some(retry_prompt),
                 metadata: Some(FailureMetadata { repairs }),
@@ -142,22 +143,27 @@ pub async fn validate(state: Data<AppState>, caller: Caller, body: web::Payload)
             let mut kinds: Vec<&str> =
                 repairs.iter().filter(|r| b.reject.contains(&r.kind)).map(|r| r.kind.as_str()).collect();
             kinds.dedup();
-            HttpResponse::UnprocessableEntity().json(ValidateFailure {
+            failure(Code::RepairRejected).json(ValidateFailure {
                 success: false,
                 error: format!("The output needed a rejected repair ({})", kinds.join(", ")),
-                code: "repair_rejected".into(),
+                code: Code::RepairRejected.as_str().into(),
                 drift_details: None,
                 retry_prompt: None,
                 metadata: Some(FailureMetadata { repairs }),
             })
         }
-        GatewayResult::NoJson => HttpResponse::UnprocessableEntity().json(ValidateFailure {
+        GatewayResult::NoJson => failure(Code::NoJsonFound).json(ValidateFailure {
             success: false,
             error: "No JSON object found".into(),
-            code: "no_json_found".into(),
+            code: Code::NoJsonFound.as_str().into(),
             drift_details: None,
             retry_prompt: None,
             metadata: None,
         }),
     })
+}
+
+/// A validation's failure, with its code's status.
+fn failure(code: Code) -> actix_web::HttpResponseBuilder {
+    HttpResponse::build(crate::error::status_of(code.kind()))
 }

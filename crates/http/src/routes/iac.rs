@@ -3,11 +3,10 @@
 //! schema for drift.
 
 use crate::AppState;
+use crate::body::MAX_ANY_BODY;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::Body;
-use crate::extract::Caller;
-use crate::middleware::MAX_ANY_BODY;
-use actix_web::http::StatusCode;
+use crate::session::Caller;
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::web::{Data, Json, Path, Payload, Query};
 use actix_web::{HttpRequest, HttpResponse, get, post};
@@ -72,18 +71,16 @@ pub async fn apply(
     if !YAML_TYPES.contains(&essence.as_str()) {
         let got = if content_type.is_empty() { "no Content-Type".to_string() } else { format!("'{content_type}'") };
         return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            sluice_domain::shared::error::Code::UnsupportedMediaType,
             format!("an IaC document is sent as application/x-yaml, not {got}"),
         ));
     }
-    let body = payload
-        .to_bytes_limited(MAX_ANY_BODY)
-        .await
-        .map_err(|_| ApiError::payload_too_large(MAX_ANY_BODY))?
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "malformed_yaml", format!("unreadable body: {e}")))?;
+    let body =
+        payload.to_bytes_limited(MAX_ANY_BODY).await.map_err(|_| ApiError::payload_too_large(MAX_ANY_BODY))?.map_err(
+            |e| ApiError::new(sluice_domain::shared::error::Code::MalformedYaml, format!("unreadable body: {e}")),
+        )?;
     let text = std::str::from_utf8(&body).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, "malformed_yaml", format!("the document is not UTF-8: {e}"))
+        ApiError::new(sluice_domain::shared::error::Code::MalformedYaml, format!("the document is not UTF-8: {e}"))
     })?;
     let dry_run = query.dry_run.unwrap_or(false);
     let out = state.sluice.iac.apply_iac(&caller.principal, path.into_inner().into(), text, dry_run).await?;

@@ -2,7 +2,7 @@
 
 use crate::AppState;
 use crate::error::{ApiResult, ErrorBody};
-use crate::extract::Caller;
+use crate::session::Caller;
 use actix_web::get;
 use actix_web::web::{Data, Json, Path};
 use serde::Serialize;

@@ -3,7 +3,7 @@
 
 use crate::AppState;
 use crate::error::{ApiResult, ErrorBody};
-use crate::extract::Caller;
+use crate::session::Caller;
 use actix_web::web::{Data, Path, Query};
 use actix_web::{HttpResponse, get};
 use serde::Deserialize;

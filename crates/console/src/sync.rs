@@ -1,12 +1,11 @@
 //! Flows, runs (with live progress), cursors, the topology and traces.
 
-use super::orgs::{duration, runs_table};
-use super::{
-    OrgCtx, PageError, PageResult, Post, Session, badge, button, count, csrf, json_block, notice, page, redirect, svg,
-    when, when_opt,
+use crate::orgs::{duration, runs_table};
+use crate::page::{
+    Empty, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, count, csrf, error_box, json_block,
+    notice, page, pager, redirect, when, when_opt,
 };
-use crate::AppState;
-use crate::error::ApiError;
+use crate::svg;
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -17,6 +16,8 @@ use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, Mapping, Run, RunStatus, Trigger};
 use sluice_domain::sync::mode::SyncMode;
 use sluice_domain::sync::service::{FlowUpdate, NewFlow};
+use sluice_http::AppState;
+use sluice_http::error::ApiError;
 use uuid::Uuid;
 
 const ALL: PageRequest = PageRequest { limit: 200, after: None };
@@ -30,7 +31,7 @@ fn name_of(conns: &[Connection], id: ConnectionId) -> String {
 }
 
 /// `GET /o/{org}/flows`.
-pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
     let p = &s.caller.principal;
     let listed = state.sluice.sync.list_flow_overviews(p, ctx.id(), None, q.request()).await?;
@@ -68,7 +69,7 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<s
                     }
                 } }
             }
-            (super::pager(&ctx.at("/flows"), q.after, listed.next_cursor.as_deref()))
+            (pager(&ctx.at("/flows"), q.after, listed.next_cursor.as_deref()))
         }
     };
     Ok(page(&ctx, &s, "/flows", "Flows", body))
@@ -103,7 +104,7 @@ async fn new_flow_page(
     let conns = connections(state, s, ctx).await?;
     let modes: Vec<&str> = sluice_domain::sync::SyncMode::ALL.iter().map(|m| m.as_str()).collect();
     let body = html! {
-        @if let Some(e) = error { (super::error_box(e)) }
+        @if let Some(e) = error { (error_box(e)) }
         form.grid method="post" action=(ctx.at("/flows")) {
             (csrf(s))
             label for="flow-name" { "Name" } input #flow-name name="name" required value=(f.name);
@@ -326,12 +327,12 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
     };
     match state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), flow.id, update).await {
         Ok(saved) => flow_page(&state, s, &ctx, saved, Some(notice("Saved."))).await,
-        Err(e) => flow_page_with(&state, s, &ctx, flow, Some(super::error_box(&e.into())), Some(f)).await,
+        Err(e) => flow_page_with(&state, s, &ctx, flow, Some(error_box(&e.into())), Some(f)).await,
     }
 }
 
 /// `POST /o/{org}/flows/{id}/run`: to the run's page.
-pub async fn run(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn run(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org).await?;

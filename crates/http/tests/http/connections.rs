@@ -1,19 +1,15 @@
 //! HTTP tests of connector capabilities, integrations and connections over
 //! the in-memory adapters and the in-memory connector type.
 
-#[macro_use]
-mod common;
-
+use crate::support::{self, app, req, send};
 use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
-use common::{req, send};
 use serde_json::{Value, json};
 use sluice_domain::connect::connector::{EntitySchema, FieldType, Value as V};
-use sluice_http::app;
 use sluice_testkit::{FakeSecrets, InMemoryStore, MemoryConnectors};
 
 fn people() -> EntitySchema {
-    common::keyed("people", &[("email", FieldType::String), ("age", FieldType::String)])
+    support::keyed("people", &[("email", FieldType::String), ("age", FieldType::String)])
 }
 
 macro_rules! setup {
@@ -29,7 +25,7 @@ macro_rules! setup {
         );
         connectors.require_password("crm", "s3cret-pw");
         let secrets = FakeSecrets([("CRM_PASSWORD".to_string(), "s3cret-pw".to_string())].into());
-        let app = test::init_service(app(common::state_with(&store, &connectors, secrets))).await;
+        let app = test::init_service(app(support::state_with(&store, &connectors, secrets))).await;
         let org = acme!(app);
         (app, store, org)
     }};
@@ -424,7 +420,7 @@ async fn data_assets_crud_with_versions() {
 #[actix_web::test]
 async fn gateway_validates_llm_output_against_an_asset() {
     let (app, _store, org) = setup!();
-    let (asset, key) = common::asset_and_key(
+    let (asset, key) = support::asset_and_key(
         &app,
         &org,
         json!([
@@ -614,7 +610,7 @@ async fn gateway_gives_the_spec_success_body_and_keeps_tenants_apart() {
 async fn gateway_takes_bodies_up_to_4_mib_and_hostile_ones_get_an_answer() {
     let (app, _store, org) = setup!();
     let (asset, key) =
-        common::asset_and_key(&app, &org, json!([{"name": "age", "type": "integer", "required": true}])).await;
+        support::asset_and_key(&app, &org, json!([{"name": "age", "type": "integer", "required": true}])).await;
     let gw = |raw: String| {
         TestRequest::default()
             .method(Method::POST)
@@ -667,7 +663,7 @@ async fn secret_references_resolve_only_what_the_operator_granted() {
     let clock = std::sync::Arc::new(sluice_testkit::ManualClock::new(time::OffsetDateTime::now_utc()));
     let ports = sluice_testkit::in_memory_ports_with(&store, clock, &connectors, secrets);
     // The operator grants everything it can: the service's own names stay out.
-    let wide = test::init_service(app(common::state_on(ports.clone(), "CRM_* *"))).await;
+    let wide = test::init_service(app(support::state_on(ports.clone(), "CRM_* *"))).await;
     let org = acme!(wide);
     let conns = format!("/v1/organizations/{org}/connections");
     let body = |password: &str| json!({"name": "crm", "type": "memory", "capability": "source", "config": {"dataset": "crm", "password": password}});
@@ -692,7 +688,7 @@ async fn secret_references_resolve_only_what_the_operator_granted() {
     assert_eq!(err["details"]["errors"][0]["field"], "credentials.password", "{err}");
 
     // With a narrower grant, an ungranted name is refused at every write path.
-    let narrow = test::init_service(app(common::state_on(ports.clone(), "CRM_*"))).await;
+    let narrow = test::init_service(app(support::state_on(ports.clone(), "CRM_*"))).await;
     let err = expect!(
         narrow,
         req(Method::POST, &conns, "ann").set_json(body("env:OTHER_TEAMS_PW")),
@@ -738,7 +734,7 @@ async fn secret_references_resolve_only_what_the_operator_granted() {
     let test_path = format!("{conns}/{}/test", c["id"].as_str().unwrap());
     let t = expect!(narrow, req(Method::POST, &test_path, "ann"), StatusCode::OK);
     assert_eq!(t["ok"], true, "{t}");
-    let none = test::init_service(app(common::state_on(ports.clone(), ""))).await;
+    let none = test::init_service(app(support::state_on(ports.clone(), ""))).await;
     let t = expect!(none, req(Method::POST, &test_path, "ann"), StatusCode::OK);
     assert_eq!(t["ok"], false, "{t}");
     assert_eq!(t["error_code"], "invalid_config", "{t}");

@@ -1,6 +1,7 @@
 //! `docs/openapi.json` is generated from the code and committed; this test
 //! fails when it drifts. `just openapi` (SLUICE_UPDATE_OPENAPI=1, with the
-//! workspace's features: `cargo test --workspace --test openapi`) rewrites it.
+//! workspace's features: `cargo test --workspace --test http -- openapi::`)
+//! rewrites it.
 
 #[test]
 #[allow(clippy::disallowed_methods)] // a test switch, not configuration
@@ -14,7 +15,7 @@ fn the_committed_openapi_document_matches_the_code() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "docs/openapi.json is out of date with the code; run `just openapi` (SLUICE_UPDATE_OPENAPI=1 cargo test --workspace --test openapi: with the workspace's features, as CI builds it)"
+        "docs/openapi.json is out of date with the code; run `just openapi` (SLUICE_UPDATE_OPENAPI=1 cargo test --workspace --test http -- openapi::, with the workspace's features, as CI builds it)"
     );
 }
 

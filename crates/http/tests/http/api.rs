@@ -1,74 +1,14 @@
 //! HTTP tests of every identity and organization endpoint, over the
 //! in-memory adapters: statuses, bodies, headers and the error paths.
 
+use crate::support::{Who, app, assert_error, create_org, request, send_resp, state, user};
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceResponse};
-use actix_web::http::{Method, StatusCode, header::HeaderMap};
+use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
 use serde_json::{Value, json};
-use sluice_domain::app::Sluice;
-use sluice_domain::shared::clock::Clock;
 use sluice_domain::shared::idempotency::{IdempotencyRecord, IdempotencyStore};
-use sluice_domain::shared::secret::Secret;
-use sluice_http::{AppState, app};
-use sluice_testkit::{FakeTokens, InMemoryStore, ManualClock, in_memory_ports};
-use std::sync::Arc;
-
-struct Resp {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Value,
-}
-
-enum Who<'a> {
-    Anonymous,
-    User(&'a str),
-    Key(&'a str),
-}
-
-fn user(name: &str) -> Who<'_> {
-    Who::User(name)
-}
-
-fn request(method: Method, uri: &str, who: &Who) -> TestRequest {
-    let r = TestRequest::default().method(method).uri(uri);
-    match who {
-        Who::Anonymous => r,
-        Who::User(n) => {
-            r.insert_header(("Authorization", format!("Bearer {}", FakeTokens::token(n, &format!("{n}@example.com")))))
-        }
-        Who::Key(k) => r.insert_header(("X-Api-Key", k.to_string())),
-    }
-}
-
-async fn send<S, B>(app: &S, req: TestRequest) -> Resp
-where
-    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let res = test::call_service(app, req.to_request()).await;
-    let status = res.status();
-    let headers = res.headers().clone();
-    let bytes = test::read_body(res).await;
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
-    };
-    Resp { status, headers, body }
-}
-
-fn state(store: &InMemoryStore, clock: &ManualClock, internal: Option<&str>) -> AppState {
-    let clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    AppState {
-        sluice: Sluice::new(in_memory_ports(store, clock)),
-        internal_api_key: internal.map(Secret::new),
-        console_url: "http://console.example".into(),
-        rate_limits: None,
-        metrics: Default::default(),
-        console: Default::default(),
-    }
-}
+use sluice_testkit::{InMemoryStore, ManualClock};
 
 macro_rules! setup {
     () => {{
@@ -79,36 +19,10 @@ macro_rules! setup {
     }};
 }
 
-/// Sends and asserts the status, showing the body on failure.
-macro_rules! expect {
-    ($app:expr, $req:expr, $status:expr) => {{
-        let r = send(&$app, $req).await;
-        assert_eq!(r.status, $status, "body: {}", r.body);
-        r
-    }};
-}
-
-async fn create_org<S, B>(app: &S, who: &Who<'_>, name: &str) -> String
-where
-    S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let r = send(app, request(Method::POST, "/v1/organizations", who).set_json(json!({"name": name}))).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    r.body["id"].as_str().unwrap().to_string()
-}
-
-fn assert_error(r: &Resp, code: &str) {
-    assert_eq!(r.body["code"], code, "body: {}", r.body);
-    assert!(r.body["error"].as_str().is_some_and(|e| !e.is_empty()));
-    let rid = r.headers.get("x-request-id").unwrap().to_str().unwrap();
-    assert_eq!(r.body["request_id"], rid, "the body's request_id is the header's");
-}
-
 #[actix_web::test]
 async fn health_is_public_and_reports_the_store() {
     let (app, _, _) = setup!();
-    let r = expect!(app, request(Method::GET, "/v1/health", &Who::Anonymous), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/health", &Who::Anonymous), StatusCode::OK);
     assert_eq!(r.body["status"], "ok");
     assert_eq!(r.body["database"], "ok");
     assert!(r.headers.contains_key("x-request-id"));
@@ -117,56 +31,60 @@ async fn health_is_public_and_reports_the_store() {
 #[actix_web::test]
 async fn a_client_request_id_is_echoed_and_a_bad_one_replaced() {
     let (app, _, _) = setup!();
-    let r = send(&app, request(Method::GET, "/v1/health", &Who::Anonymous).insert_header(("X-Request-Id", "abc-123")))
-        .await;
-    assert_eq!(r.headers.get("x-request-id").unwrap(), "abc-123");
     let r =
-        send(&app, request(Method::GET, "/v1/health", &Who::Anonymous).insert_header(("X-Request-Id", "has space")))
+        send_resp(&app, request(Method::GET, "/v1/health", &Who::Anonymous).insert_header(("X-Request-Id", "abc-123")))
             .await;
+    assert_eq!(r.headers.get("x-request-id").unwrap(), "abc-123");
+    let r = send_resp(
+        &app,
+        request(Method::GET, "/v1/health", &Who::Anonymous).insert_header(("X-Request-Id", "has space")),
+    )
+    .await;
     assert_ne!(r.headers.get("x-request-id").unwrap(), "has space");
 }
 
 #[actix_web::test]
 async fn requests_without_valid_credentials_are_401() {
     let (app, _, _) = setup!();
-    let r = expect!(app, request(Method::GET, "/v1/users/me", &Who::Anonymous), StatusCode::UNAUTHORIZED);
+    let r = expect_resp!(app, request(Method::GET, "/v1/users/me", &Who::Anonymous), StatusCode::UNAUTHORIZED);
     assert_error(&r, "unauthenticated");
     assert_eq!(r.headers.get("www-authenticate").unwrap(), "Bearer");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, "/v1/users/me", &Who::Anonymous).insert_header(("Authorization", "Bearer nonsense")),
         StatusCode::UNAUTHORIZED
     );
     assert_error(&r, "unauthenticated");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, "/v1/organizations", &Who::Anonymous)
             .insert_header(("Authorization", "Basic dXNlcjpwdw==")),
         StatusCode::UNAUTHORIZED
     );
     assert!(r.body["error"].as_str().unwrap().contains("Bearer"));
-    let r = expect!(app, request(Method::GET, "/v1/organizations", &Who::Key("slk_junk")), StatusCode::UNAUTHORIZED);
+    let r =
+        expect_resp!(app, request(Method::GET, "/v1/organizations", &Who::Key("slk_junk")), StatusCode::UNAUTHORIZED);
     assert_error(&r, "unauthenticated");
     let both = request(Method::GET, "/v1/organizations", &user("ann")).insert_header(("X-Api-Key", "slk_x"));
-    expect!(app, both, StatusCode::UNAUTHORIZED);
+    expect_resp!(app, both, StatusCode::UNAUTHORIZED);
 }
 
 #[actix_web::test]
 async fn the_first_request_creates_the_user_and_me_can_be_updated() {
     let (app, store, _) = setup!();
-    let r = expect!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK);
     assert_eq!(r.body["email"], "ann@example.com");
     let id = r.body["id"].clone();
-    let r = expect!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK);
     assert_eq!(r.body["id"], id, "the same identity is the same user");
 
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PATCH, "/v1/users/me", &user("ann")).set_json(json!({"name": "Ann Lee"})),
         StatusCode::OK
     );
     assert_eq!(r.body["name"], "Ann Lee");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PATCH, "/v1/users/me", &user("ann")).set_json(json!({"email": "not-an-email"})),
         StatusCode::UNPROCESSABLE_ENTITY
@@ -175,7 +93,7 @@ async fn the_first_request_creates_the_user_and_me_can_be_updated() {
     assert_eq!(r.body["details"]["errors"][0]["field"], "email");
     assert!(store.audit_entries().iter().any(|e| e.action == "user.updated"));
 
-    let r = expect!(app, request(Method::POST, "/v1/users/sync-profile", &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::POST, "/v1/users/sync-profile", &user("ann")), StatusCode::OK);
     assert_eq!(r.body["name"], "ann", "the token's name claim wins on sync");
 }
 
@@ -184,35 +102,36 @@ async fn malformed_wrongly_shaped_empty_and_oversized_bodies_are_4xx() {
     let (app, _, _) = setup!();
     let post =
         || request(Method::POST, "/v1/organizations", &user("ann")).insert_header(("Content-Type", "application/json"));
-    let r = expect!(app, post().set_payload("{\"name\": "), StatusCode::BAD_REQUEST);
+    let r = expect_resp!(app, post().set_payload("{\"name\": "), StatusCode::BAD_REQUEST);
     assert_error(&r, "malformed_json");
     assert_eq!(r.body["details"]["line"], 1);
-    let r = expect!(app, post().set_payload("{\"name\": 5}"), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = expect_resp!(app, post().set_payload("{\"name\": 5}"), StatusCode::UNPROCESSABLE_ENTITY);
     assert_error(&r, "validation_failed");
-    let r = expect!(app, post().set_payload(""), StatusCode::BAD_REQUEST);
+    let r = expect_resp!(app, post().set_payload(""), StatusCode::BAD_REQUEST);
     assert_error(&r, "malformed_json");
-    let r = expect!(app, post().set_payload("[1,2]"), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = expect_resp!(app, post().set_payload("[1,2]"), StatusCode::UNPROCESSABLE_ENTITY);
     assert_error(&r, "validation_failed");
     let big = format!("{{\"name\": \"{}\"}}", "x".repeat(1024 * 1024 + 10));
-    let r = expect!(app, post().set_payload(big), StatusCode::PAYLOAD_TOO_LARGE);
+    let r = expect_resp!(app, post().set_payload(big), StatusCode::PAYLOAD_TOO_LARGE);
     assert_error(&r, "payload_too_large");
-    let r = expect!(app, post().set_payload("{\"name\": \"  \"}"), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = expect_resp!(app, post().set_payload("{\"name\": \"  \"}"), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(r.body["details"]["errors"][0]["field"], "name");
 }
 
 #[actix_web::test]
 async fn unknown_routes_and_non_uuid_ids_are_404_in_the_error_shape() {
     let (app, _, _) = setup!();
-    let r = expect!(app, request(Method::GET, "/v1/nope", &Who::Anonymous), StatusCode::NOT_FOUND);
+    let r = expect_resp!(app, request(Method::GET, "/v1/nope", &Who::Anonymous), StatusCode::NOT_FOUND);
     assert_error(&r, "not_found");
-    let r = expect!(app, request(Method::GET, "/v1/organizations/not-a-uuid", &user("ann")), StatusCode::NOT_FOUND);
+    let r =
+        expect_resp!(app, request(Method::GET, "/v1/organizations/not-a-uuid", &user("ann")), StatusCode::NOT_FOUND);
     assert_error(&r, "not_found");
 }
 
 #[actix_web::test]
 async fn an_organization_lives_and_dies() {
     let (app, store, _) = setup!();
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, "/v1/organizations", &user("ann")).set_json(json!({"name": "Acme Data, Inc."})),
         StatusCode::CREATED
@@ -222,23 +141,27 @@ async fn an_organization_lives_and_dies() {
     assert_eq!(r.body["plan"], "free");
     assert_eq!(r.headers.get("location").unwrap().to_str().unwrap(), format!("/v1/organizations/{id}"));
 
-    let r = expect!(app, request(Method::GET, &format!("/v1/organizations/{id}"), &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, &format!("/v1/organizations/{id}"), &user("ann")), StatusCode::OK);
     assert_eq!(r.body["name"], "Acme Data, Inc.");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PUT, &format!("/v1/organizations/{id}"), &user("ann"))
             .set_json(json!({"name": "Acme", "slug": "acme"})),
         StatusCode::OK
     );
     assert_eq!(r.body["slug"], "acme");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PUT, &format!("/v1/organizations/{id}"), &user("ann")).set_json(json!({"slug": "Bad Slug"})),
         StatusCode::UNPROCESSABLE_ENTITY
     );
     assert_eq!(r.body["details"]["errors"][0]["field"], "slug");
-    expect!(app, request(Method::DELETE, &format!("/v1/organizations/{id}"), &user("ann")), StatusCode::NO_CONTENT);
-    expect!(app, request(Method::GET, &format!("/v1/organizations/{id}"), &user("ann")), StatusCode::NOT_FOUND);
+    expect_resp!(
+        app,
+        request(Method::DELETE, &format!("/v1/organizations/{id}"), &user("ann")),
+        StatusCode::NO_CONTENT
+    );
+    expect_resp!(app, request(Method::GET, &format!("/v1/organizations/{id}"), &user("ann")), StatusCode::NOT_FOUND);
 
     let actions: Vec<String> = store.audit_entries().iter().map(|e| e.action.clone()).collect();
     assert_eq!(actions, ["organization.created", "organization.updated", "organization.deleted"]);
@@ -247,18 +170,18 @@ async fn an_organization_lives_and_dies() {
 #[actix_web::test]
 async fn a_taken_explicit_slug_is_409_and_a_derived_one_gets_a_suffix() {
     let (app, _, _) = setup!();
-    expect!(
+    expect_resp!(
         app,
         request(Method::POST, "/v1/organizations", &user("ann")).set_json(json!({"name": "Acme", "slug": "acme"})),
         StatusCode::CREATED
     );
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, "/v1/organizations", &user("bob")).set_json(json!({"name": "Other", "slug": "acme"})),
         StatusCode::CONFLICT
     );
     assert_error(&r, "conflict");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, "/v1/organizations", &user("bob")).set_json(json!({"name": "Acme"})),
         StatusCode::CREATED
@@ -273,11 +196,11 @@ async fn lists_paginate_with_limit_and_cursor() {
     for n in 0..3 {
         ids.push(create_org(&app, &user("ann"), &format!("Org {n}")).await);
     }
-    let r = expect!(app, request(Method::GET, "/v1/organizations?limit=2", &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/organizations?limit=2", &user("ann")), StatusCode::OK);
     let page1: Vec<&str> = r.body["data"].as_array().unwrap().iter().map(|o| o["id"].as_str().unwrap()).collect();
     assert_eq!(page1, [ids[2].as_str(), ids[1].as_str()], "newest first");
     let cursor = r.body["next_cursor"].as_str().unwrap().to_string();
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, &format!("/v1/organizations?limit=2&cursor={cursor}"), &user("ann")),
         StatusCode::OK
@@ -287,7 +210,7 @@ async fn lists_paginate_with_limit_and_cursor() {
     assert_eq!(r.body["next_cursor"], Value::Null);
 
     for bad in ["limit=0", "limit=201", "limit=abc", "cursor=zzz"] {
-        let r = expect!(
+        let r = expect_resp!(
             app,
             request(Method::GET, &format!("/v1/organizations?{bad}"), &user("ann")),
             StatusCode::UNPROCESSABLE_ENTITY
@@ -300,27 +223,30 @@ async fn lists_paginate_with_limit_and_cursor() {
 async fn the_last_admin_can_be_neither_demoted_nor_removed() {
     let (app, _, _) = setup!();
     let org = create_org(&app, &user("ann"), "Acme").await;
-    let me = expect!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
+    let me = expect_resp!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
         .as_str()
         .unwrap()
         .to_string();
     let member = format!("/v1/organizations/{org}/members/{me}");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PUT, &member, &user("ann")).set_json(json!({"role": "Editor"})),
         StatusCode::CONFLICT
     );
     assert_error(&r, "last_admin");
-    let r = expect!(app, request(Method::DELETE, &member, &user("ann")), StatusCode::CONFLICT);
+    let r = expect_resp!(app, request(Method::DELETE, &member, &user("ann")), StatusCode::CONFLICT);
     assert_error(&r, "last_admin");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PUT, &member, &user("ann")).set_json(json!({"role": "Owner"})),
         StatusCode::UNPROCESSABLE_ENTITY
     );
     assert_error(&r, "validation_failed");
-    let r =
-        expect!(app, request(Method::GET, &format!("/v1/organizations/{org}/members"), &user("ann")), StatusCode::OK);
+    let r = expect_resp!(
+        app,
+        request(Method::GET, &format!("/v1/organizations/{org}/members"), &user("ann")),
+        StatusCode::OK
+    );
     assert_eq!(r.body["data"][0]["role"], "Admin");
 }
 
@@ -330,7 +256,7 @@ where
     S: Service<actix_http::Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
     B: MessageBody,
 {
-    let r = send(
+    let r = send_resp(
         app,
         request(Method::POST, &format!("/v1/organizations/{org}/invitations"), admin)
             .set_json(json!({"email": format!("{who}@example.com"), "role": role})),
@@ -339,9 +265,10 @@ where
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let token = r.body["token"].as_str().unwrap().to_string();
     let r =
-        send(app, request(Method::POST, "/v1/invitations/accept", &user(who)).set_json(json!({"token": token}))).await;
+        send_resp(app, request(Method::POST, "/v1/invitations/accept", &user(who)).set_json(json!({"token": token})))
+            .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let r = send(app, request(Method::GET, "/v1/users/me", &user(who))).await;
+    let r = send_resp(app, request(Method::GET, "/v1/users/me", &user(who))).await;
     r.body["id"].as_str().unwrap().to_string()
 }
 
@@ -353,12 +280,12 @@ async fn invitations_are_single_use_email_bound_and_expire() {
         request(Method::POST, &format!("/v1/organizations/{org}/invitations"), &user("ann"))
             .set_json(json!({"email": email, "role": "Editor"}))
     };
-    let r = expect!(app, invite("bob@example.com"), StatusCode::CREATED);
+    let r = expect_resp!(app, invite("bob@example.com"), StatusCode::CREATED);
     assert_eq!(r.body["status"], "pending");
     let token = r.body["token"].as_str().unwrap().to_string();
     assert!(token.starts_with("sli_"));
 
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, &format!("/v1/organizations/{org}/invitations"), &user("ann")),
         StatusCode::OK
@@ -368,31 +295,31 @@ async fn invitations_are_single_use_email_bound_and_expire() {
     let accept = |who: &'static str, t: &str| {
         request(Method::POST, "/v1/invitations/accept", &user(who)).set_json(json!({"token": t}))
     };
-    let r = expect!(app, accept("eve", &token), StatusCode::FORBIDDEN);
+    let r = expect_resp!(app, accept("eve", &token), StatusCode::FORBIDDEN);
     assert_error(&r, "forbidden");
-    let r = expect!(app, accept("bob", &token), StatusCode::OK);
+    let r = expect_resp!(app, accept("bob", &token), StatusCode::OK);
     assert_eq!(r.body["role"], "Editor");
     assert_eq!(r.body["organization"]["id"], org.as_str());
-    let r = expect!(app, accept("bob", &token), StatusCode::CONFLICT);
+    let r = expect_resp!(app, accept("bob", &token), StatusCode::CONFLICT);
     assert_error(&r, "invitation_not_pending");
-    expect!(app, accept("bob", "sli_doesnotexist"), StatusCode::NOT_FOUND);
-    expect!(app, accept("bob", "garbage"), StatusCode::NOT_FOUND);
+    expect_resp!(app, accept("bob", "sli_doesnotexist"), StatusCode::NOT_FOUND);
+    expect_resp!(app, accept("bob", "garbage"), StatusCode::NOT_FOUND);
 
-    let r = expect!(app, invite("carl@example.com"), StatusCode::CREATED);
+    let r = expect_resp!(app, invite("carl@example.com"), StatusCode::CREATED);
     let late = r.body["token"].as_str().unwrap().to_string();
     clock.advance(time::Duration::days(8));
-    let r = expect!(app, accept("carl", &late), StatusCode::CONFLICT);
+    let r = expect_resp!(app, accept("carl", &late), StatusCode::CONFLICT);
     assert_error(&r, "invitation_expired");
 
-    let r = expect!(app, invite("dan@example.com"), StatusCode::CREATED);
+    let r = expect_resp!(app, invite("dan@example.com"), StatusCode::CREATED);
     let (id, t) = (r.body["id"].as_str().unwrap().to_string(), r.body["token"].as_str().unwrap().to_string());
-    expect!(
+    expect_resp!(
         app,
         request(Method::DELETE, &format!("/v1/organizations/{org}/invitations/{id}"), &user("ann")),
         StatusCode::NO_CONTENT
     );
-    expect!(app, accept("dan", &t), StatusCode::CONFLICT);
-    expect!(app, invite("not an email"), StatusCode::UNPROCESSABLE_ENTITY);
+    expect_resp!(app, accept("dan", &t), StatusCode::CONFLICT);
+    expect_resp!(app, invite("not an email"), StatusCode::UNPROCESSABLE_ENTITY);
 }
 
 #[actix_web::test]
@@ -403,9 +330,17 @@ async fn roles_gate_what_members_may_do() {
     let _editor = join(&app, &org, &user("ann"), "ed", "Editor").await;
 
     for who in ["vic", "ed"] {
-        expect!(app, request(Method::GET, &format!("/v1/organizations/{org}"), &user(who)), StatusCode::OK);
-        expect!(app, request(Method::GET, &format!("/v1/organizations/{org}/members"), &user(who)), StatusCode::OK);
-        expect!(app, request(Method::GET, &format!("/v1/organizations/{org}/audit-logs"), &user(who)), StatusCode::OK);
+        expect_resp!(app, request(Method::GET, &format!("/v1/organizations/{org}"), &user(who)), StatusCode::OK);
+        expect_resp!(
+            app,
+            request(Method::GET, &format!("/v1/organizations/{org}/members"), &user(who)),
+            StatusCode::OK
+        );
+        expect_resp!(
+            app,
+            request(Method::GET, &format!("/v1/organizations/{org}/audit-logs"), &user(who)),
+            StatusCode::OK
+        );
         let forbidden = [
             request(Method::PUT, &format!("/v1/organizations/{org}"), &user(who)).set_json(json!({"name": "x"})),
             request(Method::DELETE, &format!("/v1/organizations/{org}"), &user(who)),
@@ -419,29 +354,29 @@ async fn roles_gate_what_members_may_do() {
                 .set_json(json!({"name": "k", "roles": ["Viewer"]})),
         ];
         for req in forbidden {
-            let r = send(&app, req).await;
+            let r = send_resp(&app, req).await;
             assert_eq!(r.status, StatusCode::FORBIDDEN, "{who}: {}", r.body);
             assert_error(&r, "forbidden");
         }
     }
 
     // The Admin promotes the viewer; there are then two Admins and one can go.
-    expect!(
+    expect_resp!(
         app,
         request(Method::PUT, &format!("/v1/organizations/{org}/members/{viewer}"), &user("ann"))
             .set_json(json!({"role": "Admin"})),
         StatusCode::OK
     );
-    let ann = expect!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
+    let ann = expect_resp!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
         .as_str()
         .unwrap()
         .to_string();
-    expect!(
+    expect_resp!(
         app,
         request(Method::DELETE, &format!("/v1/organizations/{org}/members/{ann}"), &user("vic")),
         StatusCode::NO_CONTENT
     );
-    expect!(app, request(Method::GET, &format!("/v1/organizations/{org}"), &user("ann")), StatusCode::NOT_FOUND);
+    expect_resp!(app, request(Method::GET, &format!("/v1/organizations/{org}"), &user("ann")), StatusCode::NOT_FOUND);
 }
 
 #[actix_web::test]
@@ -449,7 +384,7 @@ async fn api_keys_are_shown_once_act_with_their_roles_and_die_when_revoked() {
     let (app, store, _) = setup!();
     let org = create_org(&app, &user("ann"), "Acme").await;
     let keys = format!("/v1/organizations/{org}/api-keys");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, &keys, &user("ann")).set_json(json!({"name": "ci", "roles": ["Viewer"]})),
         StatusCode::CREATED
@@ -459,47 +394,51 @@ async fn api_keys_are_shown_once_act_with_their_roles_and_die_when_revoked() {
     assert!(key.starts_with("slk_") && key.len() >= 36);
     assert_eq!(r.body["prefix"], &key[..8]);
 
-    let r = expect!(app, request(Method::GET, &keys, &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, &keys, &user("ann")), StatusCode::OK);
     assert!(r.body["data"][0].get("key").is_none());
     assert_eq!(r.body["data"][0]["last_used_at"], Value::Null);
     assert!(!r.body.to_string().contains(&key));
 
     // The key reads its organization, and only its own.
-    let r = expect!(app, request(Method::GET, "/v1/organizations", &Who::Key(&key)), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/organizations", &Who::Key(&key)), StatusCode::OK);
     assert_eq!(r.body["data"][0]["id"], org.as_str());
-    expect!(app, request(Method::GET, &format!("/v1/organizations/{org}/members"), &Who::Key(&key)), StatusCode::OK);
-    let r = expect!(
+    expect_resp!(
+        app,
+        request(Method::GET, &format!("/v1/organizations/{org}/members"), &Who::Key(&key)),
+        StatusCode::OK
+    );
+    let r = expect_resp!(
         app,
         request(Method::PUT, &format!("/v1/organizations/{org}"), &Who::Key(&key)).set_json(json!({"name": "x"})),
         StatusCode::FORBIDDEN
     );
     assert_error(&r, "forbidden");
-    let r = expect!(app, request(Method::GET, "/v1/users/me", &Who::Key(&key)), StatusCode::FORBIDDEN);
+    let r = expect_resp!(app, request(Method::GET, "/v1/users/me", &Who::Key(&key)), StatusCode::FORBIDDEN);
     assert_error(&r, "forbidden");
-    expect!(
+    expect_resp!(
         app,
         request(Method::POST, "/v1/organizations", &Who::Key(&key)).set_json(json!({"name": "x"})),
         StatusCode::FORBIDDEN
     );
 
-    let r = expect!(app, request(Method::GET, &keys, &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, &keys, &user("ann")), StatusCode::OK);
     assert_ne!(r.body["data"][0]["last_used_at"], Value::Null, "use is recorded");
 
-    expect!(
+    expect_resp!(
         app,
         request(Method::POST, &keys, &user("ann")).set_json(json!({"name": "x", "roles": []})),
         StatusCode::UNPROCESSABLE_ENTITY
     );
-    expect!(
+    expect_resp!(
         app,
         request(Method::POST, &keys, &user("ann")).set_json(json!({"name": "x", "roles": ["Root"]})),
         StatusCode::UNPROCESSABLE_ENTITY
     );
 
-    expect!(app, request(Method::DELETE, &format!("{keys}/{key_id}"), &user("ann")), StatusCode::NO_CONTENT);
-    let r = expect!(app, request(Method::GET, "/v1/organizations", &Who::Key(&key)), StatusCode::UNAUTHORIZED);
+    expect_resp!(app, request(Method::DELETE, &format!("{keys}/{key_id}"), &user("ann")), StatusCode::NO_CONTENT);
+    let r = expect_resp!(app, request(Method::GET, "/v1/organizations", &Who::Key(&key)), StatusCode::UNAUTHORIZED);
     assert_error(&r, "unauthenticated");
-    expect!(app, request(Method::DELETE, &format!("{keys}/{key_id}"), &user("ann")), StatusCode::NOT_FOUND);
+    expect_resp!(app, request(Method::DELETE, &format!("{keys}/{key_id}"), &user("ann")), StatusCode::NOT_FOUND);
     assert!(
         store.audit_entries().iter().all(|e| !e.details.to_string().contains(&key)),
         "the plain key never reaches the audit log"
@@ -510,20 +449,20 @@ async fn api_keys_are_shown_once_act_with_their_roles_and_die_when_revoked() {
 async fn an_admin_key_can_administer_its_organization() {
     let (app, _, _) = setup!();
     let org = create_org(&app, &user("ann"), "Acme").await;
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, &format!("/v1/organizations/{org}/api-keys"), &user("ann"))
             .set_json(json!({"name": "ops", "roles": ["Viewer", "Admin"]})),
         StatusCode::CREATED
     );
     let key = r.body["key"].as_str().unwrap().to_string();
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::PUT, &format!("/v1/organizations/{org}"), &Who::Key(&key)).set_json(json!({"name": "Acme 2"})),
         StatusCode::OK
     );
     assert_eq!(r.body["name"], "Acme 2");
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, &format!("/v1/organizations/{org}/audit-logs?action=organization.updated"), &user("ann")),
         StatusCode::OK
@@ -536,18 +475,18 @@ async fn an_admin_key_can_administer_its_organization() {
 async fn another_organizations_admin_and_key_get_404_on_every_path() {
     let (app, _, _) = setup!();
     let org = create_org(&app, &user("ann"), "Acme").await;
-    let ann = expect!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
+    let ann = expect_resp!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, &format!("/v1/organizations/{org}/invitations"), &user("ann"))
             .set_json(json!({"email": "x@example.com", "role": "Viewer"})),
         StatusCode::CREATED
     );
     let inv = r.body["id"].as_str().unwrap().to_string();
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, &format!("/v1/organizations/{org}/api-keys"), &user("ann"))
             .set_json(json!({"name": "k", "roles": ["Admin"]})),
@@ -556,7 +495,7 @@ async fn another_organizations_admin_and_key_get_404_on_every_path() {
     let key_id = r.body["id"].as_str().unwrap().to_string();
 
     let other = create_org(&app, &user("mallory"), "Evil").await;
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::POST, &format!("/v1/organizations/{other}/api-keys"), &user("mallory"))
             .set_json(json!({"name": "k", "roles": ["Admin"]})),
@@ -589,14 +528,14 @@ async fn another_organizations_admin_and_key_get_404_on_every_path() {
             if let Some(b) = body {
                 req = req.set_json(b);
             }
-            let r = send(&app, req).await;
+            let r = send_resp(&app, req).await;
             assert_eq!(r.status, StatusCode::NOT_FOUND, "{method} {path}: {}", r.body);
             assert_error(&r, "not_found");
         }
     }
-    let r = expect!(app, request(Method::GET, "/v1/organizations", &user("mallory")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/organizations", &user("mallory")), StatusCode::OK);
     assert!(!r.body.to_string().contains(&org));
-    expect!(app, request(Method::GET, &format!("/v1/organizations/{org}"), &user("ann")), StatusCode::OK);
+    expect_resp!(app, request(Method::GET, &format!("/v1/organizations/{org}"), &user("ann")), StatusCode::OK);
 }
 
 #[actix_web::test]
@@ -607,20 +546,20 @@ async fn an_idempotent_retry_replays_and_creates_nothing_new() {
             .insert_header(("X-Idempotency-Key", key.to_string()))
             .set_json(json!({"name": name}))
     };
-    let first = expect!(app, post("Acme", "k-1"), StatusCode::CREATED);
+    let first = expect_resp!(app, post("Acme", "k-1"), StatusCode::CREATED);
     assert!(first.headers.get("idempotent-replayed").is_none());
-    let again = expect!(app, post("Acme", "k-1"), StatusCode::CREATED);
+    let again = expect_resp!(app, post("Acme", "k-1"), StatusCode::CREATED);
     assert_eq!(again.headers.get("idempotent-replayed").unwrap(), "true");
     assert_eq!(again.body, first.body);
     assert_eq!(again.headers.get("location"), first.headers.get("location"));
-    let r = expect!(app, request(Method::GET, "/v1/organizations", &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/organizations", &user("ann")), StatusCode::OK);
     assert_eq!(r.body["data"].as_array().unwrap().len(), 1);
 
-    let r = expect!(app, post("Other", "k-1"), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = expect_resp!(app, post("Other", "k-1"), StatusCode::UNPROCESSABLE_ENTITY);
     assert_error(&r, "idempotency_key_reused");
 
     // Keys are scoped per caller: another user may use the same key.
-    let r = send(
+    let r = send_resp(
         &app,
         request(Method::POST, "/v1/organizations", &user("bob"))
             .insert_header(("X-Idempotency-Key", "k-1"))
@@ -636,12 +575,12 @@ async fn an_idempotent_retry_replays_and_creates_nothing_new() {
             .insert_header(("X-Idempotency-Key", "k-2"))
             .set_json(json!({"name": ""}))
     };
-    expect!(app, bad(), StatusCode::UNPROCESSABLE_ENTITY);
-    let r = expect!(app, bad(), StatusCode::UNPROCESSABLE_ENTITY);
+    expect_resp!(app, bad(), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = expect_resp!(app, bad(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(r.headers.get("idempotent-replayed").unwrap(), "true");
 
     // A request still in flight under the key: 409.
-    let me = expect!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
+    let me = expect_resp!(app, request(Method::GET, "/v1/users/me", &user("ann")), StatusCode::OK).body["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -659,10 +598,10 @@ async fn an_idempotent_retry_replays_and_creates_nothing_new() {
         })
         .await
         .unwrap();
-    let r = expect!(app, post("Acme", "k-3"), StatusCode::CONFLICT);
+    let r = expect_resp!(app, post("Acme", "k-3"), StatusCode::CONFLICT);
     assert_error(&r, "idempotency_in_progress");
 
-    let r = expect!(app, post("Acme", "has space"), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = expect_resp!(app, post("Acme", "has space"), StatusCode::UNPROCESSABLE_ENTITY);
     assert_error(&r, "validation_failed");
 }
 
@@ -671,28 +610,31 @@ async fn every_mutation_is_in_the_audit_log_and_the_log_filters() {
     let (app, _, _) = setup!();
     let org = create_org(&app, &user("ann"), "Acme").await;
     let bob = join(&app, &org, &user("ann"), "bob", "Viewer").await;
-    expect!(
+    expect_resp!(
         app,
         request(Method::PUT, &format!("/v1/organizations/{org}/members/{bob}"), &user("ann"))
             .set_json(json!({"role": "Editor"})),
         StatusCode::OK
     );
-    expect!(
+    expect_resp!(
         app,
         request(Method::POST, &format!("/v1/organizations/{org}/api-keys"), &user("ann"))
             .set_json(json!({"name": "k", "roles": ["Viewer"]})),
         StatusCode::CREATED
     );
     let logs = format!("/v1/organizations/{org}/audit-logs");
-    let r = expect!(app, request(Method::GET, &logs, &user("ann")), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, &logs, &user("ann")), StatusCode::OK);
     let actions: Vec<&str> = r.body["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
     assert_eq!(
         actions,
         ["api_key.created", "member.role_updated", "invitation.accepted", "invitation.created", "organization.created"]
     );
 
-    let r =
-        expect!(app, request(Method::GET, &format!("{logs}?action=member.role_updated"), &user("ann")), StatusCode::OK);
+    let r = expect_resp!(
+        app,
+        request(Method::GET, &format!("{logs}?action=member.role_updated"), &user("ann")),
+        StatusCode::OK
+    );
     let e = &r.body["data"][0];
     assert_eq!(e["actor"]["type"], "user");
     assert_eq!(e["resource_type"], "member");
@@ -700,17 +642,20 @@ async fn every_mutation_is_in_the_audit_log_and_the_log_filters() {
     assert_eq!(e["details"]["before"]["role"], "Viewer");
     assert_eq!(e["details"]["after"]["role"], "Editor");
 
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, &format!("{logs}?resource_type=invitation&limit=1"), &user("ann")),
         StatusCode::OK
     );
     assert_eq!(r.body["data"].as_array().unwrap().len(), 1);
     assert!(r.body["next_cursor"].is_string());
-    let r =
-        expect!(app, request(Method::GET, &format!("{logs}?since=2999-01-01T00:00:00Z"), &user("ann")), StatusCode::OK);
+    let r = expect_resp!(
+        app,
+        request(Method::GET, &format!("{logs}?since=2999-01-01T00:00:00Z"), &user("ann")),
+        StatusCode::OK
+    );
     assert_eq!(r.body["data"].as_array().unwrap().len(), 0);
-    let r = expect!(
+    let r = expect_resp!(
         app,
         request(Method::GET, &format!("{logs}?since=yesterday"), &user("ann")),
         StatusCode::UNPROCESSABLE_ENTITY
@@ -721,7 +666,7 @@ async fn every_mutation_is_in_the_audit_log_and_the_log_filters() {
 #[actix_web::test]
 async fn the_openapi_document_describes_the_api() {
     let (app, _, _) = setup!();
-    let r = expect!(app, request(Method::GET, "/v1/openapi.json", &Who::Anonymous), StatusCode::OK);
+    let r = expect_resp!(app, request(Method::GET, "/v1/openapi.json", &Who::Anonymous), StatusCode::OK);
     assert!(r.body["openapi"].as_str().unwrap().starts_with("3."));
     let paths = r.body["paths"].as_object().unwrap();
     for p in [
@@ -736,17 +681,20 @@ async fn the_openapi_document_describes_the_api() {
     // The document served is the one committed (with its descriptions,
     // examples and unique operation ids).
     assert_eq!(r.body, serde_json::to_value(sluice_http::openapi()).unwrap());
-    let r = send(&app, request(Method::GET, "/docs/", &Who::Anonymous)).await;
+    let r = send_resp(&app, request(Method::GET, "/docs/", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::OK);
     // A known path asked with another method is 405 with Allow; an unknown one 404.
-    let r = send(&app, request(Method::PATCH, &format!("/v1/organizations/{}", uuid::Uuid::now_v7()), &Who::Anonymous))
-        .await;
+    let r = send_resp(
+        &app,
+        request(Method::PATCH, &format!("/v1/organizations/{}", uuid::Uuid::now_v7()), &Who::Anonymous),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{}", r.body);
     assert_eq!(r.headers.get("allow").unwrap(), "GET, PUT, DELETE");
     assert_eq!(r.body["code"], "method_not_allowed");
-    let r = send(&app, request(Method::PATCH, "/v1/nowhere", &Who::Anonymous)).await;
+    let r = send_resp(&app, request(Method::PATCH, "/v1/nowhere", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = send(&app, request(Method::GET, "/docs", &Who::Anonymous)).await;
+    let r = send_resp(&app, request(Method::GET, "/docs", &Who::Anonymous)).await;
     assert_eq!(r.status, StatusCode::PERMANENT_REDIRECT);
     assert_eq!(r.headers.get("location").unwrap(), "/docs/");
 }
@@ -780,7 +728,7 @@ mod internal {
             if let Some(h) = header {
                 req = req.insert_header(("X-Internal-Api-Key", h));
             }
-            let r = send(&app, req).await;
+            let r = send_resp(&app, req).await;
             assert_eq!(r.status, status, "{configured:?} {header:?}: {}", r.body);
         }
     }

@@ -1,9 +1,10 @@
 //! Connections: the list, a new connection, and one connection's page
 //! with test, discovery and preview.
 
-use super::{OrgCtx, PageResult, Post, Session, badge, button, csrf, error_box, notice, page, redirect, when_opt};
-use crate::AppState;
-use crate::error::ApiError;
+use crate::page::{
+    Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, csrf, error_box, json_block,
+    notice, page, pager, redirect, urlencode, when_opt,
+};
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -12,7 +13,10 @@ use sluice_domain::FieldError;
 use sluice_domain::connect::connection::Connection;
 use sluice_domain::connect::connector::ConnectorSpec;
 use sluice_domain::connect::service::{NewConnection, PreviewRequest};
+use sluice_domain::shared::error::Code;
 use sluice_domain::shared::ids::{ConnectionId, IntegrationId};
+use sluice_http::AppState;
+use sluice_http::error::ApiError;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -28,23 +32,23 @@ fn template(spec: &ConnectorSpec) -> String {
 }
 
 /// `GET /o/{org}/connections`.
-pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
-    list_page(&state, &s, &ctx, &q, None, None).await
+    list_page(&state, &s, &ctx, &q, Said::Nothing, None).await
 }
 
 async fn list_page(
     state: &AppState,
     s: &Session,
     ctx: &OrgCtx,
-    q: &super::Paging,
-    error: Option<&ApiError>,
+    q: &Paging,
+    said: Said<'_>,
     form: Option<&ConnectionForm>,
 ) -> PageResult {
     let p = &s.caller.principal;
     let listed = state.sluice.connect.list_connections(p, ctx.id(), q.request()).await?;
     let connections = listed.items;
-    let integrations = state.sluice.connect.list_integrations(p, ctx.id(), super::LOOKUP).await?.items;
+    let integrations = state.sluice.connect.list_integrations(p, ctx.id(), LOOKUP).await?.items;
     let picked_integration = form.and_then(|f| f.integration_id);
     let specs = state.sluice.connect.connector_specs();
     let picked = form.map_or("postgres", |f| f.connector_type.as_str());
@@ -52,7 +56,7 @@ async fn list_page(
         specs.iter().find(|sp| sp.connector_type == picked).map(template).unwrap_or_else(|| "{}".into())
     });
     let body = html! {
-        (super::integrations::tabs(ctx, "/connections"))
+        (crate::integrations::tabs(ctx, "/connections"))
         @if connections.is_empty() { p.muted { "No connections yet." } } @else {
             table {
                 thead { tr { th { "Name" } th { "Type" } th { "Use" } th { "Status" } th { "Last tested" } } }
@@ -62,11 +66,15 @@ async fn list_page(
                     td { (badge(c.status.as_str())) } td { (when_opt(c.last_tested_at)) }
                 } } }
             }
-            (super::pager(&ctx.at("/connections"), q.after, listed.next_cursor.as_deref()))
+            (pager(&ctx.at("/connections"), q.after, listed.next_cursor.as_deref()))
         }
         @if ctx.can_write() {
             h2 #new { "New connection" }
-            @if let Some(e) = error { (error_box(e)) }
+            @match said {
+                Said::Nothing => {}
+                Said::Notice(text) => (notice(&text)),
+                Said::Problem(e) => (error_box(e)),
+            }
             form.grid method="post" action=(ctx.at("/connections")) {
                 (csrf(s))
                 label for="conn-name" { "Name" }
@@ -136,10 +144,10 @@ pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     let f = &post.form;
-    let q = super::Paging::default();
+    let q = Paging::default();
     let config = match parse_config(&f.config) {
         Ok(c) => c,
-        Err(e) => return list_page(&state, s, &ctx, &q, Some(&e), Some(f)).await,
+        Err(e) => return list_page(&state, s, &ctx, &q, Said::Problem(&e), Some(f)).await,
     };
     let new = NewConnection {
         name: f.name.clone(),
@@ -150,23 +158,32 @@ pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path
     };
     if f.action == "test" {
         let outcome = state.sluice.connect.test_unsaved_connection(&s.caller.principal, ctx.id(), new).await;
-        let e = match outcome {
-            Ok(o) if o.ok => {
-                ApiError::new(actix_web::http::StatusCode::OK, "ok", format!("Connected in {} ms.", o.latency_ms))
+        let said = match outcome {
+            Ok(o) if o.ok => Said::Notice(format!("Connected in {} ms.", o.latency_ms)),
+            Ok(o) => {
+                let code = o.error_code.map_or("failed", Code::as_str);
+                let e = ApiError::new(
+                    o.error_code.unwrap_or(Code::ConnectorError),
+                    format!("{code}: {}", o.error.unwrap_or_default()),
+                );
+                return list_page(&state, s, &ctx, &q, Said::Problem(&e), Some(f)).await;
             }
-            Ok(o) => ApiError::new(
-                actix_web::http::StatusCode::OK,
-                "failed",
-                format!("{}: {}", o.error_code.unwrap_or("failed"), o.error.unwrap_or_default()),
-            ),
-            Err(e) => e.into(),
+            Err(e) => return list_page(&state, s, &ctx, &q, Said::Problem(&e.into()), Some(f)).await,
         };
-        return list_page(&state, s, &ctx, &q, Some(&e), Some(f)).await;
+        return list_page(&state, s, &ctx, &q, said, Some(f)).await;
     }
     match state.sluice.connect.create_connection(&s.caller.principal, ctx.id(), new).await {
         Ok(c) => Ok(redirect(&ctx.at(&format!("/connections/{}", c.id)))),
-        Err(e) => list_page(&state, s, &ctx, &q, Some(&e.into()), Some(f)).await,
+        Err(e) => list_page(&state, s, &ctx, &q, Said::Problem(&e.into()), Some(f)).await,
     }
+}
+
+/// What the connections page says above its form: a test's outcome, or
+/// why the form was refused.
+enum Said<'a> {
+    Nothing,
+    Notice(String),
+    Problem(&'a ApiError),
 }
 
 /// What a connection's page shows below its facts.
@@ -195,7 +212,7 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
             dt { "Last tested" } dd { (when_opt(c.last_tested_at)) }
             @if let Some(e) = &c.last_error { dt { "Last error" } dd.error { (e) } }
         }
-        details { summary { "Configuration" } (super::json_block(&config)) p.hint { "Credentials are stored encrypted and never shown." } }
+        details { summary { "Configuration" } (json_block(&config)) p.hint { "Credentials are stored encrypted and never shown." } }
         div.row {
             @if ctx.can_write() { (button(s, &format!("{at}/test"), "Test", "primary", None)) }
             (button(s, &format!("{at}/discover"), "Discover", "", None))
@@ -207,7 +224,7 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
             Panel::None => {}
             Panel::Tested(Ok(o)) => {
                 @if o.ok { (notice(&format!("Connected in {} ms.", o.latency_ms))) }
-                @else { p.error role="alert" { strong { (o.error_code.unwrap_or("failed")) } ": " (o.error.unwrap_or_default()) } }
+                @else { p.error role="alert" { strong { (o.error_code.map_or("failed", Code::as_str)) } ": " (o.error.unwrap_or_default()) } }
             }
             Panel::Tested(Err(e)) | Panel::Discovered(Err(e)) | Panel::Preview(Err(e)) => { (error_box(&e)) }
             Panel::Discovered(Ok(entities)) => {
@@ -251,7 +268,7 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
 /// To a new flow reading `entity` from this connection.
 fn sync_link(ctx: &OrgCtx, c: &Connection, entity: &str) -> Markup {
     html! {
-        a.button.sync-entity href=(ctx.at(&format!("/flows/new?source={}&entity={}", c.id, super::urlencode(entity)))) { "Sync this entity…" }
+        a.button.sync-entity href=(ctx.at(&format!("/flows/new?source={}&entity={}", c.id, urlencode(entity)))) { "Sync this entity…" }
     }
 }
 
@@ -263,7 +280,7 @@ fn cell(v: &Value) -> String {
     }
 }
 
-async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Connection), super::PageError> {
+async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Connection), PageError> {
     let ctx = OrgCtx::load(state, s, org).await?;
     let c = state.sluice.connect.get_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await?;
     Ok((ctx, c))
@@ -277,7 +294,7 @@ pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>)
 }
 
 /// `POST /o/{org}/connections/{id}/test`.
-pub async fn test(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn test(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let (ctx, _) = load(&state, s, org, id).await?;
@@ -288,7 +305,7 @@ pub async fn test(state: Data<AppState>, post: Post<super::Empty>, path: Path<(U
 }
 
 /// `POST /o/{org}/connections/{id}/discover`.
-pub async fn discover(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn discover(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let (ctx, c) = load(&state, s, org, id).await?;
@@ -312,7 +329,7 @@ pub async fn preview(state: Data<AppState>, post: Post<PreviewForm>, path: Path<
 }
 
 /// `POST /o/{org}/connections/{id}/delete`.
-pub async fn delete(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn delete(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org).await?;

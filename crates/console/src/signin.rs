@@ -1,16 +1,67 @@
-//! Signing in and out: a pasted session token, or a one-time login link
-//! from `sluice login-link --email E`.
+//! Signing in and out: a pasted session token, a one-time login link from
+//! `sluice login-link --email E`, or OpenID Connect; the console's sign-in
+//! settings and login-link tokens.
 
-use super::{Empty, PageError, PageResult, Post, SESSION_COOKIE, SESSION_TTL, bare, html_response, redirect};
-use crate::AppState;
-use crate::error::ApiError;
-use crate::extract::AuthOutcome;
+use crate::page::{Empty, PageError, PageResult, Post, bare, html_response, redirect, same_origin, urlencode};
 use actix_web::cookie::{Cookie, SameSite};
-use actix_web::http::StatusCode;
 use actix_web::web::{Data, Form, Query};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use maud::html;
 use serde::Deserialize;
+use sluice_http::AppState;
+use sluice_http::error::ApiError;
+use sluice_http::session::{AuthOutcome, SESSION_COOKIE};
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// How long a session made by a login link or OpenID Connect lasts.
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// Mints session tokens for the console's own sign-in paths (login links,
+/// OpenID Connect); the server implements it with its HS256 secret.
+pub trait Sessions: Send + Sync {
+    /// A session token for the user with this e-mail, valid for `ttl`.
+    ///
+    /// # Errors
+    /// When signing fails.
+    fn mint(&self, email: &str, ttl: std::time::Duration) -> anyhow::Result<String>;
+    /// The key that signs login links.
+    fn link_key(&self) -> &[u8];
+}
+
+/// The console's settings.
+#[derive(Clone, Default)]
+pub struct ConsoleConfig {
+    /// `None` when the server cannot mint sessions (no HS256 secret): then
+    /// only a pasted token signs in.
+    pub sessions: Option<Arc<dyn Sessions>>,
+    /// The OpenID Connect provider users sign in with, when configured
+    /// (it needs `sessions` too: the console mints its own session).
+    pub oidc: Option<Arc<dyn sluice_domain::identity::ports::IdentityProvider>>,
+}
+
+/// A login link's token: `<base64url e-mail>.<expiry>.<nonce>.<hmac>`.
+pub fn login_link_token(key: &[u8], email: &str, ttl: std::time::Duration) -> String {
+    use base64::Engine;
+    let expiry = OffsetDateTime::now_utc().unix_timestamp() + ttl.as_secs() as i64;
+    let email = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(email.as_bytes());
+    let nonce = sluice_domain::shared::secret::random_base62(22);
+    sluice_domain::shared::secret::sign(key, &format!("{email}.{expiry}.{nonce}"))
+}
+
+/// The e-mail and nonce of a genuine, unexpired login-link token.
+fn open_login_link(key: &[u8], token: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let id = sluice_domain::shared::secret::verify(key, token)?;
+    let mut parts = id.split('.');
+    let (email, expiry, nonce) = (parts.next()?, parts.next()?, parts.next()?);
+    let expiry: i64 = expiry.parse().ok()?;
+    if expiry < OffsetDateTime::now_utc().unix_timestamp() {
+        return None;
+    }
+    let email = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(email).ok()?).ok()?;
+    Some((email, nonce.to_string()))
+}
 
 /// Where to go after signing in: a path of this server only.
 fn local(next: Option<&str>) -> String {
@@ -32,7 +83,22 @@ fn local(next: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::local;
+    use super::{local, login_link_token, open_login_link};
+
+    #[test]
+    fn a_login_link_opens_with_its_key_only_and_not_after_it_expires() {
+        let t = login_link_token(b"k1", "ada@example.com", std::time::Duration::from_secs(60));
+        let (email, nonce) = open_login_link(b"k1", &t).expect("opens");
+        assert_eq!(email, "ada@example.com");
+        assert_eq!(nonce.len(), 22);
+        assert!(open_login_link(b"k2", &t).is_none());
+        let mut forged = t.clone();
+        forged.replace_range(0..1, if t.starts_with('Y') { "Z" } else { "Y" });
+        assert!(open_login_link(b"k1", &forged).is_none());
+        let old = login_link_token(b"k1", "ada@example.com", std::time::Duration::ZERO);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(open_login_link(b"k1", &old).is_none());
+    }
 
     #[test]
     fn next_leads_to_this_server_only() {
@@ -67,7 +133,7 @@ fn signin_page(next: &str, error: Option<&str>, links: bool, oidc: bool) -> Http
                 h1 { "Sign in to Sluice" }
                 @if let Some(e) = error { p.error role="alert" { (e) } }
                 @if oidc {
-                    p { a.button.primary #sso href=(format!("/login/oidc?next={}", super::urlencode(next))) { "Sign in with single sign-on" } }
+                    p { a.button.primary #sso href=(format!("/login/oidc?next={}", urlencode(next))) { "Sign in with single sign-on" } }
                     p.hint { "Or paste a session token:" }
                 }
                 form method="post" action="/login" {
@@ -86,18 +152,18 @@ fn signin_page(next: &str, error: Option<&str>, links: bool, oidc: bool) -> Http
     );
     let mut res = html_response(body);
     if error.is_some() {
-        *res.status_mut() = StatusCode::UNAUTHORIZED;
+        *res.status_mut() = sluice_http::error::status_of(sluice_domain::shared::error::Code::Unauthenticated.kind());
     }
     res
 }
 
 /// `GET /login`.
-pub async fn page(req: HttpRequest, state: Data<AppState>, q: Query<NextQuery>) -> HttpResponse {
+pub async fn page(req: HttpRequest, console: Data<ConsoleConfig>, q: Query<NextQuery>) -> HttpResponse {
     let next = local(q.next.as_deref());
     if matches!(req.extensions().get::<AuthOutcome>(), Some(AuthOutcome::Ok(_))) {
         return redirect(&next);
     }
-    signin_page(&next, None, state.console.sessions.is_some(), oidc_on(&state))
+    signin_page(&next, None, console.sessions.is_some(), oidc_on(&console))
 }
 
 fn session_cookie(req: &HttpRequest, token: &str, max_age: Option<std::time::Duration>) -> Cookie<'static> {
@@ -120,13 +186,21 @@ pub struct TokenForm {
 }
 
 fn cross_site() -> PageError {
-    ApiError::new(StatusCode::FORBIDDEN, "csrf_failed", "sign-in forms are taken from this server's own pages only")
-        .into()
+    ApiError::new(
+        sluice_domain::shared::error::Code::CsrfFailed,
+        "sign-in forms are taken from this server's own pages only",
+    )
+    .into()
 }
 
 /// `POST /login`: checks the pasted token and keeps it in the cookie.
-pub async fn with_token(req: HttpRequest, state: Data<AppState>, form: Form<TokenForm>) -> PageResult {
-    if !super::same_origin(&req) {
+pub async fn with_token(
+    req: HttpRequest,
+    state: Data<AppState>,
+    console: Data<ConsoleConfig>,
+    form: Form<TokenForm>,
+) -> PageResult {
+    if !same_origin(&req) {
         return Err(cross_site());
     }
     let next = local(form.next.as_deref());
@@ -139,8 +213,8 @@ pub async fn with_token(req: HttpRequest, state: Data<AppState>, form: Form<Toke
         Err(e) => Ok(signin_page(
             &next,
             Some(&format!("That token does not sign in: {e}")),
-            state.console.sessions.is_some(),
-            oidc_on(&state),
+            console.sessions.is_some(),
+            oidc_on(&console),
         )),
     }
 }
@@ -152,9 +226,9 @@ pub struct LinkQuery {
 
 /// `GET /login/link?token=`: asks before using the link, so that a link
 /// previewer fetching it does not spend it.
-pub async fn link_page(state: Data<AppState>, q: Query<LinkQuery>) -> PageResult {
-    let sessions = state.console.sessions.as_ref().ok_or_else(no_links)?;
-    let Some((email, _)) = super::open_login_link(sessions.link_key(), &q.token) else {
+pub async fn link_page(console: Data<ConsoleConfig>, q: Query<LinkQuery>) -> PageResult {
+    let sessions = console.sessions.as_ref().ok_or_else(no_links)?;
+    let Some((email, _)) = open_login_link(sessions.link_key(), &q.token) else {
         return Err(expired());
     };
     Ok(html_response(bare(
@@ -173,13 +247,16 @@ pub async fn link_page(state: Data<AppState>, q: Query<LinkQuery>) -> PageResult
 }
 
 fn no_links() -> PageError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "login links are off: this server holds no HS256 secret").into()
+    ApiError::new(
+        sluice_domain::shared::error::Code::NotFound,
+        "login links are off: this server holds no HS256 secret",
+    )
+    .into()
 }
 
 fn expired() -> PageError {
     ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthenticated",
+        sluice_domain::shared::error::Code::Unauthenticated,
         "this login link is invalid, expired or already used; print a new one",
     )
     .into()
@@ -187,12 +264,17 @@ fn expired() -> PageError {
 
 /// `POST /login/link`: spends the link (once, across processes) and signs
 /// in for [`SESSION_TTL`].
-pub async fn with_link(req: HttpRequest, state: Data<AppState>, form: Form<LinkQuery>) -> PageResult {
-    if !super::same_origin(&req) {
+pub async fn with_link(
+    req: HttpRequest,
+    state: Data<AppState>,
+    console: Data<ConsoleConfig>,
+    form: Form<LinkQuery>,
+) -> PageResult {
+    if !same_origin(&req) {
         return Err(cross_site());
     }
-    let sessions = state.console.sessions.clone().ok_or_else(no_links)?;
-    let Some((email, nonce)) = super::open_login_link(sessions.link_key(), &form.token) else {
+    let sessions = console.sessions.clone().ok_or_else(no_links)?;
+    let Some((email, nonce)) = open_login_link(sessions.link_key(), &form.token) else {
         return Err(expired());
     };
     // The idempotency store keeps each nonce once: a second use finds it.
@@ -219,8 +301,8 @@ pub async fn with_link(req: HttpRequest, state: Data<AppState>, form: Form<LinkQ
         .finish())
 }
 
-fn oidc_on(state: &AppState) -> bool {
-    state.console.oidc.is_some() && state.console.sessions.is_some()
+fn oidc_on(console: &ConsoleConfig) -> bool {
+    console.oidc.is_some() && console.sessions.is_some()
 }
 
 /// The short-lived cookie that carries an OpenID Connect sign-in's state,
@@ -229,13 +311,14 @@ const OIDC_COOKIE: &str = "sluice_oidc";
 const OIDC_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn sso_off() -> PageError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "single sign-on is not configured on this server").into()
+    ApiError::new(sluice_domain::shared::error::Code::NotFound, "single sign-on is not configured on this server")
+        .into()
 }
 
 /// `GET /login/oidc?next=`: on to the provider, with a fresh state, nonce
 /// and PKCE verifier kept (signed) in a cookie of this path.
-pub async fn oidc_start(req: HttpRequest, state: Data<AppState>, q: Query<NextQuery>) -> PageResult {
-    let (Some(provider), Some(sessions)) = (state.console.oidc.clone(), state.console.sessions.clone()) else {
+pub async fn oidc_start(req: HttpRequest, console: Data<ConsoleConfig>, q: Query<NextQuery>) -> PageResult {
+    let (Some(provider), Some(sessions)) = (console.oidc.clone(), console.sessions.clone()) else {
         return Err(sso_off());
     };
     use base64::Engine;
@@ -266,11 +349,12 @@ pub struct CallbackQuery {
 
 /// `GET /login/oidc/callback`: checks the state against the cookie,
 /// exchanges the code, and signs in as the provider's verified e-mail.
-pub async fn oidc_callback(req: HttpRequest, state: Data<AppState>, q: Query<CallbackQuery>) -> PageResult {
-    let (Some(provider), Some(sessions)) = (state.console.oidc.clone(), state.console.sessions.clone()) else {
+pub async fn oidc_callback(req: HttpRequest, console: Data<ConsoleConfig>, q: Query<CallbackQuery>) -> PageResult {
+    let (Some(provider), Some(sessions)) = (console.oidc.clone(), console.sessions.clone()) else {
         return Err(sso_off());
     };
-    let refuse = |m: String| -> PageError { ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", m).into() };
+    let refuse =
+        |m: String| -> PageError { ApiError::new(sluice_domain::shared::error::Code::Unauthenticated, m).into() };
     if let Some(e) = &q.error {
         return Err(refuse(format!(
             "the provider did not sign you in: {}",

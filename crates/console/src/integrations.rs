@@ -3,9 +3,10 @@
 //! remove credentials, the connections using it, delete). Credentials are
 //! never shown here, except to an Admin who asks to reveal them.
 
-use super::{OrgCtx, PageResult, Post, Session, button, csrf, error_box, notice, page, when};
-use crate::AppState;
-use crate::error::ApiError;
+use crate::page::{
+    Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Session, button, csrf, error_box, notice, page, pager,
+    redirect, when,
+};
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -16,6 +17,8 @@ use sluice_domain::connect::connector::ConnectorSpec;
 use sluice_domain::connect::integration::{Integration, PLACEHOLDER};
 use sluice_domain::connect::service::{IntegrationUpdate, NewIntegration};
 use sluice_domain::shared::ids::IntegrationId;
+use sluice_http::AppState;
+use sluice_http::error::ApiError;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -37,12 +40,12 @@ async fn users(
     ctx: &OrgCtx,
     id: Option<IntegrationId>,
 ) -> Result<Vec<Connection>, ApiError> {
-    let all = state.sluice.connect.list_connections(&s.caller.principal, ctx.id(), super::LOOKUP).await?.items;
+    let all = state.sluice.connect.list_connections(&s.caller.principal, ctx.id(), LOOKUP).await?.items;
     Ok(all.into_iter().filter(|c| c.integration_id.is_some() && (id.is_none() || c.integration_id == id)).collect())
 }
 
 /// `GET /o/{org}/integrations`.
-pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
+pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
     list_page(&state, &s, &ctx, &q, None, None).await
 }
@@ -51,7 +54,7 @@ async fn list_page(
     state: &AppState,
     s: &Session,
     ctx: &OrgCtx,
-    q: &super::Paging,
+    q: &Paging,
     error: Option<&ApiError>,
     form: Option<&IntegrationForm>,
 ) -> PageResult {
@@ -77,7 +80,7 @@ async fn list_page(
                     td { (when(i.updated_at)) }
                 } } }
             }
-            (super::pager(&ctx.at("/integrations"), q.after, page_of.next_cursor.as_deref()))
+            (pager(&ctx.at("/integrations"), q.after, page_of.next_cursor.as_deref()))
         }
         @if ctx.can_write() {
             h2 #new { "New integration" }
@@ -113,7 +116,7 @@ async fn list_page(
     };
     let mut res = page(ctx, s, "/connections", "Integrations", body);
     if let Some(e) = error {
-        *res.status_mut() = e.status;
+        *res.status_mut() = e.status();
     }
     Ok(res)
 }
@@ -157,7 +160,7 @@ pub async fn create(state: Data<AppState>, post: Post<IntegrationForm>, org: Pat
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     let f = &post.form;
-    let q = super::Paging::default();
+    let q = Paging::default();
     let credentials = match parse_credentials(&f.credentials) {
         Ok(c) => c,
         Err(e) => return list_page(&state, s, &ctx, &q, Some(&e), Some(f)).await,
@@ -166,7 +169,7 @@ pub async fn create(state: Data<AppState>, post: Post<IntegrationForm>, org: Pat
     let credentials = credentials.into_iter().filter(|(_, v)| v.as_str() != Some("")).collect();
     let new = NewIntegration { name: f.name.clone(), integration_type: f.integration_type.clone(), credentials };
     match state.sluice.connect.create_integration(&s.caller.principal, ctx.id(), new).await {
-        Ok(i) => Ok(super::redirect(&ctx.at(&format!("/integrations/{}", i.id)))),
+        Ok(i) => Ok(redirect(&ctx.at(&format!("/integrations/{}", i.id)))),
         Err(e) => list_page(&state, s, &ctx, &q, Some(&e.into()), Some(f)).await,
     }
 }
@@ -233,12 +236,12 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, i: Integration
     };
     let mut res = page(ctx, s, "/connections", &i.name.clone(), body);
     if let Panel::Failed(e, _) = &panel {
-        *res.status_mut() = e.status;
+        *res.status_mut() = e.status();
     }
     Ok(res)
 }
 
-async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Integration), super::PageError> {
+async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Integration), PageError> {
     let ctx = OrgCtx::load(state, s, org).await?;
     let i = state.sluice.connect.get_integration(&s.caller.principal, ctx.id(), IntegrationId::from(id)).await?;
     Ok((ctx, i))
@@ -275,7 +278,7 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
 }
 
 /// `POST /o/{org}/integrations/{id}/reveal` (Admin).
-pub async fn reveal(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn reveal(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let (ctx, _) = load(&state, s, org, id).await?;
@@ -285,12 +288,12 @@ pub async fn reveal(state: Data<AppState>, post: Post<super::Empty>, path: Path<
 }
 
 /// `POST /o/{org}/integrations/{id}/delete`.
-pub async fn delete(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn delete(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let (ctx, i) = load(&state, s, org, id).await?;
     match state.sluice.connect.delete_integration(&s.caller.principal, ctx.id(), i.id).await {
-        Ok(()) => Ok(super::redirect(&ctx.at("/integrations"))),
+        Ok(()) => Ok(redirect(&ctx.at("/integrations"))),
         Err(e) => detail_page(&state, s, &ctx, i, Panel::Failed(e.into(), String::new())).await,
     }
 }

@@ -1,25 +1,7 @@
-//! The web console: server-rendered pages (maud) at `/`, on the same use
-//! cases and roles as the JSON API, with a little hand-written JavaScript
-//! for the live parts (a run's progress and log, over the API's
-//! server-sent events).
-//!
-//! Sign-in puts a session token in a cookie (`HttpOnly`, `SameSite=Strict`,
-//! `Secure` over TLS). A cookie is honoured on console pages and on the
-//! API's reads only (the JSON API's writes keep needing a header), and
-//! every console form carries a CSRF token derived from the cookie; its
-//! `Origin` must be this server.
+//! What every console page is made of: the signed-in [`Session`] and its
+//! CSRF-checked forms ([`Post`]), the page error, the organization a page
+//! is about, the layout, and small formatting helpers.
 
-mod connect;
-mod govern;
-mod integrations;
-mod orgs;
-mod signin;
-mod svg;
-mod sync;
-
-use crate::AppState;
-use crate::error::ApiError;
-use crate::extract::{AuthOutcome, Caller};
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::http::header;
@@ -31,164 +13,14 @@ use sluice_domain::identity::access::Role;
 use sluice_domain::identity::org::Organization;
 use sluice_domain::shared::ids::OrgId;
 use sluice_domain::shared::secret::{constant_time_eq, sha256_hex};
-use std::sync::Arc;
+use sluice_http::AppState;
+use sluice_http::body::read_body;
+use sluice_http::error::ApiError;
+use sluice_http::session::{AuthOutcome, Caller, CookieSession};
 use time::OffsetDateTime;
 
-/// The cookie holding the session token.
-pub const SESSION_COOKIE: &str = "sluice_session";
-/// How long a session made by a login link or OpenID Connect lasts.
-pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 /// The largest console form (IaC documents, gateway payloads).
-const MAX_FORM: usize = 4 * 1024 * 1024;
-
-/// Mints session tokens for the console's own sign-in paths (login links,
-/// OpenID Connect); the server implements it with its HS256 secret.
-pub trait Sessions: Send + Sync {
-    /// A session token for the user with this e-mail, valid for `ttl`.
-    ///
-    /// # Errors
-    /// When signing fails.
-    fn mint(&self, email: &str, ttl: std::time::Duration) -> anyhow::Result<String>;
-    /// The key that signs login links.
-    fn link_key(&self) -> &[u8];
-}
-
-/// The console's settings.
-#[derive(Clone, Default)]
-pub struct ConsoleConfig {
-    /// `None` when the server cannot mint sessions (no HS256 secret): then
-    /// only a pasted token signs in.
-    pub sessions: Option<Arc<dyn Sessions>>,
-    /// The OpenID Connect provider users sign in with, when configured
-    /// (it needs `sessions` too: the console mints its own session).
-    pub oidc: Option<Arc<dyn sluice_domain::identity::ports::IdentityProvider>>,
-}
-
-/// A login link's token: `<base64url e-mail>.<expiry>.<nonce>.<hmac>`.
-pub fn login_link_token(key: &[u8], email: &str, ttl: std::time::Duration) -> String {
-    use base64::Engine;
-    let expiry = OffsetDateTime::now_utc().unix_timestamp() + ttl.as_secs() as i64;
-    let email = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(email.as_bytes());
-    let nonce = sluice_domain::shared::secret::random_base62(22);
-    sluice_domain::shared::secret::sign(key, &format!("{email}.{expiry}.{nonce}"))
-}
-
-/// The e-mail and nonce of a genuine, unexpired login-link token.
-pub(crate) fn open_login_link(key: &[u8], token: &str) -> Option<(String, String)> {
-    use base64::Engine;
-    let id = sluice_domain::shared::secret::verify(key, token)?;
-    let mut parts = id.split('.');
-    let (email, expiry, nonce) = (parts.next()?, parts.next()?, parts.next()?);
-    let expiry: i64 = expiry.parse().ok()?;
-    if expiry < OffsetDateTime::now_utc().unix_timestamp() {
-        return None;
-    }
-    let email = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(email).ok()?).ok()?;
-    Some((email, nonce.to_string()))
-}
-
-/// The console's routes.
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    // Malformed ids, queries and forms get an HTML page here, not the
-    // API's JSON.
-    let page = |path: &str| {
-        web::resource(path.to_string())
-            .app_data(
-                web::PathConfig::default()
-                    .error_handler(|_, _| PageError::Api(ApiError::not_found("no such page")).into()),
-            )
-            .app_data(web::QueryConfig::default().error_handler(|e, _| input_error("query", e.to_string())))
-            .app_data(
-                web::FormConfig::default().limit(MAX_FORM).error_handler(|e, _| input_error("form", e.to_string())),
-            )
-    };
-    cfg.service(page("/").route(read().to(orgs::home)))
-        .route("/assets/console.css", read().to(css))
-        .route("/assets/console.js", read().to(js))
-        .service(page("/login").route(read().to(signin::page)).route(web::post().to(signin::with_token)))
-        .service(page("/login/link").route(read().to(signin::link_page)).route(web::post().to(signin::with_link)))
-        .service(page("/login/oidc").route(read().to(signin::oidc_start)))
-        .service(page("/login/oidc/callback").route(read().to(signin::oidc_callback)))
-        .route("/logout", web::post().to(signin::logout))
-        .route("/orgs", web::post().to(orgs::create))
-        .service(
-            web::scope("/o/{org}")
-                .app_data(
-                    web::PathConfig::default()
-                        .error_handler(|_, _| PageError::Api(ApiError::not_found("no such page")).into()),
-                )
-                .app_data(web::QueryConfig::default().error_handler(|e, _| input_error("query", e.to_string())))
-                .route("", read().to(orgs::overview))
-                .route("/settings", read().to(orgs::settings))
-                .route("/invitations", web::post().to(orgs::invite))
-                .route("/members/{user}/role", web::post().to(orgs::member_role))
-                .route("/members/{user}/remove", web::post().to(orgs::remove_member))
-                .route("/api-keys", web::post().to(orgs::create_key))
-                .route("/api-keys/{id}/revoke", web::post().to(orgs::revoke_key))
-                .route("/billing/checkout", web::post().to(orgs::checkout))
-                .route("/billing/portal", web::post().to(orgs::portal))
-                .route("/rules", web::post().to(orgs::create_rule))
-                .route("/rules/{id}/delete", web::post().to(orgs::delete_rule))
-                .route("/integrations", read().to(integrations::list))
-                .route("/integrations", web::post().to(integrations::create))
-                .route("/integrations/{id}", read().to(integrations::detail))
-                .route("/integrations/{id}", web::post().to(integrations::update))
-                .route("/integrations/{id}/reveal", web::post().to(integrations::reveal))
-                .route("/integrations/{id}/delete", web::post().to(integrations::delete))
-                .route("/connections", read().to(connect::list))
-                .route("/connections", web::post().to(connect::create))
-                .route("/connections/{id}", read().to(connect::detail))
-                .route("/connections/{id}/test", web::post().to(connect::test))
-                .route("/connections/{id}/discover", web::post().to(connect::discover))
-                .route("/connections/{id}/preview", web::post().to(connect::preview))
-                .route("/connections/{id}/delete", web::post().to(connect::delete))
-                .route("/flows", read().to(sync::list))
-                .route("/flows", web::post().to(sync::create))
-                .route("/flows/new", read().to(sync::new_flow))
-                .route("/flows/{id}", read().to(sync::detail))
-                .route("/flows/{id}", web::post().to(sync::update))
-                .route("/flows/{id}/run", web::post().to(sync::run))
-                .route("/flows/{id}/status", web::post().to(sync::set_status))
-                .route("/flows/{id}/cursors/set", web::post().to(sync::set_cursor))
-                .route("/flows/{id}/cursors/reset", web::post().to(sync::reset_cursor))
-                .route("/runs/{id}", read().to(sync::run_page))
-                .route("/topology", read().to(sync::topology))
-                .route("/traces/{id}", read().to(sync::trace))
-                .route("/catalog", read().to(govern::catalog))
-                .route("/catalog/{id}", read().to(govern::asset))
-                .route("/gateway", read().to(govern::gateway))
-                .route("/gateway", web::post().to(govern::gateway_validate))
-                .route("/iac", read().to(govern::iac))
-                .route("/iac", web::post().to(govern::iac_apply))
-                .route("/audit", read().to(govern::audit)),
-        );
-}
-
-/// GET, and HEAD (answered without a body) for checks and proxies.
-fn read() -> actix_web::Route {
-    use actix_web::guard;
-    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
-}
-
-/// A malformed query or form, as a console page.
-fn input_error(what: &str, message: String) -> actix_web::Error {
-    PageError::Api(ApiError::validation(vec![sluice_domain::FieldError::new(what, message)])).into()
-}
-
-async fn css() -> HttpResponse {
-    asset("text/css; charset=utf-8", include_str!("assets/console.css"))
-}
-
-async fn js() -> HttpResponse {
-    asset("text/javascript; charset=utf-8", include_str!("assets/console.js"))
-}
-
-fn asset(content_type: &str, body: &'static str) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type(content_type)
-        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .body(body)
-}
+pub(crate) const MAX_FORM: usize = 4 * 1024 * 1024;
 
 /// What went wrong on a console page: signed out (to the sign-in page), a
 /// refused form (CSRF), or a use case's error, shown as a page.
@@ -217,7 +49,7 @@ impl ResponseError for PageError {
     fn status_code(&self) -> StatusCode {
         match self {
             Self::SignIn(_) => StatusCode::SEE_OTHER,
-            Self::Api(e) => e.status,
+            Self::Api(e) => e.status(),
         }
     }
 
@@ -232,7 +64,7 @@ impl ResponseError for PageError {
                     "Error",
                     html! {
                         main.narrow {
-                            h1 { (e.status.as_u16()) " · " (e.status.canonical_reason().unwrap_or("Error")) }
+                            h1 { (e.status().as_u16()) " · " (e.status().canonical_reason().unwrap_or("Error")) }
                             p.error role="alert" { (e.message) }
                             @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
                                 ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
@@ -242,7 +74,7 @@ impl ResponseError for PageError {
                     },
                 );
                 let mut res = html_response(body);
-                *res.status_mut() = e.status;
+                *res.status_mut() = e.status();
                 res
             }
         }
@@ -268,10 +100,6 @@ fn csrf_of(cookie: &str) -> String {
     sha256_hex(format!("sluice console csrf\0{cookie}").as_bytes())[..32].to_string()
 }
 
-/// Marks a request whose caller came from the session cookie.
-#[derive(Clone)]
-pub(crate) struct CookieSession(pub String);
-
 impl FromRequest for Session {
     type Error = PageError;
     type Future = std::future::Ready<Result<Self, PageError>>;
@@ -295,7 +123,7 @@ impl FromRequest for Session {
 
 /// Whether the request's `Origin` (or, without one, `Referer`) is this
 /// server: browsers send one with every POST.
-fn same_origin(req: &HttpRequest) -> bool {
+pub(crate) fn same_origin(req: &HttpRequest) -> bool {
     let from = req.headers().get(header::ORIGIN).or_else(|| req.headers().get(header::REFERER));
     let Some(from) = from.and_then(|v| v.to_str().ok()) else { return false };
     let Some((scheme, rest)) = from.split_once("://") else { return false };
@@ -336,13 +164,12 @@ impl<T: DeserializeOwned + 'static> FromRequest for Post<T> {
         let mut payload = payload.take();
         Box::pin(async move {
             let session = session?;
-            let bytes = crate::middleware::read_body(&mut payload, MAX_FORM).await?;
+            let bytes = read_body(&mut payload, MAX_FORM).await?;
             if cookie {
                 let sent: CsrfField = serde_urlencoded::from_bytes(&bytes).unwrap_or(CsrfField { csrf: String::new() });
                 if !origin_ok || !constant_time_eq(sent.csrf.as_bytes(), session.csrf.as_bytes()) {
                     return Err(ApiError::new(
-                        StatusCode::FORBIDDEN,
-                        "csrf_failed",
+                        sluice_domain::shared::error::Code::CsrfFailed,
                         "this form is stale or came from another site; reload the page and try again",
                     )
                     .into());
@@ -637,21 +464,6 @@ pub(crate) fn redirect(to: &str) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_login_link_opens_with_its_key_only_and_not_after_it_expires() {
-        let t = login_link_token(b"k1", "ada@example.com", std::time::Duration::from_secs(60));
-        let (email, nonce) = open_login_link(b"k1", &t).expect("opens");
-        assert_eq!(email, "ada@example.com");
-        assert_eq!(nonce.len(), 22);
-        assert!(open_login_link(b"k2", &t).is_none());
-        let mut forged = t.clone();
-        forged.replace_range(0..1, if t.starts_with('Y') { "Z" } else { "Y" });
-        assert!(open_login_link(b"k1", &forged).is_none());
-        let old = login_link_token(b"k1", "ada@example.com", std::time::Duration::ZERO);
-        std::thread::sleep(std::time::Duration::from_millis(1100));
-        assert!(open_login_link(b"k1", &old).is_none());
-    }
 
     #[test]
     fn counts_are_grouped_by_thousands() {

@@ -2,15 +2,11 @@
 //! apply round trip, dry runs, every error class and body, roles,
 //! atomicity, export, concurrent applies and validate-drift.
 
-#[macro_use]
-mod common;
-
+use crate::support::{self, app, req, send};
 use actix_web::http::{Method, StatusCode};
 use actix_web::test::{self, TestRequest};
-use common::{req, send};
 use serde_json::{Value, json};
 use sluice_domain::connect::connector::{EntitySchema, FieldType, Value as V};
-use sluice_http::app;
 use sluice_testkit::{FakeSecrets, InMemoryStore, MemoryConnectors};
 
 fn yaml(uri: &str, who: &str, body: &str) -> TestRequest {
@@ -18,7 +14,7 @@ fn yaml(uri: &str, who: &str, body: &str) -> TestRequest {
 }
 
 fn orders() -> EntitySchema {
-    common::keyed("orders", &[("amount", FieldType::Integer), ("updated_at", FieldType::Timestamp)])
+    support::keyed("orders", &[("amount", FieldType::Integer), ("updated_at", FieldType::Timestamp)])
 }
 
 macro_rules! setup {
@@ -26,7 +22,7 @@ macro_rules! setup {
         let store = InMemoryStore::new();
         let connectors = MemoryConnectors::new();
         connectors.put("shop", orders(), vec![vec![V::Int(1), V::Int(10), V::Null]]);
-        let app = test::init_service(app(common::state_with(&store, &connectors, FakeSecrets::default()))).await;
+        let app = test::init_service(app(support::state_with(&store, &connectors, FakeSecrets::default()))).await;
         let org = acme!(app);
         (app, store, org)
     }};

@@ -1,25 +1,22 @@
-//! Scheduling, recovery of runs whose worker died, and orchestration of
-//! downstream flows.
+//! Scheduling and orchestration: due flows queued once per scheduled
+//! time, continuous flows kept going, and downstream flows queued when a
+//! run ends.
 //!
 //! Every "do this once" is a marker with a unique key in the metadata store
-//! (`schedule:<flow>:<time>`, `trace:<trace>:<flow>`), written in the same
-//! transaction as the run it queues: with any number of processes, the
-//! insert that wins queues the run, the others find the key taken.
+//! (`schedule:<flow>:<time>`, `trace:<trace>:<flow>`,
+//! `continuous:<flow>:<run>`), written in the same transaction as the run
+//! it queues: with any number of processes, the insert that wins queues the
+//! run, the others find the key taken.
 
+use super::queue::new_run;
 use super::service::SyncService;
 use crate::monitoring::activity::ActivityEvent;
-use crate::shared::ids::{FlowId, OrgId, RunId};
+use crate::shared::ids::{FlowId, RunId};
 use crate::sync::flow::*;
 use crate::{Error, Result};
 use serde_json::json;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
-
-/// A run whose worker has not renewed its lease for this long is presumed
-/// lost.
-pub const LEASE: Duration = Duration::seconds(60);
-/// A lost run is queued again until it has been attempted this many times.
-pub const MAX_ATTEMPTS: u32 = 3;
 
 fn matches(on: DependsOn, status: RunStatus) -> bool {
     match on {
@@ -76,72 +73,6 @@ impl SyncService {
         };
         let run = new_run(f, Trigger::Schedule, Uuid::now_v7(), now);
         self.queue.queue_once(&marker, &run, Some((f.id, f.next_run_at))).await
-    }
-
-    /// Renews `worker`'s lease on the run it executes; `false` when the run
-    /// is no longer that attempt's (taken over, canceled or ended): the
-    /// worker must then stop at once.
-    ///
-    /// # Errors
-    /// A store failure.
-    pub async fn renew_lease(&self, fence: crate::sync::flow::Fence, worker: &str) -> Result<bool> {
-        self.runs.heartbeat(fence, worker, self.clock.now()).await
-    }
-
-    /// Finds running runs whose worker stopped renewing its lease: queued
-    /// again while attempts remain, failed otherwise. Answers how many.
-    pub async fn recover_lost_runs(&self) -> Result<usize> {
-        self.recover_runs_older_than(self.clock.now() - self.lease).await
-    }
-
-    /// Recovers every run marked running: for a store only this process
-    /// uses (SQLite), at start-up, where any such run is an orphan of a
-    /// crash.
-    pub async fn recover_orphans(&self) -> Result<usize> {
-        self.recover_runs_older_than(self.clock.now() + Duration::days(1)).await
-    }
-
-    async fn recover_runs_older_than(&self, cutoff: OffsetDateTime) -> Result<usize> {
-        let now = self.clock.now();
-        let mut n = 0;
-        for mut run in self.queue.stale_runs(cutoff).await? {
-            // A continuous run is always taken over: it commits as it goes
-            // and resumes from there, and it never ends on its own.
-            if run.attempt < MAX_ATTEMPTS || self.is_continuous(&run).await {
-                if self.queue.requeue(run.fence(), run.claimed_by.clone()).await? {
-                    let _ = self
-                        .runs
-                        .log(
-                            run.id,
-                            None,
-                            &RunLog {
-                                ts: now,
-                                level: "warn".into(),
-                                entity: None,
-                                message: format!(
-                                    "worker {} stopped answering; queued again (attempt {})",
-                                    run.claimed_by.as_deref().unwrap_or("?"),
-                                    run.attempt + 1
-                                ),
-                            },
-                        )
-                        .await;
-                    n += 1;
-                }
-            } else {
-                run.status = RunStatus::Failed;
-                run.finished_at = Some(now);
-                let why = format!("the worker was lost {} times; giving up", run.attempt);
-                run.error = Some(why.clone());
-                self.runs.save(&run).await?;
-                let line =
-                    RunLog { ts: now, level: "error".into(), entity: None, message: format!("run failed: {why}") };
-                let _ = self.runs.log(run.id, None, &line).await;
-                self.after_run(&run).await?;
-                n += 1;
-            }
-        }
-        Ok(n)
     }
 
     /// What follows a finished run: its activity event, and the downstream
@@ -211,47 +142,6 @@ impl SyncService {
         }
         self.orchestrate(&Run { status, ..r }).await
     }
-
-    pub async fn trace(&self, p: &crate::identity::Principal, org: OrgId, trace: Uuid) -> Result<Vec<Run>> {
-        self.identity.access(p, org, crate::identity::Permission::Read).await?;
-        let runs = self.queue.trace(org, trace).await?;
-        if runs.is_empty() {
-            return Err(Error::not_found("trace"));
-        }
-        Ok(runs)
-    }
-
-    pub async fn topology(&self, p: &crate::identity::Principal, org: OrgId) -> Result<Vec<Flow>> {
-        self.identity.access(p, org, crate::identity::Permission::Read).await?;
-        self.flows.all(org).await
-    }
-}
-
-/// A queued run of `f`.
-pub fn new_run(f: &Flow, trigger: Trigger, trace_id: Uuid, now: OffsetDateTime) -> Run {
-    Run {
-        id: RunId::new(),
-        org_id: f.org_id,
-        flow_id: f.id,
-        trace_id,
-        trigger,
-        status: RunStatus::Queued,
-        queued_at: now,
-        started_at: None,
-        finished_at: None,
-        entities: Vec::new(),
-        error: None,
-        attempt: 1,
-        claimed_by: None,
-        heartbeat_at: None,
-        not_before: None,
-    }
-}
-
-/// How long a run that failed transiently waits before its next attempt:
-/// 30 s, then 60 s, doubling.
-pub fn backoff(attempt: u32) -> Duration {
-    Duration::seconds(30 * (1i64 << attempt.saturating_sub(1).min(10)))
 }
 
 #[cfg(test)]

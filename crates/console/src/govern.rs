@@ -1,9 +1,9 @@
 //! Governance: the catalog, the gateway playground, IaC, and the audit log
 //! with the activity feed.
 
-use super::{OrgCtx, PageResult, Post, Session, badge, csrf, json_block, notice, page, when};
-use crate::AppState;
-use crate::error::ApiError;
+use crate::page::{
+    OrgCtx, PageResult, Paging, Post, Session, audit_resource, badge, csrf, json_block, notice, page, pager, when,
+};
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -16,6 +16,8 @@ use sluice_domain::iac::service::ApplyOutcome;
 use sluice_domain::shared::audit::AuditFilter;
 use sluice_domain::shared::ids::AssetId;
 use sluice_domain::shared::page::PageRequest;
+use sluice_http::AppState;
+use sluice_http::error::ApiError;
 use uuid::Uuid;
 
 const ALL: PageRequest = PageRequest { limit: 200, after: None };
@@ -42,7 +44,7 @@ fn field_row(f: &ContractField, depth: usize) -> Markup {
 }
 
 /// `GET /o/{org}/catalog`.
-pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<super::Paging>) -> PageResult {
+pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
     let listed = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), q.request()).await?;
     let assets = listed.items;
@@ -58,7 +60,7 @@ pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Quer
                     td { (when(a.updated_at)) }
                 } } }
             }
-            (super::pager(&ctx.at("/catalog"), q.after, listed.next_cursor.as_deref()))
+            (pager(&ctx.at("/catalog"), q.after, listed.next_cursor.as_deref()))
         }
     };
     Ok(page(&ctx, &s, "/catalog", "Catalog", body))
@@ -335,7 +337,7 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                             td { (when(e.created_at)) }
                             td { (e.actor.name.clone().or_else(|| e.actor.id.clone()).unwrap_or_else(|| e.actor.kind.as_str().to_string())) }
                             td { code { (e.action) } }
-                            td { (super::audit_resource(e)) }
+                            td { (audit_resource(e)) }
                         } } }
                     }
                 }

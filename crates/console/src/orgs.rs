@@ -1,11 +1,11 @@
 //! Organizations: the list, the overview with its plots, and the settings
 //! page (members, invitations, API keys, billing, notification rules).
 
-use super::{
-    OrgCtx, PageResult, Post, Session, badge, bare, button, count, csrf, html_response, notice, page, redirect, svg,
-    when, when_opt,
+use crate::page::{
+    Empty, OrgCtx, PageResult, Paging, Post, Session, badge, bare, button, count, csrf, html_response, notice, page,
+    pager, redirect, short_id, when, when_opt,
 };
-use crate::AppState;
+use crate::svg;
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
@@ -14,6 +14,7 @@ use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::ids::{ApiKeyId, RuleId, UserId};
 use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, Run, RunStatus};
+use sluice_http::AppState;
 use uuid::Uuid;
 
 const ALL: PageRequest = PageRequest { limit: 200, after: None };
@@ -29,7 +30,7 @@ pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> Pag
     if let Some(org) = q.org {
         return Ok(redirect(&format!("/o/{org}")));
     }
-    let paging = super::Paging { after: q.after };
+    let paging = Paging { after: q.after };
     let listed = state.sluice.identity.list_organizations(&s.caller.principal, paging.request()).await?;
     let orgs = listed.items;
     Ok(html_response(bare(
@@ -43,7 +44,7 @@ pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> Pag
                         li { a href=(format!("/o/{}", o.id)) { strong { (o.name) } span.muted { " " (o.slug) } } }
                     }
                 }
-                (super::pager("/", q.after, listed.next_cursor.as_deref()))
+                (pager("/", q.after, listed.next_cursor.as_deref()))
                 h2 { "New organization" }
                 form.stack method="post" action="/orgs" {
                     (csrf(&s))
@@ -161,7 +162,7 @@ pub(super) fn runs_table(
                 tbody {
                     @for r in runs {
                         tr {
-                            td { a href=(ctx.at(&format!("/runs/{}", r.id))) { (super::short_id(&r.id.to_string())) } }
+                            td { a href=(ctx.at(&format!("/runs/{}", r.id))) { (short_id(&r.id.to_string())) } }
                             td { (flow_name(r.flow_id)) }
                             td { (badge(r.status.as_str())) }
                             td { (r.trigger.as_str()) }
@@ -376,7 +377,7 @@ pub async fn member_role(state: Data<AppState>, post: Post<RoleForm>, path: Path
 }
 
 /// `POST /o/{org}/members/{user}/remove` (Admin; the last Admin stays).
-pub async fn remove_member(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn remove_member(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, user) = path.into_inner();
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org).await?;
@@ -406,7 +407,7 @@ pub struct KeyForm {
 }
 
 /// `POST /o/{org}/api-keys/{id}/revoke`.
-pub async fn revoke_key(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn revoke_key(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let ctx = OrgCtx::load(&state, &post.session, org).await?;
     state.sluice.identity.revoke_api_key(&post.session.caller.principal, ctx.id(), ApiKeyId::from(id)).await?;
@@ -419,12 +420,7 @@ pub struct PlanQuery {
 }
 
 /// `POST /o/{org}/billing/checkout?plan=`: on to the provider's checkout.
-pub async fn checkout(
-    state: Data<AppState>,
-    post: Post<super::Empty>,
-    org: Path<Uuid>,
-    q: Query<PlanQuery>,
-) -> PageResult {
+pub async fn checkout(state: Data<AppState>, post: Post<Empty>, org: Path<Uuid>, q: Query<PlanQuery>) -> PageResult {
     let ctx = OrgCtx::load(&state, &post.session, org.into_inner()).await?;
     let back = format!("{}{}", state.console_url.trim_end_matches('/'), ctx.at("/settings"));
     let session = state
@@ -436,7 +432,7 @@ pub async fn checkout(
 }
 
 /// `POST /o/{org}/billing/portal`.
-pub async fn portal(state: Data<AppState>, post: Post<super::Empty>, org: Path<Uuid>) -> PageResult {
+pub async fn portal(state: Data<AppState>, post: Post<Empty>, org: Path<Uuid>) -> PageResult {
     let ctx = OrgCtx::load(&state, &post.session, org.into_inner()).await?;
     let back = format!("{}{}", state.console_url.trim_end_matches('/'), ctx.at("/settings"));
     let url = state.sluice.billing.portal(&post.session.caller.principal, ctx.id(), Some(&back)).await?;
@@ -479,7 +475,7 @@ pub async fn create_rule(state: Data<AppState>, post: Post<RuleForm>, org: Path<
 }
 
 /// `POST /o/{org}/rules/{id}/delete`.
-pub async fn delete_rule(state: Data<AppState>, post: Post<super::Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn delete_rule(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let ctx = OrgCtx::load(&state, &post.session, org).await?;
     state.sluice.monitoring.delete_rule(&post.session.caller.principal, ctx.id(), RuleId::from(id)).await?;

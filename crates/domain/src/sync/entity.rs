@@ -1,4 +1,5 @@
-//! The sync engine: executes a claimed run, entity by entity.
+//! One entity's sync in a run: planning its read (cursor, lookback,
+//! horizon), the schema policy, and the paths its rows take.
 //!
 //! Records flow from the source in bounded batches (the source reads ahead
 //! while a batch is written), through the mapping's transform and, for
@@ -7,15 +8,13 @@
 //! cursor advanced to the greatest value it has committed, so a crash
 //! resumes from the last checkpoint: nothing is lost, and the re-read
 //! overlap is absorbed by the upsert. Overwrite commits once, at the end,
-//! swapping the new table in.
-//!
-//! A run's entities sync concurrently, up to the service's
-//! [`DEFAULT_ENTITY_CONCURRENCY`] setting and what the destination allows
-//! ([`Destination::concurrent_writers`]), each on its own connections.
+//! swapping the new table in. A first load goes in bulk where both sides
+//! can (binary COPY, a file stream), in key ranges read at once.
 
+use super::run::{EntityOutcome, Failure, Progress, RunScope, RunSource, attempt_of};
 use super::service::SyncService;
 use crate::connect::connector::{
-    CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Source, Value, WriteMode, WriteStats,
+    CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Value, WriteMode, WriteStats,
 };
 use crate::sync::flow::*;
 use crate::sync::transform;
@@ -27,19 +26,9 @@ use std::time::Instant;
 pub const CHECKPOINT_ROWS: u64 = 50_000;
 /// Rows per batch read from a source.
 pub const BATCH_ROWS: usize = 10_000;
-/// How many of a run's entities sync at once unless the service is told
-/// otherwise.
-pub const DEFAULT_ENTITY_CONCURRENCY: usize = 4;
 /// Into how many key ranges, read at once, a full refresh of a large table
 /// is split unless the service is told otherwise.
 pub const DEFAULT_READ_RANGES: usize = 2;
-
-/// A run's source: its connection (which names the entities' catalog
-/// assets) and the connector opened on it.
-struct RunSource {
-    conn: crate::connect::connection::Connection,
-    io: Arc<dyn Source>,
-}
 
 /// What one entity's sync works on, whatever path it takes.
 struct Step<'a> {
@@ -54,76 +43,6 @@ struct Step<'a> {
     progress: &'a Progress,
     /// The mapping's place in the flow.
     index: usize,
-}
-
-/// The progress of a run's entities, by mapping: each entity's stats as of
-/// its last checkpoint or its end in this attempt, else as an earlier
-/// attempt left them. Entities that sync concurrently store it all at each
-/// checkpoint, so a later attempt counts every entity's committed rows.
-/// The lock is held until the store has it: two checkpoints never store
-/// out of order.
-struct Progress(futures_util::lock::Mutex<Vec<Option<EntityStats>>>);
-
-impl Progress {
-    fn new(mappings: &[Mapping], earlier: &[EntityStats]) -> Self {
-        let slots = mappings.iter().map(|m| earlier.iter().find(|e| e.entity == m.source_entity).cloned()).collect();
-        Progress(futures_util::lock::Mutex::new(slots))
-    }
-
-    /// Records mapping `index`'s stats; answers every entity's, in order,
-    /// with the lock, to hold until they are stored.
-    async fn set(
-        &self,
-        index: usize,
-        stats: &EntityStats,
-    ) -> (futures_util::lock::MutexGuard<'_, Vec<Option<EntityStats>>>, Vec<EntityStats>) {
-        let mut slots = self.0.lock().await;
-        if let Some(slot) = slots.get_mut(index) {
-            *slot = Some(stats.clone());
-        }
-        let all = slots.iter().flatten().cloned().collect();
-        (slots, all)
-    }
-}
-
-/// What the entities of one run share.
-#[derive(Clone, Copy)]
-struct RunScope<'a> {
-    run: &'a Run,
-    flow: &'a Flow,
-    source: &'a RunSource,
-    dest: &'a Arc<dyn Destination>,
-    progress: &'a Progress,
-    /// The stats earlier attempts left.
-    earlier: &'a [EntityStats],
-}
-
-impl Turn {
-    /// Whether it ends the run for the entities not begun yet: a
-    /// cancellation, a stop, or the run taken over.
-    fn ends_run(&self) -> bool {
-        match self {
-            Turn::Skipped => false,
-            Turn::Canceled | Turn::Stopped => true,
-            Turn::Ran(_, outcome) => match outcome {
-                Ok(EntityOutcome::Canceled | EntityOutcome::Stopped) => true,
-                Err(f) => f.lost,
-                Ok(_) => false,
-            },
-        }
-    }
-}
-
-/// How far one mapping's turn in a run got.
-enum Turn {
-    /// Not begun: the run was canceled, stopped or lost before it.
-    Skipped,
-    /// Not begun: the run was canceled.
-    Canceled,
-    /// Not begun: the process is stopping.
-    Stopped,
-    /// Synced (or tried to): its stats, status set, and how it ended.
-    Ran(Box<EntityStats>, Result<EntityOutcome, Failure>),
 }
 
 /// Where an entity's read starts and how far its cursor may be stored.
@@ -172,484 +91,11 @@ fn destination_schema(
     Ok(EntitySchema { name: m.destination().to_string(), fields: out_fields })
 }
 
-/// Carries an earlier attempt's progress of the entities this attempt did
-/// not reach, so that the next attempt still counts their rows.
-fn keep_earlier(run: &mut Run, earlier: &[EntityStats]) {
-    for e in earlier {
-        if !run.entities.iter().any(|x| x.entity == e.entity) {
-            run.entities.push(e.clone());
-        }
-    }
-}
-
-/// How one entity's sync (or the run's entities) ended.
-enum EntityOutcome {
-    Done,
-    Drift,
-    Canceled,
-    /// Paused at a checkpoint because the process is stopping.
-    Stopped,
-}
-
-/// Why an entity or a run failed, and whether trying again later may help
-/// (an unreachable server, a timeout, a hiccup of the metadata store).
-#[derive(Debug)]
-pub(super) struct Failure {
-    message: String,
-    transient: bool,
-    /// The run was taken over (its attempt no longer holds it): stop
-    /// without writing anything more.
-    lost: bool,
-}
-
-impl Failure {
-    fn lost() -> Self {
-        Failure { message: "the run was taken over by another attempt".into(), transient: false, lost: true }
-    }
-}
-
-impl From<crate::connect::connector::ConnectorError> for Failure {
-    fn from(e: crate::connect::connector::ConnectorError) -> Self {
-        let transient = e.transient();
-        Failure { message: e.to_string(), transient, lost: false }
-    }
-}
-
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Self {
-        Failure { message: e.to_string(), transient: e.kind() == crate::ErrorKind::Internal, lost: false }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(message: String) -> Self {
-        Failure { message, transient: false, lost: false }
-    }
-}
-
-impl From<&str> for Failure {
-    fn from(message: &str) -> Self {
-        Failure { message: message.to_string(), transient: false, lost: false }
-    }
-}
-
 impl SyncService {
-    /// Whether `run` is a continuous flow's: it goes on until stopped, so
-    /// a worker runs it beside the others.
-    pub async fn is_continuous(&self, run: &Run) -> bool {
-        matches!(self.flows.get(run.org_id, run.flow_id).await, Ok(Some(f)) if f.config.continuous)
-    }
-
-    /// Claims the next queued run for `worker`.
-    ///
-    /// # Errors
-    /// When the store fails.
-    pub async fn claim_run(&self, worker: &str) -> crate::Result<Option<Run>> {
-        self.runs.claim(worker, self.clock.now()).await
-    }
-
-    pub(super) async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
-        let line = RunLog { ts: self.clock.now(), level: level.into(), entity: entity.map(str::to_string), message };
-        if let Err(e) = self.runs.log(run.id, Some(run.fence()), &line).await {
-            tracing::warn!(run = %run.id, error = %e, "recording a run log line failed");
-        }
-    }
-
-    /// Asks every run this process executes to pause at its next
-    /// checkpoint (or before its next entity) and go back to the queue,
-    /// to resume from there: the process is stopping.
-    pub fn stop_at_checkpoint(&self) {
-        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    pub(super) fn stopping(&self) -> bool {
-        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    pub(super) async fn canceled(&self, run: &Run) -> bool {
-        matches!(self.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
-    }
-
-    /// Refuses to go on once this attempt no longer holds the run: checked
-    /// before every commit to a destination.
-    pub(super) async fn hold(&self, run: &Run) -> Result<(), Failure> {
-        if self.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
-    }
-
-    /// Executes a claimed run to its end and stores the outcome.
-    pub async fn execute_run(&self, mut run: Run) -> Run {
-        run.started_at.get_or_insert(self.clock.now());
-        let mut transient = Vec::new();
-        let result = self.execute_entities(&mut run, &mut transient).await;
-        if let Ok(EntityOutcome::Stopped) = &result {
-            // Back to the queue in a new attempt (the fence keeps this one
-            // from writing more), to resume from the stored cursors.
-            let message = "the worker is stopping: paused at a checkpoint; queued again to resume from it";
-            self.log(&run, "warn", None, message.into()).await;
-            // The progress so far, so that the next attempt counts its rows.
-            if let Err(e) = self.runs.progress(run.fence(), &run.entities).await {
-                tracing::warn!(run = %run.id, error = %e, "storing a paused run's progress failed");
-            }
-            match self.queue.requeue(run.fence(), run.claimed_by.clone()).await {
-                Ok(true) => {
-                    run.status = RunStatus::Queued;
-                    run.attempt += 1;
-                }
-                // Not held any more, or the store is down: lease recovery
-                // takes the run over as for a crash.
-                Ok(false) => {}
-                Err(e) => tracing::error!(run = %run.id, error = %e, "queueing a paused run again failed"),
-            }
-            return run;
-        }
-        // Another attempt holds the run now (it was taken over while this
-        // one was frozen, say, and whatever this one met since, a read cut
-        // by the server included, is not the run's outcome): that attempt
-        // records it.
-        let taken_over = match &result {
-            Err(f) if f.lost => true,
-            _ => matches!(self.runs.holds(run.fence()).await, Ok(false)) && !self.canceled(&run).await,
-        };
-        if taken_over {
-            tracing::warn!(run = %run.id, attempt = run.attempt, "the run was taken over; this attempt stopped");
-            return run;
-        }
-        let all_transient = match &result {
-            Err(f) => f.transient,
-            Ok(EntityOutcome::Done) => {
-                let failed = run.entities.iter().filter(|e| e.status == "failed").count();
-                failed > 0 && transient.len() == failed
-            }
-            Ok(_) => false,
-        };
-        if all_transient && run.attempt < crate::sync::schedule::MAX_ATTEMPTS && !self.canceled(&run).await {
-            let reason = match &result {
-                Err(f) => f.message.clone(),
-                Ok(_) => transient.join("; "),
-            };
-            let at = self.clock.now() + crate::sync::schedule::backoff(run.attempt);
-            let message = format!(
-                "attempt {} failed ({reason}); retrying after {}",
-                run.attempt,
-                crate::connect::connector::format_timestamp(at)
-            );
-            self.log(&run, "warn", None, message.clone()).await;
-            match self.queue.retry_later(run.fence(), at, &message).await {
-                Ok(()) => {
-                    run.status = RunStatus::Queued;
-                    run.attempt += 1;
-                    run.not_before = Some(at);
-                    run.error = Some(message);
-                    return run;
-                }
-                Err(e) => tracing::error!(run = %run.id, error = %e, "queueing a retry failed"),
-            }
-        }
-        run.finished_at = Some(self.clock.now());
-        run.status = match result {
-            Err(f) => {
-                self.log(&run, "error", None, f.message.clone()).await;
-                run.error = Some(f.message);
-                RunStatus::Failed
-            }
-            Ok(EntityOutcome::Canceled) => RunStatus::Canceled,
-            // Handled above.
-            Ok(EntityOutcome::Stopped) => RunStatus::Queued,
-            Ok(EntityOutcome::Drift) => RunStatus::DriftDetected,
-            Ok(EntityOutcome::Done) => {
-                let failed: Vec<&str> =
-                    run.entities.iter().filter(|e| e.status == "failed").map(|e| e.entity.as_str()).collect();
-                if failed.is_empty() {
-                    RunStatus::Succeeded
-                } else {
-                    run.error = Some(format!(
-                        "{} of {} entities failed: {}",
-                        failed.len(),
-                        run.entities.len(),
-                        failed.join(", ")
-                    ));
-                    RunStatus::Failed
-                }
-            }
-        };
-        if run.status == RunStatus::Canceled {
-            run.error = Some("canceled".into());
-        }
-        if all_transient && run.status == RunStatus::Failed {
-            let why = run.error.take().unwrap_or_default();
-            run.error = Some(format!("gave up after {} attempts: {why}", run.attempt));
-        }
-        let rows: u64 = run.entities.iter().map(|e| e.rows_written).sum();
-        // The last line says how the run ended and, when it failed, why.
-        let summary = match (&run.error, run.status) {
-            (Some(e), RunStatus::Failed) => format!("run failed ({rows} rows written): {e}"),
-            _ => format!("run {} ({rows} rows written)", run.status.as_str()),
-        };
-        self.log(&run, if run.status == RunStatus::Succeeded { "info" } else { "warn" }, None, summary).await;
-        if let Err(e) = self.runs.save(&run).await {
-            tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
-        }
-        // The stored status wins (a cancellation recorded meanwhile).
-        if let Ok(Some(s)) = self.runs.status(run.id).await {
-            run.status = s;
-        }
-        match self.after_run(&run).await {
-            Ok(next) if !next.is_empty() => {
-                let ids: Vec<String> = next.iter().map(|r| r.flow_id.to_string()).collect();
-                self.log(&run, "info", None, format!("queued downstream flows {}", ids.join(", "))).await;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!(run = %run.id, error = %e, "orchestrating downstream flows failed"),
-        }
-        run
-    }
-
-    async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<EntityOutcome, Failure> {
-        let flow = self.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
-        let conn = |id| async move {
-            let c = self
-                .connect
-                .connection(flow.org_id, id)
-                .await?
-                .ok_or(Failure::from("a connection of the flow was deleted"))?;
-            let cfg = self.connect.resolve_connection(&c).await.map_err(|e| {
-                let mut f = Failure::from(e);
-                f.message = format!("connection '{}': {}", c.name, f.message);
-                f
-            })?;
-            Ok::<_, Failure>((c, cfg))
-        };
-        let (source_conn, source_cfg) = conn(flow.source_connection_id).await?;
-        let source = RunSource { io: self.connect.registry().source(&source_cfg).await?, conn: source_conn };
-        let captures = flow.config.mappings.iter().any(|m| m.sync_mode.cdc());
-        let changes = match captures {
-            true => Some(self.connect.registry().change_source(&source_cfg).await?),
-            false => None,
-        };
-        let dest = self.connect.registry().destination(&conn(flow.destination_connection_id).await?.1).await?;
-        self.log(
-            run,
-            "info",
-            None,
-            format!("run started ({}), {} entities", run.trigger.as_str(), flow.config.mappings.len()),
-        )
-        .await;
-        if run.attempt > 1 {
-            // A take-over: a frozen worker's open transaction would hold
-            // its locks for as long as it stays frozen.
-            match dest.end_earlier_attempts(&attempt_of(run)).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    let message = format!("ended {n} destination session(s) an earlier attempt of this run held");
-                    self.log(run, "info", None, message).await;
-                }
-                Err(e) => tracing::warn!(run = %run.id, error = %e, "earlier attempts' sessions could not be ended"),
-            }
-        }
-        // Rows earlier attempts of this run committed (their last progress),
-        // so that `rows_written` counts every attempt.
-        let earlier = std::mem::take(&mut run.entities);
-        let mappings = &flow.config.mappings;
-        let mut limit = self.entity_concurrency.min(dest.concurrent_writers().max(1));
-        // Mappings that read one source entity share its cursor and stats:
-        // those take turns.
-        let sources: std::collections::BTreeSet<&str> = mappings.iter().map(|m| m.source_entity.as_str()).collect();
-        if sources.len() < mappings.len() {
-            limit = 1;
-        }
-        let progress = Progress::new(mappings, &earlier);
-        let halt = std::sync::atomic::AtomicBool::new(false);
-        let scope = RunScope { run, flow: &flow, source: &source, dest: &dest, progress: &progress, earlier: &earlier };
-        let turns: Vec<Turn> = {
-            use futures_util::{FutureExt, StreamExt};
-            let (scope, halt) = (&scope, &halt);
-            // Boxed as they are made (each begins when first polled), so
-            // that the compiler sees them `Send` with these lifetimes.
-            let turns: Vec<futures_util::future::BoxFuture<'_, (usize, Turn)>> = mappings
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| !m.sync_mode.cdc())
-                .map(|(index, m)| {
-                    async move {
-                        let turn = self.turn(scope, index, m, halt).await;
-                        if turn.ends_run() {
-                            // The entities not begun yet are not begun.
-                            halt.store(true, std::sync::atomic::Ordering::SeqCst);
-                        }
-                        (index, turn)
-                    }
-                    .boxed()
-                })
-                .collect();
-            // Unordered: an entity begins as soon as any other ends (an
-            // ordered buffer would hold finished ones behind a long one).
-            let mut ended: Vec<(usize, Turn)> =
-                futures_util::stream::iter(turns).buffer_unordered(limit).collect().await;
-            if let Some(changes) = &changes
-                && !halt.load(std::sync::atomic::Ordering::SeqCst)
-            {
-                ended.extend(self.capture_turns(run, &flow, &source.io, changes, &dest, &earlier).await);
-            }
-            ended.sort_by_key(|(index, _)| *index);
-            ended.into_iter().map(|(_, turn)| turn).collect::<Vec<Turn>>()
-        };
-        let (mut drift, mut canceled, mut stopped, mut lost) = (false, false, false, None);
-        for turn in turns {
-            match turn {
-                Turn::Skipped => {}
-                Turn::Canceled => canceled = true,
-                Turn::Stopped => stopped = true,
-                Turn::Ran(stats, outcome) => {
-                    match outcome {
-                        Ok(EntityOutcome::Done) => {}
-                        Ok(EntityOutcome::Drift) => drift = true,
-                        Ok(EntityOutcome::Canceled) => canceled = true,
-                        Ok(EntityOutcome::Stopped) => stopped = true,
-                        Err(f) if f.lost => {
-                            lost = Some(f);
-                            continue;
-                        }
-                        Err(f) => {
-                            if f.transient {
-                                transient.push(format!("{}: {}", stats.entity, f.message));
-                            }
-                        }
-                    }
-                    run.entities.push(*stats);
-                }
-            }
-        }
-        if let Some(f) = lost {
-            return Err(f);
-        }
-        if canceled {
-            return Ok(EntityOutcome::Canceled);
-        }
-        if stopped {
-            keep_earlier(run, &earlier);
-            return Ok(EntityOutcome::Stopped);
-        }
-        Ok(if drift { EntityOutcome::Drift } else { EntityOutcome::Done })
-    }
-
-    /// The flow's CDC mappings' turns: one read of the change stream
-    /// (see [`super::capture`]), each entity's outcome logged.
-    async fn capture_turns(
-        &self,
-        run: &Run,
-        flow: &Flow,
-        source: &Arc<dyn Source>,
-        changes: &Arc<dyn crate::connect::changes::ChangeSource>,
-        dest: &Arc<dyn Destination>,
-        earlier: &[EntityStats],
-    ) -> Vec<(usize, Turn)> {
-        if self.canceled(run).await {
-            return Vec::new();
-        }
-        let started = Instant::now();
-        let mappings: Vec<(usize, &Mapping)> =
-            flow.config.mappings.iter().enumerate().filter(|(_, m)| m.sync_mode.cdc()).collect();
-        let mut turns = Vec::new();
-        let scope = super::capture::Scope { run, flow, source, changes, dest };
-        for (index, mut stats, result) in self.capture(scope, &mappings, earlier).await {
-            stats.duration_ms = started.elapsed().as_millis() as u64;
-            let outcome = match result {
-                Ok(()) => {
-                    let message = format!(
-                        "{} changes and copied rows read, {} rows written; the destination holds the stream up to {}",
-                        stats.rows_read,
-                        stats.rows_written,
-                        stats.cursor_after.as_deref().unwrap_or("its start")
-                    );
-                    self.log(run, "info", Some(&stats.entity), message).await;
-                    Ok(EntityOutcome::Done)
-                }
-                Err(f) if f.halt == Some(super::capture::Halt::Canceled) => {
-                    stats.status = "canceled".into();
-                    stats.error = None;
-                    Ok(EntityOutcome::Canceled)
-                }
-                Err(f) if f.halt == Some(super::capture::Halt::Drift) => {
-                    stats.status = "drift_detected".into();
-                    stats.error = Some(f.message);
-                    Ok(EntityOutcome::Drift)
-                }
-                Err(f) if f.halt == Some(super::capture::Halt::Stopped) => {
-                    stats.status = "paused".into();
-                    stats.error = None;
-                    Ok(EntityOutcome::Stopped)
-                }
-                Err(f) => {
-                    if !f.lost {
-                        self.log(run, "error", Some(&stats.entity), f.message.clone()).await;
-                    }
-                    Err(Failure { message: f.message, transient: f.transient, lost: f.lost })
-                }
-            };
-            turns.push((index, Turn::Ran(Box::new(stats), outcome)));
-        }
-        turns
-    }
-
-    /// One mapping's turn in a run: begun unless the run was canceled, the
-    /// process is stopping (a run, once begun, does its first entity) or
-    /// another entity ended the run; its outcome logged as it ends.
-    async fn turn(
-        &self,
-        scope: &RunScope<'_>,
-        index: usize,
-        m: &Mapping,
-        halt: &std::sync::atomic::AtomicBool,
-    ) -> Turn {
-        let run = scope.run;
-        if halt.load(std::sync::atomic::Ordering::SeqCst) {
-            return Turn::Skipped;
-        }
-        if self.canceled(run).await {
-            return Turn::Canceled;
-        }
-        if index > 0 && self.stopping() {
-            return Turn::Stopped;
-        }
-        let started = Instant::now();
-        let prior = scope.earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
-        let mut stats = EntityStats {
-            entity: m.source_entity.clone(),
-            status: "running".into(),
-            rows_written: prior,
-            ..Default::default()
-        };
-        let outcome = self.sync_entity(scope, index, m, &mut stats).await;
-        stats.duration_ms = started.elapsed().as_millis() as u64;
-        match &outcome {
-            Ok(EntityOutcome::Done) => {
-                stats.status = "succeeded".into();
-                self.log(
-                    run,
-                    "info",
-                    Some(&m.source_entity),
-                    format!("{} rows read, {} written", stats.rows_read, stats.rows_written),
-                )
-                .await;
-            }
-            Ok(EntityOutcome::Drift) => stats.status = "drift_detected".into(),
-            Ok(EntityOutcome::Canceled) => stats.status = "canceled".into(),
-            Ok(EntityOutcome::Stopped) => stats.status = "paused".into(),
-            Err(f) if f.lost => {}
-            Err(f) => {
-                self.log(run, "error", Some(&m.source_entity), f.message.clone()).await;
-                stats.status = "failed".into();
-                stats.error = Some(f.message.clone());
-            }
-        }
-        let _ = scope.progress.set(index, &stats).await;
-        Turn::Ran(Box::new(stats), outcome)
-    }
-
     /// Catalogues the source's schema of `entity` as its discovered asset,
     /// so that the catalog follows the schema every run saw (and
     /// validate-drift compares with the last run). Never fails the run.
-    async fn record_source_schema(
+    pub(super) async fn record_source_schema(
         &self,
         source: &crate::connect::connection::Connection,
         entity: &str,
@@ -662,7 +108,7 @@ impl SyncService {
         }
     }
 
-    async fn sync_entity(
+    pub(super) async fn sync_entity(
         &self,
         scope: &RunScope<'_>,
         index: usize,
@@ -675,7 +121,7 @@ impl SyncService {
         let prior = stats.rows_written;
         // The source's fields first: the stored cursor is typed by them.
         let source_fields = source.io.entity_fields(entity).await?;
-        self.record_source_schema(&source.conn, entity, &source_fields).await;
+        self.record_source_schema(&source.connection, entity, &source_fields).await;
         let mut read = self.plan_read(run, flow, m, source, &source_fields, stats).await?;
         let schema = destination_schema(m, &source_fields)?;
         if self.blocked_by_policy(run, m, dest, &schema).await? {
@@ -1172,9 +618,4 @@ fn retyped(schema: &EntitySchema, existing: &EntitySchema) -> Vec<String> {
             (se == de && st != dt).then(|| format!("{} ({dt} → {st})", f.name))
         })
         .collect()
-}
-
-/// The attempt a run's destination sessions are marked with.
-pub(super) fn attempt_of(run: &Run) -> crate::connect::connector::Attempt {
-    crate::connect::connector::Attempt { run: run.id.as_uuid(), number: run.attempt }
 }
