@@ -12,6 +12,7 @@
 use serde_json::json;
 use sluice_connectors::Registry;
 use sluice_domain::connect::connector::*;
+use sluice_domain::connect::registry::ConnectorRegistry;
 use sqlx::Connection;
 use std::collections::BTreeMap;
 use std::process::Command;

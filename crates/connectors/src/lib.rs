@@ -396,7 +396,7 @@ impl Registry {
 }
 
 #[async_trait::async_trait]
-impl ConnectorRegistry for Registry {
+impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
     fn specs(&self) -> Vec<ConnectorSpec> {
         specs()
     }
@@ -465,6 +465,7 @@ impl ConnectorRegistry for Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_domain::connect::registry::ConnectorRegistry;
 
     fn pg(password: &str, schema: &str) -> ResolvedConfig {
         ResolvedConfig {

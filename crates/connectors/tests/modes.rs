@@ -5,6 +5,7 @@
 use serde_json::json;
 use sluice_connectors::Registry;
 use sluice_domain::connect::connector::*;
+use sluice_domain::connect::registry::ConnectorRegistry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -10,6 +10,7 @@
 use serde_json::json;
 use sluice_connectors::Registry;
 use sluice_domain::connect::connector::*;
+use sluice_domain::connect::registry::ConnectorRegistry;
 use std::sync::Arc;
 
 mod common;

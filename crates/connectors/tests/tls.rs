@@ -7,6 +7,7 @@
 use serde_json::json;
 use sluice_connectors::Registry;
 use sluice_domain::connect::connector::*;
+use sluice_domain::connect::registry::ConnectorRegistry;
 use sluice_testkit::services::{OwnPostgres, run};
 use std::path::Path;
 use std::process::Command;

@@ -312,7 +312,9 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
         .await?
         .into_iter()
         .filter(|a| {
-            event.as_deref().is_none_or(|e| a.event_type == e || a.event_type.starts_with(&format!("{e}.")))
+            event
+                .as_deref()
+                .is_none_or(|e| a.event_type.as_str() == e || a.event_type.as_str().starts_with(&format!("{e}.")))
                 && severity.as_deref().is_none_or(|s| a.severity == s)
         })
         .take(50)

@@ -390,7 +390,7 @@ pub async fn reset_cursor(state: Data<AppState>, post: Post<CursorForm>, path: P
 fn entity_rows(r: &Run) -> Markup {
     html! {
         @for e in &r.entities { tr {
-            td { code { (e.entity) } } td { (badge(&e.status)) }
+            td { code { (e.entity) } } td { (badge(e.status.as_str())) }
             td.num { (count(e.rows_read)) } td.num { (count(e.rows_written)) }
             td.num { (e.rows_per_second.map_or("—".to_string(), |r| format!("{} rows/s", count(r.round() as u64)))) }
             td { (when_opt(e.checkpoint_at)) }
@@ -435,7 +435,7 @@ pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)
             h2 { "Log" }
             ol.log #run-log aria-live="polite" {
                 @for l in &logs {
-                    li class=(l.level) { time { (when(l.ts)) } " " @if let Some(e) = &l.entity { code { (e) } " " } (l.message) }
+                    li class=(l.level.as_str()) { time { (when(l.ts)) } " " @if let Some(e) = &l.entity { code { (e) } " " } (l.message) }
                 }
             }
             @if r.status.as_str() == "queued" || r.status.as_str() == "running" {

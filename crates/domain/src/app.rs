@@ -6,10 +6,10 @@ use crate::billing::ports::BillingRepository;
 use crate::billing::service::{BillingConfig, BillingService};
 use crate::catalog::ports::CatalogRepository;
 use crate::catalog::service::CatalogService;
-use crate::connect::connector::ConnectorRegistry;
 use crate::connect::ports::{
     ConnectionRepository, DiscoveredSchemas, IntegrationRepository, OAuthClient, OAuthStateStore, SecretResolver,
 };
+use crate::connect::registry::ConnectorRegistry;
 use crate::connect::service::ConnectService;
 use crate::gateway::service::GatewayService;
 use crate::iac::ports::IacRepository;
@@ -287,7 +287,7 @@ mod tests {
             integrations: Arc::new(crate::connect::ports::MockIntegrationRepository::new()),
             connections: Arc::new(crate::connect::ports::MockConnectionRepository::new()),
             catalog: Arc::new(crate::catalog::ports::MockCatalogRepository::new()),
-            connectors: Arc::new(crate::connect::connector::MockConnectorRegistry::new()),
+            connectors: Arc::new(crate::connect::registry::MockConnectorRegistry::new()),
             secrets: Arc::new(crate::connect::ports::MockSecretResolver::new()),
             oauth: None,
             oauth_states: None,
@@ -328,7 +328,7 @@ mod tests {
             );
             if calls == 1 { Err(crate::iac::ports::stale_plan()) } else { Ok(()) }
         });
-        let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
+        let mut connectors = crate::connect::registry::MockConnectorRegistry::new();
         connectors.expect_specs().returning(Vec::new);
         let mut p = ports(MockApiKeyRepository::new(), MockOrgRepository::new());
         let iac: Arc<dyn IacRepository> = Arc::new(iac);
@@ -346,7 +346,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Validation);
-        let mut connectors = crate::connect::connector::MockConnectorRegistry::new();
+        let mut connectors = crate::connect::registry::MockConnectorRegistry::new();
         connectors.expect_specs().returning(Vec::new);
         let mut oauth = crate::connect::ports::MockOAuthClient::new();
         oauth.expect_providers().returning(|| vec!["github".to_string()]);

@@ -8,5 +8,6 @@ pub mod connector;
 pub mod integration;
 pub mod oauth;
 pub mod ports;
+pub mod registry;
 pub mod secret_policy;
 pub mod service;

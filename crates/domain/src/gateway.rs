@@ -16,6 +16,7 @@ pub mod extract;
 pub mod repair;
 pub mod scan;
 pub mod service;
+mod text;
 pub mod validate;
 
 pub use extract::{Extraction, MAX_CANDIDATES, extract, extract_noted, extraction_work, repair, work_bound};

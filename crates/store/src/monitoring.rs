@@ -26,7 +26,7 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
             activity_events::Entity::insert(activity_events::ActiveModel {
                 id: Set(e.id),
                 org_id: Set(e.org_id.as_uuid()),
-                event_type: Set(e.event_type.clone()),
+                event_type: Set(e.event_type.to_string()),
                 severity: Set(e.severity.clone()),
                 message: Set(e.message.clone()),
                 data: Set(e.data.clone()),
@@ -58,7 +58,7 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
                     org_id: Set(e.org_id.as_uuid()),
                     rule_id: Set(r.id.as_uuid()),
                     event_id: Set(e.id),
-                    event_type: Set(e.event_type.clone()),
+                    event_type: Set(e.event_type.to_string()),
                     message_id: Set(rule::message_id(e)),
                     body: Set(body),
                     status: Set(DeliveryStatus::Pending.as_str().to_string()),
@@ -97,7 +97,7 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
             .map(|m| ActivityEvent {
                 id: m.id,
                 org_id: m.org_id.into(),
-                event_type: m.event_type,
+                event_type: sluice_domain::monitoring::activity::EventType::parse(&m.event_type),
                 severity: m.severity,
                 message: m.message,
                 data: m.data,

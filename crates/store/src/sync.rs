@@ -7,10 +7,31 @@ mod flows;
 mod queue;
 mod runs;
 
-use sluice_domain::Error;
+use sluice_domain::sync::flow::{Run, RunStatus, Trigger};
+use sluice_domain::{Error, Result};
 
 pub(crate) use flows::{flow_from, flow_model};
 
 fn corrupt(what: &str) -> Error {
     Error::Internal(anyhow::anyhow!("stored {what} is invalid"))
+}
+
+fn run_from(m: crate::entities::runs::Model) -> Result<Run> {
+    Ok(Run {
+        id: m.id.into(),
+        org_id: m.org_id.into(),
+        flow_id: m.flow_id.into(),
+        trace_id: m.trace_id,
+        trigger: Trigger::parse(&m.trigger).ok_or_else(|| corrupt("run trigger"))?,
+        status: RunStatus::parse(&m.status).ok_or_else(|| corrupt("run status"))?,
+        queued_at: m.queued_at,
+        started_at: m.started_at,
+        finished_at: m.finished_at,
+        entities: serde_json::from_value(m.entities).map_err(|_| corrupt("run stats"))?,
+        error: m.error,
+        attempt: m.attempt as u32,
+        claimed_by: m.claimed_by,
+        heartbeat_at: m.heartbeat_at,
+        not_before: m.not_before,
+    })
 }

@@ -138,7 +138,7 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     assert!(store.requeue(old, Some("a".into())).await.unwrap(), "the lease ran out");
     let second = store.claim("b", now).await.unwrap().unwrap();
     assert_eq!(second.attempt, old.attempt + 1);
-    let line = |m: &str| RunLog { ts: now, level: "info".into(), entity: None, message: m.into() };
+    let line = |m: &str| RunLog { ts: now, level: LogLevel::Info, entity: None, message: m.into() };
     let cursor = |v: &str| Cursor {
         entity: "t".into(),
         cursor_field: Some("id".into()),

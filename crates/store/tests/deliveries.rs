@@ -53,7 +53,7 @@ async fn two_stores_claim_each_delivery_once_and_only_the_holder_records() {
         let e = ActivityEvent {
             id: uuid::Uuid::now_v7(),
             org_id: org.id,
-            event_type: kind.into(),
+            event_type: sluice_domain::monitoring::activity::EventType::parse(kind),
             severity: "error".into(),
             message: format!("event {i}"),
             data: serde_json::json!({}),

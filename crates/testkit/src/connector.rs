@@ -179,7 +179,7 @@ pub fn memory_spec() -> ConnectorSpec {
 }
 
 #[async_trait]
-impl ConnectorRegistry for MemoryConnectors {
+impl sluice_domain::connect::registry::ConnectorRegistry for MemoryConnectors {
     fn specs(&self) -> Vec<ConnectorSpec> {
         vec![memory_spec()]
     }

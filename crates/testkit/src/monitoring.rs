@@ -19,7 +19,7 @@ impl sluice_domain::monitoring::ports::ActivityRepository for InMemoryFlows {
                     org_id: e.org_id,
                     rule_id: r.id,
                     event_id: e.id,
-                    event_type: e.event_type.clone(),
+                    event_type: e.event_type.to_string(),
                     status: DeliveryStatus::Pending,
                     attempts: 0,
                     response_code: None,

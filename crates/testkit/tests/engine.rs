@@ -315,7 +315,7 @@ async fn transforms_apply_and_new_columns_reach_the_destination_unless_blocked()
     assert_eq!(rows.last().unwrap()[3], Value::String("gus@example.com".into()), "the new column is carried");
     let r = w.run(&blocked).await;
     assert_eq!(r.status, RunStatus::DriftDetected);
-    assert_eq!(r.entities[0].status, "drift_detected");
+    assert_eq!(r.entities[0].status.as_str(), "drift_detected");
     assert_eq!(ids(&w.dest("blocked")), [1, 2, 3], "nothing written past the drift");
 }
 

@@ -108,7 +108,7 @@ async fn downstream_flows_run_in_the_same_trace_on_their_condition() {
     let flows: Vec<_> = trace.iter().map(|r| r.flow_id).collect();
     assert_eq!(flows, [a.id, b.id, d.id], "in start order");
     let events = w.sluice.monitoring.activity(&w.p, w.org, None, 50).await.unwrap();
-    assert_eq!(events.iter().filter(|e| e.event_type == "run.succeeded").count(), 3);
+    assert_eq!(events.iter().filter(|e| e.event_type.as_str() == "run.succeeded").count(), 3);
 }
 
 #[tokio::test]

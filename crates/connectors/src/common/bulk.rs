@@ -5,7 +5,8 @@
 /// apart): a source that can produce it directly (PostgreSQL's `COPY … TO
 /// STDOUT (FORMAT csv)` of expressions that format each value as the file
 /// writer would) skips decoding records.
-pub const SLUICE_CSV: &str = "sluice-csv";
+pub const SLUICE_CSV: sluice_domain::connect::connector::BulkFormat =
+    sluice_domain::connect::connector::BulkFormat::SluiceCsv;
 
 /// Counts the records of a CSV stream fed in pieces: a line end outside
 /// quotes ends one (a doubled quote inside a field toggles twice).

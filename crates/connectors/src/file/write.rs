@@ -5,6 +5,7 @@
 use super::formats::{Format, read_records, records_of, to_json, to_text};
 use super::{FileConnector, check_entity, io};
 use crate::common::*;
+use sluice_domain::connect::connector::BulkFormat;
 use sluice_domain::connect::connector::*;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -197,7 +198,7 @@ impl EntityWriter for FileWriter {
 
     /// An overwrite of a CSV file takes CSV straight from a source that
     /// formats values as this writer would (PostgreSQL).
-    fn bulk_format(&self) -> Option<&'static str> {
+    fn bulk_format(&self) -> Option<BulkFormat> {
         (self.format == Format::Csv && self.mode == WriteMode::Overwrite).then_some(SLUICE_CSV)
     }
 

@@ -49,10 +49,12 @@ use write::PgWriter;
 
 pub const ENGINE: &str = "postgres";
 /// PostgreSQL's binary COPY format, passed between PostgreSQL connectors.
-pub const BULK_FORMAT: &str = "postgres-binary";
+pub const BULK_FORMAT: sluice_domain::connect::connector::BulkFormat =
+    sluice_domain::connect::connector::BulkFormat::PostgresBinary;
 /// The records of a binary COPY without its header and trailer, in chunks
 /// that end on a record's end: what a cursor read streams into a stage.
-pub const BULK_ROWS_FORMAT: &str = "postgres-binary-rows";
+pub const BULK_ROWS_FORMAT: sluice_domain::connect::connector::BulkFormat =
+    sluice_domain::connect::connector::BulkFormat::PostgresBinaryRows;
 
 pub struct PgConnector {
     /// Set once this database was found not to be the service's own

@@ -6,6 +6,7 @@ use super::bulk::{CursorKind, PgBulkOut, PgRowsOut, RowsParser};
 use super::types::{csv_expr, decode, dollar_quoted, literal, map_native, native_for_field, select_expr};
 use super::{BULK_FORMAT, BULK_ROWS_FORMAT, ENGINE, PgConnector, binary};
 use crate::common::*;
+use sluice_domain::connect::connector::BulkFormat;
 use sluice_domain::connect::connector::*;
 use sqlx::{AssertSqlSafe, Row};
 use std::sync::Arc;
@@ -121,7 +122,7 @@ impl Source for PgConnector {
     async fn bulk_out_in_snapshot(
         &self,
         entity: &str,
-        format: &str,
+        format: BulkFormat,
         fields: &[Field],
         snapshot: &str,
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
@@ -134,7 +135,7 @@ impl Source for PgConnector {
     async fn bulk_out(
         &self,
         entity: &str,
-        format: &str,
+        format: BulkFormat,
         fields: &[Field],
         cursor: Option<&CursorBound>,
         ranges: usize,

@@ -8,6 +8,7 @@ use super::bulk::COPY_CHUNK;
 use super::types::native_for_field;
 use super::{BULK_FORMAT, BULK_ROWS_FORMAT, ENGINE, PgConnector, cdc, csv_row, err};
 use crate::common::*;
+use sluice_domain::connect::connector::BulkFormat;
 use sluice_domain::connect::connector::*;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Postgres};
@@ -503,7 +504,7 @@ impl EntityWriter for PgWriter {
         Ok(self.stats)
     }
 
-    fn bulk_format(&self) -> Option<&'static str> {
+    fn bulk_format(&self) -> Option<BulkFormat> {
         self.bulk_copy.as_ref().map(|_| if self.mode == WriteMode::Upsert { BULK_ROWS_FORMAT } else { BULK_FORMAT })
     }
 

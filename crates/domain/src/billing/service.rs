@@ -259,7 +259,7 @@ impl BillingService {
         let event = crate::monitoring::activity::ActivityEvent {
             id: uuid::Uuid::now_v7(),
             org_id: org,
-            event_type: "quota.threshold".into(),
+            event_type: crate::monitoring::activity::EventType::QuotaThreshold,
             severity: if percent >= 100 { "error" } else { "warning" }.into(),
             message: format!("{percent}% of the {} plan's {limit} monthly validations are used", plan.as_str()),
             data: json!({"percent": percent, "used": used, "limit": limit, "plan": plan.as_str(), "month": month}),

@@ -76,20 +76,50 @@ pub enum DriftType {
     None,
 }
 
+/// What one change of a proposed schema does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImpactKind {
+    // Breaking.
+    FieldRemoved,
+    TypeNarrowed,
+    BecameRequired,
+    RequiredFieldAdded,
+    PrimaryKeyRemoved,
+    CursorFieldRemoved,
+    // Evolution.
+    FieldAdded,
+    TypeWidened,
+    BecameOptional,
+}
+
+impl ImpactKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ImpactKind::FieldRemoved => "field_removed",
+            ImpactKind::TypeNarrowed => "type_narrowed",
+            ImpactKind::BecameRequired => "became_required",
+            ImpactKind::RequiredFieldAdded => "required_field_added",
+            ImpactKind::PrimaryKeyRemoved => "primary_key_removed",
+            ImpactKind::CursorFieldRemoved => "cursor_field_removed",
+            ImpactKind::FieldAdded => "field_added",
+            ImpactKind::TypeWidened => "type_widened",
+            ImpactKind::BecameOptional => "became_optional",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Impact {
-    /// `field_removed`, `type_narrowed`, `became_required`,
-    /// `required_field_added`, `primary_key_removed`, `cursor_field_removed`
-    /// (breaking); `field_added`, `type_widened`, `became_optional` (evolution).
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: ImpactKind,
     pub message: String,
     pub affected_fields: Vec<String>,
 }
 
 impl Impact {
     pub fn breaking(&self) -> bool {
-        !matches!(self.kind, "field_added" | "type_widened" | "became_optional")
+        !matches!(self.kind, ImpactKind::FieldAdded | ImpactKind::TypeWidened | ImpactKind::BecameOptional)
     }
 }
 
@@ -123,20 +153,20 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
         match proposed.iter().find(|p| p.name == c.name) {
             None => {
                 let (kind, what) = if facts.key_fields.contains(&c.name.as_str()) {
-                    ("primary_key_removed", "primary-key field")
+                    (ImpactKind::PrimaryKeyRemoved, "primary-key field")
                 } else if facts.cursor_field == Some(c.name.as_str()) {
-                    ("cursor_field_removed", "cursor field")
+                    (ImpactKind::CursorFieldRemoved, "cursor field")
                 } else {
-                    ("field_removed", "field")
+                    (ImpactKind::FieldRemoved, "field")
                 };
                 impacts.push(one(kind, format!("{what} '{}' is removed", c.name), &c.name));
             }
             Some(p) => {
                 if p.field_type != c.field_type {
                     let (kind, how) = if crate::catalog::contract::widens(c.field_type, p.field_type) {
-                        ("type_widened", "widens")
+                        (ImpactKind::TypeWidened, "widens")
                     } else {
-                        ("type_narrowed", "changes incompatibly")
+                        (ImpactKind::TypeNarrowed, "changes incompatibly")
                     };
                     impacts.push(one(
                         kind,
@@ -145,9 +175,9 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
                     ));
                 }
                 if p.required && !c.required {
-                    impacts.push(one("became_required", format!("'{}' becomes required", c.name), &c.name));
+                    impacts.push(one(ImpactKind::BecameRequired, format!("'{}' becomes required", c.name), &c.name));
                 } else if !p.required && c.required {
-                    impacts.push(one("became_optional", format!("'{}' becomes optional", c.name), &c.name));
+                    impacts.push(one(ImpactKind::BecameOptional, format!("'{}' becomes optional", c.name), &c.name));
                 }
             }
         }
@@ -155,7 +185,7 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
     for p in proposed.iter().filter(|p| !current.iter().any(|c| c.name == p.name)) {
         if p.required {
             impacts.push(one(
-                "required_field_added",
+                ImpactKind::RequiredFieldAdded,
                 format!(
                     "required field '{}' ({}) is added; rows already synced have no value",
                     p.name,
@@ -165,7 +195,7 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
             ));
         } else {
             impacts.push(one(
-                "field_added",
+                ImpactKind::FieldAdded,
                 format!("optional field '{}' ({}) is added", p.name, p.field_type.as_str()),
                 &p.name,
             ));
@@ -185,26 +215,26 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
             "pause flow '{}' before the source changes, and resume it once the destination is adapted",
             facts.flow
         ));
-        let names = |k: &str| -> Vec<String> {
+        let names = |k: ImpactKind| -> Vec<String> {
             impacts.iter().filter(|i| i.kind == k).flat_map(|i| i.affected_fields.clone()).collect()
         };
-        if !names("primary_key_removed").is_empty() {
+        if !names(ImpactKind::PrimaryKeyRemoved).is_empty() {
             actions.push(format!("choose a new primary_key for '{}': de-duplication needs one", facts.entity));
         }
-        if !names("cursor_field_removed").is_empty() {
+        if !names(ImpactKind::CursorFieldRemoved).is_empty() {
             actions.push(format!(
                 "choose a new cursor_field for '{}' and reset its cursor (DELETE …/state/{})",
                 facts.entity, facts.entity
             ));
         }
-        let narrowed = names("type_narrowed");
+        let narrowed = names(ImpactKind::TypeNarrowed);
         if !narrowed.is_empty() {
             actions.push(format!(
                 "add a cast step to the mapping for {} or recreate the destination table",
                 narrowed.join(", ")
             ));
         }
-        let removed = names("field_removed");
+        let removed = names(ImpactKind::FieldRemoved);
         if !removed.is_empty() {
             actions.push(format!(
                 "update consumers of {}: the destination keeps the column, new rows leave it empty",
@@ -212,7 +242,7 @@ pub fn compare_schemas(current: &[CurrentField], proposed: &[ProposedField], fac
             ));
         }
     } else if drift_type == DriftType::Evolution {
-        if facts.blocks_new_columns && impacts.iter().any(|i| i.kind == "field_added") {
+        if facts.blocks_new_columns && impacts.iter().any(|i| i.kind == ImpactKind::FieldAdded) {
             actions.push(format!(
                 "the mapping of '{}' has schema_policy block_on_new_column: set allow_all, or the next run stops as drift_detected",
                 facts.entity
@@ -360,7 +390,7 @@ mod tests {
         evolved.push(prop("currency", FieldType::String, false));
         let r = compare_schemas(&current, &evolved, &facts);
         assert_eq!(r.drift_type, DriftType::Evolution);
-        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind).collect();
+        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind.as_str()).collect();
         assert_eq!(kinds, ["type_widened", "field_added"]);
         assert_eq!(r.impacts[1].affected_fields, ["currency"]);
 
@@ -371,7 +401,7 @@ mod tests {
         ];
         let r = compare_schemas(&current, &broken, &facts);
         assert_eq!(r.drift_type, DriftType::Breaking);
-        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind).collect();
+        let kinds: Vec<&str> = r.impacts.iter().map(|i| i.kind.as_str()).collect();
         assert_eq!(
             kinds,
             ["primary_key_removed", "type_narrowed", "became_required", "field_removed", "required_field_added"]
@@ -379,7 +409,7 @@ mod tests {
         assert!(r.suggested_actions.iter().any(|a| a.contains("primary_key")));
         let without_cursor = vec![prop("id", FieldType::Integer, true)];
         let r = compare_schemas(&current, &without_cursor, &facts);
-        assert!(r.impacts.iter().any(|i| i.kind == "cursor_field_removed"));
+        assert!(r.impacts.iter().any(|i| i.kind == ImpactKind::CursorFieldRemoved));
         assert!(r.suggested_actions.iter().any(|a| a.contains("reset its cursor")));
     }
 

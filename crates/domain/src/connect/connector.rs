@@ -124,6 +124,34 @@ impl ConnectorError {
 
 pub type ConnectorResult<T> = std::result::Result<T, ConnectorError>;
 
+/// A bulk format: bytes one connector writes and another loads as they
+/// are, without decoding records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkFormat {
+    /// PostgreSQL's binary COPY, a table's columns.
+    PostgresBinary,
+    /// PostgreSQL's binary COPY of a cursor read, cut on record boundaries.
+    PostgresBinaryRows,
+    /// CSV as Sluice's file destination writes it (PostgreSQL can emit it).
+    SluiceCsv,
+}
+
+impl BulkFormat {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BulkFormat::PostgresBinary => "postgres-binary",
+            BulkFormat::PostgresBinaryRows => "postgres-binary-rows",
+            BulkFormat::SluiceCsv => "sluice-csv",
+        }
+    }
+}
+
+impl std::fmt::Display for BulkFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Bytes in an engine's own bulk format (PostgreSQL's binary COPY), passed
 /// from a source to a destination of the same engine without decoding.
 #[async_trait::async_trait]
@@ -183,7 +211,7 @@ pub trait Source: Send + Sync {
     async fn bulk_out(
         &self,
         _entity: &str,
-        _format: &str,
+        _format: BulkFormat,
         _fields: &[Field],
         _cursor: Option<&CursorBound>,
         _ranges: usize,
@@ -197,7 +225,7 @@ pub trait Source: Send + Sync {
     async fn bulk_out_in_snapshot(
         &self,
         _entity: &str,
-        _format: &str,
+        _format: BulkFormat,
         _fields: &[Field],
         _snapshot: &str,
     ) -> ConnectorResult<Option<Box<dyn BulkStream>>> {
@@ -237,7 +265,7 @@ pub trait EntityWriter: Send {
     async fn abort(self: Box<Self>);
 
     /// The bulk format this writer can load as is, if any.
-    fn bulk_format(&self) -> Option<&'static str> {
+    fn bulk_format(&self) -> Option<BulkFormat> {
         None
     }
 
@@ -523,33 +551,6 @@ impl fmt::Debug for ResolvedConfig {
 /// service's instance id: the store writes it, connectors refuse a database
 /// that shows it.
 pub const INSTANCE_MARK: &str = "sluice-instance:";
-
-/// Builds connectors from resolved configurations.
-#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
-#[async_trait::async_trait]
-pub trait ConnectorRegistry: Send + Sync {
-    fn specs(&self) -> Vec<ConnectorSpec>;
-    fn spec(&self, connector_type: &str) -> Option<ConnectorSpec> {
-        self.specs().into_iter().find(|s| s.connector_type == connector_type)
-    }
-    async fn source(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>>;
-    async fn destination(&self, config: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>>;
-    /// The source's change log, for connector types that capture changes.
-    async fn change_source(
-        &self,
-        config: &ResolvedConfig,
-    ) -> ConnectorResult<Arc<dyn crate::connect::changes::ChangeSource>> {
-        Err(ConnectorError::Unsupported(format!("{} sources do not capture changes", config.connector_type)))
-    }
-    /// Checks settings when a connection is created or changed: that a
-    /// file path stays inside the organization's own directory, and that a
-    /// reachable database is not the service's own metadata store (an
-    /// unreachable one is checked again whenever it is used).
-    ///
-    /// Answers one entry per bad setting (`config.<key>`), whose message
-    /// never shows a server path; none when the settings are fine.
-    async fn check_config(&self, config: &ResolvedConfig) -> Vec<crate::FieldError>;
-}
 
 #[cfg(test)]
 mod tests {

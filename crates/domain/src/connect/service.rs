@@ -2,11 +2,11 @@
 //! specs, integrations with their credentials (and OAuth), connections,
 //! and the use cases that test, discover and preview them.
 
-use super::connector::ConnectorRegistry;
 use super::oauth::{OAuthState, STATE_TTL, challenge, sign_state, verify_state};
 use super::ports::{
     ConnectionRepository, DiscoveredSchemas, IntegrationRepository, OAuthClient, OAuthStateStore, SecretResolver,
 };
+use super::registry::ConnectorRegistry;
 use crate::connect::connection::{
     Connection, ConnectionStatus, check_capability, integration_secrets_to_resupply, merge_settings, place,
     secrets_to_resupply, split_config, supplied_secrets, supplied_values,
@@ -669,7 +669,7 @@ impl ConnectService {
             let event = crate::monitoring::activity::ActivityEvent {
                 id: uuid::Uuid::now_v7(),
                 org_id: org,
-                event_type: "connection.failing".into(),
+                event_type: crate::monitoring::activity::EventType::ConnectionFailing,
                 severity: "error".into(),
                 message: format!("connection '{}' failed its test: {}", c.name, outcome.error.as_deref().unwrap_or("")),
                 data: json!({"connection_id": c.id, "connection_name": c.name, "error_code": outcome.error_code}),

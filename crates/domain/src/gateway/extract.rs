@@ -4,6 +4,7 @@
 
 use super::ContractField;
 use super::repair::{Repair, RepairKind, TextNotes};
+use super::text::is_space;
 use super::validate::{Walk, walk};
 use serde_json::{Map, Number, Value};
 
@@ -276,7 +277,7 @@ fn duplicate_keys(json: &str) -> Vec<(usize, String)> {
             let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
             let mut reported: std::collections::HashSet<String> = std::collections::HashSet::new();
             while let Some(key) = map.next_key::<String>()? {
-                let path = super::validate::dotted(&self.path, &key);
+                let path = super::text::dotted(&self.path, &key);
                 if !seen.insert(key) && reported.insert(path.clone()) {
                     self.out.push((self.element, path.clone()));
                 }
@@ -514,12 +515,6 @@ fn is_quote(c: char) -> bool {
 
 fn closes(open: char, c: char) -> bool {
     closers(open).contains(&c)
-}
-
-/// Whitespace between tokens: Unicode's, plus the zero-width space and
-/// byte-order mark models leave in.
-pub(super) fn is_space(c: char) -> bool {
-    c.is_whitespace() || c == '\u{200b}' || c == '\u{feff}'
 }
 
 /// The character at byte offset `i` of `s` (`None` at the end).

@@ -2,7 +2,7 @@
 //! addresses, card numbers, prompt-injection phrases.
 
 use super::ContractField;
-use super::validate::dotted;
+use super::text::dotted;
 use serde::Serialize;
 use serde_json::{Map, Value};
 

@@ -114,7 +114,7 @@ impl GatewayService {
                 .record(&ActivityEvent {
                     id: uuid::Uuid::now_v7(),
                     org_id: org,
-                    event_type: "schema.drift".into(),
+                    event_type: crate::monitoring::activity::EventType::SchemaDrift,
                     severity: "warning".into(),
                     message: format!(
                         "LLM output drifted from data asset '{}' v{} ({n} problem{})",

@@ -2,9 +2,9 @@
 //! failure report; the contract's decisions on keys, nulls and numbers.
 
 use super::ContractField;
-use super::extract::is_space;
 use super::repair::{Repair, RepairKind};
 use super::scan::Finding;
+use super::text::{dotted, is_space};
 use crate::connect::connector::{FieldType, parse_date, parse_timestamp};
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
@@ -352,11 +352,6 @@ impl Walk {
             r.push(Repair::new(path(), kind, detail()));
         }
     }
-}
-
-/// A field's dotted path below `prefix` (the field's name at the top).
-pub(super) fn dotted(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") }
 }
 
 pub(super) fn walk(

@@ -2,7 +2,7 @@
 //! webhook signed the Standard Webhooks way, or a Slack incoming webhook),
 //! and the message each channel gets.
 
-use super::activity::ActivityEvent;
+use super::activity::{ActivityEvent, EventType};
 use crate::shared::ids::{FlowId, OrgId, RuleId};
 use crate::shared::secret::{Secret, random_bytes};
 use crate::{Error, FieldError, Result};
@@ -15,18 +15,14 @@ use time::OffsetDateTime;
 
 /// The events a rule can name.
 pub const EVENTS: [&str; 7] = [
-    "run.succeeded",
-    "run.failed",
-    "run.drift_detected",
-    "schema.drift",
-    "quota.threshold",
-    "connection.failing",
-    RETAINED_OVER_BUDGET,
+    EventType::RunSucceeded.as_str(),
+    EventType::RunFailed.as_str(),
+    EventType::RunDriftDetected.as_str(),
+    EventType::SchemaDrift.as_str(),
+    EventType::QuotaThreshold.as_str(),
+    EventType::ConnectionFailing.as_str(),
+    EventType::CdcRetainedOverBudget.as_str(),
 ];
-
-/// A flow's change stream makes its source keep more log than the source
-/// connection's `cdc_max_retained` (see `docs/cdc.md`).
-pub const RETAINED_OVER_BUDGET: &str = "cdc.retained_over_budget";
 
 /// The prefix of a webhook signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -80,7 +76,7 @@ impl NotificationRule {
     pub fn matches(&self, event: &ActivityEvent) -> bool {
         self.enabled
             && self.org_id == event.org_id
-            && self.event == event.event_type
+            && self.event == event.event_type.as_str()
             && self.flow_id.is_none_or(|f| event.data.get("flow_id").and_then(Value::as_str) == Some(&f.to_string()))
     }
 }
@@ -224,7 +220,7 @@ pub fn webhook_body(event: &ActivityEvent) -> String {
     data.insert("organization_id".into(), json!(event.org_id));
     data.insert("message".into(), json!(event.message));
     json!({
-        "type": event.event_type,
+        "type": event.event_type.as_str(),
         "timestamp": crate::shared::record::format_timestamp(event.created_at),
         "data": data,
     })
@@ -343,7 +339,7 @@ mod tests {
         let event = |kind: &str, f: FlowId| ActivityEvent {
             id: uuid::Uuid::now_v7(),
             org_id: org,
-            event_type: kind.into(),
+            event_type: EventType::parse(kind),
             severity: "error".into(),
             message: "m".into(),
             data: json!({"flow_id": f}),

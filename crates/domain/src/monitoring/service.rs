@@ -242,7 +242,7 @@ impl MonitoringService {
         let e = ActivityEvent {
             id: uuid::Uuid::now_v7(),
             org_id: org,
-            event_type: event.to_string(),
+            event_type: crate::monitoring::activity::EventType::parse(event),
             severity: "info".into(),
             message: message.to_string(),
             data: if data.is_null() { json!({}) } else { data },

@@ -33,16 +33,13 @@ use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource};
 use crate::connect::connector::{
     Destination, EntitySchema, EntityWriter, Field, FieldType, ReadRequest, RecordBatch, Source, Value, WriteMode,
 };
-use crate::sync::flow::{Cursor, EntityStats, Flow, Mapping, Run};
+use crate::sync::flow::{Cursor, EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
 use crate::sync::mode::{COMMITTED_AT, DELETED_AT, DeleteMode, OP, POSITION, SyncMode};
 use crate::sync::transform;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 use time::OffsetDateTime;
-
-/// What a stored CDC position shows as its cursor field (`GET …/state`).
-pub const POSITION_FIELD: &str = "$position";
 
 /// The source connection's setting: how many bytes of log its change
 /// streams may keep before an event says so.
@@ -57,12 +54,6 @@ const CONTINUOUS_COMMIT: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// [`MAX_RETAINED`] unless set: 10 GiB.
 pub const DEFAULT_MAX_RETAINED: u64 = 10 << 30;
-
-/// The name of a flow's change stream (its slot and publication on the
-/// source).
-pub fn stream_name(flow: &Flow) -> String {
-    flow.id.as_uuid().simple().to_string()
-}
 
 /// A stop at a commit that is not a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,10 +425,10 @@ impl SyncService {
     pub(super) async fn drop_stream(&self, flow: &Flow) {
         let dropped = async {
             let changes = self.change_source_of(flow).await.map_err(|e| e.to_string())?;
-            changes.drop_stream(&stream_name(flow)).await.map_err(|e| e.to_string())
+            changes.drop_stream(&flow.stream_name()).await.map_err(|e| e.to_string())
         };
         if let Err(e) = dropped.await {
-            tracing::warn!(flow = %flow.id, stream = %stream_name(flow), error = %e, "the flow's change stream could not be removed from its source");
+            tracing::warn!(flow = %flow.id, stream = %flow.stream_name(), error = %e, "the flow's change stream could not be removed from its source");
         }
     }
 
@@ -480,7 +471,7 @@ impl SyncService {
                     code: f.code,
                 }),
             };
-            stats.status = if result.is_ok() { "succeeded" } else { "failed" }.into();
+            stats.status = if result.is_ok() { EntityStatus::Succeeded } else { EntityStatus::Failed };
             if let Err(f) = &result {
                 stats.error = Some(f.message.clone());
                 stats.error_code = f.code.map(|c| c.as_str().to_string());
@@ -503,7 +494,7 @@ impl SyncService {
         entities: &mut Vec<Entity<'a>>,
     ) -> Result<(), CaptureFailure> {
         let Scope { run, flow, source, changes, dest } = scope;
-        let stream = stream_name(flow);
+        let stream = flow.stream_name();
         let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
         let held: HashMap<String, String> = dest.positions(&stream).await?.into_iter().collect();
         let holds_any = mappings.iter().any(|(_, m)| held.contains_key(m.destination()));
@@ -537,7 +528,7 @@ impl SyncService {
             let position = held.get(m.destination()).cloned();
             let stats = EntityStats {
                 entity: entity.into(),
-                status: "running".into(),
+                status: EntityStatus::Running,
                 rows_written: prior,
                 cursor_before: position.clone(),
                 ..Default::default()
@@ -568,14 +559,14 @@ impl SyncService {
                     "the change stream moved on to {r} while this table holds {p}: the changes between are lost; \
                      copy it again with DELETE …/state/{entity}"
                 );
-                self.log(run, "error", Some(entity), message.clone()).await;
+                self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
                 e.stopped = Some(Stop::Lost(message));
             } else if let Some(retyped) = match position {
                 Some(_) => Some(self.retyped_columns(dest, &e.schema).await).filter(|r| !r.is_empty()),
                 None => None,
             } {
                 let message = retyped_message(&retyped, entity);
-                self.log(run, "error", Some(entity), message.clone()).await;
+                self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
                 e.stopped = Some(Stop::Failed(message));
             } else if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
                 let message = "new source columns blocked by schema_policy block_on_new_column".to_string();
@@ -634,7 +625,7 @@ impl SyncService {
                 _ => {
                     let message = "the flow was paused, changed or deleted: this run ends (a changed flow's next run \
                                    starts at once)";
-                    self.log(run, "info", None, message.into()).await;
+                    self.log(run, LogLevel::Info, None, message.into()).await;
                     return Ok(());
                 }
             }
@@ -675,7 +666,7 @@ impl SyncService {
         if retained <= budget {
             return;
         }
-        let event = crate::monitoring::rule::RETAINED_OVER_BUDGET;
+        let event = crate::monitoring::activity::EventType::CdcRetainedOverBudget;
         let since = self.clock.now() - time::Duration::days(1);
         let told = match self.monitoring.recent(flow.org_id, since, 1000).await {
             Ok(events) => events.iter().any(|e| e.event_type == event && e.data["flow_id"] == json!(flow.id)),
@@ -689,7 +680,7 @@ impl SyncService {
             .record(&crate::monitoring::activity::ActivityEvent {
                 id: uuid::Uuid::now_v7(),
                 org_id: flow.org_id,
-                event_type: event.into(),
+                event_type: event,
                 severity: "warning".into(),
                 message: format!(
                     "flow '{}' makes its source keep {retained} bytes of log, over the {budget} of the source \
@@ -721,14 +712,14 @@ impl SyncService {
             Some(_) => format!("copying the table in a snapshot at {}; its changes follow from there", e.position),
             None => "copying the table as it is now; the stream is replayed over it from its position".into(),
         };
-        self.log(run, "info", Some(&entity), how).await;
+        self.log(run, LogLevel::Info, Some(&entity), how).await;
         if let Some(snapshot) = snapshot
             && self.copy_in_bulk(scope, stream, e, snapshot).await?
         {
             return Ok(());
         }
         let mut writer = dest
-            .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::run::attempt_of(run))
+            .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::queue::attempt_of(run))
             .await
             .map_err(|x| e.failed(x))?;
         // A mirror ends up with exactly the source's rows: what it held
@@ -825,7 +816,7 @@ impl SyncService {
             return Ok(false);
         }
         let entity = e.m.source_entity.clone();
-        let attempt = super::run::attempt_of(run);
+        let attempt = super::queue::attempt_of(run);
         let mut writer = dest.open_for(&e.schema, WriteMode::Overwrite, &attempt).await.map_err(|x| e.failed(x))?;
         let Some(format) = writer.bulk_format() else {
             writer.abort().await;
@@ -842,7 +833,7 @@ impl SyncService {
                 return Err(e.failed(x));
             }
         };
-        self.log(run, "info", Some(&entity), format!("bulk copy ({format}) into a fresh table")).await;
+        self.log(run, LogLevel::Info, Some(&entity), format!("bulk copy ({format}) into a fresh table")).await;
         let loaded = match writer.write_bulk(&mut *bulk, None).await {
             Ok(n) => n,
             Err(x) => {
@@ -889,7 +880,7 @@ impl SyncService {
         e.stream_types = s.fields.iter().map(|f| (f.name.clone(), f.field_type)).collect();
         if !retyped.is_empty() {
             let message = retyped_message(&retyped, &entity);
-            self.log(scope.run, "error", Some(&entity), message.clone()).await;
+            self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
             e.stop(Stop::Failed(message)).await;
             return Ok(());
         }
@@ -912,13 +903,13 @@ impl SyncService {
                  (re-snapshots are not built yet; a new flow copies it afresh)",
                 dropped.join(", ")
             );
-            self.log(scope.run, "error", Some(&entity), message.clone()).await;
+            self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
             e.stop(Stop::Failed(message)).await;
             return Ok(());
         }
         if e.m.schema_policy == crate::sync::flow::SchemaPolicy::BlockOnNewColumn {
             let message = format!("new source columns {} blocked by schema_policy block_on_new_column", new.join(", "));
-            self.log(scope.run, "warn", Some(&entity), message.clone()).await;
+            self.log(scope.run, LogLevel::Warn, Some(&entity), message.clone()).await;
             e.stop(Stop::Drift(message)).await;
             return Ok(());
         }
@@ -936,12 +927,12 @@ impl SyncService {
         e.source_fields = catalog;
         e.schema = capture_schema(e.m, &e.source_fields)
             .map_err(|message| CaptureFailure { entity: Some(entity.clone()), ..CaptureFailure::all(message) })?;
-        let attempt = super::run::attempt_of(scope.run);
+        let attempt = super::queue::attempt_of(scope.run);
         e.writer =
             Some(scope.dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &attempt).await.map_err(|x| e.failed(x))?);
         e.order = order_of(&s.fields, &e.source_fields);
         let message = format!("new source columns {}: added to the destination", new.join(", "));
-        self.log(scope.run, "info", Some(&entity), message).await;
+        self.log(scope.run, LogLevel::Info, Some(&entity), message).await;
         Ok(())
     }
 
@@ -974,7 +965,7 @@ impl SyncService {
         }
         for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
             e.writer = Some(
-                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::run::attempt_of(run))
+                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::queue::attempt_of(run))
                     .await
                     .map_err(|x| e.failed(x))?,
             );
@@ -1085,7 +1076,7 @@ impl SyncService {
     async fn show_position(&self, run: &Run, flow: &Flow, entity: &str, position: &str) -> Result<(), CaptureFailure> {
         let c = Cursor {
             entity: entity.to_string(),
-            cursor_field: Some(POSITION_FIELD.into()),
+            cursor_field: Some(crate::sync::mode::POSITION_FIELD.into()),
             cursor_value: Some(position.to_string()),
             updated_at: self.clock.now(),
         };

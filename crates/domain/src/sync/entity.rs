@@ -11,7 +11,8 @@
 //! swapping the new table in. A first load goes in bulk where both sides
 //! can (binary COPY, a file stream), in key ranges read at once.
 
-use super::run::{EntityOutcome, Failure, Progress, RunScope, RunSource, attempt_of};
+use super::queue::attempt_of;
+use super::run::{EntityOutcome, Failure, Progress, RunScope, RunSource};
 use super::service::SyncService;
 use crate::connect::connector::{
     CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Value, WriteMode, WriteStats,
@@ -156,7 +157,7 @@ impl SyncService {
                 && let Some(stream) =
                     source.io.bulk_out(entity, format, &source_fields, cursor, self.read_ranges).await?
             {
-                self.log(run, "info", Some(entity), format!("bulk copy ({format})")).await;
+                self.log(run, LogLevel::Info, Some(entity), format!("bulk copy ({format})")).await;
                 return if m.sync_mode == SyncMode::FullRefreshOverwrite {
                     self.bulk_overwrite(&step, writer, stream, stats).await
                 } else {
@@ -256,7 +257,7 @@ impl SyncService {
                      no lookback); a row committed after this read with an older {field} is missed"
                 ),
             };
-            self.log(run, "info", Some(entity), protection).await;
+            self.log(run, LogLevel::Info, Some(entity), protection).await;
         }
         if let Some(b) = &bound {
             let from = match (&stats.cursor_before, &b.from) {
@@ -270,7 +271,7 @@ impl SyncService {
                 }
                 (Some(v), _) => format!("reading where {} >= {v}", b.field),
             };
-            self.log(run, "info", Some(entity), from).await;
+            self.log(run, LogLevel::Info, Some(entity), from).await;
         }
         Ok(Read { cursor_idx, floor: cursor.clone(), cursor, bound, horizon })
     }
@@ -304,7 +305,7 @@ impl SyncService {
             what.push(format!("source columns whose type changed {}", retyped.join(", ")));
         }
         let message = format!("{} blocked by schema_policy block_on_new_column", what.join("; "));
-        self.log(run, "warn", Some(&m.source_entity), message).await;
+        self.log(run, LogLevel::Warn, Some(&m.source_entity), message).await;
         Ok(true)
     }
 
@@ -394,8 +395,13 @@ impl SyncService {
                 return Err(e.into());
             }
         };
-        self.log(step.run, "info", Some(entity), format!("bulk copy ({format}): a first load into a fresh table"))
-            .await;
+        self.log(
+            step.run,
+            LogLevel::Info,
+            Some(entity),
+            format!("bulk copy ({format}): a first load into a fresh table"),
+        )
+        .await;
         let outcome = self.bulk_overwrite(step, writer, stream, stats).await?;
         read.cursor = max;
         self.end_cursor(step, read.capped(), stats).await?;
@@ -582,7 +588,7 @@ impl SyncService {
     /// A run canceled at a checkpoint: the uncommitted rest is rolled back.
     async fn cancel_after_checkpoint(&self, run: &Run, entity: &str, writer: Box<dyn EntityWriter>) -> EntityOutcome {
         writer.abort().await;
-        self.log(run, "warn", Some(entity), "canceled after a checkpoint; committed rows stay".into()).await;
+        self.log(run, LogLevel::Warn, Some(entity), "canceled after a checkpoint; committed rows stay".into()).await;
         EntityOutcome::Canceled
     }
 
@@ -590,7 +596,7 @@ impl SyncService {
     /// nothing is left uncommitted, the cursor holds the place.
     async fn stop_after_checkpoint(&self, run: &Run, entity: &str, writer: Box<dyn EntityWriter>) -> EntityOutcome {
         writer.abort().await;
-        self.log(run, "info", Some(entity), "paused after a checkpoint: the process is stopping".into()).await;
+        self.log(run, LogLevel::Info, Some(entity), "paused after a checkpoint: the process is stopping".into()).await;
         EntityOutcome::Stopped
     }
 

@@ -175,6 +175,14 @@ pub struct Flow {
     pub updated_at: OffsetDateTime,
 }
 
+impl Flow {
+    /// The name of the flow's change stream (its slot and publication on
+    /// the source).
+    pub fn stream_name(&self) -> String {
+        self.id.as_uuid().simple().to_string()
+    }
+}
+
 /// The longest schedule taken.
 pub const MAX_SCHEDULE_LEN: usize = 256;
 
@@ -340,11 +348,61 @@ impl RunStatus {
     }
 }
 
+/// How much a run's log line matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLevel {
+    Info,
+    Warn,
+    Error,
+}
+
+impl LogLevel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [LogLevel::Info, LogLevel::Warn, LogLevel::Error].into_iter().find(|l| l.as_str() == s)
+    }
+}
+
+/// Where one entity of a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntityStatus {
+    #[default]
+    Running,
+    Succeeded,
+    Failed,
+    DriftDetected,
+    Canceled,
+    /// Paused at a checkpoint: the process stopped; the run resumes.
+    Paused,
+}
+
+impl EntityStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EntityStatus::Running => "running",
+            EntityStatus::Succeeded => "succeeded",
+            EntityStatus::Failed => "failed",
+            EntityStatus::DriftDetected => "drift_detected",
+            EntityStatus::Canceled => "canceled",
+            EntityStatus::Paused => "paused",
+        }
+    }
+}
+
 /// What a run did to one entity.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct EntityStats {
     pub entity: String,
-    pub status: String,
+    pub status: EntityStatus,
     pub rows_read: u64,
     pub rows_written: u64,
     pub bytes: u64,
@@ -388,7 +446,7 @@ pub struct Run {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunLog {
     pub ts: OffsetDateTime,
-    pub level: String,
+    pub level: LogLevel,
     pub entity: Option<String>,
     pub message: String,
 }

@@ -2,10 +2,8 @@
 //! what a mapping must name, and de-duplication within a batch. Cursor
 //! values have their own rules in [`super::cursor`].
 
-use super::cursor::cursor_type;
-use crate::FieldError;
 use crate::connect::connector::WriteMode;
-use crate::shared::record::{EntitySchema, RecordBatch, Value, compare_values};
+use crate::shared::record::{RecordBatch, Value, compare_values};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -88,6 +86,12 @@ pub const DELETED_AT: &str = "_sluice_deleted_at";
 pub const OP: &str = "_sluice_op";
 pub const POSITION: &str = "_sluice_position";
 pub const COMMITTED_AT: &str = "_sluice_committed_at";
+/// What a stored CDC position shows as its cursor field (`GET …/state`).
+pub const POSITION_FIELD: &str = "$position";
+
+/// The connector feature of a destination that applies captured changes
+/// (deletes, updates by key, stream positions with the rows).
+pub const APPLIES_CHANGES: &str = "apply_changes";
 
 impl DeleteMode {
     pub fn as_str(self) -> &'static str {
@@ -96,155 +100,6 @@ impl DeleteMode {
             DeleteMode::Soft => "soft",
         }
     }
-}
-
-/// Checks the fields a sync mode needs, against the source schema when it
-/// is known. `path` prefixes the field names in errors (`config.mappings[0]`).
-pub fn check_mapping(
-    path: &str,
-    mode: SyncMode,
-    cursor_field: Option<&str>,
-    primary_key: Option<&str>,
-    schema: Option<&EntitySchema>,
-) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    if mode.incremental() {
-        match cursor_field {
-            None | Some("") => errors
-                .push(FieldError::new(format!("{path}.cursor_field"), format!("is required by {}", mode.as_str()))),
-            Some(c) => {
-                if let Some(s) = schema {
-                    match s.field(c) {
-                        None => errors.push(FieldError::new(
-                            format!("{path}.cursor_field"),
-                            format!("'{c}' is not a field of {}", s.name),
-                        )),
-                        Some(f) if !cursor_type(f.field_type) => errors.push(FieldError::new(
-                            format!("{path}.cursor_field"),
-                            format!(
-                                "'{c}' is {}; a cursor must be an integer, number, decimal, timestamp, date or string",
-                                f.field_type
-                            ),
-                        )),
-                        Some(_) => {}
-                    }
-                }
-            }
-        }
-    }
-    if mode.needs_primary_key() {
-        match primary_key {
-            None | Some("") => {
-                errors.push(FieldError::new(format!("{path}.primary_key"), format!("is required by {}", mode.as_str())))
-            }
-            Some(k) => {
-                if let Some(s) = schema {
-                    for part in k.split(',').map(str::trim) {
-                        if s.field(part).is_none() {
-                            errors.push(FieldError::new(
-                                format!("{path}.primary_key"),
-                                format!("'{part}' is not a field of {}", s.name),
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    errors
-}
-
-/// The rules of a mapping's change data capture settings that need no
-/// schema: `delete_mode` belongs to `cdc_deduped`, and a CDC mode reads the
-/// source's log, not a cursor.
-pub fn check_capture(path: &str, m: &crate::sync::flow::Mapping) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    if m.delete_mode.is_some() && m.sync_mode != SyncMode::CdcDeduped {
-        errors.push(FieldError::new(format!("{path}.delete_mode"), "applies to cdc_deduped only"));
-    }
-    if m.sync_mode.cdc() && m.transform.iter().any(|s| matches!(s, crate::sync::transform::Step::Filter { .. })) {
-        errors.push(FieldError::new(
-            format!("{path}.transform"),
-            format!(
-                "{} applies every change of the table: a filter would keep some of a row's changes and drop others",
-                m.sync_mode.as_str()
-            ),
-        ));
-    }
-    if m.sync_mode.cdc() {
-        for (field, set) in
-            [("cursor_field", m.cursor_field.is_some()), ("cursor_lookback", m.cursor_lookback.is_some())]
-        {
-            if set {
-                errors.push(FieldError::new(
-                    format!("{path}.{field}"),
-                    format!("{} reads the source's change log: it takes no {field}", m.sync_mode.as_str()),
-                ));
-            }
-        }
-    }
-    errors
-}
-
-/// The connector feature of a destination that applies captured changes
-/// (deletes, updates by key, stream positions with the rows).
-pub const APPLIES_CHANGES: &str = "apply_changes";
-
-/// A CDC mapping needs a source type that captures changes and a
-/// destination type that applies them (`dest`: its type and features, when
-/// known).
-pub fn check_capture_mode(
-    path: &str,
-    m: &crate::sync::flow::Mapping,
-    source_modes: &[&str],
-    source_type: &str,
-    dest: Option<(&str, &[&str])>,
-) -> Option<FieldError> {
-    if !m.sync_mode.cdc() {
-        return None;
-    }
-    let field = format!("{path}.sync_mode");
-    if !source_modes.contains(&m.sync_mode.as_str()) {
-        return Some(FieldError::new(
-            field,
-            format!(
-                "{source_type} sources do not capture changes ({} needs a PostgreSQL source)",
-                m.sync_mode.as_str()
-            ),
-        ));
-    }
-    match dest {
-        Some((t, features)) if !features.contains(&APPLIES_CHANGES) => Some(FieldError::new(
-            field,
-            format!("{t} destinations cannot apply captured changes yet (PostgreSQL, MySQL/MariaDB and SQLite can)"),
-        )),
-        _ => None,
-    }
-}
-
-/// A CDC mapping needs a table with a primary key (the log names a row by
-/// it), which the mapping's `primary_key`, if it names one, must be.
-pub fn check_capture_keys(path: &str, m: &crate::sync::flow::Mapping, schema: &EntitySchema) -> Option<FieldError> {
-    if !m.sync_mode.cdc() {
-        return None;
-    }
-    let keys: Vec<&str> = schema.fields.iter().filter(|f| f.primary_key).map(|f| f.name.as_str()).collect();
-    if keys.is_empty() {
-        return Some(FieldError::new(
-            format!("{path}.source_entity"),
-            format!("'{}' has no primary key: change data capture needs one to name each changed row", schema.name),
-        ));
-    }
-    let mut named = m.key_fields();
-    named.sort_unstable();
-    let mut source_keys = keys.clone();
-    source_keys.sort_unstable();
-    (!named.is_empty() && named != source_keys).then(|| {
-        FieldError::new(
-            format!("{path}.primary_key"),
-            format!("must be the source's primary key ({}) or left out", keys.join(", ")),
-        )
-    })
 }
 
 /// Keeps one row per primary key: the one with the greatest cursor (the
@@ -417,27 +272,5 @@ pub(crate) mod tests {
         b.rows[0][1] = Value::String("first".into());
         b.rows[1][1] = Value::String("second".into());
         assert_eq!(dedupe(b, &[0], None).rows, vec![vec![Value::Int(1), Value::String("second".into())]]);
-    }
-
-    #[test]
-    fn mappings_name_what_their_mode_needs() {
-        let mut id = Field::new("id", FieldType::Integer);
-        id.primary_key = true;
-        let schema = EntitySchema {
-            name: "orders".into(),
-            fields: vec![id, Field::new("updated", FieldType::Timestamp), Field::new("meta", FieldType::Object)],
-        };
-        assert!(check_mapping("m", SyncMode::FullRefreshOverwrite, None, None, Some(&schema)).is_empty());
-        let e = check_mapping("m", SyncMode::IncrementalDeduped, None, None, Some(&schema));
-        assert_eq!(e.iter().map(|x| x.field.as_str()).collect::<Vec<_>>(), ["m.cursor_field", "m.primary_key"]);
-        let e = check_mapping("m", SyncMode::IncrementalAppend, Some("nope"), None, Some(&schema));
-        assert!(e[0].message.contains("not a field"));
-        let e = check_mapping("m", SyncMode::IncrementalAppend, Some("meta"), None, Some(&schema));
-        assert!(e[0].message.contains("cannot") || e[0].message.contains("must be"));
-        assert!(
-            check_mapping("m", SyncMode::IncrementalDeduped, Some("updated"), Some("id"), Some(&schema)).is_empty()
-        );
-        // Without the source's schema only presence is checked.
-        assert!(check_mapping("m", SyncMode::IncrementalDeduped, Some("x"), Some("y"), None).is_empty());
     }
 }

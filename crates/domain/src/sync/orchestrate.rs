@@ -93,7 +93,7 @@ impl SyncService {
         self.monitoring.record(&ActivityEvent {
                 id: Uuid::now_v7(),
                 org_id: run.org_id,
-                event_type: format!("run.{}", run.status.as_str()),
+                event_type: crate::monitoring::activity::EventType::parse(&format!("run.{}", run.status.as_str())),
                 severity: severity.into(),
                 message: format!("run {} of flow {} {} ({rows} rows written)", run.id, run.flow_id, run.status.as_str()),
                 data: json!({"run_id": run.id, "flow_id": run.flow_id, "trace_id": run.trace_id, "rows_written": rows, "error": run.error}),

@@ -12,7 +12,6 @@
 //! ([`SyncService::stop_at_checkpoint`]). The store's side is in the
 //! ports' `RunRepository` and `QueueRepository`.
 
-use super::run::Failure;
 use super::service::SyncService;
 use crate::Result;
 use crate::shared::ids::RunId;
@@ -49,6 +48,13 @@ impl Run {
 }
 
 impl SyncService {
+    /// Queues a run in trace `trace_id`.
+    pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
+        let run = new_run(f, trigger, trace_id, self.clock.now());
+        self.runs.enqueue(&run).await?;
+        Ok(run)
+    }
+
     /// Whether `run` is a continuous flow's: it goes on until stopped, so
     /// a worker runs it beside the others.
     pub async fn is_continuous(&self, run: &Run) -> bool {
@@ -76,12 +82,6 @@ impl SyncService {
 
     pub(super) async fn canceled(&self, run: &Run) -> bool {
         matches!(self.runs.status(run.id).await, Ok(Some(RunStatus::Canceled)))
-    }
-
-    /// Refuses to go on once this attempt no longer holds the run: checked
-    /// before every commit to a destination.
-    pub(super) async fn hold(&self, run: &Run) -> Result<(), Failure> {
-        if self.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 
     /// Renews `worker`'s lease on the run it executes; `false` when the run
@@ -122,7 +122,7 @@ impl SyncService {
                             None,
                             &RunLog {
                                 ts: now,
-                                level: "warn".into(),
+                                level: LogLevel::Warn,
                                 entity: None,
                                 message: format!(
                                     "worker {} stopped answering; queued again (attempt {})",
@@ -141,7 +141,7 @@ impl SyncService {
                 run.error = Some(why.clone());
                 self.runs.save(&run).await?;
                 let line =
-                    RunLog { ts: now, level: "error".into(), entity: None, message: format!("run failed: {why}") };
+                    RunLog { ts: now, level: LogLevel::Error, entity: None, message: format!("run failed: {why}") };
                 let _ = self.runs.log(run.id, None, &line).await;
                 self.after_run(&run).await?;
                 n += 1;
@@ -176,4 +176,9 @@ pub fn new_run(f: &Flow, trigger: Trigger, trace_id: Uuid, now: OffsetDateTime) 
 /// 30 s, then 60 s, doubling.
 pub fn backoff(attempt: u32) -> Duration {
     Duration::seconds(30 * (1i64 << attempt.saturating_sub(1).min(10)))
+}
+
+/// The attempt a run's destination sessions are marked with.
+pub(super) fn attempt_of(run: &Run) -> crate::connect::connector::Attempt {
+    crate::connect::connector::Attempt { run: run.id.as_uuid(), number: run.attempt }
 }

@@ -169,11 +169,17 @@ impl From<&str> for Failure {
 }
 
 impl SyncService {
-    pub(super) async fn log(&self, run: &Run, level: &str, entity: Option<&str>, message: String) {
-        let line = RunLog { ts: self.clock.now(), level: level.into(), entity: entity.map(str::to_string), message };
+    pub(super) async fn log(&self, run: &Run, level: LogLevel, entity: Option<&str>, message: String) {
+        let line = RunLog { ts: self.clock.now(), level, entity: entity.map(str::to_string), message };
         if let Err(e) = self.runs.log(run.id, Some(run.fence()), &line).await {
             tracing::warn!(run = %run.id, error = %e, "recording a run log line failed");
         }
+    }
+
+    /// Refuses to go on once this attempt no longer holds the run: checked
+    /// before every commit to a destination.
+    pub(super) async fn hold(&self, run: &Run) -> Result<(), Failure> {
+        if self.runs.holds(run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 
     /// Executes a claimed run to its end and stores the outcome: paused
@@ -203,7 +209,7 @@ impl SyncService {
         let all_transient = match &result {
             Err(f) => f.transient,
             Ok(EntityOutcome::Done) => {
-                let failed = run.entities.iter().filter(|e| e.status == "failed").count();
+                let failed = run.entities.iter().filter(|e| e.status == EntityStatus::Failed).count();
                 failed > 0 && transient.len() == failed
             }
             Ok(_) => false,
@@ -226,7 +232,7 @@ impl SyncService {
     /// cursors.
     async fn requeue_paused(&self, run: &mut Run) {
         let message = "the worker is stopping: paused at a checkpoint; queued again to resume from it";
-        self.log(run, "warn", None, message.into()).await;
+        self.log(run, LogLevel::Warn, None, message.into()).await;
         // The progress so far, so that the next attempt counts its rows.
         if let Err(e) = self.runs.progress(run.fence(), &run.entities).await {
             tracing::warn!(run = %run.id, error = %e, "storing a paused run's progress failed");
@@ -252,7 +258,7 @@ impl SyncService {
             run.attempt,
             crate::connect::connector::format_timestamp(at)
         );
-        self.log(run, "warn", None, message.clone()).await;
+        self.log(run, LogLevel::Warn, None, message.clone()).await;
         match self.queue.retry_later(run.fence(), at, &message).await {
             Ok(()) => {
                 run.status = RunStatus::Queued;
@@ -275,7 +281,7 @@ impl SyncService {
         run.finished_at = Some(self.clock.now());
         run.status = match result {
             Err(f) => {
-                self.log(run, "error", None, f.message.clone()).await;
+                self.log(run, LogLevel::Error, None, f.message.clone()).await;
                 run.error = Some(f.message);
                 RunStatus::Failed
             }
@@ -284,8 +290,12 @@ impl SyncService {
             Ok(EntityOutcome::Stopped) => RunStatus::Queued,
             Ok(EntityOutcome::Drift) => RunStatus::DriftDetected,
             Ok(EntityOutcome::Done) => {
-                let failed: Vec<&str> =
-                    run.entities.iter().filter(|e| e.status == "failed").map(|e| e.entity.as_str()).collect();
+                let failed: Vec<&str> = run
+                    .entities
+                    .iter()
+                    .filter(|e| e.status == EntityStatus::Failed)
+                    .map(|e| e.entity.as_str())
+                    .collect();
                 if failed.is_empty() {
                     RunStatus::Succeeded
                 } else {
@@ -312,7 +322,8 @@ impl SyncService {
             (Some(e), RunStatus::Failed) => format!("run failed ({rows} rows written): {e}"),
             _ => format!("run {} ({rows} rows written)", run.status.as_str()),
         };
-        self.log(run, if run.status == RunStatus::Succeeded { "info" } else { "warn" }, None, summary).await;
+        self.log(run, if run.status == RunStatus::Succeeded { LogLevel::Info } else { LogLevel::Warn }, None, summary)
+            .await;
         if let Err(e) = self.runs.save(run).await {
             tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
@@ -323,7 +334,7 @@ impl SyncService {
         match self.after_run(run).await {
             Ok(next) if !next.is_empty() => {
                 let ids: Vec<String> = next.iter().map(|r| r.flow_id.to_string()).collect();
-                self.log(run, "info", None, format!("queued downstream flows {}", ids.join(", "))).await;
+                self.log(run, LogLevel::Info, None, format!("queued downstream flows {}", ids.join(", "))).await;
             }
             Ok(_) => {}
             Err(e) => tracing::error!(run = %run.id, error = %e, "orchestrating downstream flows failed"),
@@ -340,7 +351,7 @@ impl SyncService {
         let dest = self.connect.open_destination(flow.org_id, flow.destination_connection_id).await?.io;
         self.log(
             run,
-            "info",
+            LogLevel::Info,
             None,
             format!("run started ({}), {} entities", run.trigger.as_str(), flow.config.mappings.len()),
         )
@@ -348,11 +359,11 @@ impl SyncService {
         if run.attempt > 1 {
             // A take-over: a frozen worker's open transaction would hold
             // its locks for as long as it stays frozen.
-            match dest.end_earlier_attempts(&attempt_of(run)).await {
+            match dest.end_earlier_attempts(&super::queue::attempt_of(run)).await {
                 Ok(0) => {}
                 Ok(n) => {
                     let message = format!("ended {n} destination session(s) an earlier attempt of this run held");
-                    self.log(run, "info", None, message).await;
+                    self.log(run, LogLevel::Info, None, message).await;
                 }
                 Err(e) => tracing::warn!(run = %run.id, error = %e, "earlier attempts' sessions could not be ended"),
             }
@@ -472,27 +483,27 @@ impl SyncService {
                         stats.rows_written,
                         stats.cursor_after.as_deref().unwrap_or("its start")
                     );
-                    self.log(run, "info", Some(&stats.entity), message).await;
+                    self.log(run, LogLevel::Info, Some(&stats.entity), message).await;
                     Ok(EntityOutcome::Done)
                 }
                 Err(f) if f.halt == Some(super::capture::Halt::Canceled) => {
-                    stats.status = "canceled".into();
+                    stats.status = EntityStatus::Canceled;
                     stats.error = None;
                     Ok(EntityOutcome::Canceled)
                 }
                 Err(f) if f.halt == Some(super::capture::Halt::Drift) => {
-                    stats.status = "drift_detected".into();
+                    stats.status = EntityStatus::DriftDetected;
                     stats.error = Some(f.message);
                     Ok(EntityOutcome::Drift)
                 }
                 Err(f) if f.halt == Some(super::capture::Halt::Stopped) => {
-                    stats.status = "paused".into();
+                    stats.status = EntityStatus::Paused;
                     stats.error = None;
                     Ok(EntityOutcome::Stopped)
                 }
                 Err(f) => {
                     if !f.lost {
-                        self.log(run, "error", Some(&stats.entity), f.message.clone()).await;
+                        self.log(run, LogLevel::Error, Some(&stats.entity), f.message.clone()).await;
                     }
                     Err(Failure { message: f.message, transient: f.transient, lost: f.lost })
                 }
@@ -526,7 +537,7 @@ impl SyncService {
         let prior = scope.earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
         let mut stats = EntityStats {
             entity: m.source_entity.clone(),
-            status: "running".into(),
+            status: EntityStatus::Running,
             rows_written: prior,
             ..Default::default()
         };
@@ -534,31 +545,26 @@ impl SyncService {
         stats.duration_ms = started.elapsed().as_millis() as u64;
         match &outcome {
             Ok(EntityOutcome::Done) => {
-                stats.status = "succeeded".into();
+                stats.status = EntityStatus::Succeeded;
                 self.log(
                     run,
-                    "info",
+                    LogLevel::Info,
                     Some(&m.source_entity),
                     format!("{} rows read, {} written", stats.rows_read, stats.rows_written),
                 )
                 .await;
             }
-            Ok(EntityOutcome::Drift) => stats.status = "drift_detected".into(),
-            Ok(EntityOutcome::Canceled) => stats.status = "canceled".into(),
-            Ok(EntityOutcome::Stopped) => stats.status = "paused".into(),
+            Ok(EntityOutcome::Drift) => stats.status = EntityStatus::DriftDetected,
+            Ok(EntityOutcome::Canceled) => stats.status = EntityStatus::Canceled,
+            Ok(EntityOutcome::Stopped) => stats.status = EntityStatus::Paused,
             Err(f) if f.lost => {}
             Err(f) => {
-                self.log(run, "error", Some(&m.source_entity), f.message.clone()).await;
-                stats.status = "failed".into();
+                self.log(run, LogLevel::Error, Some(&m.source_entity), f.message.clone()).await;
+                stats.status = EntityStatus::Failed;
                 stats.error = Some(f.message.clone());
             }
         }
         let _ = scope.progress.set(index, &stats).await;
         Turn::Ran(Box::new(stats), outcome)
     }
-}
-
-/// The attempt a run's destination sessions are marked with.
-pub(super) fn attempt_of(run: &Run) -> crate::connect::connector::Attempt {
-    crate::connect::connector::Attempt { run: run.id.as_uuid(), number: run.attempt }
 }

@@ -408,13 +408,6 @@ impl SyncService {
         Ok(running.or_else(|| recent.items.iter().find(active)).cloned())
     }
 
-    /// Queues a run in trace `trace_id`.
-    pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
-        let run = crate::sync::queue::new_run(f, trigger, trace_id, self.clock.now());
-        self.runs.enqueue(&run).await?;
-        Ok(run)
-    }
-
     pub async fn list_runs(
         &self,
         p: &Principal,
@@ -556,13 +549,13 @@ impl SyncService {
             // their own, the stream going on from there), and the state
             // shows them pending.
             let dest = self.destination_of(&f).await?;
-            let stream = crate::sync::capture::stream_name(&f);
+            let stream = f.stream_name();
             for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && x.sync_mode.cdc()) {
                 dest.move_position(&stream, m.destination(), None).await.map_err(unreachable("destination"))?;
             }
             let pending = Cursor {
                 entity: entity.to_string(),
-                cursor_field: Some(crate::sync::capture::POSITION_FIELD.into()),
+                cursor_field: Some(crate::sync::mode::POSITION_FIELD.into()),
                 cursor_value: None,
                 updated_at: self.clock.now(),
             };
@@ -584,7 +577,7 @@ impl SyncService {
             .map(|(mut cursor, m)| {
                 let snapshot = m.sync_mode.cdc().then(|| {
                     if cursor.cursor_field.is_none() {
-                        cursor.cursor_field = Some(crate::sync::capture::POSITION_FIELD.into());
+                        cursor.cursor_field = Some(crate::sync::mode::POSITION_FIELD.into());
                     }
                     match (&cursor.cursor_value, running) {
                         (Some(_), _) => SnapshotProgress { state: "done", chunks_done: 1, chunks_total: 1 },
@@ -621,7 +614,7 @@ impl SyncService {
         let refused =
             |message: String| Error::Unprocessable { code: crate::shared::error::Code::PositionNotRetained, message };
         let (changes, dest) = (self.change_source_of(f).await?, self.destination_of(f).await?);
-        let stream = crate::sync::capture::stream_name(f);
+        let stream = f.stream_name();
         let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
         let tables: Vec<&str> = f
             .config
@@ -659,7 +652,7 @@ impl SyncService {
         }
         let cursor = Cursor {
             entity: entity.to_string(),
-            cursor_field: Some(crate::sync::capture::POSITION_FIELD.into()),
+            cursor_field: Some(crate::sync::mode::POSITION_FIELD.into()),
             cursor_value: Some(value.to_string()),
             updated_at: self.clock.now(),
         };

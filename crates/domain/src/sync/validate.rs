@@ -11,7 +11,9 @@
 //! [`super::flow::resolve_dependencies`] by each writer, which knows where
 //! names are looked up.
 
+use super::cursor::cursor_type;
 use super::flow::{FlowConfig, check_schedule};
+use super::mode::SyncMode;
 use crate::connect::connector::{Capability, ConnectorSpec, EntitySchema};
 use crate::identity::user::validate_name;
 use crate::{Error, FieldError};
@@ -62,7 +64,7 @@ pub fn check_flow(prefix: &str, flow: &Draft<'_>, source: Option<End<'_>>, dest:
         let path = format!("config.mappings[{i}]");
         if let Some(spec) = source_spec {
             let applies = dest_spec.map(|d| (d.connector_type, d.features.as_slice()));
-            errors.extend(super::check_capture_mode(&path, m, &spec.sync_modes, spec.connector_type, applies));
+            errors.extend(check_capture_mode(&path, m, &spec.sync_modes, spec.connector_type, applies));
         }
         // Every destination that applies changes takes the CDC modes
         // (checked above); the others are the destination's to take.
@@ -100,14 +102,8 @@ pub fn check_against_source(
             ));
             continue;
         };
-        errors.extend(super::check_capture_keys(&path, m, s));
-        errors.extend(super::check_mapping(
-            &path,
-            m.sync_mode,
-            m.cursor_field.as_deref(),
-            m.primary_key.as_deref(),
-            Some(s),
-        ));
+        errors.extend(check_capture_keys(&path, m, s));
+        errors.extend(check_mapping(&path, m.sync_mode, m.cursor_field.as_deref(), m.primary_key.as_deref(), Some(s)));
         if let Err(f) = super::transform::plan(&format!("{path}.transform"), &m.transform, &s.fields) {
             errors.extend(f);
         }
@@ -167,19 +163,13 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
                 format!("'{}' is written by another mapping", m.destination()),
             ));
         }
-        errors.extend(super::check_mapping(
-            &path,
-            m.sync_mode,
-            m.cursor_field.as_deref(),
-            m.primary_key.as_deref(),
-            None,
-        ));
+        errors.extend(check_mapping(&path, m.sync_mode, m.cursor_field.as_deref(), m.primary_key.as_deref(), None));
         if let Some(l) = &m.cursor_lookback
             && let Err(e) = super::parse_lookback(l)
         {
             errors.push(FieldError::new(format!("{path}.cursor_lookback"), e));
         }
-        errors.extend(super::check_capture(&path, m));
+        errors.extend(check_capture(&path, m));
     }
     if config.continuous
         && let Some((i, m)) = config.mappings.iter().enumerate().find(|(_, m)| !m.sync_mode.cdc())
@@ -203,9 +193,155 @@ pub fn check_continuous(config: &FlowConfig, schedule: Option<&str>) -> Option<F
     })
 }
 
+/// Checks the fields a sync mode needs, against the source schema when it
+/// is known. `path` prefixes the field names in errors (`config.mappings[0]`).
+pub fn check_mapping(
+    path: &str,
+    mode: SyncMode,
+    cursor_field: Option<&str>,
+    primary_key: Option<&str>,
+    schema: Option<&EntitySchema>,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if mode.incremental() {
+        match cursor_field {
+            None | Some("") => errors
+                .push(FieldError::new(format!("{path}.cursor_field"), format!("is required by {}", mode.as_str()))),
+            Some(c) => {
+                if let Some(s) = schema {
+                    match s.field(c) {
+                        None => errors.push(FieldError::new(
+                            format!("{path}.cursor_field"),
+                            format!("'{c}' is not a field of {}", s.name),
+                        )),
+                        Some(f) if !cursor_type(f.field_type) => errors.push(FieldError::new(
+                            format!("{path}.cursor_field"),
+                            format!(
+                                "'{c}' is {}; a cursor must be an integer, number, decimal, timestamp, date or string",
+                                f.field_type
+                            ),
+                        )),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    if mode.needs_primary_key() {
+        match primary_key {
+            None | Some("") => {
+                errors.push(FieldError::new(format!("{path}.primary_key"), format!("is required by {}", mode.as_str())))
+            }
+            Some(k) => {
+                if let Some(s) = schema {
+                    for part in k.split(',').map(str::trim) {
+                        if s.field(part).is_none() {
+                            errors.push(FieldError::new(
+                                format!("{path}.primary_key"),
+                                format!("'{part}' is not a field of {}", s.name),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// The rules of a mapping's change data capture settings that need no
+/// schema: `delete_mode` belongs to `cdc_deduped`, and a CDC mode reads the
+/// source's log, not a cursor.
+pub fn check_capture(path: &str, m: &super::flow::Mapping) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if m.delete_mode.is_some() && m.sync_mode != SyncMode::CdcDeduped {
+        errors.push(FieldError::new(format!("{path}.delete_mode"), "applies to cdc_deduped only"));
+    }
+    if m.sync_mode.cdc() && m.transform.iter().any(|s| matches!(s, crate::sync::transform::Step::Filter { .. })) {
+        errors.push(FieldError::new(
+            format!("{path}.transform"),
+            format!(
+                "{} applies every change of the table: a filter would keep some of a row's changes and drop others",
+                m.sync_mode.as_str()
+            ),
+        ));
+    }
+    if m.sync_mode.cdc() {
+        for (field, set) in
+            [("cursor_field", m.cursor_field.is_some()), ("cursor_lookback", m.cursor_lookback.is_some())]
+        {
+            if set {
+                errors.push(FieldError::new(
+                    format!("{path}.{field}"),
+                    format!("{} reads the source's change log: it takes no {field}", m.sync_mode.as_str()),
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// A CDC mapping needs a source type that captures changes and a
+/// destination type that applies them (`dest`: its type and features, when
+/// known).
+pub fn check_capture_mode(
+    path: &str,
+    m: &super::flow::Mapping,
+    source_modes: &[&str],
+    source_type: &str,
+    dest: Option<(&str, &[&str])>,
+) -> Option<FieldError> {
+    if !m.sync_mode.cdc() {
+        return None;
+    }
+    let field = format!("{path}.sync_mode");
+    if !source_modes.contains(&m.sync_mode.as_str()) {
+        return Some(FieldError::new(
+            field,
+            format!(
+                "{source_type} sources do not capture changes ({} needs a PostgreSQL source)",
+                m.sync_mode.as_str()
+            ),
+        ));
+    }
+    match dest {
+        Some((t, features)) if !features.contains(&super::mode::APPLIES_CHANGES) => Some(FieldError::new(
+            field,
+            format!("{t} destinations cannot apply captured changes yet (PostgreSQL, MySQL/MariaDB and SQLite can)"),
+        )),
+        _ => None,
+    }
+}
+
+/// A CDC mapping needs a table with a primary key (the log names a row by
+/// it), which the mapping's `primary_key`, if it names one, must be.
+pub fn check_capture_keys(path: &str, m: &super::flow::Mapping, schema: &EntitySchema) -> Option<FieldError> {
+    if !m.sync_mode.cdc() {
+        return None;
+    }
+    let keys: Vec<&str> = schema.fields.iter().filter(|f| f.primary_key).map(|f| f.name.as_str()).collect();
+    if keys.is_empty() {
+        return Some(FieldError::new(
+            format!("{path}.source_entity"),
+            format!("'{}' has no primary key: change data capture needs one to name each changed row", schema.name),
+        ));
+    }
+    let mut named = m.key_fields();
+    named.sort_unstable();
+    let mut source_keys = keys.clone();
+    source_keys.sort_unstable();
+    (!named.is_empty() && named != source_keys).then(|| {
+        FieldError::new(
+            format!("{path}.primary_key"),
+            format!("must be the source's primary key ({}) or left out", keys.join(", ")),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::record::{Field, FieldType};
 
     #[test]
     fn configs_name_every_problem() {
@@ -226,5 +362,27 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn mappings_name_what_their_mode_needs() {
+        let mut id = Field::new("id", FieldType::Integer);
+        id.primary_key = true;
+        let schema = EntitySchema {
+            name: "orders".into(),
+            fields: vec![id, Field::new("updated", FieldType::Timestamp), Field::new("meta", FieldType::Object)],
+        };
+        assert!(check_mapping("m", SyncMode::FullRefreshOverwrite, None, None, Some(&schema)).is_empty());
+        let e = check_mapping("m", SyncMode::IncrementalDeduped, None, None, Some(&schema));
+        assert_eq!(e.iter().map(|x| x.field.as_str()).collect::<Vec<_>>(), ["m.cursor_field", "m.primary_key"]);
+        let e = check_mapping("m", SyncMode::IncrementalAppend, Some("nope"), None, Some(&schema));
+        assert!(e[0].message.contains("not a field"));
+        let e = check_mapping("m", SyncMode::IncrementalAppend, Some("meta"), None, Some(&schema));
+        assert!(e[0].message.contains("cannot") || e[0].message.contains("must be"));
+        assert!(
+            check_mapping("m", SyncMode::IncrementalDeduped, Some("updated"), Some("id"), Some(&schema)).is_empty()
+        );
+        // Without the source's schema only presence is checked.
+        assert!(check_mapping("m", SyncMode::IncrementalDeduped, Some("x"), Some("y"), None).is_empty());
     }
 }

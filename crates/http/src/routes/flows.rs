@@ -392,7 +392,7 @@ pub struct LogLine {
 
 impl From<RunLog> for LogLine {
     fn from(l: RunLog) -> Self {
-        Self { ts: l.ts, level: l.level, entity: l.entity, message: l.message }
+        Self { ts: l.ts, level: l.level.as_str().into(), entity: l.entity, message: l.message }
     }
 }
 
@@ -794,7 +794,7 @@ pub async fn activity(
         .into_iter()
         .map(|e| ActivityResponse {
             id: e.id,
-            event_type: e.event_type,
+            event_type: e.event_type.to_string(),
             severity: e.severity,
             message: e.message,
             data: e.data,

@@ -280,5 +280,5 @@ pub async fn notify(
 ) -> ApiResult<HttpResponse> {
     let b = body.into_inner();
     let e = state.sluice.monitoring.notify(OrgId::from(b.organization_id), &b.event, &b.message, b.data).await?;
-    Ok(HttpResponse::Accepted().json(NotificationResponse { id: e.id, event_type: e.event_type }))
+    Ok(HttpResponse::Accepted().json(NotificationResponse { id: e.id, event_type: e.event_type.to_string() }))
 }

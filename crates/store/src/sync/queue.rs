@@ -3,7 +3,7 @@
 //! checks.
 
 use super::flows::flow_from;
-use super::runs::run_from;
+use super::run_from;
 use crate::entities::*;
 use crate::{Store, db_err};
 use async_trait::async_trait;

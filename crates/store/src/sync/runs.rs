@@ -6,8 +6,8 @@
 //! each other instead of queueing. A partial unique index allows one
 //! running run per flow, whatever the number of workers.
 
-use super::corrupt;
 use super::queue::{UNENDED, fenced, held, lock_flow};
+use super::{corrupt, run_from};
 use crate::entities::*;
 use crate::{Store, db_err};
 use async_trait::async_trait;
@@ -22,26 +22,6 @@ use sluice_domain::sync::ports::*;
 use sluice_domain::sync::queue::Fence;
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-pub(super) fn run_from(m: runs::Model) -> Result<Run> {
-    Ok(Run {
-        id: m.id.into(),
-        org_id: m.org_id.into(),
-        flow_id: m.flow_id.into(),
-        trace_id: m.trace_id,
-        trigger: Trigger::parse(&m.trigger).ok_or_else(|| corrupt("run trigger"))?,
-        status: RunStatus::parse(&m.status).ok_or_else(|| corrupt("run status"))?,
-        queued_at: m.queued_at,
-        started_at: m.started_at,
-        finished_at: m.finished_at,
-        entities: serde_json::from_value(m.entities).map_err(|_| corrupt("run stats"))?,
-        error: m.error,
-        attempt: m.attempt as u32,
-        claimed_by: m.claimed_by,
-        heartbeat_at: m.heartbeat_at,
-        not_before: m.not_before,
-    })
-}
 
 #[async_trait]
 impl RunRepository for Store {
@@ -290,7 +270,7 @@ impl RunRepository for Store {
                 id: Set(Uuid::now_v7()),
                 run_id: Set(run.as_uuid()),
                 ts: Set(line.ts),
-                level: Set(line.level.clone()),
+                level: Set(line.level.as_str().to_string()),
                 entity: Set(line.entity.clone()),
                 message: Set(line.message.clone()),
             })
@@ -307,7 +287,14 @@ impl RunRepository for Store {
             run_logs::Entity::find()
                 .filter(run_logs::Column::RunId.eq(run.as_uuid()))
                 .order_by_asc(run_logs::Column::Id),
-            |m| Ok(RunLog { ts: m.ts, level: m.level, entity: m.entity, message: m.message }),
+            |m| {
+                Ok(RunLog {
+                    ts: m.ts,
+                    level: LogLevel::parse(&m.level).ok_or_else(|| corrupt("run log level"))?,
+                    entity: m.entity,
+                    message: m.message,
+                })
+            },
         )
         .await
     }
