@@ -35,3 +35,25 @@ fn run_from(m: crate::entities::runs::Model) -> Result<Run> {
         not_before: m.not_before,
     })
 }
+
+/// The row of a run as it is queued: claimed by no one yet.
+fn queued_model(run: &Run) -> Result<crate::entities::runs::ActiveModel> {
+    use sea_orm::ActiveValue::Set;
+    Ok(crate::entities::runs::ActiveModel {
+        id: Set(run.id.as_uuid()),
+        org_id: Set(run.org_id.as_uuid()),
+        flow_id: Set(run.flow_id.as_uuid()),
+        trace_id: Set(run.trace_id),
+        trigger: Set(run.trigger.as_str().to_string()),
+        status: Set(run.status.as_str().to_string()),
+        queued_at: Set(run.queued_at),
+        started_at: Set(run.started_at),
+        finished_at: Set(run.finished_at),
+        entities: Set(serde_json::to_value(&run.entities).map_err(|e| Error::Internal(e.into()))?),
+        error: Set(run.error.clone()),
+        attempt: Set(run.attempt as i32),
+        claimed_by: Set(None),
+        heartbeat_at: Set(None),
+        not_before: Set(run.not_before),
+    })
+}

@@ -513,20 +513,17 @@ async fn a_flow_is_checked_alike_through_the_api_and_a_document() {
             "version: 1\nflows:\n  - name: d\n    source_connection: crm\n    destination_connection: wh\n    config:\n      mappings:\n        - {mapping}\n"
         )
     };
-    let iac = errors(
-        w.sluice
-            .iac
-            .apply_iac(
-                &w.p,
-                w.org,
-                &doc("{source_entity: people, sync_mode: incremental_deduped, primary_key: id}"),
-                true,
-            )
-            .await
-            .unwrap_err(),
-    );
-    let placed: Vec<(String, String)> = api.iter().map(|(f, m)| (format!("flows[0].{f}"), m.clone())).collect();
-    assert_eq!(iac, placed);
+    // The document's problems: the API's, under `flows[0]`.
+    let w = &w;
+    let applied = |mapping: &str, dry_run: bool| {
+        let text = doc(mapping);
+        async move { errors(w.sluice.iac.apply_iac(&w.p, w.org, &text, dry_run).await.unwrap_err()) }
+    };
+    let placed = |api: &[(String, String)]| -> Vec<(String, String)> {
+        api.iter().map(|(f, m)| (format!("flows[0].{f}"), m.clone())).collect()
+    };
+    let iac = applied("{source_entity: people, sync_mode: incremental_deduped, primary_key: id}", true).await;
+    assert_eq!(iac, placed(&api));
 
     // An entity the source does not have, and a cursor that is no field
     // of it: the document is checked against the source as the API is.
@@ -535,22 +532,9 @@ async fn a_flow_is_checked_alike_through_the_api_and_a_document() {
     let api =
         errors(w.sluice.sync.create_flow(&w.p, w.org, NewFlow::active("a", w.src, w.dst, config)).await.unwrap_err());
     assert_eq!(api, [("config.mappings[0].cursor_field".to_string(), "'nope' is not a field of people".to_string())]);
-    let iac = errors(
-        w.sluice
-            .iac
-            .apply_iac(
-                &w.p,
-                w.org,
-                &doc("{source_entity: people, sync_mode: incremental_deduped, primary_key: id, cursor_field: nope}"),
-                false,
-            )
-            .await
-            .unwrap_err(),
-    );
-    let placed: Vec<(String, String)> = api.iter().map(|(f, m)| (format!("flows[0].{f}"), m.clone())).collect();
-    assert_eq!(iac, placed);
-    let missing = doc("{source_entity: nobody, sync_mode: full_refresh_overwrite}");
-    let iac = errors(w.sluice.iac.apply_iac(&w.p, w.org, &missing, true).await.unwrap_err());
+    let mapping = "{source_entity: people, sync_mode: incremental_deduped, primary_key: id, cursor_field: nope}";
+    assert_eq!(applied(mapping, false).await, placed(&api));
+    let iac = applied("{source_entity: nobody, sync_mode: full_refresh_overwrite}", true).await;
     assert_eq!(
         iac,
         [("flows[0].config.mappings[0].source_entity".to_string(), "'nobody' does not exist in 'crm'".to_string())]

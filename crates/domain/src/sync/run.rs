@@ -357,16 +357,7 @@ impl SyncService {
         )
         .await;
         if run.attempt > 1 {
-            // A take-over: a frozen worker's open transaction would hold
-            // its locks for as long as it stays frozen.
-            match dest.end_earlier_attempts(&super::queue::attempt_of(run)).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    let message = format!("ended {n} destination session(s) an earlier attempt of this run held");
-                    self.log(run, LogLevel::Info, None, message).await;
-                }
-                Err(e) => tracing::warn!(run = %run.id, error = %e, "earlier attempts' sessions could not be ended"),
-            }
+            self.end_earlier_sessions(run, &dest).await;
         }
         // Rows earlier attempts of this run committed (their last progress),
         // so that `rows_written` counts every attempt.
@@ -415,43 +406,21 @@ impl SyncService {
             ended.sort_by_key(|(index, _)| *index);
             ended.into_iter().map(|(_, turn)| turn).collect::<Vec<Turn>>()
         };
-        let (mut drift, mut canceled, mut stopped, mut lost) = (false, false, false, None);
-        for turn in turns {
-            match turn {
-                Turn::Skipped => {}
-                Turn::Canceled => canceled = true,
-                Turn::Stopped => stopped = true,
-                Turn::Ran(stats, outcome) => {
-                    match outcome {
-                        Ok(EntityOutcome::Done) => {}
-                        Ok(EntityOutcome::Drift) => drift = true,
-                        Ok(EntityOutcome::Canceled) => canceled = true,
-                        Ok(EntityOutcome::Stopped) => stopped = true,
-                        Err(f) if f.lost => {
-                            lost = Some(f);
-                            continue;
-                        }
-                        Err(f) => {
-                            if f.transient {
-                                transient.push(format!("{}: {}", stats.entity, f.message));
-                            }
-                        }
-                    }
-                    run.entities.push(*stats);
-                }
+        tally(run, turns, transient, &earlier)
+    }
+
+    /// A take-over ends the destination sessions earlier attempts of the
+    /// run hold: a frozen worker's open transaction would hold its locks
+    /// for as long as it stays frozen.
+    async fn end_earlier_sessions(&self, run: &Run, dest: &Arc<dyn Destination>) {
+        match dest.end_earlier_attempts(&super::queue::attempt_of(run)).await {
+            Ok(0) => {}
+            Ok(n) => {
+                let message = format!("ended {n} destination session(s) an earlier attempt of this run held");
+                self.log(run, LogLevel::Info, None, message).await;
             }
+            Err(e) => tracing::warn!(run = %run.id, error = %e, "earlier attempts' sessions could not be ended"),
         }
-        if let Some(f) = lost {
-            return Err(f);
-        }
-        if canceled {
-            return Ok(EntityOutcome::Canceled);
-        }
-        if stopped {
-            keep_earlier(run, &earlier);
-            return Ok(EntityOutcome::Stopped);
-        }
-        Ok(if drift { EntityOutcome::Drift } else { EntityOutcome::Done })
     }
 
     /// The flow's CDC mappings' turns: one read of the change stream
@@ -567,4 +536,52 @@ impl SyncService {
         let _ = scope.progress.set(index, &stats).await;
         Turn::Ran(Box::new(stats), outcome)
     }
+}
+
+/// How a run's entities ended, from their turns: their stats recorded on
+/// the run (an earlier attempt's kept for the entities a pause left), the
+/// transient failures told in `transient`.
+fn tally(
+    run: &mut Run,
+    turns: Vec<Turn>,
+    transient: &mut Vec<String>,
+    earlier: &[EntityStats],
+) -> Result<EntityOutcome, Failure> {
+    let (mut drift, mut canceled, mut stopped, mut lost) = (false, false, false, None);
+    for turn in turns {
+        match turn {
+            Turn::Skipped => {}
+            Turn::Canceled => canceled = true,
+            Turn::Stopped => stopped = true,
+            Turn::Ran(stats, outcome) => {
+                match outcome {
+                    Ok(EntityOutcome::Done) => {}
+                    Ok(EntityOutcome::Drift) => drift = true,
+                    Ok(EntityOutcome::Canceled) => canceled = true,
+                    Ok(EntityOutcome::Stopped) => stopped = true,
+                    Err(f) if f.lost => {
+                        lost = Some(f);
+                        continue;
+                    }
+                    Err(f) => {
+                        if f.transient {
+                            transient.push(format!("{}: {}", stats.entity, f.message));
+                        }
+                    }
+                }
+                run.entities.push(*stats);
+            }
+        }
+    }
+    if let Some(f) = lost {
+        return Err(f);
+    }
+    if canceled {
+        return Ok(EntityOutcome::Canceled);
+    }
+    if stopped {
+        keep_earlier(run, earlier);
+        return Ok(EntityOutcome::Stopped);
+    }
+    Ok(if drift { EntityOutcome::Drift } else { EntityOutcome::Done })
 }

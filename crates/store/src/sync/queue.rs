@@ -3,7 +3,7 @@
 //! checks.
 
 use super::flows::flow_from;
-use super::run_from;
+use super::{queued_model, run_from};
 use crate::entities::*;
 use crate::{Store, db_err};
 use async_trait::async_trait;
@@ -90,26 +90,7 @@ impl sluice_domain::sync::ports::QueueRepository for Store {
                     };
                 }
             }
-            runs::Entity::insert(runs::ActiveModel {
-                id: Set(run.id.as_uuid()),
-                org_id: Set(run.org_id.as_uuid()),
-                flow_id: Set(run.flow_id.as_uuid()),
-                trace_id: Set(run.trace_id),
-                trigger: Set(run.trigger.as_str().to_string()),
-                status: Set(run.status.as_str().to_string()),
-                queued_at: Set(run.queued_at),
-                started_at: Set(None),
-                finished_at: Set(None),
-                entities: Set(serde_json::json!([])),
-                error: Set(None),
-                attempt: Set(run.attempt as i32),
-                claimed_by: Set(None),
-                heartbeat_at: Set(None),
-                not_before: Set(None),
-            })
-            .exec_without_returning(tx.c())
-            .await
-            .map_err(db_err)?;
+            runs::Entity::insert(queued_model(run)?).exec_without_returning(tx.c()).await.map_err(db_err)?;
             if let Some((flow, next)) = next_run_at {
                 flows::Entity::update_many()
                     .col_expr(flows::Column::NextRunAt, Expr::value(next))

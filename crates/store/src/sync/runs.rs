@@ -7,7 +7,7 @@
 //! running run per flow, whatever the number of workers.
 
 use super::queue::{UNENDED, fenced, held, lock_flow};
-use super::{corrupt, run_from};
+use super::{corrupt, queued_model, run_from};
 use crate::entities::*;
 use crate::{Store, db_err};
 use async_trait::async_trait;
@@ -27,27 +27,8 @@ use uuid::Uuid;
 impl RunRepository for Store {
     async fn enqueue(&self, run: &Run) -> Result<()> {
         let tx = self.write().await?;
-        let r = runs::Entity::insert(runs::ActiveModel {
-            id: Set(run.id.as_uuid()),
-            org_id: Set(run.org_id.as_uuid()),
-            flow_id: Set(run.flow_id.as_uuid()),
-            trace_id: Set(run.trace_id),
-            trigger: Set(run.trigger.as_str().to_string()),
-            status: Set(run.status.as_str().to_string()),
-            queued_at: Set(run.queued_at),
-            started_at: Set(run.started_at),
-            finished_at: Set(run.finished_at),
-            entities: Set(serde_json::to_value(&run.entities).map_err(|e| Error::Internal(e.into()))?),
-            error: Set(run.error.clone()),
-            attempt: Set(run.attempt as i32),
-            claimed_by: Set(None),
-            heartbeat_at: Set(None),
-            not_before: Set(run.not_before),
-        })
-        .exec_without_returning(tx.c())
-        .await
-        .map(|_| ())
-        .map_err(db_err);
+        let r =
+            runs::Entity::insert(queued_model(run)?).exec_without_returning(tx.c()).await.map(|_| ()).map_err(db_err);
         let r = match r {
             Ok(()) => tx.queues(crate::wake::Work::Runs).await,
             e => e,
