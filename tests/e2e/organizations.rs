@@ -83,6 +83,21 @@ async fn an_organizations_life(app: TestApp) {
     assert!(!log.body.to_string().contains(k.body["key"].as_str().unwrap()));
     let filtered = check!(app.get(&format!("{base}/audit-logs?action=member.role_updated"), &ann).await, 200);
     assert_eq!(filtered.body["data"][0]["details"]["after"]["role"], "Editor");
+    // An action's start, up to a dot, finds the actions below it; a part
+    // of a word finds nothing (`_` and `%` are no wildcards).
+    for (wanted, want) in [
+        ("api_key", &["api_key.revoked", "api_key.created"][..]),
+        ("api_key.", &["api_key.revoked", "api_key.created"][..]),
+        ("invitation.accepted", &["invitation.accepted"][..]),
+        ("api_", &[][..]),
+        ("api%25", &[][..]),
+        ("invitation.acc", &[][..]),
+    ] {
+        let found = check!(app.get(&format!("{base}/audit-logs?action={wanted}"), &ann).await, 200);
+        let actions: Vec<&str> =
+            found.body["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+        assert_eq!(actions, want, "{wanted}");
+    }
 
     // Deleting the organization removes it for its members.
     check!(app.delete(&base, &ann).await, 204);

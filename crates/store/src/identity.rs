@@ -451,7 +451,22 @@ impl AuditRepository for Store {
         use audit_logs::Column as C;
         let mut q = audit_logs::Entity::find().filter(C::OrgId.eq(org.as_uuid()));
         if let Some(v) = &f.action {
-            q = q.filter(C::Action.eq(v.as_str()));
+            // The action, or those below it (see `action_matches`): a LIKE
+            // on the action's start with a dot, its `_`, `%` and `\\`
+            // escaped (actions hold `_`).
+            let mut below = String::new();
+            for c in v.trim_end_matches('.').chars() {
+                if matches!(c, '\\' | '%' | '_') {
+                    below.push('\\');
+                }
+                below.push(c);
+            }
+            below.push_str(".%");
+            q = q.filter(
+                sea_orm::Condition::any()
+                    .add(C::Action.eq(v.as_str()))
+                    .add(C::Action.like(sea_orm::sea_query::LikeExpr::new(below).escape('\\'))),
+            );
         }
         if let Some(v) = &f.resource_type {
             q = q.filter(C::ResourceType.eq(v.as_str()));

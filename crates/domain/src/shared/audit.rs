@@ -108,6 +108,8 @@ impl AuditEntry {
 /// Filters of `GET …/audit-logs`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AuditFilter {
+    /// An action, or the start of actions up to a dot (see
+    /// [`action_matches`]).
     pub action: Option<String>,
     pub resource_type: Option<String>,
     pub resource_id: Option<String>,
@@ -121,7 +123,7 @@ impl AuditFilter {
     /// Whether `e` passes the filter (used by in-memory adapters and to
     /// finish filtering that a store cannot express in SQL).
     pub fn matches(&self, e: &AuditEntry) -> bool {
-        self.action.as_ref().is_none_or(|a| &e.action == a)
+        self.action.as_ref().is_none_or(|a| action_matches(a, &e.action))
             && self.resource_type.as_ref().is_none_or(|t| &e.resource_type == t)
             && self.resource_id.as_ref().is_none_or(|r| e.resource_id.as_ref() == Some(r))
             && self.actor_id.as_ref().is_none_or(|a| e.actor.id.as_ref() == Some(a))
@@ -129,6 +131,15 @@ impl AuditFilter {
             && self.since.is_none_or(|s| e.created_at >= s)
             && self.until.is_none_or(|u| e.created_at < u)
     }
+}
+
+/// Whether `action` is `wanted` or one of the actions below it: `flow` and
+/// `flow.` find `flow.created` and `flow.cursor.reset`, `flow.cursor` finds
+/// `flow.cursor.reset`; a whole action finds itself, and a part of a word
+/// (`flo`, `api_`) finds nothing.
+pub fn action_matches(wanted: &str, action: &str) -> bool {
+    let stem = wanted.trim_end_matches('.');
+    action == wanted || (!stem.is_empty() && action.strip_prefix(stem).is_some_and(|rest| rest.starts_with('.')))
 }
 
 /// Keys whose values are secrets wherever they appear.
@@ -227,6 +238,22 @@ mod tests {
         assert!(AuditFilter { entity: Some("orders".into()), ..Default::default() }.matches(&e));
         assert!(!AuditFilter { entity: Some("users".into()), ..Default::default() }.matches(&e));
         assert!(!AuditFilter { action: Some("flow.updated".into()), ..Default::default() }.matches(&e));
+        for (wanted, found) in [
+            ("flow.cursor.updated", true),
+            ("flow", true),
+            ("flow.", true),
+            ("flow.cursor", true),
+            ("flo", false),
+            ("flow.cursor.up", false),
+            ("", false),
+            (".", false),
+        ] {
+            assert_eq!(
+                AuditFilter { action: Some(wanted.into()), ..Default::default() }.matches(&e),
+                found,
+                "{wanted}"
+            );
+        }
         assert!(!AuditFilter { since: Some(now + time::Duration::SECOND), ..Default::default() }.matches(&e));
         assert!(AuditFilter { until: Some(now + time::Duration::SECOND), ..Default::default() }.matches(&e));
     }

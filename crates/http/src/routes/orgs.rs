@@ -251,7 +251,8 @@ pub async fn revoke_api_key(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
-    /// e.g. `member.role_updated`
+    /// An action (`member.role_updated`), or the start of actions up to a
+    /// dot (`flow` lists `flow.created`, `flow.cursor.reset`, …).
     pub action: Option<String>,
     pub resource_type: Option<String>,
     pub resource_id: Option<String>,
