@@ -538,6 +538,17 @@ async fn downstream_flows_share_the_trace_and_show_in_topology_and_activity() {
     let edges = topo.body["edges"].as_array().unwrap();
     assert!(edges.contains(&json!({"from": extract, "to": load, "on": "success"})), "{}", topo.body);
     assert!(edges.contains(&json!({"from": extract, "to": alert, "on": "failure"})));
+    // A flow's details name its neighbours, with what each runs on.
+    let details = check!(app.get(&format!("/v1/organizations/{org}/flows/{extract}/details"), &ann).await, 200);
+    let mut downstream = details.body["downstream"].as_array().unwrap().clone();
+    downstream.sort_by_key(|n| n["name"].as_str().unwrap().to_string());
+    assert_eq!(
+        downstream,
+        [json!({"id": alert, "name": "alert", "on": "failure"}), json!({"id": load, "name": "load", "on": "success"})]
+    );
+    assert_eq!(details.body["upstream"], json!([]));
+    let details = check!(app.get(&format!("/v1/organizations/{org}/flows/{load}/details"), &ann).await, 200);
+    assert_eq!(details.body["upstream"], json!([{"id": extract, "name": "extract", "on": "success"}]));
     let activity = check!(app.get(&format!("/v1/organizations/{org}/activity"), &ann).await, 200);
     assert!(activity.body["data"].as_array().unwrap().iter().filter(|e| e["type"] == "run.succeeded").count() >= 2);
     check!(app.get(&format!("/v1/organizations/{org}/flows/traces/{}", uuid_like()), &ann).await, 404);

@@ -214,9 +214,15 @@ async fn flow_page_with(
 ) -> PageResult {
     let p = &s.caller.principal;
     let conns = connections(state, s, ctx).await?;
-    let runs =
-        state.sluice.sync.list_runs(p, ctx.id(), flow.id, None, PageRequest { limit: 20, after: None }).await?.items;
-    let cursors = state.sluice.sync.cursors(p, ctx.id(), flow.id).await?;
+    let details = state.sluice.sync.flow_details(p, ctx.id(), flow.id).await?;
+    let runs = details.runs;
+    let cursors: Vec<_> = details.state.into_iter().map(|e| e.cursor).collect();
+    let neighbours = |list: &[sluice_domain::sync::views::Neighbour]| {
+        html! { @for (i, n) in list.iter().enumerate() {
+            @if i > 0 { ", " }
+            a href=(ctx.at(&format!("/flows/{}", n.id))) { (n.name) } " (on " (n.on.as_str()) ")"
+        } }
+    };
     let at = ctx.at(&format!("/flows/{}", flow.id));
     let config =
         draft.map_or_else(|| serde_json::to_string_pretty(&flow.config).unwrap_or_default(), |d| d.config.clone());
@@ -231,6 +237,8 @@ async fn flow_page_with(
             dt { "Schedule" } dd { code { (flow.schedule.clone().unwrap_or_else(|| "manual".into())) } }
             dt { "Status" } dd { (badge(flow.status.as_str())) }
             dt { "Next run" } dd { (when_opt(flow.next_run_at)) }
+            @if !details.upstream.is_empty() { dt { "Runs after" } dd { (neighbours(&details.upstream)) } }
+            @if !details.downstream.is_empty() { dt { "Followed by" } dd { (neighbours(&details.downstream)) } }
         }
         @if ctx.can_write() {
             div.row {

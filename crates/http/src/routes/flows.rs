@@ -658,31 +658,19 @@ pub async fn details(
     path: Path<(Uuid, Uuid)>,
 ) -> ApiResult<Json<DetailsResponse>> {
     let (org, id) = path.into_inner();
-    let (org, id) = (OrgId::from(org), FlowId::from(id));
-    let f = state.sluice.sync.get_flow(&caller.principal, org, id).await?;
-    let recent =
-        state.sluice.sync.list_runs(&caller.principal, org, id, None, PageRequest { limit: 20, after: None }).await?;
-    let cursors = state.sluice.sync.state(&caller.principal, org, id).await?;
-    let all = state.sluice.sync.topology(&caller.principal, org).await?;
-    let name_of = |fid: FlowId| all.iter().find(|x| x.id == fid).map(|x| x.name.clone()).unwrap_or_default();
-    let graph = edges(&all);
-    let upstream = graph
-        .iter()
-        .filter(|e| e.to == id)
-        .map(|e| FlowRef { id: e.from.as_uuid(), name: name_of(e.from), on: e.on.as_str().into() })
-        .collect();
-    let downstream = graph
-        .iter()
-        .filter(|e| e.from == id)
-        .map(|e| FlowRef { id: e.to.as_uuid(), name: name_of(e.to), on: e.on.as_str().into() })
-        .collect();
-    let last = recent.items.first().cloned();
+    let d = state.sluice.sync.flow_details(&caller.principal, OrgId::from(org), FlowId::from(id)).await?;
+    let neighbour = |n: sluice_domain::sync::views::Neighbour| FlowRef {
+        id: n.id.as_uuid(),
+        name: n.name,
+        on: n.on.as_str().into(),
+    };
+    let last = d.runs.first().cloned();
     Ok(Json(DetailsResponse {
-        flow: FlowResponse::new(f, last),
-        runs: recent.items.into_iter().map(Into::into).collect(),
-        cursors: cursors.into_iter().map(Into::into).collect(),
-        upstream,
-        downstream,
+        flow: FlowResponse::new(d.flow, last),
+        runs: d.runs.into_iter().map(Into::into).collect(),
+        cursors: d.state.into_iter().map(Into::into).collect(),
+        upstream: d.upstream.into_iter().map(neighbour).collect(),
+        downstream: d.downstream.into_iter().map(neighbour).collect(),
     }))
 }
 
