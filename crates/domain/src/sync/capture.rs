@@ -493,17 +493,36 @@ impl SyncService {
         earlier: &[EntityStats],
         entities: &mut Vec<Entity<'a>>,
     ) -> Result<(), CaptureFailure> {
-        let Scope { run, flow, source, changes, dest } = scope;
-        let stream = flow.stream_name();
+        let stream = scope.flow.stream_name();
         let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
-        let held: HashMap<String, String> = dest.positions(&stream).await?.into_iter().collect();
+        let (held, retained) = self.reconcile_stream(scope, &stream, mappings).await?;
+        let start = scope.changes.open_stream(&stream, &names).await?;
+        for (index, m) in mappings {
+            entities.push(self.capture_entity(scope, *index, m, earlier, &held, retained.as_deref()).await?);
+        }
+        self.copy_new_tables(scope, &stream, start, entities).await?;
+        self.follow_stream(scope, &stream, entities).await
+    }
+
+    /// What the destination holds of the stream, and from where the source
+    /// still retains it; a stream nothing of which reached the destination
+    /// is dropped (to begin afresh, from a new snapshot), and one the
+    /// source lost while the destination holds positions in it is refused.
+    async fn reconcile_stream(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        mappings: &[(usize, &Mapping)],
+    ) -> Result<(HashMap<String, String>, Option<String>), CaptureFailure> {
+        let Scope { changes, dest, .. } = scope;
+        let held: HashMap<String, String> = dest.positions(stream).await?.into_iter().collect();
         let holds_any = mappings.iter().any(|(_, m)| held.contains_key(m.destination()));
-        let retained = changes.retained_from(&stream).await?;
+        let retained = changes.retained_from(stream).await?;
         match (holds_any, &retained) {
             // Nothing of the stream reached the destination (a first copy
             // that never committed, or every table to copy again): begin
             // afresh, from a new snapshot.
-            (false, Some(_)) => changes.drop_stream(&stream).await?,
+            (false, Some(_)) => changes.drop_stream(stream).await?,
             // Dropped by hand, or by the server (a slot past its WAL
             // limit): what happened since the positions held is gone.
             (true, None) => {
@@ -515,65 +534,92 @@ impl SyncService {
             }
             _ => {}
         }
-        let start = changes.open_stream(&stream, &names).await?;
-        for (index, m) in mappings {
-            let entity = m.source_entity.as_str();
-            let source_fields = source
-                .entity_fields(entity)
-                .await
-                .map_err(|e| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::from_connector(e) })?;
-            let schema = capture_schema(m, &source_fields)
-                .map_err(|message| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::all(message) })?;
-            let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
-            let position = held.get(m.destination()).cloned();
-            let stats = EntityStats {
-                entity: entity.into(),
-                status: EntityStatus::Running,
-                rows_written: prior,
-                cursor_before: position.clone(),
-                ..Default::default()
-            };
-            let mut e = Entity {
-                m,
-                index: *index,
-                order: Vec::new(),
-                schema,
-                source_fields,
-                writer: None,
-                position: position.clone().unwrap_or_default(),
-                pending: Pending::None,
-                stats,
-                committed: prior,
-                held: String::new(),
-                stopped: None,
-                copy: position.is_none(),
-                stream_types: HashMap::new(),
-            };
-            e.held = e.position.clone();
-            if let (Some(p), Some(r)) = (&position, &retained)
-                && changes.after(r, p)?
-            {
-                // The stream was moved past what this table holds (it left
-                // the flow a while, or the slot was advanced by hand).
-                let message = format!(
-                    "the change stream moved on to {r} while this table holds {p}: the changes between are lost; \
-                     copy it again with DELETE …/state/{entity}"
-                );
-                self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
-                e.stopped = Some(Stop::Lost(message));
-            } else if let Some(retyped) = match position {
-                Some(_) => Some(self.retyped_columns(dest, &e.schema).await).filter(|r| !r.is_empty()),
-                None => None,
-            } {
-                let message = retyped_message(&retyped, entity);
-                self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
-                e.stopped = Some(Stop::Failed(message));
-            } else if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
-                let message = "new source columns blocked by schema_policy block_on_new_column".to_string();
-                e.stopped = Some(Stop::Drift(message));
-            }
-            entities.push(e);
+        Ok((held, retained))
+    }
+
+    /// One CDC mapping's entity as the run begins it: its schema, the
+    /// position its destination holds (none: it is copied first), and
+    /// whether it stops at once (the stream moved past what it holds, a
+    /// column changed type, the schema policy blocks new columns).
+    async fn capture_entity<'a>(
+        &self,
+        scope: Scope<'_>,
+        index: usize,
+        m: &'a Mapping,
+        earlier: &[EntityStats],
+        held: &HashMap<String, String>,
+        retained: Option<&str>,
+    ) -> Result<Entity<'a>, CaptureFailure> {
+        let Scope { run, source, changes, dest, .. } = scope;
+        let entity = m.source_entity.as_str();
+        let source_fields = source
+            .entity_fields(entity)
+            .await
+            .map_err(|e| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::from_connector(e) })?;
+        let schema = capture_schema(m, &source_fields)
+            .map_err(|message| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::all(message) })?;
+        let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
+        let position = held.get(m.destination()).cloned();
+        let stats = EntityStats {
+            entity: entity.into(),
+            status: EntityStatus::Running,
+            rows_written: prior,
+            cursor_before: position.clone(),
+            ..Default::default()
+        };
+        let mut e = Entity {
+            m,
+            index,
+            order: Vec::new(),
+            schema,
+            source_fields,
+            writer: None,
+            position: position.clone().unwrap_or_default(),
+            pending: Pending::None,
+            stats,
+            committed: prior,
+            held: String::new(),
+            stopped: None,
+            copy: position.is_none(),
+            stream_types: HashMap::new(),
+        };
+        e.held = e.position.clone();
+        if let (Some(p), Some(r)) = (&position, retained)
+            && changes.after(r, p)?
+        {
+            // The stream was moved past what this table holds (it left
+            // the flow a while, or the slot was advanced by hand).
+            let message = format!(
+                "the change stream moved on to {r} while this table holds {p}: the changes between are lost; \
+                 copy it again with DELETE …/state/{entity}"
+            );
+            self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
+            e.stopped = Some(Stop::Lost(message));
+        } else if let Some(retyped) = match position {
+            Some(_) => Some(self.retyped_columns(dest, &e.schema).await).filter(|r| !r.is_empty()),
+            None => None,
+        } {
+            let message = retyped_message(&retyped, entity);
+            self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
+            e.stopped = Some(Stop::Failed(message));
+        } else if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
+            let message = "new source columns blocked by schema_policy block_on_new_column".to_string();
+            e.stopped = Some(Stop::Drift(message));
         }
+        Ok(e)
+    }
+
+    /// Copies the tables that hold no position yet: in the new stream's
+    /// snapshot, or (the stream ran already) in a snapshot of their own,
+    /// taken now, from whose position the stream then goes on for them.
+    async fn copy_new_tables(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        start: crate::connect::changes::StreamStart,
+        entities: &mut [Entity<'_>],
+    ) -> Result<(), CaptureFailure> {
+        let changes = scope.changes;
         // Tables to copy: in the new stream's snapshot, or (the stream ran
         // already) in a snapshot of their own, taken now, from whose
         // position the stream then goes on for them.
@@ -582,17 +628,29 @@ impl SyncService {
                 Some(_) => start,
                 None => {
                     drop(start);
-                    changes.fresh_snapshot(&stream).await?
+                    changes.fresh_snapshot(stream).await?
                 }
             };
             for e in entities.iter_mut().filter(|e| e.copy) {
                 e.position = snap.position.clone();
-                self.copy_first(scope, &stream, e, snap.snapshot.as_deref()).await?;
+                self.copy_first(scope, stream, e, snap.snapshot.as_deref()).await?;
                 e.held = e.position.clone();
             }
         } else {
             drop(start);
         }
+        Ok(())
+    }
+
+    /// Applies the stream to the entities: once, to the source's end at
+    /// the start (a scheduled run), or on and on (a continuous one).
+    async fn follow_stream(
+        &self,
+        scope: Scope<'_>,
+        stream: &str,
+        entities: &mut [Entity<'_>],
+    ) -> Result<(), CaptureFailure> {
+        let Scope { run, flow, changes, dest, .. } = scope;
         // As many tables at once as the destination takes writers (SQLite:
         // one); the stream is read again for each group (reading leaves
         // it where it is).
@@ -604,7 +662,7 @@ impl SyncService {
             let until = changes.end_position().await?;
             let mut applied = 0;
             for group in entities.chunks_mut(dest.concurrent_writers().max(1)) {
-                applied += self.stream_changes(scope, &stream, group, &until).await?;
+                applied += self.stream_changes(scope, stream, group, &until).await?;
             }
             // The source may forget what every table holds.
             let min = entities.iter().map(|e| e.position.clone()).reduce(|a, b| match changes.after(&a, &b) {
@@ -612,9 +670,9 @@ impl SyncService {
                 _ => a,
             });
             if let Some(min) = min {
-                changes.confirm(&stream, &min).await?;
+                changes.confirm(stream, &min).await?;
             }
-            self.watch_stream(flow, &stream, changes, caught_up).await;
+            self.watch_stream(flow, stream, changes, caught_up).await;
             if !flow.config.continuous {
                 return Ok(());
             }
