@@ -577,6 +577,11 @@ mod sqlite_only {
             assert!(headers["content-type"].to_str().unwrap().starts_with(kind));
             assert!(body.len() > 1000);
         }
+        // The tab's icon: no 404 on every page a browser opens.
+        let (status, body, headers) = b.get("/favicon.ico").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers["content-type"], "image/svg+xml");
+        assert!(body.starts_with("<svg"), "{body}");
     }
 }
 

@@ -53,6 +53,7 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
     cfg.app_data(web::Data::new(config))
         .service(page("/").route(read().to(orgs::home)))
         .route("/assets/console.css", read().to(css))
+        .route("/favicon.ico", read().to(favicon))
         .route("/assets/console.js", read().to(js))
         .service(page("/login").route(read().to(signin::page)).route(web::post().to(signin::with_token)))
         .service(page("/login/link").route(read().to(signin::link_page)).route(web::post().to(signin::with_link)))
@@ -130,6 +131,12 @@ async fn css() -> HttpResponse {
 
 async fn js() -> HttpResponse {
     asset("text/javascript; charset=utf-8", include_str!("assets/console.js"))
+}
+
+/// The tab's icon, the pages' own (an SVG, which browsers take at this
+/// path too): no 404 for what a browser asks of every server.
+async fn favicon() -> HttpResponse {
+    asset("image/svg+xml", page::ICON)
 }
 
 fn asset(content_type: &str, body: &'static str) -> HttpResponse {

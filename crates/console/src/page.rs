@@ -311,7 +311,7 @@ pub fn bare(title: &str, body: Markup) -> Markup {
     }
 }
 
-const ICON: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><path d="M1 5h14v2H1zM1 9h14v2H1z" fill="#2563eb"/></svg>"##;
+pub(crate) const ICON: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><path d="M1 5h14v2H1zM1 9h14v2H1z" fill="#2563eb"/></svg>"##;
 
 fn logo() -> Markup {
     html! { svg.logo viewBox="0 0 16 16" aria-hidden="true" { path d="M1 5h14v2H1zM1 9h14v2H1z" {} } }
