@@ -715,9 +715,9 @@ impl ConnectService {
         org: OrgId,
         id: ConnectionId,
     ) -> std::result::Result<Opened<dyn Source>, OpenError> {
-        let c = self.connections.get(org, id).await.map_err(OpenError::Store)?.ok_or(OpenError::Missing)?;
-        let io = self.source_for(&c).await?;
-        Ok(Opened { connection: c, io })
+        let (connection, cfg) = self.resolved(org, id).await?;
+        let io = self.connectors.source(&cfg).await.map_err(OpenError::Open)?;
+        Ok(Opened { connection, io })
     }
 
     /// Opens an organization's connection as a change source (its log).
