@@ -103,12 +103,14 @@ def as_data(model):
     return data
 
 
-def main():
+def report(parse):
+    """Runs `parse` (raw text to the masked data) over the corpus: each
+    case's verdict, the totals, then its throughput."""
     cases = CORPUS["cases"]
     valid = 0
     for case in cases:
         try:
-            wrong = correct(as_data(run(case["raw"])), case)
+            wrong = correct(parse(case["raw"]), case)
             ok, detail = wrong is None, "" if wrong is None else f"(wrong: {wrong})"
         except Exception as e:  # noqa: BLE001 - a failed validation of any kind
             ok, detail = False, type(e).__name__ + ": " + str(e).splitlines()[0][:90]
@@ -119,7 +121,11 @@ def main():
     strict = sum(1 for c in cases if isinstance(_strict(c["raw"]), dict))
     print(f"strict json.loads alone reads: {strict} of {len(cases)}")
 
-    throughput(lambda raw: as_data(run(raw)))
+    throughput(parse)
+
+
+def main():
+    report(lambda raw: as_data(run(raw)))
 
 
 def throughput(parse):

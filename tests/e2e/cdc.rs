@@ -130,16 +130,7 @@ async fn scenario(backend: Backend) {
     assert!(fields.contains(&"config.mappings[2].transform"), "{fields:?}");
 
     // A destination that cannot apply changes is refused up front too.
-    let lake = check!(
-        app.post(
-            &conns,
-            &ann,
-            json!({"name": "lake", "type": "file", "capability": "both", "config": {"path": "lake"}})
-        )
-        .await,
-        201
-    )
-    .id();
+    let lake = app.file_connection(&ann, &org, "lake", "lake", None).await;
     let bad = check!(
         app.post(
             &flows_path,

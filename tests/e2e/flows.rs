@@ -389,16 +389,7 @@ async fn flow_validation_and_roles() {
     let Some(app) = spawn_app(Backend::Sqlite).await else { return };
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let c = check!(
-        app.post(
-            &format!("/v1/organizations/{org}/connections"),
-            &ann,
-            json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "x"}})
-        )
-        .await,
-        201
-    )
-    .id();
+    let c = app.file_connection(&ann, &org, "f", "x", None).await;
     let bad =
         check!(
         app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
@@ -466,16 +457,7 @@ async fn downstream_flows_share_the_trace_and_show_in_topology_and_activity() {
     let dir = app.org_files(&org).join("src");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
-    let c = check!(
-        app.post(
-            &format!("/v1/organizations/{org}/connections"),
-            &ann,
-            json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "src"}})
-        )
-        .await,
-        201
-    )
-    .id();
+    let c = app.file_connection(&ann, &org, "f", "src", None).await;
     let flow = |name: &str, deps: Value| {
         json!({"name": name, "source_connection_id": c, "destination_connection_id": c,
                "config": {"mappings": [{"source_entity": "events", "dest_entity": format!("out_{name}"), "sync_mode": "full_refresh_overwrite"}], "depends_on": deps}})
@@ -643,13 +625,7 @@ async fn a_lookback_re_reads_a_window_behind_the_cursor() {
     std::fs::create_dir_all(&dir).unwrap();
     let line = |id: i64, t: &str| format!("{{\"id\": {id}, \"updated\": \"2026-01-01T{t}:00Z\"}}\n");
     std::fs::write(dir.join("events.jsonl"), line(1, "10:00") + &line(2, "10:10")).unwrap();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let files = check!(
-        app.post(&conns, &ann, json!({"name": "in", "type": "file", "capability": "both", "config": {"path": "in"}}))
-            .await,
-        201
-    )
-    .id();
+    let files = app.file_connection(&ann, &org, "in", "in", None).await;
     let flows = format!("/v1/organizations/{org}/flows");
     let body = |name: &str, lookback: Value| {
         json!({"name": name, "source_connection_id": files, "destination_connection_id": files,
@@ -759,13 +735,7 @@ async fn the_flow_list_shows_each_flows_last_run(backend: Backend) {
     let dir = app.org_files(&org).join("src");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("events.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let c = check!(
-        app.post(&conns, &ann, json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "src"}}))
-            .await,
-        201
-    )
-    .id();
+    let c = app.file_connection(&ann, &org, "f", "src", None).await;
     let mut flows = Vec::new();
     for name in ["twice", "once", "never"] {
         let body = json!({"name": name, "source_connection_id": c, "destination_connection_id": c,

@@ -50,16 +50,7 @@ async fn every_list_filter_works(app: TestApp) {
     let dir = app.org_files(&org).join("src");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("events.jsonl"), "{\"id\": 1, \"at\": \"2026-01-01T00:00:00Z\"}\n").unwrap();
-    let c = check!(
-        app.post(
-            &format!("{base}/connections"),
-            &ann,
-            json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "src"}})
-        )
-        .await,
-        201
-    )
-    .id();
+    let c = app.file_connection(&ann, &org, "f", "src", None).await;
     let flow = check!(
         app.post(&format!("{base}/flows"), &ann, json!({"name": "copy", "source_connection_id": c, "destination_connection_id": c,
             "config": {"mappings": [{"source_entity": "events", "dest_entity": "out", "sync_mode": "incremental_append", "cursor_field": "at"}]}}))
@@ -146,16 +137,7 @@ async fn schedules_and_credentials_are_checked(app: TestApp) {
         .await;
     assert_eq!(r.status.as_u16(), 422, "{}", r.body);
     app.org_files(&org);
-    let c = check!(
-        app.post(
-            &format!("{base}/connections"),
-            &ann,
-            json!({"name": "f", "type": "file", "capability": "both", "config": {"path": "src"}})
-        )
-        .await,
-        201
-    )
-    .id();
+    let c = app.file_connection(&ann, &org, "f", "src", None).await;
     let flow = |schedule: Value| {
         json!({"name": "s", "source_connection_id": c, "destination_connection_id": c, "schedule": schedule,
             "config": {"mappings": [{"source_entity": "a", "dest_entity": "b", "sync_mode": "full_refresh_append"}]}})

@@ -144,16 +144,7 @@ async fn run_events_and_log_filters(app: TestApp) {
     std::fs::create_dir_all(dir.join("in")).unwrap();
     let rows: String = (0..5000).map(|i| format!("{{\"id\": {i}}}\n")).collect();
     std::fs::write(dir.join("in/items.jsonl"), rows).unwrap();
-    let conn = check!(
-        app.post(
-            &format!("/v1/organizations/{org}/connections"),
-            &ann,
-            json!({"name": "in", "type": "file", "capability": "both", "config": {"path": "in", "format": "jsonl"}})
-        )
-        .await,
-        201
-    )
-    .id();
+    let conn = app.file_connection(&ann, &org, "in", "in", Some("jsonl")).await;
     let flow = check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({"name": "copy", "source_connection_id": conn,
         "destination_connection_id": conn, "config": {"mappings": [{"source_entity": "items", "dest_entity": "copy", "sync_mode": "full_refresh_overwrite"}]}})).await, 201).id();
     let run = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), &ann, json!({})).await, 202).id();

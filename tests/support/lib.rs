@@ -397,6 +397,24 @@ impl TestApp {
     pub async fn delete(&self, path: &str, auth: &Auth) -> Resp {
         self.send(Method::DELETE, path, auth, None, &[]).await
     }
+
+    /// Creates a file connection `name` (source and destination) on the
+    /// organization's folder `path`; answers its id.
+    pub async fn file_connection(
+        &self,
+        auth: &Auth,
+        org: &str,
+        name: &str,
+        path: &str,
+        format: Option<&str>,
+    ) -> String {
+        let mut config = json!({"path": path});
+        if let Some(format) = format {
+            config["format"] = json!(format);
+        }
+        let body = json!({"name": name, "type": "file", "capability": "both", "config": config});
+        crate::check!(self.post(&format!("/v1/organizations/{org}/connections"), auth, body).await, 201).id()
+    }
 }
 
 impl Drop for TestApp {

@@ -79,14 +79,7 @@ async fn the_log_gives_every_change_once_from_the_snapshots_point() {
             assert!(reasons.iter().any(|r| r.contains("is not a table")), "{reasons:?}");
         }
     }
-    let Some(server) = tokio::task::spawn_blocking(|| {
-        OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into()])
-    })
-    .await
-    .unwrap() else {
-        return;
-    };
-    let mut c = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    let Some((server, mut c)) = logical_server().await else { return };
     exec(
         &mut c,
         "CREATE TABLE people (id int PRIMARY KEY, name text, bio text, born date, seen timestamptz, score numeric);
@@ -217,16 +210,21 @@ async fn changes_of(pg: &PgConnector, stream: &str, entity: &str, after: &str) -
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_joining_a_running_stream_is_copied_in_a_snapshot_of_its_own() {
-    let Some(server) = tokio::task::spawn_blocking(|| {
+/// A throwaway cluster with `wal_level = logical`, and a session on its
+/// `postgres` database (`None` where a cluster cannot be started here).
+async fn logical_server() -> Option<(OwnPostgres, sqlx::PgConnection)> {
+    let server = tokio::task::spawn_blocking(|| {
         OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=4".into()])
     })
     .await
-    .unwrap() else {
-        return;
-    };
-    let mut c = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    .unwrap()?;
+    let c = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    Some((server, c))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_joining_a_running_stream_is_copied_in_a_snapshot_of_its_own() {
+    let Some((server, mut c)) = logical_server().await else { return };
     exec(
         &mut c,
         "CREATE TABLE people (id int PRIMARY KEY, name text);

@@ -518,19 +518,19 @@ async fn take_over(name: &str, dest: Arc<dyn Destination>, mode: WriteMode) {
     let mut seed = dest.open(&s, WriteMode::Upsert).await.unwrap();
     seed.write(&rows("seed")).await.unwrap();
     seed.finish().await.unwrap();
-    let mut frozen = dest.open_for(&s, mode, &first).await.unwrap();
+    let mut frozen = dest.open_for(&s, mode, Some(&first)).await.unwrap();
     for _ in 0..3 {
         // The third write waits for the first to have run.
         frozen.write(&rows("first")).await.unwrap();
     }
     // Attempt 1 wrote another entity at the same time, in a session of its own.
     let other = EntitySchema { name: "modes_other".into(), ..schema(false) };
-    let mut frozen_too = dest.open_for(&other, mode, &first).await.unwrap();
+    let mut frozen_too = dest.open_for(&other, mode, Some(&first)).await.unwrap();
     for _ in 0..3 {
         frozen_too.write(&batch(&other, vec![row(1, "first", "2026-01-01T00:00:00Z")])).await.unwrap();
     }
     let write_second = || async {
-        let mut w = dest.open_for(&s, mode, &second).await?;
+        let mut w = dest.open_for(&s, mode, Some(&second)).await?;
         w.write(&rows("second")).await?;
         w.finish().await
     };

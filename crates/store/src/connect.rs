@@ -6,7 +6,7 @@ use crate::entities::*;
 use crate::{Store, db_err};
 use async_trait::async_trait;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Select};
 use serde_json::Value;
 use sluice_domain::Error;
 use sluice_domain::Result;
@@ -189,17 +189,8 @@ impl IntegrationRepository for Store {
 
     async fn delete(&self, org: OrgId, id: IntegrationId, audit: &AuditEntry) -> Result<()> {
         audited!(self, audit, |tx| {
-            let users = connections::Entity::find()
-                .filter(connections::Column::IntegrationId.eq(id.as_uuid()))
-                .count(tx.c())
-                .await
-                .map_err(db_err)?;
-            if users > 0 {
-                return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::Code::InUse,
-                    message: format!("{users} connection(s) use this integration; delete or move them first"),
-                });
-            }
+            let users = connections::Entity::find().filter(connections::Column::IntegrationId.eq(id.as_uuid()));
+            refuse_if_used(tx.c(), users, "connection(s) use this integration; delete or move them first").await?;
             crate::delete_owned::<integrations::Entity>(tx.c(), id.as_uuid(), org.as_uuid(), "integration").await?;
         })
     }
@@ -239,21 +230,12 @@ impl ConnectionRepository for Store {
 
     async fn delete(&self, org: OrgId, id: ConnectionId, audit: &AuditEntry) -> Result<()> {
         audited!(self, audit, |tx| {
-            let users = flows::Entity::find()
-                .filter(
-                    sea_orm::Condition::any()
-                        .add(flows::Column::SourceConnectionId.eq(id.as_uuid()))
-                        .add(flows::Column::DestinationConnectionId.eq(id.as_uuid())),
-                )
-                .count(tx.c())
-                .await
-                .map_err(db_err)?;
-            if users > 0 {
-                return Err(Error::Conflict {
-                    code: sluice_domain::shared::error::Code::InUse,
-                    message: format!("{users} flow(s) use this connection; delete or change them first"),
-                });
-            }
+            let users = flows::Entity::find().filter(
+                sea_orm::Condition::any()
+                    .add(flows::Column::SourceConnectionId.eq(id.as_uuid()))
+                    .add(flows::Column::DestinationConnectionId.eq(id.as_uuid())),
+            );
+            refuse_if_used(tx.c(), users, "flow(s) use this connection; delete or change them first").await?;
             crate::delete_owned::<connections::Entity>(tx.c(), id.as_uuid(), org.as_uuid(), "connection").await?;
         })
     }
@@ -331,4 +313,20 @@ impl sluice_domain::connect::ports::OAuthStateStore for Store {
             }))
         })
     }
+}
+
+/// Refuses a delete with 409 `in_use` while `users` finds rows that still
+/// point at what is deleted; `what` says what they are and what to do.
+async fn refuse_if_used<E: EntityTrait>(c: &impl ConnectionTrait, users: Select<E>, what: &str) -> Result<()>
+where
+    E::Model: Sync,
+{
+    let count = users.count(c).await.map_err(db_err)?;
+    if count > 0 {
+        return Err(Error::Conflict {
+            code: sluice_domain::shared::error::Code::InUse,
+            message: format!("{count} {what}"),
+        });
+    }
+    Ok(())
 }

@@ -291,7 +291,7 @@ impl Destination for MemoryDataset {
         if self.single_writer { 1 } else { usize::MAX }
     }
 
-    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, _attempt: Option<&Attempt>) -> WriterResult {
         let existing = self.describe(&schema.name).await?;
         let mut fields = match (&existing, mode) {
             (Some(e), WriteMode::Append | WriteMode::Upsert) => e.fields.clone(),

@@ -32,7 +32,7 @@ impl Destination for FileConnector {
         self.schema(entity)
     }
 
-    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, _attempt: Option<&Attempt>) -> WriterResult {
         check_entity(&schema.name)?;
         Destination::check(self).await?;
         let key: Vec<usize> = schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();

@@ -59,17 +59,8 @@ impl Destination for MySqlConnector {
         POOL_WRITERS
     }
 
-    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
-        self.open_writer(schema, mode, None).await
-    }
-
-    async fn open_for(
-        &self,
-        schema: &EntitySchema,
-        mode: WriteMode,
-        attempt: &Attempt,
-    ) -> ConnectorResult<Box<dyn EntityWriter>> {
-        self.open_writer(schema, mode, Some(attempt.mark())).await
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, attempt: Option<&Attempt>) -> WriterResult {
+        self.open_writer(schema, mode, attempt.map(Attempt::mark)).await
     }
 
     async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
@@ -128,12 +119,7 @@ fn mark_slot(mark: &str, slot: u32) -> String {
 }
 
 impl MySqlConnector {
-    async fn open_writer(
-        &self,
-        schema: &EntitySchema,
-        mode: WriteMode,
-        mark: Option<String>,
-    ) -> ConnectorResult<Box<dyn EntityWriter>> {
+    async fn open_writer(&self, schema: &EntitySchema, mode: WriteMode, mark: Option<String>) -> WriterResult {
         let pk: Vec<&str> = schema.primary_key();
         if mode == WriteMode::Upsert && pk.is_empty() {
             return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));

@@ -41,17 +41,8 @@ impl Destination for PgConnector {
         true
     }
 
-    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
-        self.open_writer(schema, mode, None).await
-    }
-
-    async fn open_for(
-        &self,
-        schema: &EntitySchema,
-        mode: WriteMode,
-        attempt: &Attempt,
-    ) -> ConnectorResult<Box<dyn EntityWriter>> {
-        self.open_writer(schema, mode, Some(attempt.mark())).await
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, attempt: Option<&Attempt>) -> WriterResult {
+        self.open_writer(schema, mode, attempt.map(Attempt::mark)).await
     }
 
     async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
@@ -75,12 +66,7 @@ impl Destination for PgConnector {
 }
 
 impl PgConnector {
-    async fn open_writer(
-        &self,
-        schema: &EntitySchema,
-        mode: WriteMode,
-        mark: Option<String>,
-    ) -> ConnectorResult<Box<dyn EntityWriter>> {
+    async fn open_writer(&self, schema: &EntitySchema, mode: WriteMode, mark: Option<String>) -> WriterResult {
         let pk: Vec<String> = schema.primary_key().into_iter().map(str::to_string).collect();
         if mode == WriteMode::Upsert && pk.is_empty() {
             return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));

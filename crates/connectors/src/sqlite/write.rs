@@ -56,7 +56,7 @@ impl Destination for SqliteConnector {
         1
     }
 
-    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>> {
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, _attempt: Option<&Attempt>) -> WriterResult {
         let mut tx = self.pool.begin().await.map_err(|e| err(&e))?;
         let existing = self.entity_schema(&schema.name).await?;
         let target = match mode {

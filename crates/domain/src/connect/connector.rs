@@ -327,6 +327,9 @@ impl Attempt {
     }
 }
 
+/// What opening an entity's writer answers.
+pub type WriterResult = ConnectorResult<Box<dyn EntityWriter>>;
+
 #[async_trait::async_trait]
 pub trait Destination: Send + Sync {
     async fn check(&self) -> ConnectorResult<()>;
@@ -334,18 +337,12 @@ pub trait Destination: Send + Sync {
     async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>>;
     /// Creates the entity from `schema` or adds the columns it lacks, then
     /// opens a writer.
-    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> ConnectorResult<Box<dyn EntityWriter>>;
+    async fn open(&self, schema: &EntitySchema, mode: WriteMode) -> WriterResult {
+        self.open_for(schema, mode, None).await
+    }
     /// [`Destination::open`] for `attempt`, whose sessions a destination
     /// that can marks as its own (see [`Destination::end_earlier_attempts`]).
-    async fn open_for(
-        &self,
-        schema: &EntitySchema,
-        mode: WriteMode,
-        attempt: &Attempt,
-    ) -> ConnectorResult<Box<dyn EntityWriter>> {
-        let _ = attempt;
-        self.open(schema, mode).await
-    }
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, attempt: Option<&Attempt>) -> WriterResult;
     /// Ends the sessions that earlier attempts of `attempt`'s run still
     /// hold here (a frozen worker's open transaction keeps its locks, and
     /// the attempt that took the run over would wait on them); answers how

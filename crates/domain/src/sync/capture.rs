@@ -777,7 +777,7 @@ impl SyncService {
             return Ok(());
         }
         let mut writer = dest
-            .open_for(&e.schema, e.m.sync_mode.write_mode(), &super::queue::attempt_of(run))
+            .open_for(&e.schema, e.m.sync_mode.write_mode(), Some(&super::queue::attempt_of(run)))
             .await
             .map_err(|x| e.failed(x))?;
         // A mirror ends up with exactly the source's rows: what it held
@@ -875,7 +875,8 @@ impl SyncService {
         }
         let entity = e.m.source_entity.clone();
         let attempt = super::queue::attempt_of(run);
-        let mut writer = dest.open_for(&e.schema, WriteMode::Overwrite, &attempt).await.map_err(|x| e.failed(x))?;
+        let mut writer =
+            dest.open_for(&e.schema, WriteMode::Overwrite, Some(&attempt)).await.map_err(|x| e.failed(x))?;
         let Some(format) = writer.bulk_format() else {
             writer.abort().await;
             return Ok(false);
@@ -986,8 +987,13 @@ impl SyncService {
         e.schema = capture_schema(e.m, &e.source_fields)
             .map_err(|message| CaptureFailure { entity: Some(entity.clone()), ..CaptureFailure::all(message) })?;
         let attempt = super::queue::attempt_of(scope.run);
-        e.writer =
-            Some(scope.dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &attempt).await.map_err(|x| e.failed(x))?);
+        e.writer = Some(
+            scope
+                .dest
+                .open_for(&e.schema, e.m.sync_mode.write_mode(), Some(&attempt))
+                .await
+                .map_err(|x| e.failed(x))?,
+        );
         e.order = order_of(&s.fields, &e.source_fields);
         let message = format!("new source columns {}: added to the destination", new.join(", "));
         self.log(scope.run, LogLevel::Info, Some(&entity), message).await;
@@ -1023,7 +1029,7 @@ impl SyncService {
         }
         for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
             e.writer = Some(
-                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), &super::queue::attempt_of(run))
+                dest.open_for(&e.schema, e.m.sync_mode.write_mode(), Some(&super::queue::attempt_of(run)))
                     .await
                     .map_err(|x| e.failed(x))?,
             );

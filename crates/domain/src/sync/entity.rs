@@ -133,7 +133,7 @@ impl SyncService {
             // The target is not there yet: loaded like a full refresh (a
             // fresh table, keys built after), when both sides can; else,
             // or when that cannot begin, the checkpointed way below.
-            match dest.open_for(&schema, WriteMode::Overwrite, &attempt_of(run)).await {
+            match dest.open_for(&schema, WriteMode::Overwrite, Some(&attempt_of(run))).await {
                 Ok(writer) => match self.bulk_first_load(&step, writer, source, &source_fields, read, stats).await? {
                     Ok(outcome) => return Ok(outcome),
                     Err(unloaded) => read = unloaded,
@@ -141,7 +141,7 @@ impl SyncService {
                 Err(e) => tracing::warn!(run = %run.id, entity, error = %e, "no fresh table for a first load"),
             }
         }
-        let writer = dest.open_for(&schema, m.sync_mode.write_mode(), &attempt_of(run)).await?;
+        let writer = dest.open_for(&schema, m.sync_mode.write_mode(), Some(&attempt_of(run))).await?;
         // Same engine on both sides and nothing to transform: the source's
         // bulk stream goes straight in, undecoded (a fresh table, or a
         // stage merged at each checkpoint).
