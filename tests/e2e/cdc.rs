@@ -360,6 +360,22 @@ async fn positions(backend: Backend) {
     assert_eq!(over.len(), 1, "{activity}");
     assert_eq!(over[0]["data"]["flow_id"], flow.as_str(), "{:?}", over[0]);
     assert_eq!(over[0]["data"]["budget_bytes"], 1, "{:?}", over[0]);
+    // The flow's page says the same, read from the source: the slot, the
+    // log it keeps against the budget, each table's snapshot.
+    let mut console = crate::console::Browser::new(&app);
+    console.sign_in(&crate::console::token_of(&ann)).await;
+    let (status, page, _) = console.get(&format!("/o/{org}/flows/{flow}")).await;
+    assert_eq!(status, 200, "{page}");
+    let slot = flow.replace('-', "");
+    for shown in ["Change stream", slot.as_str(), "of the 1 B budget", "over budget", ">done<"] {
+        assert!(page.contains(shown), "{shown} on the flow's page: {page}");
+    }
+    let (status, overview, _) = console.get(&format!("/o/{org}")).await;
+    assert_eq!(status, 200, "{overview}");
+    let link = format!("/o/{org}/flows/{flow}\">orders</a>");
+    for shown in ["Change streams", link.as_str(), "over budget"] {
+        assert!(overview.contains(shown), "{shown} on the overview: {overview}");
+    }
 
     // Another organization neither sees nor moves this flow's state.
     let eve = app.token("eve@example.com");

@@ -12,14 +12,14 @@ use std::time::Duration;
 
 /// A browser-like client of the console: keeps no redirects, sends the
 /// session cookie and this server's `Origin`.
-struct Browser<'a> {
+pub(crate) struct Browser<'a> {
     app: &'a TestApp,
     client: reqwest::Client,
     cookie: Option<String>,
 }
 
 impl<'a> Browser<'a> {
-    fn new(app: &'a TestApp) -> Self {
+    pub(crate) fn new(app: &'a TestApp) -> Self {
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
         Self { app, client, cookie: None }
     }
@@ -28,7 +28,7 @@ impl<'a> Browser<'a> {
         self.app.base.clone()
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, String, reqwest::header::HeaderMap) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, String, reqwest::header::HeaderMap) {
         let mut req = self.client.get(format!("{}{path}", self.app.base));
         if let Some(c) = &self.cookie {
             req = req.header("Cookie", format!("sluice_session={c}"));
@@ -61,7 +61,7 @@ impl<'a> Browser<'a> {
     }
 
     /// Signs in with a pasted token; keeps the cookie the server sets.
-    async fn sign_in(&mut self, token: &str) {
+    pub(crate) async fn sign_in(&mut self, token: &str) {
         let origin = self.origin();
         let (status, _, headers) = self.post("/login", &[("token", token), ("next", "/")], Some(&origin)).await;
         assert_eq!(status, StatusCode::SEE_OTHER);
@@ -87,7 +87,7 @@ fn session_cookie(headers: &reqwest::header::HeaderMap) -> String {
     set.split(';').next().unwrap().trim_start_matches("sluice_session=").to_string()
 }
 
-fn token_of(auth: &Auth) -> String {
+pub(crate) fn token_of(auth: &Auth) -> String {
     match auth {
         Auth::Token(t) => t.clone(),
         _ => unreachable!(),
@@ -349,6 +349,10 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     // The Admin sees write buttons; the Viewer sees none.
     let (_, html, _) = admin.get(&format!("/o/{org}/flows/{flow}")).await;
     assert!(html.contains("Run now") && html.contains("Pause"), "{html}");
+    assert!(
+        !html.contains("Change stream") && !html.contains(">Snapshot<"),
+        "a flow without CDC has no stream: {html}"
+    );
     let (_, html, _) = viewer.get(&format!("/o/{org}/flows/{flow}")).await;
     assert!(!html.contains("Run now") && !html.contains("Pause"), "{html}");
     let (_, html, _) = viewer.get(&format!("/o/{org}/connections")).await;

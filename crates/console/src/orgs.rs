@@ -2,8 +2,8 @@
 //! page (members, invitations, API keys, billing, notification rules).
 
 use crate::page::{
-    Empty, OrgCtx, PageResult, Paging, Post, Session, badge, bare, button, count, csrf, html_response, notice, page,
-    pager, redirect, short_id, when, when_opt,
+    Empty, OrgCtx, PageResult, Paging, Post, Session, badge, bare, button, bytes, count, csrf, html_response, notice,
+    page, pager, redirect, short_id, when, when_opt,
 };
 use crate::svg;
 use actix_web::web::{Data, Path, Query};
@@ -14,6 +14,7 @@ use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::ids::{ApiKeyId, RuleId, UserId};
 use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, Run, RunStatus};
+use sluice_domain::sync::views::StreamHealth;
 use sluice_http::AppState;
 use uuid::Uuid;
 
@@ -118,6 +119,7 @@ pub async fn overview(state: Data<AppState>, s: Session, org: Path<Uuid>) -> Pag
     let d = state.sluice.monitoring.dashboard(p, ctx.id()).await?;
     let flows = state.sluice.sync.list_flows(p, ctx.id(), None, ALL).await?.items;
     let runs = recent_runs(&state, &s, &ctx).await;
+    let streams = stream_health(&state, &s, &ctx, &flows).await;
     let name_of = |id| flows.iter().find(|f| f.id == id).map_or("?", |f| f.name.as_str());
     let today = state.sluice.identity.now().date();
     let stat = |label: &str, value: u64, href: String| {
@@ -143,10 +145,44 @@ pub async fn overview(state: Data<AppState>, s: Session, org: Path<Uuid>) -> Pag
                 (svg::strips("Run durations per flow", "s", &series))
             }
         }
+        @if !streams.is_empty() {
+            h2 { "Change streams" }
+            table {
+                thead { tr { th { "Flow" } th { "Log the source keeps" } th { "Budget" } } }
+                tbody { @for (flow, h) in &streams { tr {
+                    td { a href=(ctx.at(&format!("/flows/{}", flow.id))) { (flow.name) } }
+                    td {
+                        @match (h.retained_bytes, &h.unknown) {
+                            (_, Some(_)) => { span.muted { "unknown (the source did not answer)" } }
+                            (None, None) => { span.muted { "none yet" } }
+                            (Some(b), None) => { (bytes(b)) @if h.over_budget() { " " (badge("over budget")) } }
+                        }
+                    }
+                    td { (bytes(h.budget_bytes)) }
+                } } }
+            }
+        }
         h2 { "Latest runs" }
         (runs_table(&ctx, &runs[..runs.len().min(15)], |id| name_of(id).to_string()))
     };
     Ok(page(&ctx, &s, "", &ctx.org.name.clone(), body))
+}
+
+/// How many change streams the overview asks their sources about.
+const OVERVIEW_STREAMS: usize = 20;
+
+/// The change streams of the organization's CDC flows (the first
+/// [`OVERVIEW_STREAMS`]), each read from its source, all at once.
+async fn stream_health<'a>(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    flows: &'a [Flow],
+) -> Vec<(&'a Flow, StreamHealth)> {
+    let p = &s.caller.principal;
+    let capturing = flows.iter().filter(|f| f.captures()).take(OVERVIEW_STREAMS);
+    let asked = capturing.map(|f| async move { (f, state.sluice.sync.stream_health(p, ctx.id(), f.id).await) });
+    futures_util::future::join_all(asked).await.into_iter().filter_map(|(f, h)| Some((f, h.ok().flatten()?))).collect()
 }
 
 /// A table of runs, each linking to its page.

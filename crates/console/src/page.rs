@@ -379,12 +379,27 @@ pub fn when_opt(t: Option<OffsetDateTime>) -> String {
 /// A status as a coloured badge.
 pub fn badge(status: &str) -> Markup {
     let tone = match status {
-        "succeeded" | "healthy" | "active" | "valid" | "compatible" | "create" => "ok",
-        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" | "error" => "bad",
-        "running" | "queued" | "update" | "warning" | "paused" => "live",
+        "succeeded" | "healthy" | "active" | "valid" | "compatible" | "create" | "done" => "ok",
+        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" | "error" | "over budget" => "bad",
+        "running" | "queued" | "update" | "warning" | "paused" | "pending" => "live",
         _ => "plain",
     };
     html! { span class={"badge " (tone)} { (status) } }
+}
+
+/// `512 B`, `1.5 KiB`, `10.0 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// `1,234,567`.

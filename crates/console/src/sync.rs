@@ -2,8 +2,8 @@
 
 use crate::orgs::{duration, runs_table};
 use crate::page::{
-    Empty, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, count, csrf, error_box, json_block,
-    notice, page, pager, redirect, when, when_opt,
+    Empty, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, bytes, count, csrf, error_box,
+    json_block, notice, page, pager, redirect, when, when_opt,
 };
 use crate::svg;
 use actix_web::web::{Data, Path, Query};
@@ -215,7 +215,10 @@ async fn flow_page_with(
     let p = &s.caller.principal;
     let conns = connections(state, s, ctx).await?;
     let details = state.sluice.sync.flow_details(p, ctx.id(), flow.id).await?;
+    let stream = state.sluice.sync.stream_health(p, ctx.id(), flow.id).await?;
     let runs = details.runs;
+    let snapshots: Vec<_> = details.state.iter().map(|e| e.snapshot).collect();
+    let captures = snapshots.iter().any(Option::is_some);
     let cursors: Vec<_> = details.state.into_iter().map(|e| e.cursor).collect();
     let neighbours = |list: &[sluice_domain::sync::views::Neighbour]| {
         html! { @for (i, n) in list.iter().enumerate() {
@@ -252,14 +255,31 @@ async fn flow_page_with(
         }
         h2 { "Runs" }
         (runs_table(ctx, &runs, |_| name.clone()))
+        @if let Some(h) = &stream {
+            h2 { "Change stream" }
+            dl.facts {
+                dt { "Slot and publication" } dd { code { (h.name) } }
+                dt { "Log the source keeps" } dd {
+                    @match (h.retained_bytes, &h.unknown) {
+                        (_, Some(why)) => { span.muted { "unknown: " (why) } }
+                        (None, None) => { span.muted { "none yet: the first run makes the slot" } }
+                        (Some(b), None) => {
+                            (bytes(b)) " of the " (bytes(h.budget_bytes)) " budget (" code { "cdc_max_retained" } ")"
+                            @if h.over_budget() { " " (badge("over budget")) }
+                        }
+                    }
+                }
+            }
+        }
         h2 { "Cursors" }
         @if cursors.is_empty() { p.muted { "No incremental entities." } } @else {
             table {
-                thead { tr { th { "Entity" } th { "Field" } th { "Value" } th { "Updated" } @if ctx.can_write() { th { "Change" } } } }
-                tbody { @for c in &cursors { tr {
+                thead { tr { th { "Entity" } th { "Field" } th { "Value" } th { "Updated" } @if captures { th { "Snapshot" } } @if ctx.can_write() { th { "Change" } } } }
+                tbody { @for (c, snapshot) in cursors.iter().zip(&snapshots) { tr {
                     td { code { (c.entity) } } td { (c.cursor_field.clone().unwrap_or_default()) }
                     td { code.cursor { (c.cursor_value.clone().unwrap_or_else(|| "— (from the start)".into())) } }
                     td { (when(c.updated_at)) }
+                    @if captures { td { @if let Some(s) = snapshot { (badge(s.state)) } } }
                     @if ctx.can_write() { td {
                         form.inline method="post" action=(format!("{at}/cursors/set")) data-confirm="Set this cursor? The next run reads from the new value." {
                             (csrf(s))

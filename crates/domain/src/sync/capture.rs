@@ -695,6 +695,17 @@ impl SyncService {
         }
     }
 
+    /// How much log `flow`'s source may keep for its stream before Sluice
+    /// warns: the source connection's `cdc_max_retained` (10 GiB unless
+    /// set).
+    pub(super) async fn retained_budget(&self, flow: &Flow) -> u64 {
+        match self.connect.connection(flow.org_id, flow.source_connection_id).await {
+            Ok(Some(c)) => c.config.get(MAX_RETAINED).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok())),
+            _ => None,
+        }
+        .unwrap_or(DEFAULT_MAX_RETAINED)
+    }
+
     /// After a run's read: the flow's stream in the metrics (the log its
     /// source keeps for it, and when its destination last caught up), and
     /// a `cdc.retained_over_budget` event, at most one a day per flow,
@@ -716,11 +727,7 @@ impl SyncService {
             }
         };
         self.monitoring.metrics().cdc_stream(&flow.id.to_string(), retained, caught_up);
-        let budget = match self.connect.connection(flow.org_id, flow.source_connection_id).await {
-            Ok(Some(c)) => c.config.get(MAX_RETAINED).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok())),
-            _ => None,
-        }
-        .unwrap_or(DEFAULT_MAX_RETAINED);
+        let budget = self.retained_budget(flow).await;
         if retained <= budget {
             return;
         }

@@ -181,6 +181,12 @@ impl Flow {
     pub fn stream_name(&self) -> String {
         self.id.as_uuid().simple().to_string()
     }
+
+    /// Whether any mapping captures changes (so the flow has a change
+    /// stream at its source).
+    pub fn captures(&self) -> bool {
+        self.config.mappings.iter().any(|m| m.sync_mode.cdc())
+    }
 }
 
 /// The longest schedule taken.

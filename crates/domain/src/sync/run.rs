@@ -344,7 +344,7 @@ impl SyncService {
     async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<EntityOutcome, Failure> {
         let flow = self.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
         let source = self.connect.open_source(flow.org_id, flow.source_connection_id).await?;
-        let changes = match flow.config.mappings.iter().any(|m| m.sync_mode.cdc()) {
+        let changes = match flow.captures() {
             true => Some(self.connect.open_change_source(flow.org_id, flow.source_connection_id).await?.io),
             false => None,
         };

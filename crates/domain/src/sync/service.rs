@@ -359,8 +359,7 @@ impl SyncService {
         self.flows.update(&after, &audit).await.map_err(name_taken(&after.name))?;
         // The change stream goes with the flow's last CDC mapping, or with
         // the source it read.
-        let captures = |f: &Flow| f.config.mappings.iter().any(|m| m.sync_mode.cdc());
-        if captures(&before) && (!captures(&after) || after.source_connection_id != before.source_connection_id) {
+        if before.captures() && (!after.captures() || after.source_connection_id != before.source_connection_id) {
             self.drop_stream(&before).await;
         }
         Ok(after)
@@ -378,7 +377,7 @@ impl SyncService {
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.deleted", "flow", id, self.clock.now())
             .with_change(flow_json(&before), Value::Null);
         self.flows.delete(org, id, &audit).await?;
-        if before.config.mappings.iter().any(|m| m.sync_mode.cdc()) {
+        if before.captures() {
             self.drop_stream(&before).await;
         }
         Ok(())

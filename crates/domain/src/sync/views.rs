@@ -1,6 +1,6 @@
-//! Read models of runs and flows: a trace's runs, the flows' topology, and
-//! a flow's details (the one composition the API's details route and the
-//! console's flow page share).
+//! Read models of runs and flows: a trace's runs, the flows' topology, a
+//! flow's details (the one composition the API's details route and the
+//! console's flow page share) and its change stream's health.
 
 use super::service::SyncService;
 use crate::shared::ids::{FlowId, OrgId};
@@ -70,5 +70,56 @@ impl SyncService {
             .map(|e| Neighbour { id: e.to, name: name_of(e.to), on: e.on })
             .collect();
         Ok(FlowDetails { flow, runs, state, upstream, downstream })
+    }
+}
+
+/// What a CDC flow's change stream holds back at its source now, read from
+/// the source (so every process serving the flow's page says the same).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamHealth {
+    /// The stream's name at the source (a PostgreSQL replication slot and
+    /// publication).
+    pub name: String,
+    /// The log the source keeps for the stream; `None` before the flow's
+    /// first run made it.
+    pub retained_bytes: Option<u64>,
+    /// The source connection's `cdc_max_retained`: past it, Sluice records
+    /// `cdc.retained_over_budget`.
+    pub budget_bytes: u64,
+    /// Why the source could not say (it is unreachable, say).
+    pub unknown: Option<String>,
+}
+
+impl StreamHealth {
+    /// Whether the source keeps more than the budget.
+    pub fn over_budget(&self) -> bool {
+        self.retained_bytes.is_some_and(|b| b > self.budget_bytes)
+    }
+}
+
+impl SyncService {
+    /// A CDC flow's [`StreamHealth`]; `None` for a flow that captures no
+    /// changes.
+    pub async fn stream_health(
+        &self,
+        p: &crate::identity::Principal,
+        org: OrgId,
+        id: FlowId,
+    ) -> Result<Option<StreamHealth>> {
+        let flow = self.get_flow(p, org, id).await?;
+        if !flow.captures() {
+            return Ok(None);
+        }
+        let name = flow.stream_name();
+        let budget_bytes = self.retained_budget(&flow).await;
+        let retained = match self.change_source_of(&flow).await {
+            Ok(changes) => changes.retained_bytes(&name).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let (retained_bytes, unknown) = match retained {
+            Ok(b) => (b, None),
+            Err(why) => (None, Some(why)),
+        };
+        Ok(Some(StreamHealth { name, retained_bytes, budget_bytes, unknown }))
     }
 }
