@@ -30,6 +30,7 @@
 use super::entity::{BATCH_ROWS, CHECKPOINT_ROWS};
 use super::service::SyncService;
 use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource};
+use crate::connect::connection::Connection;
 use crate::connect::connector::{
     Destination, EntitySchema, EntityWriter, Field, FieldType, ReadRequest, RecordBatch, Source, Value, WriteMode,
 };
@@ -176,6 +177,15 @@ pub(super) struct Scope<'a> {
     pub source: &'a Arc<dyn Source>,
     pub changes: &'a Arc<dyn ChangeSource>,
     pub dest: &'a Arc<dyn Destination>,
+    /// The source connection's [`retained_budget`].
+    pub budget: u64,
+}
+
+/// How much log a flow's source may keep for its stream before Sluice
+/// warns: the source connection's [`MAX_RETAINED`] (10 GiB unless set).
+pub fn retained_budget(source: &Connection) -> u64 {
+    let set = source.config.get(MAX_RETAINED);
+    set.and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok())).unwrap_or(DEFAULT_MAX_RETAINED)
 }
 
 /// What an entity's writer is given next.
@@ -650,7 +660,7 @@ impl SyncService {
         stream: &str,
         entities: &mut [Entity<'_>],
     ) -> Result<(), CaptureFailure> {
-        let Scope { run, flow, changes, dest, .. } = scope;
+        let Scope { run, flow, changes, dest, budget, .. } = scope;
         // As many tables at once as the destination takes writers (SQLite:
         // one); the stream is read again for each group (reading leaves
         // it where it is).
@@ -672,7 +682,7 @@ impl SyncService {
             if let Some(min) = min {
                 changes.confirm(stream, &min).await?;
             }
-            self.watch_stream(flow, stream, changes, caught_up).await;
+            self.watch_stream(flow, stream, changes, caught_up, budget).await;
             if !flow.config.continuous {
                 return Ok(());
             }
@@ -695,28 +705,18 @@ impl SyncService {
         }
     }
 
-    /// How much log `flow`'s source may keep for its stream before Sluice
-    /// warns: the source connection's `cdc_max_retained` (10 GiB unless
-    /// set).
-    pub(super) async fn retained_budget(&self, flow: &Flow) -> u64 {
-        match self.connect.connection(flow.org_id, flow.source_connection_id).await {
-            Ok(Some(c)) => c.config.get(MAX_RETAINED).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok())),
-            _ => None,
-        }
-        .unwrap_or(DEFAULT_MAX_RETAINED)
-    }
-
     /// After a run's read: the flow's stream in the metrics (the log its
     /// source keeps for it, and when its destination last caught up), and
     /// a `cdc.retained_over_budget` event, at most one a day per flow,
-    /// while the source keeps more than the source connection's
-    /// `cdc_max_retained` bytes (10 GiB unless set).
+    /// while the source keeps more than `budget` bytes (the source
+    /// connection's [`retained_budget`]).
     async fn watch_stream(
         &self,
         flow: &Flow,
         stream: &str,
         changes: &Arc<dyn ChangeSource>,
         caught_up: OffsetDateTime,
+        budget: u64,
     ) {
         let retained = match changes.retained_bytes(stream).await {
             Ok(Some(b)) => b,
@@ -727,7 +727,6 @@ impl SyncService {
             }
         };
         self.monitoring.metrics().cdc_stream(&flow.id.to_string(), retained, caught_up);
-        let budget = self.retained_budget(flow).await;
         if retained <= budget {
             return;
         }

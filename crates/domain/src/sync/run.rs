@@ -401,7 +401,7 @@ impl SyncService {
             if let Some(changes) = &changes
                 && !halt.load(std::sync::atomic::Ordering::SeqCst)
             {
-                ended.extend(self.capture_turns(run, &flow, &source.io, changes, &dest, &earlier).await);
+                ended.extend(self.capture_turns(run, &flow, &source, changes, &dest, &earlier).await);
             }
             ended.sort_by_key(|(index, _)| *index);
             ended.into_iter().map(|(_, turn)| turn).collect::<Vec<Turn>>()
@@ -429,7 +429,7 @@ impl SyncService {
         &self,
         run: &Run,
         flow: &Flow,
-        source: &Arc<dyn Source>,
+        source: &RunSource,
         changes: &Arc<dyn crate::connect::changes::ChangeSource>,
         dest: &Arc<dyn Destination>,
         earlier: &[EntityStats],
@@ -441,7 +441,8 @@ impl SyncService {
         let mappings: Vec<(usize, &Mapping)> =
             flow.config.mappings.iter().enumerate().filter(|(_, m)| m.sync_mode.cdc()).collect();
         let mut turns = Vec::new();
-        let scope = super::capture::Scope { run, flow, source, changes, dest };
+        let budget = super::capture::retained_budget(&source.connection);
+        let scope = super::capture::Scope { run, flow, source: &source.io, changes, dest, budget };
         for (index, mut stats, result) in self.capture(scope, &mappings, earlier).await {
             stats.duration_ms = started.elapsed().as_millis() as u64;
             let outcome = match result {

@@ -698,7 +698,7 @@ fn name_taken(name: &str) -> impl FnOnce(Error) -> Error + '_ {
 }
 
 /// The error of a flow's connection on `side` that would not open.
-fn unopened(side: &'static str) -> impl Fn(OpenError) -> Error {
+pub(super) fn unopened(side: &'static str) -> impl Fn(OpenError) -> Error {
     move |e| match e {
         OpenError::Missing => Error::not_found("connection"),
         OpenError::Store(e) => e,

@@ -2,7 +2,8 @@
 //! flow's details (the one composition the API's details route and the
 //! console's flow page share) and its change stream's health.
 
-use super::service::SyncService;
+use super::capture::{DEFAULT_MAX_RETAINED, retained_budget};
+use super::service::{SyncService, unopened};
 use crate::shared::ids::{FlowId, OrgId};
 use crate::sync::flow::*;
 use crate::{Error, Result};
@@ -111,10 +112,15 @@ impl SyncService {
             return Ok(None);
         }
         let name = flow.stream_name();
-        let budget_bytes = self.retained_budget(&flow).await;
-        let retained = match self.change_source_of(&flow).await {
-            Ok(changes) => changes.retained_bytes(&name).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+        let (budget_bytes, retained) = match self.connect.open_change_source(org, flow.source_connection_id).await {
+            Ok(source) => {
+                let retained = source.io.retained_bytes(&name).await.map_err(|e| e.to_string());
+                (retained_budget(&source.connection), retained)
+            }
+            Err(e) => {
+                let source = self.connect.connection(org, flow.source_connection_id).await.ok().flatten();
+                (source.as_ref().map_or(DEFAULT_MAX_RETAINED, retained_budget), Err(unopened("source")(e).to_string()))
+            }
         };
         let (retained_bytes, unknown) = match retained {
             Ok(b) => (b, None),
