@@ -589,6 +589,81 @@ mod sqlite_only {
     }
 }
 
+/// A run is cancelled and retried from its page, and a flow deleted from
+/// its own (on a process that executes no runs, so that they wait).
+async fn runs_are_cancelled_and_retried_and_flows_deleted(backend: Backend) {
+    let options = sluice_tests::Options { no_worker: true, ..Default::default() };
+    let Some(app) = sluice_tests::spawn_app_with(backend, options).await else { return };
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let conn = app.file_connection(&ann, &org, "files", "in", Some("jsonl")).await;
+    let body = json!({"name": "items", "source_connection_id": conn, "destination_connection_id": conn,
+        "config": {"mappings": [{"source_entity": "items", "dest_entity": "copy", "sync_mode": "full_refresh_overwrite"}]}});
+    let flow = check!(app.post(&format!("{base}/flows"), &ann, body).await, 201).id();
+    let run = check!(app.post(&format!("{base}/flows/{flow}/run"), &ann, json!({})).await, 202).id();
+    let origin = admin.origin();
+    let run_page = format!("/o/{org}/runs/{run}");
+
+    // Only a writer is offered the actions, and only where they apply.
+    let (_, html, _) = viewer.get(&run_page).await;
+    assert!(!html.contains("Cancel run") && !html.contains("Retry"), "{html}");
+    let (_, html, _) = admin.get(&run_page).await;
+    assert!(html.contains(&format!("action=\"{run_page}/cancel\"")) && !html.contains(">Retry<"), "{html}");
+
+    // Cancel: the queued run ends as canceled, and its page says so.
+    let csrf = admin.csrf(&run_page).await;
+    let (status, _, headers) = admin.post(&format!("{run_page}/cancel"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], run_page.as_str());
+    assert_eq!(check!(app.get(&format!("{base}/runs/{run}"), &ann).await, 200).body["status"], "canceled");
+    let (_, html, _) = admin.get(&run_page).await;
+    assert!(!html.contains("Cancel run") && html.contains(">Retry<"), "{html}");
+    // Cancelled again, it has already ended: said on its page.
+    let (status, html, _) = admin.post(&format!("{run_page}/cancel"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert!(html.contains("the run already ended as canceled") && html.contains("Run of items"), "{html}");
+
+    // Retry: a new run of the flow, on its own page.
+    let (status, _, headers) = admin.post(&format!("{run_page}/retry"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let again = headers["location"].to_str().unwrap().rsplit('/').next().unwrap().to_string();
+    assert_ne!(again, run);
+    let queued = check!(app.get(&format!("{base}/runs/{again}"), &ann).await, 200).body;
+    assert_eq!((queued["status"].as_str(), queued["flow_id"].as_str()), (Some("queued"), Some(flow.as_str())));
+    // A Viewer may do neither.
+    let csrf_v = viewer.csrf(&run_page).await;
+    for action in ["cancel", "retry"] {
+        let (status, _, _) = viewer.post(&format!("{run_page}/{action}"), &[("csrf", &csrf_v)], Some(&origin)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
+    }
+
+    // Delete: offered on the flow's page; the flow and its runs are gone.
+    let flow_page = format!("/o/{org}/flows/{flow}");
+    let (_, html, _) = viewer.get(&flow_page).await;
+    assert!(!html.contains("Delete flow"), "{html}");
+    let (status, _, _) = viewer.post(&format!("{flow_page}/delete"), &[("csrf", &csrf_v)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, html, _) = admin.get(&flow_page).await;
+    assert!(html.contains("Delete flow") && html.contains("data-confirm=\"Delete this flow"), "{html}");
+    let (status, _, headers) = admin.post(&format!("{flow_page}/delete"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], format!("/o/{org}/flows").as_str());
+    check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 404);
+    check!(app.get(&format!("{base}/runs/{again}"), &ann).await, 404);
+    let (status, _, _) = admin.get(&flow_page).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn runs_are_cancelled_and_retried_and_flows_deleted_with_sqlite_metadata() {
+    runs_are_cancelled_and_retried_and_flows_deleted(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn runs_are_cancelled_and_retried_and_flows_deleted_with_postgres_metadata() {
+    runs_are_cancelled_and_retried_and_flows_deleted(Backend::Postgres).await;
+}
+
 sluice_tests::on_both_backends!(
     signing_in_and_csrf,
     a_login_link_signs_in_once,

@@ -190,6 +190,9 @@ pub struct Options {
     pub oidc: Option<sluice_clients::oidc::OidcConfig>,
     /// `SLUICE_ENTITY_CONCURRENCY` other than the default.
     pub entity_concurrency: Option<usize>,
+    /// The process executes no runs (`serve --no-worker`): queued runs
+    /// stay queued.
+    pub no_worker: bool,
 }
 
 /// Starts the app on `backend`; `None` when PostgreSQL is unreachable outside
@@ -259,7 +262,7 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         aws: None,
         oauth: options.oauth.clone(),
         console_url: "http://console.example".into(),
-        run_worker: true,
+        run_worker: !options.no_worker,
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
         entity_concurrency: options.entity_concurrency.unwrap_or(sluice_domain::sync::run::DEFAULT_ENTITY_CONCURRENCY),
         read_ranges: sluice_domain::sync::entity::DEFAULT_READ_RANGES,

@@ -417,6 +417,14 @@ pub fn count(n: u64) -> String {
 
 /// A use case's error in a form's page: its message and each field's
 /// problem.
+/// The page `shown` in answer to an action that failed with `e`, which
+/// says so in an [`error_box`]; it carries `e`'s status.
+pub fn failed(shown: PageResult, e: &ApiError) -> PageResult {
+    let mut res = shown?;
+    *res.status_mut() = e.status();
+    Ok(res)
+}
+
 pub fn error_box(e: &ApiError) -> Markup {
     html! {
         div.error role="alert" {

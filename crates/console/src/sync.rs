@@ -2,7 +2,7 @@
 
 use crate::orgs::{duration, runs_table};
 use crate::page::{
-    Empty, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, bytes, count, csrf, error_box,
+    Empty, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, bytes, count, csrf, error_box, failed,
     json_block, notice, page, pager, redirect, when, when_opt,
 };
 use crate::svg;
@@ -251,6 +251,7 @@ async fn flow_page_with(
                 } @else {
                     form.inline method="post" action=(format!("{at}/status")) { (csrf(s)) input type="hidden" name="status" value="active"; button { "Resume" } }
                 }
+                (button(s, &format!("{at}/delete"), "Delete flow", "danger", Some("Delete this flow, its runs and its cursors? The destination's data stays.")))
             }
         }
         h2 { "Runs" }
@@ -430,13 +431,20 @@ fn entity_rows(r: &Run) -> Markup {
 pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let ctx = OrgCtx::load(&state, &s, org).await?;
+    run_page_with(&state, &s, &ctx, RunId::from(id), None).await
+}
+
+/// A run's page, `shown` above it (what an action on it answered).
+async fn run_page_with(state: &AppState, s: &Session, ctx: &OrgCtx, id: RunId, shown: Option<Markup>) -> PageResult {
     let p = &s.caller.principal;
-    let r = state.sluice.sync.get_run(p, ctx.id(), RunId::from(id)).await?;
+    let r = state.sluice.sync.get_run(p, ctx.id(), id).await?;
     let flow = state.sluice.sync.get_flow(p, ctx.id(), r.flow_id).await?;
     let logs = state.sluice.sync.run_logs(p, ctx.id(), r.id).await?;
     let ahead = state.sluice.sync.run_ahead(p, ctx.id(), &r).await?;
     let events = format!("/v1/organizations/{}/runs/{}/events", ctx.id(), r.id);
+    let at = ctx.at(&format!("/runs/{}", r.id));
     let body = html! {
+        @if let Some(m) = shown { (m) }
         @if let Some(a) = &ahead {
             p.notice role="status" {
                 "This run is queued behind "
@@ -455,6 +463,15 @@ pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)
                 dt { "Trace" } dd { a href=(ctx.at(&format!("/traces/{}", r.trace_id))) { "timeline" } }
             }
             p.error #run-error role="alert" hidden[r.error.is_none()] { (r.error.clone().unwrap_or_default()) }
+            @if ctx.can_write() {
+                div.row {
+                    @if !r.status.finished() {
+                        (button(s, &format!("{at}/cancel"), "Cancel run", "danger", Some("Cancel this run? A running run stops at its next batch; what it committed stays.")))
+                    } @else if r.status != RunStatus::Succeeded {
+                        (button(s, &format!("{at}/retry"), "Retry", "primary", None))
+                    }
+                }
+            }
             h2 { "Progress" }
             table #run-entities {
                 thead { tr { th { "Entity" } th { "Status" } th.num { "Rows read" } th.num { "Rows written" } th.num { "Rate" } th { "Last checkpoint" } } }
@@ -471,7 +488,50 @@ pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)
             }
         }
     };
-    Ok(page(&ctx, &s, "/flows", &format!("Run of {} ({})", flow.name, r.id), body))
+    Ok(page(ctx, s, "/flows", &format!("Run of {} ({})", flow.name, r.id), body))
+}
+
+/// `POST /o/{org}/runs/{id}/cancel`: a queued run ends at once, a running
+/// one at its next batch; back on its page, which says so (or why not).
+pub async fn cancel_run(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let id = RunId::from(id);
+    match state.sluice.sync.cancel_run(&s.caller.principal, ctx.id(), id).await {
+        Ok(_) => Ok(redirect(&ctx.at(&format!("/runs/{id}")))),
+        Err(e) => {
+            let e = ApiError::from(e);
+            failed(run_page_with(&state, s, &ctx, id, Some(error_box(&e))).await, &e)
+        }
+    }
+}
+
+/// `POST /o/{org}/runs/{id}/retry`: queues the run's flow again; on to
+/// the new run's page.
+pub async fn retry_run(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let p = &s.caller.principal;
+    let ended = state.sluice.sync.get_run(p, ctx.id(), RunId::from(id)).await?;
+    let r = state.sluice.sync.trigger_run(p, ctx.id(), ended.flow_id, Trigger::Manual).await?;
+    Ok(redirect(&ctx.at(&format!("/runs/{}", r.id))))
+}
+
+/// `POST /o/{org}/flows/{id}/delete`: on to the flow list; refused (a run
+/// of it executes), the flow's page says why, its runs listed.
+pub async fn delete(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, flow) = load(&state, s, org, id).await?;
+    match state.sluice.sync.delete_flow(&s.caller.principal, ctx.id(), flow.id).await {
+        Ok(()) => Ok(redirect(&ctx.at("/flows"))),
+        Err(e) => {
+            let e = ApiError::from(e);
+            failed(flow_page(&state, s, &ctx, flow, Some(error_box(&e))).await, &e)
+        }
+    }
 }
 
 /// `GET /o/{org}/topology`: the flows as a graph of their dependencies.

@@ -424,5 +424,13 @@ flows:
         assert_eq!(fits, true, "{page} is wider than a phone");
         browser.screenshot(shot).await;
     }
+    // The added flow is deleted from its own page (the console asks
+    // first), and the browser lands on the flow list.
+    let hourly = flows["data"].as_array().unwrap().iter().find(|f| f["name"] == "orders-hourly").unwrap()["id"].clone();
+    browser.go(&format!("{base}/o/{org}/flows/{}", hourly.as_str().unwrap())).await;
+    browser.click("form[action$='/delete'] button").await;
+    browser.wait_text("h1", "Flows", 10).await;
+    let flows = api.get(&format!("/v1/organizations/{org}/flows")).await;
+    assert!(flows["data"].as_array().unwrap().iter().all(|f| f["id"] != hourly), "{flows}");
     let _ = std::fs::remove_dir_all(&data);
 }
