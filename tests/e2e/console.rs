@@ -589,6 +589,60 @@ mod sqlite_only {
     }
 }
 
+/// A pending invitation is sent again (a new token; the old one stops
+/// working) or revoked from the settings page; only an Admin may.
+async fn invitations_are_resent_and_revoked(app: TestApp) {
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let origin = admin.origin();
+    let invite = |email: &str| json!({"email": email, "role": "Editor"});
+    let invitations = format!("/v1/organizations/{org}/invitations");
+    let bob = check!(app.post(&invitations, &ann, invite("bob@example.com")).await, 201);
+    let (bob_id, old_token) = (bob.id(), bob.body["token"].as_str().unwrap().to_string());
+    let settings = format!("/o/{org}/settings");
+    let (_, html, _) = admin.get(&settings).await;
+    assert!(html.contains(&format!("action=\"/o/{org}/invitations/{bob_id}/resend\"")), "{html}");
+    let (_, html, _) = viewer.get(&settings).await;
+    assert!(!html.contains("/resend"), "{html}");
+
+    // Resent: the page shows the new token once; the old one is refused.
+    let csrf = admin.csrf(&settings).await;
+    let (status, html, _) =
+        admin.post(&format!("/o/{org}/invitations/{bob_id}/resend"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Invitation for <strong>bob@example.com</strong> created"), "{html}");
+    let at = html.find("<code class=\"secret\">").expect("the new token") + "<code class=\"secret\">".len();
+    let new_token = html[at..].split('<').next().unwrap().to_string();
+    assert_ne!(new_token, old_token);
+    let bob_auth = app.token("bob@example.com");
+    check!(app.post("/v1/invitations/accept", &bob_auth, json!({"token": old_token})).await, 409);
+    let joined = check!(app.post("/v1/invitations/accept", &bob_auth, json!({"token": new_token})).await, 200);
+    assert_eq!(joined.body["role"], "Editor", "{}", joined.body);
+
+    // Revoked: its token stops working, and the list says so.
+    let carl = check!(app.post(&invitations, &ann, invite("carl@example.com")).await, 201);
+    let carl_id = carl.id();
+    let csrf_v = viewer.csrf(&settings).await;
+    for action in ["resend", "revoke"] {
+        let path = format!("/o/{org}/invitations/{carl_id}/{action}");
+        let (status, _, _) = viewer.post(&path, &[("csrf", &csrf_v)], Some(&origin)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
+    }
+    let (status, _, headers) =
+        admin.post(&format!("/o/{org}/invitations/{carl_id}/revoke"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], settings.as_str());
+    let carl_auth = app.token("carl@example.com");
+    check!(app.post("/v1/invitations/accept", &carl_auth, json!({"token": carl.body["token"]})).await, 409);
+    let listed = check!(app.get(&invitations, &ann).await, 200).body;
+    let status_of =
+        |id: &str| listed["data"].as_array().unwrap().iter().find(|i| i["id"] == id).unwrap()["status"].clone();
+    assert_eq!((status_of(&bob_id), status_of(&carl_id)), (json!("revoked"), json!("revoked")), "{listed}");
+    // Neither may be sent again now.
+    let (status, _, _) =
+        admin.post(&format!("/o/{org}/invitations/{carl_id}/resend"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
 /// A run is cancelled and retried from its page, and a flow deleted from
 /// its own (on a process that executes no runs, so that they wait).
 async fn runs_are_cancelled_and_retried_and_flows_deleted(backend: Backend) {
@@ -668,5 +722,6 @@ sluice_tests::on_both_backends!(
     signing_in_and_csrf,
     a_login_link_signs_in_once,
     every_page_renders_and_a_viewer_cannot_write,
-    integrations_and_long_lists
+    integrations_and_long_lists,
+    invitations_are_resent_and_revoked
 );

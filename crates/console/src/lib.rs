@@ -71,6 +71,8 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("", read().to(orgs::overview))
                 .route("/settings", read().to(orgs::settings))
                 .route("/invitations", web::post().to(orgs::invite))
+                .route("/invitations/{id}/resend", web::post().to(orgs::resend_invitation))
+                .route("/invitations/{id}/revoke", web::post().to(orgs::revoke_invitation))
                 .route("/members/{user}/role", web::post().to(orgs::member_role))
                 .route("/members/{user}/remove", web::post().to(orgs::remove_member))
                 .route("/api-keys", web::post().to(orgs::create_key))

@@ -10,8 +10,9 @@ use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
 use sluice_domain::identity::access::Role;
-use sluice_domain::identity::service::NewOrganization;
-use sluice_domain::shared::ids::{ApiKeyId, RuleId, UserId};
+use sluice_domain::identity::invitation::InvitationStatus;
+use sluice_domain::identity::service::{CreatedInvitation, NewOrganization};
+use sluice_domain::shared::ids::{ApiKeyId, InvitationId, RuleId, UserId};
 use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, Run, RunStatus};
 use sluice_domain::sync::views::StreamHealth;
@@ -267,9 +268,13 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
                 h3 { "Invitations" }
                 @if !invitations.is_empty() {
                     table {
-                        thead { tr { th { "E-mail" } th { "Role" } th { "Status" } th { "Expires" } } }
+                        thead { tr { th { "E-mail" } th { "Role" } th { "Status" } th { "Expires" } th { "" } } }
                         tbody { @for i in &invitations { tr {
                             td { (i.email) } td { (i.role.as_str()) } td { (badge(i.status.as_str())) } td { (when(i.expires_at)) }
+                            td { @if i.status == InvitationStatus::Pending {
+                                (button(s, &ctx.at(&format!("/invitations/{}/resend", i.id)), "Resend", "", Some("Make a new token for this invitation? The one sent before stops working.")))
+                                (button(s, &ctx.at(&format!("/invitations/{}/revoke", i.id)), "Revoke", "danger", Some("Revoke this invitation? Its token stops working.")))
+                            } }
                         } } }
                     }
                 }
@@ -387,13 +392,36 @@ pub async fn invite(state: Data<AppState>, post: Post<InviteForm>, org: Path<Uui
     let role: Role = post.form.role.parse()?;
     let created =
         state.sluice.identity.create_invitation(&s.caller.principal, ctx.id(), &post.form.email, role).await?;
-    let shown = html! {
+    settings_page(&state, s, ctx, Some(invitation_token(&created))).await
+}
+
+/// `POST /o/{org}/invitations/{id}/resend`: shows the new token once.
+pub async fn resend_invitation(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let created =
+        state.sluice.identity.resend_invitation(&s.caller.principal, ctx.id(), InvitationId::from(id)).await?;
+    settings_page(&state, s, ctx, Some(invitation_token(&created))).await
+}
+
+/// `POST /o/{org}/invitations/{id}/revoke`.
+pub async fn revoke_invitation(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &post.session, org).await?;
+    let p = &post.session.caller.principal;
+    state.sluice.identity.revoke_invitation(p, ctx.id(), InvitationId::from(id)).await?;
+    Ok(redirect(&ctx.at("/settings")))
+}
+
+/// A new invitation's token, shown once.
+fn invitation_token(created: &CreatedInvitation) -> Markup {
+    html! {
         div.once role="status" {
             p { "Invitation for " strong { (created.invitation.email) } " created. Send them this token; it is shown once:" }
             code.secret { (created.token.expose()) }
         }
-    };
-    settings_page(&state, s, ctx, Some(shown)).await
+    }
 }
 
 #[derive(Deserialize)]

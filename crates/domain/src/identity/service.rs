@@ -395,6 +395,19 @@ impl IdentityService {
         self.invitations.revoke(org, id, &audit).await
     }
 
+    /// Sends invitation `id` again: a new token for its e-mail and role (the
+    /// invitee lost the first, or let it expire), the old one revoked
+    /// first so that only the new one works. Both are audited.
+    pub async fn resend_invitation(
+        &self,
+        principal: &Principal,
+        org: OrgId,
+        id: InvitationId,
+    ) -> Result<CreatedInvitation> {
+        let old = self.revoke_invitation(principal, org, id).await?;
+        self.create_invitation(principal, org, &old.email, old.role).await
+    }
+
     /// Accepts an invitation for the calling user; answers the organization
     /// joined and the role.
     pub async fn accept_invitation(&self, principal: &Principal, token: &str) -> Result<(Organization, Role)> {
