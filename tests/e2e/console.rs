@@ -641,6 +641,25 @@ async fn invitations_are_resent_and_revoked(app: TestApp) {
     let (status, _, _) =
         admin.post(&format!("/o/{org}/invitations/{carl_id}/resend"), &[("csrf", &csrf)], Some(&origin)).await;
     assert_eq!(status, StatusCode::CONFLICT);
+
+    // Another organization's Admin reaches no invitation of this one, from
+    // her own organization's pages or from this one's.
+    let dan = check!(app.post(&invitations, &ann, invite("dan@example.com")).await, 201).id();
+    let eve = app.token("eve@example.com");
+    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
+    let mut stranger = Browser::new(&app);
+    stranger.sign_in(&token_of(&eve)).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}/settings")).await;
+    for o in [&other, &org] {
+        for action in ["resend", "revoke"] {
+            let path = format!("/o/{o}/invitations/{dan}/{action}");
+            let (status, _, _) = stranger.post(&path, &[("csrf", &csrf_e)], Some(&origin)).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+    let listed = check!(app.get(&invitations, &ann).await, 200).body;
+    let dan_now = listed["data"].as_array().unwrap().iter().find(|i| i["id"] == dan.as_str()).unwrap().clone();
+    assert_eq!(dan_now["status"], "pending", "{dan_now}");
 }
 
 /// A run is cancelled and retried from its page, and a flow deleted from
@@ -690,6 +709,25 @@ async fn runs_are_cancelled_and_retried_and_flows_deleted(backend: Backend) {
         let (status, _, _) = viewer.post(&format!("{run_page}/{action}"), &[("csrf", &csrf_v)], Some(&origin)).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
     }
+
+    // Another organization's Admin can neither cancel, retry nor delete
+    // this organization's runs and flows, from her pages or from these.
+    let eve = app.token("eve@example.com");
+    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
+    let mut stranger = Browser::new(&app);
+    stranger.sign_in(&token_of(&eve)).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}")).await;
+    for o in [&other, &org] {
+        for path in [
+            format!("/o/{o}/runs/{again}/cancel"),
+            format!("/o/{o}/runs/{run}/retry"),
+            format!("/o/{o}/flows/{flow}/delete"),
+        ] {
+            let (status, _, _) = stranger.post(&path, &[("csrf", &csrf_e)], Some(&origin)).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+    assert_eq!(check!(app.get(&format!("{base}/runs/{again}"), &ann).await, 200).body["status"], "queued");
 
     // Delete: offered on the flow's page; the flow and its runs are gone.
     let flow_page = format!("/o/{org}/flows/{flow}");
