@@ -589,6 +589,16 @@ mod sqlite_only {
     }
 }
 
+/// Eve, the Admin of another organization, signed in: that organization's
+/// id and her browser.
+async fn stranger(app: &TestApp) -> (String, Browser<'_>) {
+    let eve = app.token("eve@example.com");
+    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
+    let mut browser = Browser::new(app);
+    browser.sign_in(&token_of(&eve)).await;
+    (other, browser)
+}
+
 /// A pending invitation is sent again (a new token; the old one stops
 /// working) or revoked from the settings page; only an Admin may.
 async fn invitations_are_resent_and_revoked(app: TestApp) {
@@ -645,10 +655,7 @@ async fn invitations_are_resent_and_revoked(app: TestApp) {
     // Another organization's Admin reaches no invitation of this one, from
     // her own organization's pages or from this one's.
     let dan = check!(app.post(&invitations, &ann, invite("dan@example.com")).await, 201).id();
-    let eve = app.token("eve@example.com");
-    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
-    let mut stranger = Browser::new(&app);
-    stranger.sign_in(&token_of(&eve)).await;
+    let (other, stranger) = stranger(&app).await;
     let csrf_e = stranger.csrf(&format!("/o/{other}/settings")).await;
     for o in [&other, &org] {
         for action in ["resend", "revoke"] {
@@ -712,10 +719,7 @@ async fn runs_are_cancelled_and_retried_and_flows_deleted(backend: Backend) {
 
     // Another organization's Admin can neither cancel, retry nor delete
     // this organization's runs and flows, from her pages or from these.
-    let eve = app.token("eve@example.com");
-    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
-    let mut stranger = Browser::new(&app);
-    stranger.sign_in(&token_of(&eve)).await;
+    let (other, stranger) = stranger(&app).await;
     let csrf_e = stranger.csrf(&format!("/o/{other}")).await;
     for o in [&other, &org] {
         for path in [
