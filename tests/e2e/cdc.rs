@@ -660,6 +660,227 @@ async fn changes_apply_once_with_postgres_metadata() {
     scenario(Backend::Postgres).await;
 }
 
+/// A fingerprint of a table's rows (`id:note:n`, by key), and how many.
+async fn fingerprint(c: &mut sqlx::PgConnection, table: &str, live: &str) -> (i64, String) {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*), coalesce(md5(string_agg(k || ':' || coalesce(note, '') || ':' || n, ',' ORDER BY k COLLATE \"C\")), '') \
+         FROM (SELECT {key}::text AS k, note, n FROM {table} WHERE {live}) t",
+        key = if table.ends_with("coded") { "code" } else { "id" }
+    )))
+    .fetch_one(c)
+    .await
+    .unwrap()
+}
+
+/// Tables added to a running flow are copied in chunks while writes go on
+/// (a key range cleared, then the chunk, then the stream replayed over
+/// it); a run canceled half-way leaves the chunks it committed, and the
+/// next goes on from the last; afterwards the destination equals the
+/// source, rows only the destination had gone (or marked deleted).
+async fn chunked(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some((source, mut src)) = logical_source().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    sqlx::raw_sql(
+        "CREATE TABLE small (id int PRIMARY KEY, note text);
+         INSERT INTO small VALUES (1, 'one');
+         CREATE TABLE big (id int PRIMARY KEY, note text, n int);
+         INSERT INTO big SELECT g, 'row ' || g, 0 FROM generate_series(1, 90000) g WHERE g % 1000 <> 0;
+         CREATE TABLE coded (code text PRIMARY KEY, note text, n int);
+         INSERT INTO coded SELECT md5(g::text), 'c', 0 FROM generate_series(1, 30000) g;",
+    )
+    .execute(&mut src)
+    .await
+    .unwrap();
+    // Rows only the destination has: in the middle of the key ranges, and
+    // past the source's last key.
+    let mut wh = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {0}.big (id int PRIMARY KEY, note text, n int);
+         INSERT INTO {0}.big VALUES (1000, 'stale', 0), (45000, 'stale', 0), (200000, 'stale', 0), (5, 'old', 7);
+         CREATE TABLE {0}.coded (code text PRIMARY KEY, note text, n int, _sluice_deleted_at timestamptz);
+         INSERT INTO {0}.coded VALUES ('8-stale', 'stale', 0, NULL), ('zz-stale', 'stale', 0, NULL);",
+        dst.name
+    )))
+    .execute(&mut wh)
+    .await
+    .unwrap();
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source_id = check!(app.post(&conns, &ann, source_body("shop", source.port)).await, 201).id();
+    let conn = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    let flows_path = format!("/v1/organizations/{org}/flows");
+    let flow = check!(
+        app.post(&flows_path, &ann, json!({"name": "shop", "source_connection_id": source_id,
+            "destination_connection_id": conn, "config": {"mappings": [{"source_entity": "small", "sync_mode": "cdc_deduped"}]}}))
+        .await,
+        201
+    )
+    .id();
+    assert_eq!(run(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let mappings = json!([
+        {"source_entity": "small", "sync_mode": "cdc_deduped"},
+        {"source_entity": "big", "sync_mode": "cdc_deduped"},
+        {"source_entity": "coded", "sync_mode": "cdc_deduped", "delete_mode": "soft"}
+    ]);
+    let patch = json!({"config": {"mappings": mappings}});
+    check!(app.send(reqwest::Method::PATCH, &format!("{flows_path}/{flow}"), &ann, Some(patch), &[]).await, 200);
+
+    // Writes all along: updates, deletes and inserts over every key range,
+    // some in transactions of several statements.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (stop, url) = (stop.clone(), source.url("postgres"));
+        async move {
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let mut i: i64 = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                let k = (i * 7919) % 90000 + 1;
+                let sql = format!(
+                    "BEGIN;
+                     UPDATE big SET n = n + 1, note = 'u{i}' WHERE id = {k};
+                     DELETE FROM big WHERE id = {d};
+                     INSERT INTO big VALUES ({new}, 'new', 0) ON CONFLICT (id) DO UPDATE SET n = big.n + 1;
+                     UPDATE coded SET n = n + 1 WHERE code = md5('{k}');
+                     DELETE FROM coded WHERE code = md5('{d}');
+                     COMMIT;",
+                    d = (k * 31) % 90000 + 1,
+                    new = 90000 + i % 5000
+                );
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+            }
+            i
+        }
+    });
+
+    // The run is canceled once a chunk of the big table committed.
+    let queued = check!(app.post(&format!("{flows_path}/{flow}/run"), &ann, json!({})).await, 202);
+    let run_id = queued.id();
+    let state_path = format!("{flows_path}/{flow}/state");
+    let snapshot_of = |state: &Value, entity: &str| {
+        state["data"].as_array().unwrap().iter().find(|e| e["entity"] == entity).unwrap()["snapshot"].clone()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let state = check!(app.get(&state_path, &ann).await, 200).body;
+        let big = snapshot_of(&state, "big");
+        if big["state"] == "running" && big["chunks_done"].as_u64().unwrap_or(0) >= 1 {
+            assert!(big["chunks_total"].as_u64().unwrap() >= 4, "about 90,000 rows in chunks of 20,000: {big}");
+            break;
+        }
+        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{run_id}"), &ann).await, 200).body;
+        assert!(
+            ["queued", "running"].contains(&r["status"].as_str().unwrap()),
+            "the run ended before a chunk showed: {r}"
+        );
+        assert!(std::time::Instant::now() < deadline, "no chunk committed: {state}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    check!(app.post(&format!("/v1/organizations/{org}/runs/{run_id}/cancel"), &ann, json!({})).await, 200);
+    let canceled = loop {
+        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{run_id}"), &ann).await, 200).body;
+        if !["queued", "running"].contains(&r["status"].as_str().unwrap()) {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(canceled["status"], "canceled", "{canceled}");
+    let state = check!(app.get(&state_path, &ann).await, 200).body;
+    let big = snapshot_of(&state, "big");
+    let done = big["chunks_done"].as_u64().unwrap();
+    assert!(big["state"] == "running" && done >= 1 && done < big["chunks_total"].as_u64().unwrap(), "{state}");
+    // The flow's page shows how far the copy got.
+    let mut console = crate::console::Browser::new(&app);
+    console.sign_in(&crate::console::token_of(&ann)).await;
+    let (status, page, _) = console.get(&format!("/o/{org}/flows/{flow}")).await;
+    assert_eq!(status, 200, "{page}");
+    let shown = format!("{done} of about {} chunks", big["chunks_total"]);
+    assert!(page.contains(&shown), "{shown} on the flow's page: {page}");
+    // The position shows alone, and cannot be moved while the copy goes on.
+    let position =
+        state["data"].as_array().unwrap().iter().find(|e| e["entity"] == "big").unwrap()["cursor_value"].clone();
+    assert!(position.as_str().is_some_and(|p| p.contains('/') && !p.contains(' ')), "{state}");
+    let put = app.put(&format!("{state_path}/big"), &ann, json!({"cursor_value": position})).await;
+    assert_eq!(put.status, 422, "{:?}", put.body);
+    assert!(put.body.to_string().contains("being copied in chunks"), "{:?}", put.body);
+
+    // The next run goes on from the last chunk committed, not from the start.
+    let resumed = run(&app, &ann, &org, &flow).await;
+    assert_eq!(resumed["status"], "succeeded", "{resumed}");
+    let stats = resumed["entities"].as_array().unwrap().iter().find(|e| e["entity"] == "big").unwrap().clone();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.await.unwrap();
+    assert!(writes > 0);
+    let logs = |id: &str| {
+        let path = format!("/v1/organizations/{org}/logs/{id}");
+        let app = &app;
+        let ann = &ann;
+        async move {
+            let body = check!(app.get(&path, ann).await, 200).body;
+            body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|l| l["entity"] == "big")
+                .map(|l| l["message"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    let first_logs = logs(&run_id).await;
+    assert!(first_logs.iter().any(|l| l.starts_with("copying the table in chunks")), "{first_logs:?}");
+    let resumed_logs = logs(resumed["id"].as_str().unwrap()).await;
+    let goes_on = format!("the copy in chunks goes on after chunk {done} of about");
+    assert!(resumed_logs.iter().any(|l| l.starts_with(&goes_on)), "{goes_on}: {resumed_logs:?}");
+    assert!(!resumed_logs.iter().any(|l| l.starts_with("copying the table")), "copied again: {resumed_logs:?} {stats}");
+    assert!(resumed_logs.iter().any(|l| l.starts_with("the copy in chunks is done")), "{resumed_logs:?}");
+    let last = run(&app, &ann, &org, &flow).await;
+    assert_eq!(last["status"], "succeeded", "{last}");
+
+    // The destination equals the source, key by key.
+    assert_eq!(
+        fingerprint(&mut wh, &format!("{}.big", dst.name), "true").await,
+        fingerprint(&mut src, "big", "true").await,
+        "big, after {writes} writer transactions"
+    );
+    assert_eq!(
+        fingerprint(&mut wh, &format!("{}.coded", dst.name), "_sluice_deleted_at IS NULL").await,
+        fingerprint(&mut src, "coded", "true").await,
+        "coded's live rows"
+    );
+    let stale: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT code FROM {}.coded WHERE note = 'stale' AND _sluice_deleted_at IS NOT NULL ORDER BY code",
+        dst.name
+    )))
+    .fetch_all(&mut wh)
+    .await
+    .unwrap();
+    assert_eq!(stale, ["8-stale", "zz-stale"], "a soft mirror marks what the source lacks");
+    let state = check!(app.get(&state_path, &ann).await, 200).body;
+    for entity in ["small", "big", "coded"] {
+        assert_eq!(snapshot_of(&state, entity)["state"], "done", "{state}");
+    }
+    check!(app.delete(&format!("{flows_path}/{flow}"), &ann).await, 204);
+    assert_eq!(sluice_objects(&mut src).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_are_copied_online_in_chunks_with_sqlite_metadata() {
+    chunked(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_are_copied_online_in_chunks_with_postgres_metadata() {
+    chunked(Backend::Postgres).await;
+}
+
 /// How many slots and publications Sluice made on the source.
 async fn sluice_objects(src: &mut sqlx::PgConnection) -> i64 {
     sqlx::query_scalar(

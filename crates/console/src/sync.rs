@@ -280,7 +280,10 @@ async fn flow_page_with(
                     td { code { (c.entity) } } td { (c.cursor_field.clone().unwrap_or_default()) }
                     td { code.cursor { (c.cursor_value.clone().unwrap_or_else(|| "— (from the start)".into())) } }
                     td { (when(c.updated_at)) }
-                    @if captures { td { @if let Some(s) = snapshot { (badge(s.state)) } } }
+                    @if captures { td { @if let Some(s) = snapshot {
+                        (badge(s.state))
+                        @if s.state == "running" && s.chunks_done > 0 { " " span.muted { (s.chunks_done) " of about " (s.chunks_total) " chunks" } }
+                    } } }
                     @if ctx.can_write() { td {
                         form.inline method="post" action=(format!("{at}/cursors/set")) data-confirm="Set this cursor? The next run reads from the new value." {
                             (csrf(s))

@@ -4,6 +4,7 @@
 //! `capture`), scheduling and orchestration, and the read models.
 
 pub mod capture;
+pub mod chunks;
 pub mod cursor;
 pub mod entity;
 pub mod flow;

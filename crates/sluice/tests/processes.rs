@@ -742,6 +742,8 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
     };
     let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
     exec(&mut src, "CREATE TABLE events (id bigint PRIMARY KEY, v int NOT NULL, pad text)".into()).await;
+    // A second table keeps the stream going while events is copied again.
+    exec(&mut src, "CREATE TABLE marker (id int PRIMARY KEY); INSERT INTO marker VALUES (1)".into()).await;
     let mut store = None;
     let (data, db, port, api) = if postgres_store {
         let Some((admin, name, db, data)) = pg_metadata_db("cdc").await else { return };
@@ -783,7 +785,8 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
             &format!("/v1/organizations/{org}/flows"),
             json!({"name": "capture", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
                 {"source_entity": "events", "sync_mode": "cdc_deduped"},
-                {"source_entity": "events", "dest_entity": "events_log", "sync_mode": "cdc_append"}
+                {"source_entity": "events", "dest_entity": "events_log", "sync_mode": "cdc_append"},
+                {"source_entity": "marker", "sync_mode": "cdc_deduped"}
             ]}}),
         )
         .await);
@@ -860,6 +863,46 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
     let last = trigger(&api).await;
     succeeded(&api, &org, &last, 120, "the last run did not finish").await;
 
+    // Copied again (`DELETE …/state`), in chunks while the stream goes on
+    // for the other table, killed after each of its first two chunks: it
+    // goes on from the last chunk committed.
+    let (status, _) = api.call(reqwest::Method::DELETE, &format!("{state}/events"), None).await;
+    assert_eq!(status, 204);
+    let recopy = trigger(&api).await;
+    let chunks = |s: &serde_json::Value| s["data"][0]["snapshot"]["chunks_done"].as_u64().unwrap_or(0);
+    let mut seen = 0;
+    let mut killed = 0;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while killed < 2 {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{recopy}")).await;
+        if r["status"] == "succeeded" {
+            break;
+        }
+        assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+        let now = chunks(&api.get(&state).await);
+        if now > seen && r["status"] == "running" {
+            tokio::time::sleep(Duration::from_millis([0, 150][killed % 2])).await;
+            drop(proc.take());
+            killed += 1;
+            seen = now;
+            proc = Some(serve(&["serve"], &environment, &api).await);
+        }
+        assert!(Instant::now() < deadline, "no chunk within 600 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(killed >= 1, "the copy ended before it could be killed");
+    kills += killed;
+    succeeded(&api, &org, &recopy, 600, "the resumed copy did not finish").await;
+    let logs = api.get(&format!("/v1/organizations/{org}/logs/{recopy}")).await;
+    assert!(
+        logs["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["message"].as_str().is_some_and(|m| m.starts_with("the copy in chunks goes on after chunk"))),
+        "{logs}"
+    );
+
     // The mirror equals the source row for row; the change log has each
     // change once.
     let rows = "SELECT id, v, md5(coalesce(pad, '')) FROM events ORDER BY id";
@@ -897,7 +940,9 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
     };
     assert_eq!(got.len(), want.len(), "after {kills} kills");
     assert!(got == want, "the mirror equals the source row for row, after {kills} kills");
-    assert_eq!((logged, distinct), (changes, changes), "each change once, after {kills} kills");
+    // The change log gained the copy's rows as inserts, once each.
+    let copied = want.len() as i64;
+    assert_eq!((logged, distinct), (changes + copied, changes + copied), "each change once, after {kills} kills");
     drop(proc);
     if let Some((admin, name)) = store {
         use sea_orm::ConnectionTrait;

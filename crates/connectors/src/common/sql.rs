@@ -1,7 +1,9 @@
 //! SQL text alike across engines: quoted identifiers, the `SELECT` of a
 //! read, and deletes and updates by key.
 
-use sluice_domain::connect::connector::{ConnectorError, ConnectorResult, EntitySchema, Field, ReadRequest, Value};
+use sluice_domain::connect::connector::{
+    ConnectorError, ConnectorResult, EntitySchema, Field, KeyRange, ReadRequest, Value,
+};
 
 /// `"name"` with inner quotes doubled (PostgreSQL, SQLite).
 pub fn quote_dq(name: &str) -> String {
@@ -65,6 +67,26 @@ pub fn update_by_key_sql(table: &str, set: &[String], keys: &[String]) -> String
 /// (`key`: the table's key fields), by index.
 pub fn set_and_key(fields: &[Field], key: &[String]) -> (Vec<usize>, Vec<usize>) {
     (0..fields.len()).partition(|i| !key.contains(&fields[*i].name))
+}
+
+/// The condition of the rows whose key is in `range` (none when it takes
+/// every key): `(k1, k2) > (a1, a2) AND (k1, k2) <= (b1, b2)`. `column`
+/// writes a key column as compared (text by its bytes: a binary
+/// collation), `value` one bound (a placeholder it binds, or a literal).
+pub fn key_range_sql(
+    range: &KeyRange,
+    column: impl Fn(&Field) -> String,
+    mut value: impl FnMut(&Field, &Value) -> String,
+) -> Option<String> {
+    let cols: Vec<String> = range.fields.iter().map(&column).collect();
+    let mut parts = Vec::new();
+    for (bound, op) in [(&range.after, ">"), (&range.upto, "<=")] {
+        if let Some(values) = bound {
+            let vals: Vec<String> = range.fields.iter().zip(values).map(|(f, v)| value(f, v)).collect();
+            parts.push(format!("({}) {op} ({})", cols.join(", "), vals.join(", ")));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(" AND "))
 }
 
 #[cfg(test)]

@@ -522,17 +522,34 @@ impl EntityWriter for MySqlWriter {
         Ok(())
     }
 
-    async fn clear(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+    async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
         self.check()?;
         let table = quote_bt(&self.table);
-        let sql = match soft_column {
-            Some(c) => {
+        // Text by its bytes, as the range was drawn.
+        let bytes = |f: &Field, e: String| if f.field_type == FieldType::String { format!("BINARY {e}") } else { e };
+        let mut values = Vec::new();
+        let within = key_range_sql(
+            range,
+            |f| bytes(f, quote_bt(&f.name)),
+            |f, v| {
+                values.push(v.clone());
+                bytes(f, "?".into())
+            },
+        );
+        let sql = match (soft_column, within) {
+            (Some(c), within) => {
                 let c = quote_bt(c);
-                format!("UPDATE {table} SET {c} = CURRENT_TIMESTAMP(6) WHERE {c} IS NULL")
+                let and = within.map(|w| format!(" AND {w}")).unwrap_or_default();
+                format!("UPDATE {table} SET {c} = CURRENT_TIMESTAMP(6) WHERE {c} IS NULL{and}")
             }
-            None => format!("DELETE FROM {table}"),
+            (None, Some(w)) => format!("DELETE FROM {table} WHERE {w}"),
+            (None, None) => format!("DELETE FROM {table}"),
         };
-        self.send(Command::Execute(sqlx::query(AssertSqlSafe(sql)))).await
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for v in &values {
+            q = bind(q, v);
+        }
+        self.send(Command::Execute(q)).await
     }
 
     async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {

@@ -10,9 +10,9 @@
 use super::PgConnector;
 use super::pgoutput::{self, Column, Lsn, Message, Relation};
 use crate::common::{CONNECT_TIMEOUT, quote_dq, with_timeout};
-use sluice_domain::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, StreamStart};
+use sluice_domain::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, Chunk, StreamStart};
 use sluice_domain::connect::connector::{
-    ConnectorError, ConnectorResult, EntitySchema, Field, FieldType, RecordBatch, Value,
+    ConnectorError, ConnectorResult, EntitySchema, Field, FieldType, KeyRange, RecordBatch, Value,
 };
 use sluice_domain::shared::record::{parse_date, parse_timestamp};
 use sqlx::{AssertSqlSafe, Connection, Row};
@@ -209,6 +209,30 @@ fn text_value(s: String, t: FieldType) -> Value {
 /// hold (see `docs/cdc.md`).
 pub(super) const POSITIONS: &str = "_sluice_positions";
 
+/// A key column (or bound) as a chunk's range compares it: text by its
+/// bytes (the `C` collation), as every destination draws the same range.
+pub(super) fn bytewise(f: &Field, expr: &str) -> String {
+    let native = crate::common::native_for(f, super::ENGINE).unwrap_or("text");
+    if f.field_type == FieldType::String && !native.starts_with("uuid") {
+        format!("{expr} COLLATE \"C\"")
+    } else {
+        expr.to_string()
+    }
+}
+
+/// A value as a literal of `f`'s column type (COPY and a statement built
+/// as text take no parameters).
+pub(super) fn literal_of(f: &Field, v: &Value) -> String {
+    match super::types::literal(v) {
+        Some(text) => format!("CAST({} AS {})", super::types::dollar_quoted(&text), super::types::native_for_field(f)),
+        None => "NULL".into(),
+    }
+}
+
+/// How many times a chunk's snapshot is taken again when a transaction it
+/// counts as running had committed already (see `chunk_snapshot`).
+const SNAPSHOT_TRIES: u32 = 200;
+
 /// The exported snapshot's connection: the snapshot lives while it does.
 /// Dropped, it says goodbye to the server (a `Terminate`, so that the
 /// server's process lets go of the slot at once) on a task of its own.
@@ -227,6 +251,38 @@ impl Drop for SnapshotHold {
 }
 
 impl PgConnector {
+    /// Begins a chunk's read-only snapshot transaction on `conn`; answers
+    /// the log's position as it was taken. A transaction whose commit is
+    /// in the log (and so possibly given by the stream already) but which
+    /// a snapshot still counts as running would be missing from the
+    /// chunk, and the chunk would undo it: such a snapshot (one that
+    /// lists a transaction already committed) is taken again, a moment
+    /// later.
+    async fn chunk_snapshot(&self, conn: &mut sqlx::PgConnection) -> ConnectorResult<String> {
+        for _ in 0..SNAPSHOT_TRIES {
+            sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.e(&e))?;
+            let (position, settled): (String, bool) = sqlx::query_as(
+                "SELECT pg_current_wal_insert_lsn()::text, NOT EXISTS (SELECT 1 FROM                  pg_snapshot_xip(pg_current_snapshot()) x WHERE pg_xact_status(x) = 'committed')",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+            if settled {
+                return Ok(position);
+            }
+            sqlx::query("ROLLBACK").execute(&mut *conn).await.map_err(|e| self.e(&e))?;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Err(ConnectorError::Timeout(format!(
+            "{}/{}: no snapshot without a committed transaction still counted as running came in {SNAPSHOT_TRIES} \
+             tries (is a synchronous standby holding commits?)",
+            self.host, self.database
+        )))
+    }
+
     /// The positions the tables of this schema hold of change stream
     /// `stream` (the table that keeps them made when missing).
     pub(super) async fn held_positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
@@ -607,6 +663,69 @@ impl ChangeSource for PgConnector {
         self.create_slot(&temporary, true).await
     }
 
+    async fn read_chunk(
+        &self,
+        entity: &str,
+        key: &[Field],
+        after: Option<&[Value]>,
+        limit: usize,
+    ) -> ConnectorResult<Chunk> {
+        let schema = self.table(entity).await?;
+        let cols: Vec<String> = schema.fields.iter().map(super::types::select_expr).collect();
+        let range = KeyRange { fields: key.to_vec(), after: after.map(<[Value]>::to_vec), upto: None };
+        let keys: Vec<String> = key.iter().map(|f| bytewise(f, &quote_dq(&f.name))).collect();
+        let filter = crate::common::key_range_sql(
+            &range,
+            |f| bytewise(f, &quote_dq(&f.name)),
+            |f, v| bytewise(f, &literal_of(f, v)),
+        );
+        let sql = format!(
+            "COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {limit}) TO STDOUT (FORMAT binary)",
+            cols.join(", "),
+            self.qualified(entity),
+            filter.map(|f| format!(" WHERE {f}")).unwrap_or_default(),
+            keys.join(", ")
+        );
+        let mut conn = self.pool.acquire().await.map_err(|e| self.e(&e))?;
+        let read = async {
+            let position = self.chunk_snapshot(&mut conn).await?;
+            // The planner's estimate: from the statistics where the table
+            // has them, from its size where not (never analyzed).
+            let plan: serde_json::Value = sqlx::query_scalar(AssertSqlSafe(format!(
+                "EXPLAIN (FORMAT JSON) SELECT 1 FROM {}",
+                self.qualified(entity)
+            )))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| self.e(&e))?;
+            let table_rows = plan[0]["Plan"]["Plan Rows"].as_f64().map(|n| n as i64);
+            let decoding = super::Decoding::new(&schema.fields, limit.max(1), &self.host, &self.database);
+            let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+            {
+                let mut stream = super::copy_on(&mut conn, &sql, self.host.clone(), self.database.clone()).await?;
+                decoding.pump(&mut stream, &tx).await;
+            }
+            drop(tx);
+            let mut rows = Vec::new();
+            while let Some(batch) = rx.recv().await {
+                rows.extend(batch?.rows);
+            }
+            sqlx::query("COMMIT").execute(&mut *conn).await.map_err(|e| self.e(&e))?;
+            Ok::<_, ConnectorError>(Chunk {
+                fields: decoding.fields.clone(),
+                rows,
+                position,
+                table_rows: table_rows.filter(|n| *n >= 0).map(|n| n as u64),
+            })
+        };
+        let chunk = read.await;
+        if chunk.is_err() {
+            // Never pooled again inside its transaction.
+            conn.close_on_drop();
+        }
+        chunk
+    }
+
     async fn end_position(&self) -> ConnectorResult<String> {
         // Flushed, not merely written: a slot is read up to what is flushed,
         // and a read that ends here must have seen every change before it.
@@ -834,14 +953,21 @@ impl super::PgWriter {
 
     /// Removes every row (or marks the live ones deleted in
     /// `soft_column`), in the writer's transaction.
-    pub(super) async fn clear_rows(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+    pub(super) async fn clear_rows(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
         self.merge_stage().await?;
-        let sql = match soft_column {
-            Some(c) => {
+        let within = crate::common::key_range_sql(
+            range,
+            |f| bytewise(f, &quote_dq(&f.name)),
+            |f, v| bytewise(f, &literal_of(f, v)),
+        );
+        let sql = match (soft_column, within) {
+            (Some(c), within) => {
                 let c = quote_dq(c);
-                format!("UPDATE {} SET {c} = now() WHERE {c} IS NULL", self.table)
+                let and = within.map(|w| format!(" AND {w}")).unwrap_or_default();
+                format!("UPDATE {} SET {c} = now() WHERE {c} IS NULL{and}", self.table)
             }
-            None => format!("DELETE FROM {}", self.table),
+            (None, Some(w)) => format!("DELETE FROM {} WHERE {w}", self.table),
+            (None, None) => format!("DELETE FROM {}", self.table),
         };
         self.exec(sql).await
     }

@@ -57,7 +57,7 @@ impl PgConnector {
     }
 
     /// One table's schema; `EntityNotFound` when there is none.
-    async fn table(&self, entity: &str) -> ConnectorResult<EntitySchema> {
+    pub(super) async fn table(&self, entity: &str) -> ConnectorResult<EntitySchema> {
         self.schemas(Some(entity)).await?.pop().ok_or_else(|| {
             ConnectorError::EntityNotFound(format!("table \"{}.{}\" does not exist", self.schema, entity))
         })

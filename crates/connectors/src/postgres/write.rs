@@ -553,8 +553,8 @@ impl EntityWriter for PgWriter {
         self.write_position(stream, position).await
     }
 
-    async fn clear(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
-        self.clear_rows(soft_column).await
+    async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.clear_rows(range, soft_column).await
     }
 
     async fn abort(mut self: Box<Self>) {

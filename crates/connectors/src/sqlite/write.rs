@@ -248,17 +248,33 @@ impl EntityWriter for SqliteWriter {
         Ok(())
     }
 
-    async fn clear(&mut self, soft_column: Option<&str>) -> ConnectorResult<()> {
+    async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
         let table = quote_dq(&self.table);
-        let sql = match soft_column {
+        // Text compares by its bytes (the BINARY collation) in SQLite.
+        let mut values = Vec::new();
+        let within = key_range_sql(
+            range,
+            |f| quote_dq(&f.name),
+            |_, v| {
+                values.push(v.clone());
+                "?".into()
+            },
+        );
+        let sql = match (soft_column, within) {
             // The form the writer gives timestamps (RFC 3339, UTC).
-            Some(c) => {
+            (Some(c), within) => {
                 let c = quote_dq(c);
-                format!("UPDATE {table} SET {c} = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE {c} IS NULL")
+                let and = within.map(|w| format!(" AND {w}")).unwrap_or_default();
+                format!("UPDATE {table} SET {c} = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE {c} IS NULL{and}")
             }
-            None => format!("DELETE FROM {table}"),
+            (None, Some(w)) => format!("DELETE FROM {table} WHERE {w}"),
+            (None, None) => format!("DELETE FROM {table}"),
         };
-        sqlx::query(AssertSqlSafe(sql)).execute(&mut **self.tx()?).await.map_err(|e| err(&e))?;
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for v in &values {
+            q = bind(q, v);
+        }
+        q.execute(&mut **self.tx()?).await.map_err(|e| err(&e))?;
         Ok(())
     }
 

@@ -4,8 +4,9 @@
 //! from a position the caller holds. Positions are the source's own text
 //! (a PostgreSQL LSN, `16/B374D848`), compared only by the source.
 
-use super::connector::{ConnectorResult, EntitySchema};
+use super::connector::{ConnectorResult, EntitySchema, Field};
 use crate::shared::record::Value;
+use std::sync::Arc;
 use time::OffsetDateTime;
 
 /// What a change did to its row.
@@ -80,6 +81,22 @@ pub struct StreamStart {
     pub hold: Option<Box<dyn std::any::Any + Send>>,
 }
 
+/// One chunk of a table's copy, read while its stream goes on (see
+/// [`ChangeSource::read_chunk`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    /// The fields of `rows`, as the source's catalog gives them now.
+    pub fields: Arc<Vec<Field>>,
+    /// The rows, in key order.
+    pub rows: Vec<Vec<Value>>,
+    /// Where the source's log was when the chunk's snapshot was taken:
+    /// what a change log stamps the chunk's rows with.
+    pub position: String,
+    /// The source's estimate of the table's rows, when it has one (for
+    /// the copy's count of chunks).
+    pub table_rows: Option<u64>,
+}
+
 /// A source that reads changes from its log.
 #[async_trait::async_trait]
 pub trait ChangeSource: Send + Sync {
@@ -97,6 +114,20 @@ pub trait ChangeSource: Send + Sync {
     /// or copying one again, so that the changes after the copy begin
     /// exactly where it ends. Valid while `hold` is.
     async fn fresh_snapshot(&self, name: &str) -> ConnectorResult<StreamStart>;
+
+    /// At most `limit` rows of `entity` whose key (the fields `key`, in
+    /// order) comes after `after` (from the first when `None`), in key
+    /// order (text by its bytes, as every destination compares it), read
+    /// in a snapshot that sees every transaction whose commit the stream
+    /// has given so far: for copying a table in chunks while its stream
+    /// goes on (`docs/cdc.md`, "Copies in chunks").
+    async fn read_chunk(
+        &self,
+        entity: &str,
+        key: &[Field],
+        after: Option<&[Value]>,
+        limit: usize,
+    ) -> ConnectorResult<Chunk>;
 
     /// The position the source's log ends at now: everything before it can
     /// be read.

@@ -290,11 +290,12 @@ pub trait EntityWriter: Send {
         Err(ConnectorError::Unsupported("this destination updates no rows in place".into()))
     }
 
-    /// Removes every row of the entity in the writer's transaction (readers
-    /// see them until it commits); with `soft_column`, sets that column to
-    /// the current time on the rows where it is null instead. A copy that
-    /// follows then leaves exactly the source's rows.
-    async fn clear(&mut self, _soft_column: Option<&str>) -> ConnectorResult<()> {
+    /// Removes the entity's rows whose key is in `range` (every row, for
+    /// [`KeyRange::all`]) in the writer's transaction (readers see them
+    /// until it commits); with `soft_column`, sets that column to the
+    /// current time on those rows where it is null instead. A copy of the
+    /// range that follows then leaves exactly the source's rows.
+    async fn clear(&mut self, _range: &KeyRange, _soft_column: Option<&str>) -> ConnectorResult<()> {
         Err(ConnectorError::Unsupported("this destination deletes no rows".into()))
     }
 
@@ -303,6 +304,26 @@ pub trait EntityWriter: Send {
     /// [`Destination::positions`]).
     async fn hold_position(&mut self, _stream: &str, _position: &str) -> ConnectorResult<()> {
         Err(ConnectorError::Unsupported("this destination holds no change stream positions".into()))
+    }
+}
+
+/// A range of an entity's primary key, for [`EntityWriter::clear`]: the
+/// keys after `after` (from the first when `None`) up to and including
+/// `upto` (to the last when `None`), compared as rows of the key's fields
+/// in order, text by its bytes (as PostgreSQL's `C` collation does), so
+/// that every engine draws the same range.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyRange {
+    /// The key's fields, as the destination names them.
+    pub fields: Vec<Field>,
+    pub after: Option<Vec<Value>>,
+    pub upto: Option<Vec<Value>>,
+}
+
+impl KeyRange {
+    /// Every key.
+    pub fn all() -> Self {
+        KeyRange::default()
     }
 }
 

@@ -29,11 +29,13 @@
 
 use super::entity::{BATCH_ROWS, CHECKPOINT_ROWS};
 use super::service::SyncService;
-use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource};
+use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource, Chunk};
 use crate::connect::connection::Connection;
 use crate::connect::connector::{
-    Destination, EntitySchema, EntityWriter, Field, FieldType, ReadRequest, RecordBatch, Source, Value, WriteMode,
+    Destination, EntitySchema, EntityWriter, Field, FieldType, KeyRange, ReadRequest, RecordBatch, Source, Value,
+    WriteMode,
 };
+use crate::sync::chunks::{CHUNK_ROWS, CopyMark, chunkable, held_text, parse_held};
 use crate::sync::flow::{Cursor, EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
 use crate::sync::mode::{COMMITTED_AT, DELETED_AT, DeleteMode, OP, POSITION, SyncMode};
 use crate::sync::transform;
@@ -287,6 +289,13 @@ struct Entity<'a> {
     copy: bool,
     /// Each column's type as the stream last described the table.
     stream_types: HashMap<String, FieldType>,
+    /// The table is being copied in chunks (see [`crate::sync::chunks`]):
+    /// how far, as the next commit holds it.
+    mark: Option<CopyMark>,
+    /// How far the copy in chunks got as the destination holds it.
+    held_mark: Option<CopyMark>,
+    /// The next chunk, read: it goes in first when the writer opens.
+    chunk: Option<Chunk>,
 }
 
 impl Entity<'_> {
@@ -298,7 +307,82 @@ impl Entity<'_> {
         }
         self.pending = Pending::None;
         self.position = self.held.clone();
+        self.mark = self.held_mark.clone();
+        self.chunk = None;
         self.stopped = Some(why);
+    }
+
+    /// What the destination is to hold: the position, and how far a copy
+    /// in chunks got.
+    fn held_text(&self) -> String {
+        held_text(&self.position, self.mark.as_ref())
+    }
+
+    /// The key a copy in chunks reads the table by, as the source names
+    /// its fields (a mirror's key, which no transform may change; a change
+    /// log's source key); `None` when the table cannot be copied so.
+    fn chunk_key(&self) -> Option<Vec<Field>> {
+        let key: Vec<Field> = match self.m.sync_mode {
+            SyncMode::CdcDeduped if self.m.transform.is_empty() => self
+                .schema
+                .fields
+                .iter()
+                .filter(|f| f.primary_key)
+                .filter_map(|k| self.source_fields.iter().find(|f| f.name == k.name).cloned())
+                .collect(),
+            SyncMode::CdcAppend => self.source_fields.iter().filter(|f| f.primary_key).cloned().collect(),
+            _ => return None,
+        };
+        chunkable(&key).then_some(key)
+    }
+
+    /// Writes the chunk read for this table into its open writer: a
+    /// mirror's key range cleared first (what the source no longer has
+    /// goes), the chunk's rows upserted (a change log's appended as
+    /// inserts); the copy's mark then moves past them.
+    async fn apply_chunk(&mut self) -> Result<(), CaptureFailure> {
+        let (Some(chunk), Some(mark)) = (self.chunk.take(), self.mark.clone()) else { return Ok(()) };
+        let Some(key) = self.chunk_key() else { return Ok(()) };
+        let entity = self.m.source_entity.clone();
+        let at: Vec<usize> = key.iter().filter_map(|k| chunk.fields.iter().position(|f| f.name == k.name)).collect();
+        let last: Option<Vec<Value>> = (chunk.rows.len() >= CHUNK_ROWS)
+            .then(|| chunk.rows.last().map(|r| at.iter().map(|i| r[*i].clone()).collect()))
+            .flatten();
+        let fields = Arc::new(self.schema.fields.clone());
+        let Some(writer) = self.writer.as_mut() else { return Ok(()) };
+        if self.m.sync_mode == SyncMode::CdcDeduped {
+            let after = mark.after_values(&key).map_err(|m| CaptureFailure {
+                entity: Some(entity.clone()),
+                ..CaptureFailure::all(format!("{m}: copy the table again with DELETE …/state/{entity}"))
+            })?;
+            let key_fields: Vec<Field> =
+                key.iter().filter_map(|k| fields.iter().find(|f| f.name == k.name).cloned()).collect();
+            let range = KeyRange { fields: key_fields, after, upto: last.clone() };
+            let soft = (self.m.delete_mode == Some(DeleteMode::Soft)).then_some(DELETED_AT);
+            writer.clear(&range, soft).await.map_err(|x| failure_of(&entity, x))?;
+        }
+        let order = order_of(&chunk.fields, &self.source_fields);
+        let begin = (chunk.position.clone(), None);
+        let n = chunk.rows.len() as u64;
+        for rows in chunk.rows.chunks(BATCH_ROWS) {
+            let rows: Vec<Vec<Value>> = rows
+                .iter()
+                .map(|values| {
+                    let c = Change {
+                        entity: entity.clone(),
+                        op: ChangeOp::Insert,
+                        values: values.clone(),
+                        unchanged: Vec::new(),
+                    };
+                    self.row_in(&order, &c, &begin)
+                })
+                .collect();
+            let Some(writer) = self.writer.as_mut() else { return Ok(()) };
+            writer.write(&RecordBatch { fields: fields.clone(), rows }).await.map_err(|x| failure_of(&entity, x))?;
+        }
+        self.stats.rows_read += n;
+        self.mark = mark.next(last.as_deref(), chunk.table_rows);
+        Ok(())
     }
 
     fn key_idx(&self) -> Vec<usize> {
@@ -308,9 +392,15 @@ impl Entity<'_> {
     /// The change's row in the source's field order, transformed, with the
     /// capture columns.
     fn row(&self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Vec<Value> {
+        self.row_in(&self.order, c, begin)
+    }
+
+    /// [`Entity::row`] of a change whose fields come in `order` (see
+    /// [`order_of`]).
+    fn row_in(&self, order: &[Option<usize>], c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Vec<Value> {
         let mut row = vec![Value::Null; self.source_fields.len()];
         for (i, v) in c.values.iter().enumerate() {
-            if let Some(Some(at)) = self.order.get(i) {
+            if let Some(Some(at)) = order.get(i) {
                 row[*at] = v.clone();
             }
         }
@@ -569,7 +659,10 @@ impl SyncService {
         let schema = capture_schema(m, &source_fields)
             .map_err(|message| CaptureFailure { entity: Some(entity.into()), ..CaptureFailure::all(message) })?;
         let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
-        let position = held.get(m.destination()).cloned();
+        let (position, mark) = match held.get(m.destination()).map(|t| parse_held(t)) {
+            Some((p, mark)) => (Some(p), mark),
+            None => (None, None),
+        };
         let stats = EntityStats {
             entity: entity.into(),
             status: EntityStatus::Running,
@@ -592,8 +685,18 @@ impl SyncService {
             stopped: None,
             copy: position.is_none(),
             stream_types: HashMap::new(),
+            held_mark: mark.clone(),
+            mark,
+            chunk: None,
         };
         e.held = e.position.clone();
+        if let Some(mark) = &e.mark {
+            let message = format!(
+                "the copy in chunks goes on after chunk {} of about {}, from the position it holds",
+                mark.done, mark.total
+            );
+            self.log(run, LogLevel::Info, Some(entity), message).await;
+        }
         if let (Some(p), Some(r)) = (&position, retained)
             && changes.after(r, p)?
         {
@@ -619,9 +722,13 @@ impl SyncService {
         Ok(e)
     }
 
-    /// Copies the tables that hold no position yet: in the new stream's
-    /// snapshot, or (the stream ran already) in a snapshot of their own,
-    /// taken now, from whose position the stream then goes on for them.
+    /// Starts the copies of the tables that hold no position yet. A first
+    /// copy in a new stream's snapshot that can load in bulk does so now;
+    /// every other table whose key allows it is copied in chunks while the
+    /// stream goes on (from the new stream's start, or from the source's
+    /// end now), and the rest whole now, in the new stream's snapshot or
+    /// (the stream ran already) in a snapshot of their own, from whose
+    /// position the stream then goes on for them.
     async fn copy_new_tables(
         &self,
         scope: Scope<'_>,
@@ -630,9 +737,27 @@ impl SyncService {
         entities: &mut [Entity<'_>],
     ) -> Result<(), CaptureFailure> {
         let changes = scope.changes;
-        // Tables to copy: in the new stream's snapshot, or (the stream ran
-        // already) in a snapshot of their own, taken now, from whose
-        // position the stream then goes on for them.
+        let fresh = start.snapshot.is_some();
+        let mut now: Option<String> = None;
+        for e in entities.iter_mut().filter(|e| e.copy) {
+            if (fresh && bulk_copies(e.m, scope.dest.as_ref())) || e.chunk_key().is_none() {
+                continue;
+            }
+            let from = match (fresh, &now) {
+                (true, _) => start.position.clone(),
+                (false, Some(p)) => p.clone(),
+                (false, None) => now.insert(changes.end_position().await?).clone(),
+            };
+            let message = format!(
+                "copying the table in chunks of {CHUNK_ROWS} rows by its key while its changes stream from {from}"
+            );
+            self.log(scope.run, LogLevel::Info, Some(&e.m.source_entity), message).await;
+            e.position = from.clone();
+            e.held = from;
+            e.mark = Some(CopyMark::default());
+            e.held_mark = e.mark.clone();
+            e.copy = false;
+        }
         if entities.iter().any(|e| e.copy) {
             let snap = match start.snapshot {
                 Some(_) => start,
@@ -648,6 +773,39 @@ impl SyncService {
             }
         } else {
             drop(start);
+        }
+        Ok(())
+    }
+
+    /// Reads the next chunk of each table being copied in chunks; one
+    /// whose key no longer allows it stops.
+    async fn read_chunks(&self, scope: Scope<'_>, entities: &mut [Entity<'_>]) -> Result<(), CaptureFailure> {
+        for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
+            let Some(mark) = e.mark.clone() else { continue };
+            let entity = e.m.source_entity.clone();
+            let key = e.chunk_key();
+            let after = key.as_ref().map(|k| mark.after_values(k));
+            let (key, after) = match (key, after) {
+                (Some(key), Some(Ok(after))) => (key, after),
+                (_, Some(Err(why))) => {
+                    let message =
+                        format!("{why}: the copy cannot go on; copy the table again with DELETE …/state/{entity}");
+                    self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
+                    e.stop(Stop::Failed(message)).await;
+                    continue;
+                }
+                _ => {
+                    let message = format!(
+                        "the table's key no longer allows a copy in chunks (a transform or a key type of an order \
+                         of its own): copy it again with DELETE …/state/{entity}"
+                    );
+                    self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
+                    e.stop(Stop::Failed(message)).await;
+                    continue;
+                }
+            };
+            let chunk = scope.changes.read_chunk(&entity, &key, after.as_deref(), CHUNK_ROWS).await;
+            e.chunk = Some(chunk.map_err(|x| e.failed(x))?);
         }
         Ok(())
     }
@@ -668,6 +826,10 @@ impl SyncService {
         // continuous one (`config.continuous`) goes on reading until it is
         // canceled, its process stops, or its flow is paused or changed.
         loop {
+            // The next chunk of each table copied in chunks, in a snapshot
+            // taken after the position it holds: it goes in first, and the
+            // stream replays over it.
+            self.read_chunks(scope, entities).await?;
             let caught_up = self.clock.now();
             let until = changes.end_position().await?;
             let mut applied = 0;
@@ -683,13 +845,17 @@ impl SyncService {
                 changes.confirm(stream, &min).await?;
             }
             self.watch_stream(flow, stream, changes, caught_up, budget).await;
-            if !flow.config.continuous {
+            // A run goes on while a table is being copied in chunks, then
+            // ends (a continuous one goes on anyway).
+            let copying = entities.iter().any(|e| e.mark.is_some() && e.stopped.is_none());
+            if !flow.config.continuous && !copying {
                 return Ok(());
             }
-            let progress = (applied > 0).then(|| entities.iter().map(|e| e.stats.clone()).collect());
+            let progress = (applied > 0 || copying).then(|| entities.iter().map(|e| e.stats.clone()).collect());
             self.progress_or_halt(run, progress).await?;
             match self.flows.get(flow.org_id, flow.id).await? {
                 Some(f) if f.status == crate::sync::flow::FlowStatus::Active && f.updated_at == flow.updated_at => {}
+                _ if !flow.config.continuous => {}
                 _ => {
                     let message = "the flow was paused, changed or deleted: this run ends (a changed flow's next run \
                                    starts at once)";
@@ -701,7 +867,9 @@ impl SyncService {
                 return Ok(());
             }
             // Nothing new yet: wait (up to a second) for the source to write.
-            changes.wait_past(&until, CONTINUOUS_IDLE).await?;
+            if !copying {
+                changes.wait_past(&until, CONTINUOUS_IDLE).await?;
+            }
         }
     }
 
@@ -792,7 +960,7 @@ impl SyncService {
         // keeps its rows and gains the copy's as inserts.
         if e.m.sync_mode == SyncMode::CdcDeduped {
             let soft = (e.m.delete_mode == Some(DeleteMode::Soft)).then_some(DELETED_AT);
-            if let Err(x) = writer.clear(soft).await {
+            if let Err(x) = writer.clear(&KeyRange::all(), soft).await {
                 writer.abort().await;
                 return Err(e.failed(x));
             }
@@ -872,11 +1040,7 @@ impl SyncService {
         snapshot: &str,
     ) -> Result<bool, CaptureFailure> {
         let Scope { run, flow, source, dest, .. } = scope;
-        if e.m.sync_mode != SyncMode::CdcDeduped
-            || e.m.delete_mode == Some(DeleteMode::Soft)
-            || !e.m.transform.is_empty()
-            || !dest.loads_in_bulk()
-        {
+        if !bulk_copies(e.m, dest.as_ref()) {
             return Ok(false);
         }
         let entity = e.m.source_entity.clone();
@@ -982,12 +1146,13 @@ impl SyncService {
         // position reached, then the writer reopens on the wider table.
         e.flush().await?;
         if let Some(mut w) = e.writer.take() {
-            w.hold_position(stream, &e.position).await.map_err(|x| e.failed(x))?;
+            w.hold_position(stream, &e.held_text()).await.map_err(|x| e.failed(x))?;
             self.hold(scope.run).await.map_err(|_| CaptureFailure::lost())?;
             let written = w.finish().await.map_err(|x| e.failed(x))?;
             e.committed += written.rows_written;
             e.stats.rows_written = e.committed;
             e.held = e.position.clone();
+            e.held_mark = e.mark.clone();
         }
         e.source_fields = catalog;
         e.schema = capture_schema(e.m, &e.source_fields)
@@ -1039,6 +1204,9 @@ impl SyncService {
                     .await
                     .map_err(|x| e.failed(x))?,
             );
+            // A chunk of a copy goes first: the changes after the position
+            // held replay over it.
+            e.apply_chunk().await?;
         }
         let mut begin: (String, Option<OffsetDateTime>) = (String::new(), None);
         let (mut since_commit, mut applied) = (0u64, 0u64);
@@ -1112,7 +1280,7 @@ impl SyncService {
         for e in entities.iter_mut() {
             e.flush().await?;
             let Some(mut writer) = e.writer.take() else { continue };
-            if let Err(x) = writer.hold_position(stream, &e.position).await {
+            if let Err(x) = writer.hold_position(stream, &e.held_text()).await {
                 writer.abort().await;
                 return Err(e.failed(x));
             }
@@ -1130,9 +1298,14 @@ impl SyncService {
                 e.committed = e.stats.rows_written;
             }
             e.held = e.position.clone();
+            if e.held_mark.is_some() && e.mark.is_none() {
+                let message = "the copy in chunks is done: the table now streams its changes alone";
+                self.log(run, LogLevel::Info, Some(&e.m.source_entity), message.into()).await;
+            }
+            e.held_mark = e.mark.clone();
             e.stats.cursor_after = Some(e.position.clone());
             e.stats.checkpoint_at = Some(self.clock.now());
-            self.show_position(run, flow, &e.m.source_entity, &e.position).await?;
+            self.show_position(run, flow, &e.m.source_entity, &e.held_text()).await?;
         }
         if reopen {
             let progress = entities.iter().map(|e| e.stats.clone()).collect();
@@ -1170,6 +1343,16 @@ impl SyncService {
         }
         Ok(())
     }
+}
+
+/// Whether a mirror's first copy may load in bulk (see
+/// `SyncService::copy_in_bulk`): not a change log (its columns are not the
+/// table's), soft deletes (the rows marked deleted stay) or a transform.
+fn bulk_copies(m: &Mapping, dest: &dyn Destination) -> bool {
+    m.sync_mode == SyncMode::CdcDeduped
+        && m.delete_mode != Some(DeleteMode::Soft)
+        && m.transform.is_empty()
+        && dest.loads_in_bulk()
 }
 
 /// Why a table whose source columns changed type stops (`retyped`:

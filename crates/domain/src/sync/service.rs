@@ -466,6 +466,21 @@ impl SyncService {
 
     /// The cursor of every mapped entity (null where none is stored).
     pub async fn cursors(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
+        let mut cursors = self.stored_cursors(p, org, id).await?;
+        for c in &mut cursors {
+            // A CDC position shows without its copy's progress.
+            if c.cursor_field.as_deref() == Some(crate::sync::mode::POSITION_FIELD)
+                && let Some(v) = &c.cursor_value
+            {
+                c.cursor_value = Some(crate::sync::chunks::parse_held(v).0);
+            }
+        }
+        Ok(cursors)
+    }
+
+    /// Each mapped entity's cursor as stored (a CDC entity's with its
+    /// copy's progress, see [`crate::sync::chunks::held_text`]).
+    async fn stored_cursors(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
         self.identity.access(p, org, Permission::Read).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let stored = self.cursors.list(id).await?;
@@ -565,9 +580,11 @@ impl SyncService {
 
     /// Each mapped entity's state: its cursor, and for a CDC entity its
     /// copy's progress (`pending` until its first copy, or a copy asked for
-    /// again, commits; `running` while a run of the flow executes then).
+    /// again, commits; `running` while a run of the flow executes then, or
+    /// while it is copied in chunks, with the chunks done of about how
+    /// many).
     pub async fn state(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<EntityState>> {
-        let cursors = self.cursors(p, org, id).await?;
+        let cursors = self.stored_cursors(p, org, id).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
         let running = self.runs.running_for_flow(id).await?;
         Ok(cursors
@@ -577,6 +594,17 @@ impl SyncService {
                 let snapshot = m.sync_mode.cdc().then(|| {
                     if cursor.cursor_field.is_none() {
                         cursor.cursor_field = Some(crate::sync::mode::POSITION_FIELD.into());
+                    }
+                    let (position, mark) = match &cursor.cursor_value {
+                        Some(v) => {
+                            let (p, mark) = crate::sync::chunks::parse_held(v);
+                            (Some(p), mark)
+                        }
+                        None => (None, None),
+                    };
+                    cursor.cursor_value = position;
+                    if let Some(mark) = mark {
+                        return SnapshotProgress { state: "running", chunks_done: mark.done, chunks_total: mark.total };
                     }
                     match (&cursor.cursor_value, running) {
                         (Some(_), _) => SnapshotProgress { state: "done", chunks_done: 1, chunks_total: 1 },
@@ -623,11 +651,19 @@ impl SyncService {
             .map(|x| x.destination())
             .collect();
         for table in &tables {
-            let held = held
-                .iter()
-                .find(|(e, _)| e == table)
-                .map(|(_, p)| p)
-                .ok_or_else(|| refused(format!("'{entity}' holds no position yet: its copy has not committed")))?;
+            let (held, mark) =
+                held.iter()
+                    .find(|(e, _)| e == table)
+                    .map(|(_, p)| crate::sync::chunks::parse_held(p))
+                    .ok_or_else(|| refused(format!("'{entity}' holds no position yet: its copy has not committed")))?;
+            if let Some(mark) = mark {
+                return Err(refused(format!(
+                    "'{entity}' is being copied in chunks ({} of about {} done): moving its position would skip \
+                     changes the copy relies on; wait for the copy, or copy it again with DELETE …/state/{entity}",
+                    mark.done, mark.total
+                )));
+            }
+            let held = &held;
             let later = changes.after(value, held).map_err(|_| {
                 refused(format!("'{value}' is not a position of this source (a PostgreSQL LSN reads like 16/B374D848)"))
             })?;
