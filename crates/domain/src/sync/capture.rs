@@ -323,7 +323,7 @@ impl Entity<'_> {
     /// log's source key); `None` when the table cannot be copied so.
     fn chunk_key(&self) -> Option<Vec<Field>> {
         let key: Vec<Field> = match self.m.sync_mode {
-            SyncMode::CdcDeduped if self.m.transform.is_empty() => self
+            SyncMode::CdcDeduped if self.transform_keeps_key() => self
                 .schema
                 .fields
                 .iter()
@@ -334,6 +334,20 @@ impl Entity<'_> {
             _ => return None,
         };
         chunkable(&key).then_some(key)
+    }
+
+    /// Whether the mapping's transform leaves the key's names and values as
+    /// the source has them (filters, and steps on other fields).
+    fn transform_keeps_key(&self) -> bool {
+        use transform::Step;
+        let key: Vec<&str> = self.schema.fields.iter().filter(|f| f.primary_key).map(|f| f.name.as_str()).collect();
+        self.m.transform.iter().all(|s| match s {
+            Step::Filter { .. } => true,
+            Step::Rename { from: f, to: t } => !key.contains(&f.as_str()) && !key.contains(&t.as_str()),
+            Step::Drop { field } | Step::Cast { field, .. } | Step::Mask { field } | Step::Set { field, .. } => {
+                !key.contains(&field.as_str())
+            }
+        })
     }
 
     /// Writes the chunk read for this table into its open writer: a
@@ -367,14 +381,14 @@ impl Entity<'_> {
         for rows in chunk.rows.chunks(BATCH_ROWS) {
             let rows: Vec<Vec<Value>> = rows
                 .iter()
-                .map(|values| {
+                .filter_map(|values| {
                     let c = Change {
                         entity: entity.clone(),
                         op: ChangeOp::Insert,
                         values: values.clone(),
                         unchanged: Vec::new(),
                     };
-                    self.row_in(&order, &c, &begin)
+                    self.row_with(&self.m.transform, &order, &c, &begin)
                 })
                 .collect();
             let Some(writer) = self.writer.as_mut() else { return Ok(()) };
@@ -391,13 +405,20 @@ impl Entity<'_> {
 
     /// The change's row in the source's field order, transformed, with the
     /// capture columns.
-    fn row(&self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Vec<Value> {
-        self.row_in(&self.order, c, begin)
+    /// `None` when the mapping's filter drops the row.
+    fn row(&self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Option<Vec<Value>> {
+        self.row_with(&self.m.transform, &self.order, c, begin)
     }
 
     /// [`Entity::row`] of a change whose fields come in `order` (see
-    /// [`order_of`]).
-    fn row_in(&self, order: &[Option<usize>], c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Vec<Value> {
+    /// [`order_of`]), through `steps`.
+    fn row_with(
+        &self,
+        steps: &[transform::Step],
+        order: &[Option<usize>],
+        c: &Change,
+        begin: &(String, Option<OffsetDateTime>),
+    ) -> Option<Vec<Value>> {
         let mut row = vec![Value::Null; self.source_fields.len()];
         for (i, v) in c.values.iter().enumerate() {
             if let Some(Some(at)) = order.get(i) {
@@ -405,7 +426,7 @@ impl Entity<'_> {
             }
         }
         let batch = RecordBatch { fields: self.source_fields.clone(), rows: vec![row] };
-        let mut row = transform::apply(&self.m.transform, batch).rows.pop().unwrap_or_default();
+        let mut row = transform::apply(steps, batch).rows.pop()?;
         if self.m.sync_mode == SyncMode::CdcAppend {
             row.push(Value::String(c.op.as_str().into()));
             row.push(Value::String(begin.0.clone()));
@@ -413,7 +434,15 @@ impl Entity<'_> {
         } else if self.m.delete_mode == Some(DeleteMode::Soft) {
             row.push(Value::Null);
         }
-        row
+        Some(row)
+    }
+
+    /// A mirror's row for a change its filter drops: every step but the
+    /// filters, for the key to delete (or keep, see [`Entity::apply`]).
+    fn unfiltered_row(&self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Vec<Value> {
+        let steps: Vec<transform::Step> =
+            self.m.transform.iter().filter(|s| !matches!(s, transform::Step::Filter { .. })).cloned().collect();
+        self.row_with(&steps, &self.order, c, begin).unwrap_or_default()
     }
 
     async fn flush(&mut self) -> Result<(), CaptureFailure> {
@@ -484,6 +513,8 @@ impl Entity<'_> {
         self.stats.rows_read += 1;
         let row = self.row(c, begin);
         if self.m.sync_mode == SyncMode::CdcAppend {
+            // A change log takes no filter (refused when the flow is saved).
+            let Some(row) = row else { return Ok(()) };
             if !matches!(self.pending, Pending::Log(_)) {
                 self.pending = Pending::Log(Vec::new());
             }
@@ -500,7 +531,23 @@ impl Entity<'_> {
             .filter_map(|i| self.order.get(*i).copied().flatten())
             .filter_map(|at| self.schema.index_of(&self.source_fields[at].name))
             .collect();
-        match c.op {
+        // A mirror with a filter holds the rows that pass it: a row the
+        // filter drops goes (it may have passed before). Unless the filter
+        // reads a value the change did not carry (a large value the update
+        // left as it was): then whether the row passes did not change, and
+        // the update applies to the row if the mirror holds it.
+        let (op, row) = match row {
+            Some(row) => (c.op, row),
+            None => {
+                let full = self.unfiltered_row(c, begin);
+                let undecided = c.unchanged.iter().filter_map(|i| self.order.get(*i).copied().flatten()).any(|at| {
+                    let name = &self.source_fields[at].name;
+                    self.m.transform.iter().any(|s| matches!(s, transform::Step::Filter { field, .. } if field == name))
+                });
+                (if undecided { c.op } else { ChangeOp::Delete }, full)
+            }
+        };
+        match op {
             ChangeOp::Delete if self.m.delete_mode == Some(DeleteMode::Soft) => {
                 let mut row = row;
                 let at = self.schema.fields.len() - 1;
@@ -991,7 +1038,7 @@ impl SyncService {
             let rows: Vec<Vec<Value>> = batch
                 .rows
                 .into_iter()
-                .map(|values| {
+                .filter_map(|values| {
                     let c = Change { entity: entity.clone(), op: ChangeOp::Insert, values, unchanged: Vec::new() };
                     e.row(&c, &begin)
                 })

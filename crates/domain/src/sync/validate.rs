@@ -257,13 +257,16 @@ pub fn check_capture(path: &str, m: &super::flow::Mapping) -> Vec<FieldError> {
     if m.delete_mode.is_some() && m.sync_mode != SyncMode::CdcDeduped {
         errors.push(FieldError::new(format!("{path}.delete_mode"), "applies to cdc_deduped only"));
     }
-    if m.sync_mode.cdc() && m.transform.iter().any(|s| matches!(s, crate::sync::transform::Step::Filter { .. })) {
+    // A mirror with a filter holds the rows that pass it; a change log
+    // cannot tell a delete's row (it carries the key alone) from one the
+    // filter dropped, and would keep some of a row's changes.
+    if m.sync_mode == SyncMode::CdcAppend
+        && m.transform.iter().any(|s| matches!(s, crate::sync::transform::Step::Filter { .. }))
+    {
         errors.push(FieldError::new(
             format!("{path}.transform"),
-            format!(
-                "{} applies every change of the table: a filter would keep some of a row's changes and drop others",
-                m.sync_mode.as_str()
-            ),
+            "cdc_append logs every change of the table: a filter would keep some of a row's changes and drop others \
+             (a delete carries the key alone); filter a cdc_deduped mirror instead",
         ));
     }
     if m.sync_mode.cdc() {
