@@ -760,7 +760,108 @@ async fn runs_are_cancelled_and_retried_and_flows_deleted_with_postgres_metadata
     runs_are_cancelled_and_retried_and_flows_deleted(Backend::Postgres).await;
 }
 
+/// A connection's settings are edited from its page: a form of the
+/// connector's fields, where a credential left empty keeps the stored one
+/// and is never shown, or the JSON; refused input says why, keeping what
+/// was typed but the credential; only a writer of the organization may.
+async fn connections_are_edited_from_their_page(app: TestApp) {
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let origin = admin.origin();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let id = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "password": "s3cret-pw", "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    let page = format!("/o/{org}/connections/{id}");
+    let (_, html, _) = admin.get(&page).await;
+    for shown in ["Edit settings", "type=\"password\"", "stored: leave empty to keep it", "Edit as JSON"] {
+        assert!(html.contains(shown), "{shown}: {html}");
+    }
+    assert!(!html.contains("s3cret-pw"), "the secret never shows: {html}");
+    let (_, html, _) = viewer.get(&page).await;
+    assert!(!html.contains("Edit settings"), "{html}");
+
+    // The form: the database changed, the password left empty (kept).
+    let csrf = admin.csrf(&page).await;
+    let fields = |database: &'static str, port: &'static str, password: &'static str| {
+        vec![
+            ("name", "warehouse"),
+            ("cfg.host", "127.0.0.1"),
+            ("cfg.port", port),
+            ("cfg.database", database),
+            ("cfg.user", "postgres"),
+            ("cfg.password", password),
+            ("cfg.sslmode", "disable"),
+        ]
+    };
+    let mut form = fields("other", "5432", "");
+    form.push(("csrf", &csrf));
+    let (status, html, _) = admin.post(&page, &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Saved."), "{html}");
+    let got = check!(app.get(&format!("{conns}/{id}"), &ann).await, 200).body;
+    assert_eq!((&got["name"], &got["config"]["database"]), (&json!("warehouse"), &json!("other")), "{got}");
+    assert_eq!(got["config"]["port"], 5432, "{got}");
+    assert_eq!(got["config"]["password"], "***", "the stored password is kept: {got}");
+
+    // Refused: a port that is no number; the page says why and keeps what
+    // was typed, but not the password typed with it.
+    let mut form = fields("third", "not-a-port", "typed-secret");
+    form.push(("csrf", &csrf));
+    let (status, html, _) = admin.post(&page, &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains("port") && html.contains("value=\"third\""), "{html}");
+    assert!(!html.contains("typed-secret"), "a typed credential is not sent back: {html}");
+    let got = check!(app.get(&format!("{conns}/{id}"), &ann).await, 200).body;
+    assert_eq!(got["config"]["database"], "other", "nothing half-written: {got}");
+
+    // As JSON, where "***" keeps the stored credential.
+    let json_form =
+        [("csrf", csrf.as_str()), ("mode", "json"), ("config", r#"{"database": "test", "password": "***"}"#)];
+    let (status, html, _) = admin.post(&page, &json_form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    let got = check!(app.get(&format!("{conns}/{id}"), &ann).await, 200).body;
+    assert_eq!((&got["config"]["database"], &got["config"]["password"]), (&json!("test"), &json!("***")), "{got}");
+    let audit = check!(app.get(&format!("/v1/organizations/{org}/audit-logs?resource_id={id}"), &ann).await, 200);
+    let text = audit.body.to_string();
+    assert!(text.contains("connection.updated") && !text.contains("s3cret-pw"), "{text}");
+
+    // A Viewer may not; another organization's Admin reaches nothing.
+    let csrf_v = viewer.csrf(&page).await;
+    let (status, _, _) = viewer.post(&page, &[("csrf", csrf_v.as_str()), ("name", "mine")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (other, stranger) = stranger(&app).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}/settings")).await;
+    for o in [&other, &org] {
+        let path = format!("/o/{o}/connections/{id}");
+        let (status, _, _) = stranger.post(&path, &[("csrf", csrf_e.as_str()), ("name", "mine")], Some(&origin)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+    let got = check!(app.get(&format!("{conns}/{id}"), &ann).await, 200).body;
+    assert_eq!(got["name"], "warehouse", "{got}");
+
+    // A delete refused while a flow uses the connection names the flow and
+    // links to it; once the flow is gone, the delete goes through.
+    let files = app.file_connection(&ann, &org, "files", "in", Some("jsonl")).await;
+    let body = json!({"name": "into the warehouse", "source_connection_id": files, "destination_connection_id": id,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}});
+    let flow = check!(app.post(&format!("/v1/organizations/{org}/flows"), &ann, body).await, 201).id();
+    let (status, html, _) = admin.post(&format!("{page}/delete"), &[("csrf", csrf.as_str())], Some(&origin)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    let link = format!("<a href=\"/o/{org}/flows/{flow}\">into the warehouse</a>");
+    assert!(html.contains("Used by these flows") && html.contains(&link), "{link}: {html}");
+    check!(app.delete(&format!("/v1/organizations/{org}/flows/{flow}"), &ann).await, 204);
+    let (status, _, headers) = admin.post(&format!("{page}/delete"), &[("csrf", csrf.as_str())], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], format!("/o/{org}/connections").as_str());
+    check!(app.get(&format!("{conns}/{id}"), &ann).await, 404);
+}
+
 sluice_tests::on_both_backends!(
+    connections_are_edited_from_their_page,
     signing_in_and_csrf,
     a_login_link_signs_in_once,
     every_page_renders_and_a_viewer_cannot_write,

@@ -1,5 +1,6 @@
 //! Connections: the list, a new connection, and one connection's page
-//! with test, discovery and preview.
+//! with test, discovery, preview, and its settings edited (a form built
+//! from the connector's fields, or the JSON).
 
 use crate::page::{
     Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, csrf, error_box, json_block,
@@ -11,8 +12,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use sluice_domain::FieldError;
 use sluice_domain::connect::connection::Connection;
-use sluice_domain::connect::connector::ConnectorSpec;
-use sluice_domain::connect::service::{NewConnection, PreviewRequest};
+use sluice_domain::connect::connector::{ConfigFieldType, ConnectorSpec};
+use sluice_domain::connect::service::{ConnectionUpdate, NewConnection, PreviewRequest};
 use sluice_domain::shared::error::Code;
 use sluice_domain::shared::ids::{ConnectionId, IntegrationId};
 use sluice_http::AppState;
@@ -189,6 +190,13 @@ enum Said<'a> {
 /// What a connection's page shows below its facts.
 enum Panel {
     None,
+    /// The settings were saved.
+    Saved,
+    /// The edit was refused: why, with the form as sent.
+    Refused(ApiError, BTreeMap<String, String>),
+    /// The delete was refused: why, and the flows that use the connection
+    /// (id, name).
+    InUse(ApiError, Vec<(Uuid, String)>),
     Tested(Result<sluice_domain::connect::service::TestOutcome, ApiError>),
     Discovered(Result<Vec<sluice_domain::shared::record::EntitySchema>, ApiError>),
     Preview(Result<sluice_domain::connect::service::Preview, ApiError>),
@@ -213,6 +221,10 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
             @if let Some(e) = &c.last_error { dt { "Last error" } dd.error { (e) } }
         }
         details { summary { "Configuration" } (json_block(&config)) p.hint { "Credentials are stored encrypted and never shown." } }
+        @if ctx.can_write() {
+            @let sent = match &panel { Panel::Refused(_, sent) => Some(sent), _ => None };
+            (edit_form(state, s, &at, &c, sent))
+        }
         div.row {
             @if ctx.can_write() { (button(s, &format!("{at}/test"), "Test", "primary", None)) }
             (button(s, &format!("{at}/discover"), "Discover", "", None))
@@ -222,6 +234,15 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
         }
         @match panel {
             Panel::None => {}
+            Panel::Saved => { (notice("Saved. Test the connection to check the new settings.")) }
+            Panel::Refused(e, _) => { (error_box(&e)) }
+            Panel::InUse(e, users) => {
+                (error_box(&e))
+                @if !users.is_empty() {
+                    p { "Used by these flows: delete them, or point them to another connection, first." }
+                    ul.users { @for (id, name) in &users { li { a href=(ctx.at(&format!("/flows/{id}"))) { (name) } } } }
+                }
+            }
             Panel::Tested(Ok(o)) => {
                 @if o.ok { (notice(&format!("Connected in {} ms.", o.latency_ms))) }
                 @else { p.error role="alert" { strong { (o.error_code.map_or("failed", Code::as_str)) } ": " (o.error.unwrap_or_default()) } }
@@ -263,6 +284,141 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
         }
     };
     Ok(page(ctx, s, "/connections", &c.name.clone(), body))
+}
+
+/// The connection's settings as a form built from its connector's fields
+/// (a password input for each credential: left empty, the stored one is
+/// kept; it is never sent back), and as JSON for the rest.
+fn edit_form(
+    state: &AppState,
+    s: &Session,
+    at: &str,
+    c: &Connection,
+    sent: Option<&BTreeMap<String, String>>,
+) -> Markup {
+    let spec = state.sluice.connect.connector_specs().into_iter().find(|sp| sp.connector_type == c.connector_type);
+    let shown = |name: &str| -> Option<String> {
+        match sent {
+            Some(sent) => sent.get(&format!("cfg.{name}")).cloned(),
+            None => c.config.get(name).map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+        }
+    };
+    let public = serde_json::to_string_pretty(&c.public_config()).unwrap_or_default();
+    html! {
+        details.edit open[sent.is_some()] {
+            summary { "Edit settings" }
+            form.grid method="post" action=(at) {
+                (csrf(s))
+                label for="edit-name" { "Name" }
+                input #edit-name name="name" required maxlength="100"
+                    value=(sent.and_then(|f| f.get("name")).cloned().unwrap_or_else(|| c.name.clone()));
+                @for f in spec.iter().flat_map(|sp| &sp.config_fields) {
+                    @let id = format!("edit-{}", f.name);
+                    @let name = format!("cfg.{}", f.name);
+                    label for=(id) { (f.name) @if f.required { " *" } }
+                    span {
+                        @if f.credential {
+                            @let stored = c.secrets.0.contains_key(f.name);
+                            input id=(id) name=(name) type="password" autocomplete="new-password"
+                                placeholder=(if stored { "stored: leave empty to keep it" } else { "" });
+                        } @else if f.field_type == ConfigFieldType::Boolean {
+                            input id=(id) name=(name) type="checkbox" value="true" checked[shown(f.name).as_deref() == Some("true")];
+                        } @else if f.field_type == ConfigFieldType::Integer {
+                            input id=(id) name=(name) type="number" value=[shown(f.name)];
+                        } @else {
+                            input id=(id) name=(name) type="text" value=[shown(f.name)];
+                        }
+                        @if !f.description.is_empty() { br; small.hint { (f.description) } }
+                    }
+                }
+                span {}
+                div.row { button.primary { "Save" } }
+            }
+            details {
+                summary { "Edit as JSON" }
+                form.grid method="post" action=(at) {
+                    (csrf(s))
+                    input type="hidden" name="mode" value="json";
+                    label for="edit-json" { "Configuration (JSON; \"***\" keeps a stored credential)" }
+                    textarea #edit-json name="config" rows="9" spellcheck="false" {
+                        (sent.and_then(|f| f.get("config")).cloned().unwrap_or(public))
+                    }
+                    span {}
+                    div.row { button.primary { "Save" } }
+                }
+            }
+        }
+    }
+}
+
+/// The update a sent edit form asks for: by the connector's fields (an
+/// empty credential keeps the stored one; an empty setting is removed), or
+/// the JSON as sent.
+fn update_of(spec: Option<&ConnectorSpec>, form: &BTreeMap<String, String>) -> Result<ConnectionUpdate, ApiError> {
+    if form.get("mode").map(String::as_str) == Some("json") {
+        let config = parse_config(form.get("config").map_or("", String::as_str))?;
+        return Ok(ConnectionUpdate { name: None, integration_id: None, capability: None, config: Some(config) });
+    }
+    let mut config = BTreeMap::new();
+    for f in spec.iter().flat_map(|sp| &sp.config_fields) {
+        let raw = form.get(&format!("cfg.{}", f.name)).map_or("", String::as_str);
+        let value = match f.field_type {
+            _ if f.credential && raw.is_empty() => continue,
+            ConfigFieldType::Boolean => Value::Bool(raw == "true"),
+            _ if raw.trim().is_empty() => Value::Null,
+            // Not a number: sent as text, and refused as the field's type.
+            ConfigFieldType::Integer => {
+                raw.trim().parse::<i64>().map_or_else(|_| Value::String(raw.into()), Value::from)
+            }
+            ConfigFieldType::String => Value::String(raw.into()),
+        };
+        config.insert(f.name.to_string(), value);
+    }
+    Ok(ConnectionUpdate {
+        name: form.get("name").cloned(),
+        integration_id: None,
+        capability: None,
+        config: Some(config),
+    })
+}
+
+/// `POST /o/{org}/connections/{id}`: saves the edited settings.
+pub async fn update(
+    state: Data<AppState>,
+    post: Post<BTreeMap<String, String>>,
+    path: Path<(Uuid, Uuid)>,
+) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, c) = load(&state, s, org, id).await?;
+    let spec = state.sluice.connect.connector_specs().into_iter().find(|sp| sp.connector_type == c.connector_type);
+    let mut sent = post.form.clone();
+    sent.remove("csrf");
+    // A credential typed in is never written back into the page.
+    for f in spec.iter().flat_map(|sp| &sp.config_fields).filter(|f| f.credential) {
+        sent.remove(&format!("cfg.{}", f.name));
+    }
+    let saved = match update_of(spec.as_ref(), &post.form) {
+        Ok(update) => state
+            .sluice
+            .connect
+            .update_connection(&s.caller.principal, ctx.id(), c.id, update)
+            .await
+            .map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    match saved {
+        Ok(c) => detail_page(&state, s, &ctx, c, Panel::Saved).await,
+        Err(e) => {
+            let status = e.status();
+            let mut res = detail_page(&state, s, &ctx, c, Panel::Refused(e, sent)).await?;
+            *res.status_mut() = status;
+            Ok(res)
+        }
+    }
 }
 
 /// To a new flow reading `entity` from this connection.
@@ -332,7 +488,42 @@ pub async fn preview(state: Data<AppState>, post: Post<PreviewForm>, path: Path<
 pub async fn delete(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
-    let ctx = OrgCtx::load(&state, s, org).await?;
-    state.sluice.connect.delete_connection(&s.caller.principal, ctx.id(), ConnectionId::from(id)).await?;
-    Ok(redirect(&ctx.at("/connections")))
+    let (ctx, c) = load(&state, s, org, id).await?;
+    let e: ApiError = match state.sluice.connect.delete_connection(&s.caller.principal, ctx.id(), c.id).await {
+        Ok(()) => return Ok(redirect(&ctx.at("/connections"))),
+        Err(e) => e.into(),
+    };
+    // Refused while flows use it: which, with links, never a dead end.
+    let users = match e.code {
+        Code::InUse => flows_using(&state, s, &ctx, c.id).await,
+        _ => Vec::new(),
+    };
+    let status = e.status();
+    let mut res = detail_page(&state, s, &ctx, c, Panel::InUse(e, users)).await?;
+    *res.status_mut() = status;
+    Ok(res)
+}
+
+/// The flows of the organization that read or write `id` (id, name), from
+/// its first pages of flows.
+async fn flows_using(state: &AppState, s: &Session, ctx: &OrgCtx, id: ConnectionId) -> Vec<(Uuid, String)> {
+    let mut users = Vec::new();
+    let mut page = LOOKUP;
+    for _ in 0..10 {
+        let Ok(listed) = state.sluice.sync.list_flows(&s.caller.principal, ctx.id(), None, page).await else {
+            break;
+        };
+        users.extend(
+            listed
+                .items
+                .iter()
+                .filter(|f| f.source_connection_id == id || f.destination_connection_id == id)
+                .map(|f| (f.id.as_uuid(), f.name.clone())),
+        );
+        match listed.next_cursor.and_then(|next| Uuid::parse_str(&next).ok()) {
+            Some(next) => page.after = Some(next),
+            None => break,
+        }
+    }
+    users
 }

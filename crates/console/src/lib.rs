@@ -90,6 +90,7 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/connections", read().to(connect::list))
                 .route("/connections", web::post().to(connect::create))
                 .route("/connections/{id}", read().to(connect::detail))
+                .route("/connections/{id}", web::post().to(connect::update))
                 .route("/connections/{id}/test", web::post().to(connect::test))
                 .route("/connections/{id}/discover", web::post().to(connect::discover))
                 .route("/connections/{id}/preview", web::post().to(connect::preview))

@@ -52,6 +52,10 @@ pub const MAX_RETAINED: &str = "cdc_max_retained";
 /// looks again (and checks whether it should stop).
 const CONTINUOUS_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a pass copies chunks of a table before the log is read (and
+/// the flow's other tables go on).
+const CHUNK_PASS: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A continuous run commits at least this often while changes arrive.
 const CONTINUOUS_COMMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -294,8 +298,6 @@ struct Entity<'a> {
     mark: Option<CopyMark>,
     /// How far the copy in chunks got as the destination holds it.
     held_mark: Option<CopyMark>,
-    /// The next chunk, read: it goes in first when the writer opens.
-    chunk: Option<Chunk>,
 }
 
 impl Entity<'_> {
@@ -308,7 +310,6 @@ impl Entity<'_> {
         self.pending = Pending::None;
         self.position = self.held.clone();
         self.mark = self.held_mark.clone();
-        self.chunk = None;
         self.stopped = Some(why);
     }
 
@@ -354,8 +355,8 @@ impl Entity<'_> {
     /// mirror's key range cleared first (what the source no longer has
     /// goes), the chunk's rows upserted (a change log's appended as
     /// inserts); the copy's mark then moves past them.
-    async fn apply_chunk(&mut self) -> Result<(), CaptureFailure> {
-        let (Some(chunk), Some(mark)) = (self.chunk.take(), self.mark.clone()) else { return Ok(()) };
+    async fn apply_chunk(&mut self, chunk: Chunk) -> Result<(), CaptureFailure> {
+        let Some(mark) = self.mark.clone() else { return Ok(()) };
         let Some(key) = self.chunk_key() else { return Ok(()) };
         let entity = self.m.source_entity.clone();
         let at: Vec<usize> = key.iter().filter_map(|k| chunk.fields.iter().position(|f| f.name == k.name)).collect();
@@ -734,7 +735,6 @@ impl SyncService {
             stream_types: HashMap::new(),
             held_mark: mark.clone(),
             mark,
-            chunk: None,
         };
         e.held = e.position.clone();
         if let Some(mark) = &e.mark {
@@ -824,11 +824,17 @@ impl SyncService {
         Ok(())
     }
 
-    /// Reads the next chunk of each table being copied in chunks; one
-    /// whose key no longer allows it stops.
-    async fn read_chunks(&self, scope: Scope<'_>, entities: &mut [Entity<'_>]) -> Result<(), CaptureFailure> {
-        for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
-            let Some(mark) = e.mark.clone() else { continue };
+    /// Copies chunks of a table being copied in chunks into its open
+    /// writer, one after the other for up to [`CHUNK_PASS`], before the
+    /// log is replayed over them from the position it holds (each chunk
+    /// read in a snapshot taken now, after that position). Each chunk
+    /// commits with that position and the copy's mark, so that a kill loses
+    /// at most the chunk being written. A table whose key no longer allows
+    /// it stops.
+    async fn copy_chunks(&self, scope: Scope<'_>, e: &mut Entity<'_>) -> Result<(), CaptureFailure> {
+        let started = std::time::Instant::now();
+        while e.stopped.is_none() {
+            let Some(mark) = e.mark.clone() else { return Ok(()) };
             let entity = e.m.source_entity.clone();
             let key = e.chunk_key();
             let after = key.as_ref().map(|k| mark.after_values(k));
@@ -839,7 +845,7 @@ impl SyncService {
                         format!("{why}: the copy cannot go on; copy the table again with DELETE …/state/{entity}");
                     self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
                     e.stop(Stop::Failed(message)).await;
-                    continue;
+                    return Ok(());
                 }
                 _ => {
                     let message = format!(
@@ -848,13 +854,38 @@ impl SyncService {
                     );
                     self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
                     e.stop(Stop::Failed(message)).await;
-                    continue;
+                    return Ok(());
                 }
             };
             let chunk = scope.changes.read_chunk(&entity, &key, after.as_deref(), CHUNK_ROWS).await;
-            e.chunk = Some(chunk.map_err(|x| e.failed(x))?);
+            e.apply_chunk(chunk.map_err(|x| e.failed(x))?).await?;
+            self.commit_chunk(scope, e).await?;
+            if started.elapsed() >= CHUNK_PASS {
+                return Ok(());
+            }
         }
         Ok(())
+    }
+
+    /// Commits the chunk just written, with the position the table holds
+    /// (the log after it is not applied yet) and the copy's new mark; then
+    /// a halt if the run was canceled or the process is stopping.
+    async fn commit_chunk(&self, scope: Scope<'_>, e: &mut Entity<'_>) -> Result<(), CaptureFailure> {
+        let Some(writer) = e.writer.as_mut() else { return Ok(()) };
+        let held = held_text(&e.position, e.mark.as_ref());
+        writer.hold_position(&scope.flow.stream_name(), &held).await.map_err(|x| failure_of(&e.m.source_entity, x))?;
+        self.hold(scope.run).await.map_err(|_| CaptureFailure::lost())?;
+        let w = writer.checkpoint().await.map_err(|x| failure_of(&e.m.source_entity, x))?;
+        e.stats.rows_written = e.committed + w.rows_written;
+        e.stats.bytes = w.bytes;
+        if e.held_mark.is_some() && e.mark.is_none() {
+            let message = "the copy in chunks is done: the table now streams its changes alone";
+            self.log(scope.run, LogLevel::Info, Some(&e.m.source_entity), message.into()).await;
+        }
+        e.held_mark = e.mark.clone();
+        self.show_position(scope.run, scope.flow, &e.m.source_entity, &held).await?;
+        // (The run's progress is stored with the whole pass's.)
+        self.progress_or_halt(scope.run, None).await
     }
 
     /// Applies the stream to the entities: once, to the source's end at
@@ -873,10 +904,6 @@ impl SyncService {
         // continuous one (`config.continuous`) goes on reading until it is
         // canceled, its process stops, or its flow is paused or changed.
         loop {
-            // The next chunk of each table copied in chunks, in a snapshot
-            // taken after the position it holds: it goes in first, and the
-            // stream replays over it.
-            self.read_chunks(scope, entities).await?;
             let caught_up = self.clock.now();
             let until = changes.end_position().await?;
             let mut applied = 0;
@@ -1251,9 +1278,9 @@ impl SyncService {
                     .await
                     .map_err(|x| e.failed(x))?,
             );
-            // A chunk of a copy goes first: the changes after the position
-            // held replay over it.
-            e.apply_chunk().await?;
+            // The chunks of a copy go first: the changes after the
+            // position held replay over them.
+            self.copy_chunks(scope, e).await?;
         }
         let mut begin: (String, Option<OffsetDateTime>) = (String::new(), None);
         let (mut since_commit, mut applied) = (0u64, 0u64);
@@ -1345,10 +1372,6 @@ impl SyncService {
                 e.committed = e.stats.rows_written;
             }
             e.held = e.position.clone();
-            if e.held_mark.is_some() && e.mark.is_none() {
-                let message = "the copy in chunks is done: the table now streams its changes alone";
-                self.log(run, LogLevel::Info, Some(&e.m.source_entity), message.into()).await;
-            }
             e.held_mark = e.mark.clone();
             e.stats.cursor_after = Some(e.position.clone());
             e.stats.checkpoint_at = Some(self.clock.now());

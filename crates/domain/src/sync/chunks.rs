@@ -89,12 +89,13 @@ pub fn parse_held(text: &str) -> (String, Option<CopyMark>) {
 }
 
 /// Whether a table can be copied in chunks by `key`: a key whose order
-/// every engine draws alike (numbers, times, and text compared by its
-/// bytes, but not a source type of an order of its own, like an enum).
+/// every engine draws alike (integers, times, and text compared by its
+/// bytes; not a source type of an order of its own, like an enum, nor a
+/// decimal, which SQLite keeps as text).
 pub fn chunkable(key: &[Field]) -> bool {
     !key.is_empty()
         && key.iter().all(|f| match f.field_type {
-            FieldType::Integer | FieldType::Decimal | FieldType::Timestamp | FieldType::Date => true,
+            FieldType::Integer | FieldType::Timestamp | FieldType::Date => true,
             FieldType::String => {
                 let native = f.native_type.as_deref().and_then(|n| n.split_once(':')).map_or("text", |(_, t)| t);
                 ["text", "character varying", "varchar", "character", "char", "bpchar", "uuid"]
@@ -154,6 +155,7 @@ mod tests {
         let uuid = field("u", FieldType::String, Some("postgres:uuid"));
         let enumerated = field("mood", FieldType::String, Some("postgres:mood"));
         let float = field("x", FieldType::Number, None);
+        assert!(!chunkable(&[field("d", FieldType::Decimal, None)]));
         assert!(chunkable(&[int.clone(), text]));
         assert!(chunkable(&[uuid]));
         assert!(!chunkable(&[int.clone(), enumerated]));
