@@ -30,6 +30,24 @@ fn source_body(name: &str, port: u16) -> Value {
         "config": {"host": "127.0.0.1", "port": port, "database": "postgres", "user": "postgres", "sslmode": "disable"}})
 }
 
+/// Ann's organization with a source connection `shop` to the logical
+/// server on `port` and a PostgreSQL destination `wh` in `schema`:
+/// `(ann, org, shop, wh)`.
+async fn shop_and_warehouse(app: &TestApp, port: u16, schema: &str) -> (Auth, String, String, String) {
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source_id = check!(app.post(&conns, &ann, source_body("shop", port)).await, 201).id();
+    let conn = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    (ann, org, source_id, conn)
+}
+
 /// The destination table's rows as `id:note[:deleted]`, by id.
 async fn rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<String> {
     let records = preview_rows(app, auth, org, conn, entity).await;
@@ -546,17 +564,7 @@ async fn continuous(backend: Backend) {
         .execute(&mut src)
         .await
         .unwrap();
-    let ann = app.token("ann@example.com");
-    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let source_id = check!(app.post(&conns, &ann, source_body("shop", source.port)).await, 201).id();
-    let conn = check!(
-        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
-            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
-        .await,
-        201
-    )
-    .id();
+    let (ann, org, source_id, conn) = shop_and_warehouse(&app, source.port, &dst.name).await;
     let flows_path = format!("/v1/organizations/{org}/flows");
     let body = |mappings: Value, schedule: Value| {
         json!({"name": "orders", "source_connection_id": source_id, "destination_connection_id": conn,
@@ -705,17 +713,7 @@ async fn chunked(backend: Backend) {
     .execute(&mut wh)
     .await
     .unwrap();
-    let ann = app.token("ann@example.com");
-    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let source_id = check!(app.post(&conns, &ann, source_body("shop", source.port)).await, 201).id();
-    let conn = check!(
-        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
-            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
-        .await,
-        201
-    )
-    .id();
+    let (ann, org, source_id, conn) = shop_and_warehouse(&app, source.port, &dst.name).await;
     let flows_path = format!("/v1/organizations/{org}/flows");
     let flow = check!(
         app.post(&flows_path, &ann, json!({"name": "shop", "source_connection_id": source_id,
