@@ -860,7 +860,65 @@ async fn connections_are_edited_from_their_page(app: TestApp) {
     check!(app.get(&format!("{conns}/{id}"), &ann).await, 404);
 }
 
+/// A notification rule is turned off and on again from the settings page,
+/// nothing else changed; only a writer of its organization may.
+async fn rules_are_disabled_and_enabled(app: TestApp) {
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let origin = admin.origin();
+    let rules = format!("/v1/organizations/{org}/rules");
+    let rule = check!(
+        app.post(
+            &rules,
+            &ann,
+            json!({"name": "runs", "event": "run.failed",
+            "channel": {"type": "webhook", "url": "https://hooks.example.com/in"}})
+        )
+        .await,
+        201
+    );
+    let (id, secret) = (rule.id(), rule.body["channel"]["secret"].clone());
+    let settings = format!("/o/{org}/settings");
+    let (_, html, _) = admin.get(&settings).await;
+    assert!(html.contains(&format!("action=\"/o/{org}/rules/{id}/disable\"")), "{html}");
+    let (_, html, _) = viewer.get(&settings).await;
+    assert!(!html.contains("/disable\""), "{html}");
+    let csrf = admin.csrf(&settings).await;
+    let (status, _, headers) =
+        admin.post(&format!("/o/{org}/rules/{id}/disable"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], settings.as_str());
+    let got = check!(app.get(&format!("{rules}/{id}"), &ann).await, 200).body;
+    assert_eq!(got["enabled"], false, "{got}");
+    assert_eq!((&got["name"], &got["channel"]["url"]), (&json!("runs"), &json!("https://hooks.example.com/in")));
+    let (_, html, _) = admin.get(&settings).await;
+    assert!(html.contains(&format!("action=\"/o/{org}/rules/{id}/enable\"")), "{html}");
+    let (status, _, _) = admin.post(&format!("/o/{org}/rules/{id}/enable"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(check!(app.get(&format!("{rules}/{id}"), &ann).await, 200).body["enabled"], true);
+    let audit = check!(app.get(&format!("/v1/organizations/{org}/audit-logs?resource_id={id}"), &ann).await, 200);
+    let updates = audit.body["data"].as_array().unwrap().iter().filter(|e| e["action"] == "rule.updated").count();
+    assert_eq!(updates, 2, "{}", audit.body);
+    if let Some(secret) = secret.as_str() {
+        assert!(!audit.body.to_string().contains(secret), "the signing secret stays out of the audit log");
+    }
+
+    // A Viewer may not; another organization's Admin finds nothing.
+    let csrf_v = viewer.csrf(&settings).await;
+    let (status, _, _) =
+        viewer.post(&format!("/o/{org}/rules/{id}/disable"), &[("csrf", &csrf_v)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (other, stranger) = stranger(&app).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}/settings")).await;
+    for o in [&other, &org] {
+        let path = format!("/o/{o}/rules/{id}/disable");
+        let (status, _, _) = stranger.post(&path, &[("csrf", &csrf_e)], Some(&origin)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+    assert_eq!(check!(app.get(&format!("{rules}/{id}"), &ann).await, 200).body["enabled"], true);
+}
+
 sluice_tests::on_both_backends!(
+    rules_are_disabled_and_enabled,
     connections_are_edited_from_their_page,
     signing_in_and_csrf,
     a_login_link_signs_in_once,

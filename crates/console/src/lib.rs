@@ -81,6 +81,7 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/billing/portal", web::post().to(orgs::portal))
                 .route("/rules", web::post().to(orgs::create_rule))
                 .route("/rules/{id}/delete", web::post().to(orgs::delete_rule))
+                .route("/rules/{id}/{action:enable|disable}", web::post().to(orgs::enable_rule))
                 .route("/integrations", read().to(integrations::list))
                 .route("/integrations", web::post().to(integrations::create))
                 .route("/integrations/{id}", read().to(integrations::detail))

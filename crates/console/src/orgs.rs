@@ -348,7 +348,14 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
                         td { (r.name) } td { code { (r.event) } } td { (r.channel.kind.as_str()) }
                         td { (if r.enabled { "yes" } else { "no" }) }
                         td { @if ctx.can_write() {
-                            (button(s, &ctx.at(&format!("/rules/{}/delete", r.id)), "Delete", "danger", Some("Delete this rule?")))
+                            div.row {
+                                @if r.enabled {
+                                    (button(s, &ctx.at(&format!("/rules/{}/disable", r.id)), "Disable", "", None))
+                                } @else {
+                                    (button(s, &ctx.at(&format!("/rules/{}/enable", r.id)), "Enable", "", None))
+                                }
+                                (button(s, &ctx.at(&format!("/rules/{}/delete", r.id)), "Delete", "danger", Some("Delete this rule?")))
+                            }
                         } }
                     } } }
                 }
@@ -536,6 +543,20 @@ pub async fn create_rule(state: Data<AppState>, post: Post<RuleForm>, org: Path<
         None => notice(&format!("Rule {} created.", saved.rule.name)),
     };
     settings_page(&state, s, ctx, Some(shown)).await
+}
+
+/// `POST /o/{org}/rules/{id}/enable` and `…/disable`: a rule turned on
+/// or off, nothing else changed.
+pub async fn enable_rule(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid, String)>) -> PageResult {
+    let (org, id, action) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &post.session, org).await?;
+    let enabled = action == "enable";
+    state
+        .sluice
+        .monitoring
+        .set_rule_enabled(&post.session.caller.principal, ctx.id(), RuleId::from(id), enabled)
+        .await?;
+    Ok(redirect(&ctx.at("/settings")))
 }
 
 /// `POST /o/{org}/rules/{id}/delete`.
