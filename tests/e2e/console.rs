@@ -917,7 +917,51 @@ async fn rules_are_disabled_and_enabled(app: TestApp) {
     assert_eq!(check!(app.get(&format!("{rules}/{id}"), &ann).await, 200).body["enabled"], true);
 }
 
+/// An Admin renames the organization and deletes it from the settings
+/// page; a bad name is refused there, and no one else may.
+async fn an_organization_is_renamed_and_deleted(app: TestApp) {
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let origin = admin.origin();
+    let settings = format!("/o/{org}/settings");
+    let (_, html, _) = admin.get(&settings).await;
+    assert!(html.contains(&format!("action=\"/o/{org}/rename\"")), "{html}");
+    let (_, html, _) = viewer.get(&settings).await;
+    assert!(!html.contains("/rename\"") && !html.contains("Delete organization"), "{html}");
+    let csrf = admin.csrf(&settings).await;
+    let (status, _, headers) =
+        admin.post(&format!("/o/{org}/rename"), &[("csrf", &csrf), ("name", "Acme Analytics")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], settings.as_str());
+    let got = check!(app.get(&format!("/v1/organizations/{org}"), &ann).await, 200).body;
+    assert_eq!(got["name"], "Acme Analytics", "{got}");
+    let (status, html, _) =
+        admin.post(&format!("/o/{org}/rename"), &[("csrf", &csrf), ("name", "  ")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains("role=\"alert\""), "{html}");
+
+    // Nobody else: a Viewer is refused, another organization's Admin finds nothing.
+    let csrf_v = viewer.csrf(&settings).await;
+    for action in ["rename", "delete"] {
+        let (status, _, _) = viewer
+            .post(&format!("/o/{org}/{action}"), &[("csrf", csrf_v.as_str()), ("name", "Mine")], Some(&origin))
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
+    }
+    let (other, stranger) = stranger(&app).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}/settings")).await;
+    let (status, _, _) = stranger.post(&format!("/o/{org}/delete"), &[("csrf", csrf_e.as_str())], Some(&origin)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    check!(app.get(&format!("/v1/organizations/{org}"), &ann).await, 200);
+
+    let (status, _, headers) = admin.post(&format!("/o/{org}/delete"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/");
+    check!(app.get(&format!("/v1/organizations/{org}"), &ann).await, 404);
+    check!(app.get(&format!("/v1/organizations/{other}"), &app.token("eve@example.com")).await, 200);
+}
+
 sluice_tests::on_both_backends!(
+    an_organization_is_renamed_and_deleted,
     rules_are_disabled_and_enabled,
     connections_are_edited_from_their_page,
     signing_in_and_csrf,

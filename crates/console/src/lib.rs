@@ -70,6 +70,8 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .app_data(web::QueryConfig::default().error_handler(|e, _| input_error("query", e.to_string())))
                 .route("", read().to(orgs::overview))
                 .route("/settings", read().to(orgs::settings))
+                .route("/rename", web::post().to(orgs::rename))
+                .route("/delete", web::post().to(orgs::delete))
                 .route("/invitations", web::post().to(orgs::invite))
                 .route("/invitations/{id}/resend", web::post().to(orgs::resend_invitation))
                 .route("/invitations/{id}/revoke", web::post().to(orgs::revoke_invitation))

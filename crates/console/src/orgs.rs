@@ -239,6 +239,21 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
     let rules = state.sluice.monitoring.list_rules(p, id, ALL).await?.items;
     let body = html! {
         @if let Some(m) = shown { (m) }
+        @if ctx.is_admin() {
+            section {
+                h2 { "Organization" }
+                div.row {
+                    form.inline method="post" action=(ctx.at("/rename")) {
+                        (csrf(s))
+                        label.sr for="org-name" { "Name" }
+                        input #org-name name="name" required maxlength="100" value=(ctx.org.name);
+                        button { "Rename" }
+                    }
+                    (button(s, &ctx.at("/delete"), "Delete organization", "danger",
+                        Some("Delete this organization, its connections, flows and runs? This cannot be undone.")))
+                }
+            }
+        }
         section {
             h2 { "Members" }
             table {
@@ -543,6 +558,42 @@ pub async fn create_rule(state: Data<AppState>, post: Post<RuleForm>, org: Path<
         None => notice(&format!("Rule {} created.", saved.rule.name)),
     };
     settings_page(&state, s, ctx, Some(shown)).await
+}
+
+#[derive(Deserialize)]
+pub struct RenameForm {
+    name: String,
+}
+
+/// The settings page with `e` above it, answered with `e`'s status.
+async fn settings_refused(state: &AppState, s: &Session, ctx: OrgCtx, e: sluice_domain::Error) -> PageResult {
+    let e = sluice_http::error::ApiError::from(e);
+    let status = e.status();
+    let mut res = settings_page(state, s, ctx, Some(crate::page::error_box(&e))).await?;
+    *res.status_mut() = status;
+    Ok(res)
+}
+
+/// `POST /o/{org}/rename` (Admin).
+pub async fn rename(state: Data<AppState>, post: Post<RenameForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let update =
+        sluice_domain::identity::service::OrganizationUpdate { name: Some(post.form.name.clone()), slug: None };
+    match state.sluice.identity.update_organization(&s.caller.principal, ctx.id(), update).await {
+        Ok(_) => Ok(redirect(&ctx.at("/settings"))),
+        Err(e) => settings_refused(&state, s, ctx, e).await,
+    }
+}
+
+/// `POST /o/{org}/delete` (Admin): to the organizations' list after.
+pub async fn delete(state: Data<AppState>, post: Post<Empty>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    match state.sluice.identity.delete_organization(&s.caller.principal, ctx.id()).await {
+        Ok(()) => Ok(redirect("/")),
+        Err(e) => settings_refused(&state, s, ctx, e).await,
+    }
 }
 
 /// `POST /o/{org}/rules/{id}/enable` and `…/disable`: a rule turned on
