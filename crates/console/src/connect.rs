@@ -296,7 +296,7 @@ fn edit_form(
     c: &Connection,
     sent: Option<&BTreeMap<String, String>>,
 ) -> Markup {
-    let spec = state.sluice.connect.connector_specs().into_iter().find(|sp| sp.connector_type == c.connector_type);
+    let spec = state.sluice.connect.connector_spec(&c.connector_type);
     let shown = |name: &str| -> Option<String> {
         match sent {
             Some(sent) => sent.get(&format!("cfg.{name}")).cloned(),
@@ -394,7 +394,7 @@ pub async fn update(
     let (org, id) = path.into_inner();
     let s = &post.session;
     let (ctx, c) = load(&state, s, org, id).await?;
-    let spec = state.sluice.connect.connector_specs().into_iter().find(|sp| sp.connector_type == c.connector_type);
+    let spec = state.sluice.connect.connector_spec(&c.connector_type);
     let mut sent = post.form.clone();
     sent.remove("csrf");
     // A credential typed in is never written back into the page.

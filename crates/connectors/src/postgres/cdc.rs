@@ -220,6 +220,12 @@ pub(super) fn bytewise(f: &Field, expr: &str) -> String {
     }
 }
 
+/// The condition of the rows in `range`, text compared by its bytes and
+/// the bounds as literals (see [`crate::common::key_range_sql`]).
+fn range_condition(range: &KeyRange) -> Option<String> {
+    crate::common::key_range_sql(range, |f| bytewise(f, &quote_dq(&f.name)), |f, v| bytewise(f, &literal_of(f, v)))
+}
+
 /// A value as a literal of `f`'s column type (COPY and a statement built
 /// as text take no parameters).
 pub(super) fn literal_of(f: &Field, v: &Value) -> String {
@@ -674,11 +680,7 @@ impl ChangeSource for PgConnector {
         let cols: Vec<String> = schema.fields.iter().map(super::types::select_expr).collect();
         let range = KeyRange { fields: key.to_vec(), after: after.map(<[Value]>::to_vec), upto: None };
         let keys: Vec<String> = key.iter().map(|f| bytewise(f, &quote_dq(&f.name))).collect();
-        let filter = crate::common::key_range_sql(
-            &range,
-            |f| bytewise(f, &quote_dq(&f.name)),
-            |f, v| bytewise(f, &literal_of(f, v)),
-        );
+        let filter = range_condition(&range);
         let sql = format!(
             "COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {limit}) TO STDOUT (FORMAT binary)",
             cols.join(", "),
@@ -955,11 +957,7 @@ impl super::PgWriter {
     /// `soft_column`), in the writer's transaction.
     pub(super) async fn clear_rows(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
         self.merge_stage().await?;
-        let within = crate::common::key_range_sql(
-            range,
-            |f| bytewise(f, &quote_dq(&f.name)),
-            |f, v| bytewise(f, &literal_of(f, v)),
-        );
+        let within = range_condition(range);
         let sql = match (soft_column, within) {
             (Some(c), within) => {
                 let c = quote_dq(c);

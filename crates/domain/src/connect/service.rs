@@ -209,6 +209,11 @@ impl ConnectService {
         self.connectors.specs()
     }
 
+    /// The spec of one connector type, if it is known.
+    pub fn connector_spec(&self, connector_type: &str) -> Option<ConnectorSpec> {
+        self.connectors.spec(connector_type)
+    }
+
     // ---- integrations ---------------------------------------------------
 
     pub async fn list_integrations(&self, p: &Principal, org: OrgId, page: PageRequest) -> Result<Page<Integration>> {

@@ -355,9 +355,15 @@ impl Entity<'_> {
     /// mirror's key range cleared first (what the source no longer has
     /// goes), the chunk's rows upserted (a change log's appended as
     /// inserts); the copy's mark then moves past them.
-    async fn apply_chunk(&mut self, chunk: Chunk) -> Result<(), CaptureFailure> {
+    /// `key` is [`Entity::chunk_key`], `after` the mark's last key read as
+    /// its types.
+    async fn apply_chunk(
+        &mut self,
+        chunk: Chunk,
+        key: &[Field],
+        after: Option<Vec<Value>>,
+    ) -> Result<(), CaptureFailure> {
         let Some(mark) = self.mark.clone() else { return Ok(()) };
-        let Some(key) = self.chunk_key() else { return Ok(()) };
         let entity = self.m.source_entity.clone();
         let at: Vec<usize> = key.iter().filter_map(|k| chunk.fields.iter().position(|f| f.name == k.name)).collect();
         let last: Option<Vec<Value>> = (chunk.rows.len() >= CHUNK_ROWS)
@@ -366,10 +372,6 @@ impl Entity<'_> {
         let fields = Arc::new(self.schema.fields.clone());
         let Some(writer) = self.writer.as_mut() else { return Ok(()) };
         if self.m.sync_mode == SyncMode::CdcDeduped {
-            let after = mark.after_values(&key).map_err(|m| CaptureFailure {
-                entity: Some(entity.clone()),
-                ..CaptureFailure::all(format!("{m}: copy the table again with DELETE …/state/{entity}"))
-            })?;
             let key_fields: Vec<Field> =
                 key.iter().filter_map(|k| fields.iter().find(|f| f.name == k.name).cloned()).collect();
             let range = KeyRange { fields: key_fields, after, upto: last.clone() };
@@ -379,19 +381,13 @@ impl Entity<'_> {
         let order = order_of(&chunk.fields, &self.source_fields);
         let begin = (chunk.position.clone(), None);
         let n = chunk.rows.len() as u64;
-        for rows in chunk.rows.chunks(BATCH_ROWS) {
-            let rows: Vec<Vec<Value>> = rows
-                .iter()
-                .filter_map(|values| {
-                    let c = Change {
-                        entity: entity.clone(),
-                        op: ChangeOp::Insert,
-                        values: values.clone(),
-                        unchanged: Vec::new(),
-                    };
-                    self.row_with(&self.m.transform, &order, &c, &begin)
-                })
-                .collect();
+        let mut left = chunk.rows.into_iter();
+        loop {
+            let read: Vec<Vec<Value>> = left.by_ref().take(BATCH_ROWS).collect();
+            if read.is_empty() {
+                break;
+            }
+            let rows = self.copied_rows(&order, read, &begin);
             let Some(writer) = self.writer.as_mut() else { return Ok(()) };
             writer.write(&RecordBatch { fields: fields.clone(), rows }).await.map_err(|x| failure_of(&entity, x))?;
         }
@@ -436,6 +432,23 @@ impl Entity<'_> {
             row.push(Value::Null);
         }
         Some(row)
+    }
+
+    /// A copy's rows (fields in `order`) as the destination takes them:
+    /// inserts, transformed, the filter's drops left out.
+    fn copied_rows(
+        &self,
+        order: &[Option<usize>],
+        rows: Vec<Vec<Value>>,
+        begin: &(String, Option<OffsetDateTime>),
+    ) -> Vec<Vec<Value>> {
+        let entity = &self.m.source_entity;
+        rows.into_iter()
+            .filter_map(|values| {
+                let c = Change { entity: entity.clone(), op: ChangeOp::Insert, values, unchanged: Vec::new() };
+                self.row_with(&self.m.transform, order, &c, begin)
+            })
+            .collect()
     }
 
     /// A mirror's row for a change its filter drops: every step but the
@@ -858,7 +871,7 @@ impl SyncService {
                 }
             };
             let chunk = scope.changes.read_chunk(&entity, &key, after.as_deref(), CHUNK_ROWS).await;
-            e.apply_chunk(chunk.map_err(|x| e.failed(x))?).await?;
+            e.apply_chunk(chunk.map_err(|x| e.failed(x))?, &key, after).await?;
             self.commit_chunk(scope, e).await?;
             if started.elapsed() >= CHUNK_PASS {
                 return Ok(());
@@ -871,8 +884,8 @@ impl SyncService {
     /// (the log after it is not applied yet) and the copy's new mark; then
     /// a halt if the run was canceled or the process is stopping.
     async fn commit_chunk(&self, scope: Scope<'_>, e: &mut Entity<'_>) -> Result<(), CaptureFailure> {
+        let held = e.held_text();
         let Some(writer) = e.writer.as_mut() else { return Ok(()) };
-        let held = held_text(&e.position, e.mark.as_ref());
         writer.hold_position(&scope.flow.stream_name(), &held).await.map_err(|x| failure_of(&e.m.source_entity, x))?;
         self.hold(scope.run).await.map_err(|_| CaptureFailure::lost())?;
         let w = writer.checkpoint().await.map_err(|x| failure_of(&e.m.source_entity, x))?;
@@ -1062,14 +1075,7 @@ impl SyncService {
                 }
             };
             e.stats.rows_read += batch.len() as u64;
-            let rows: Vec<Vec<Value>> = batch
-                .rows
-                .into_iter()
-                .filter_map(|values| {
-                    let c = Change { entity: entity.clone(), op: ChangeOp::Insert, values, unchanged: Vec::new() };
-                    e.row(&c, &begin)
-                })
-                .collect();
+            let rows = e.copied_rows(&e.order, batch.rows, &begin);
             if let Err(x) = writer.write(&RecordBatch { fields: Arc::new(e.schema.fields.clone()), rows }).await {
                 writer.abort().await;
                 return Err(e.failed(x));
