@@ -15,6 +15,7 @@ mod m20261121_000008_validation_counts;
 mod m20261123_000001_instance;
 mod m20261123_000002_billing;
 mod m20261123_000003_notifications;
+mod m20261128_000001_verifications;
 
 pub struct Migrator;
 
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000001_instance::Migration),
             Box::new(m20261123_000002_billing::Migration),
             Box::new(m20261123_000003_notifications::Migration),
+            Box::new(m20261128_000001_verifications::Migration),
         ]
     }
 }

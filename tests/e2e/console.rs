@@ -960,7 +960,72 @@ async fn an_organization_is_renamed_and_deleted(app: TestApp) {
     check!(app.get(&format!("/v1/organizations/{other}"), &app.token("eve@example.com")).await, 200);
 }
 
+async fn flows_are_verified_from_their_page(app: TestApp) {
+    use sqlx::Connection;
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let file = app.org_files(&org).join("shop.db");
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+    )
+    .execute(&mut c)
+    .await
+    .unwrap();
+    drop(c);
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("shop", "shop.db")).await, 201).id();
+    let wh = check!(app.post(&format!("{base}/connections"), &ann, lite("wh", "wh.db")).await, 201).id();
+    let body = json!({"name": "items", "source_connection_id": shop, "destination_connection_id": wh,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}});
+    let flow = check!(app.post(&format!("{base}/flows"), &ann, body).await, 201).id();
+    assert_eq!(sluice_tests::run_flow(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let flow_page = format!("/o/{org}/flows/{flow}");
+    let origin = admin.origin();
+
+    // Not verified yet; only a writer is offered the button.
+    let (_, html, _) = viewer.get(&flow_page).await;
+    assert!(html.contains("Not verified yet") && !html.contains("Verify now"), "{html}");
+    let csrf_v = viewer.csrf(&flow_page).await;
+    let (status, _, _) = viewer.post(&format!("{flow_page}/verify"), &[("csrf", &csrf_v)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, html, _) = admin.get(&flow_page).await;
+    assert!(html.contains(&format!("action=\"{flow_page}/verify\"")), "{html}");
+    let csrf = admin.csrf(&flow_page).await;
+    let (status, html, _) = admin.post(&format!("{flow_page}/verify"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Verification queued"), "{html}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let l = check!(app.get(&format!("{base}/flows/{flow}/verifications"), &ann).await, 200);
+        if l.body["data"][0]["status"] == "matched" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", l.body);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The outcome on the flow's page and on its runs' pages.
+    let (_, html, _) = viewer.get(&flow_page).await;
+    assert!(html.contains(r#"class="badge ok">matched<"#) && html.contains("<code>items</code>"), "{html}");
+    let run = check!(app.get(&format!("{base}/flows/{flow}/runs"), &ann).await, 200).body["data"][0]["id"].clone();
+    let (_, html, _) = viewer.get(&format!("/o/{org}/runs/{}", run.as_str().unwrap())).await;
+    assert!(
+        html.contains("The flow&#39;s last verification") || html.contains("The flow's last verification"),
+        "{html}"
+    );
+    assert!(html.contains(r#"class="badge ok">matched<"#), "{html}");
+    // Another organization's Admin cannot verify this flow.
+    let (other, stranger) = stranger(&app).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}")).await;
+    for o in [&other, &org] {
+        let (status, _, _) =
+            stranger.post(&format!("/o/{o}/flows/{flow}/verify"), &[("csrf", &csrf_e)], Some(&origin)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{o}");
+    }
+}
+
 sluice_tests::on_both_backends!(
+    flows_are_verified_from_their_page,
     an_organization_is_renamed_and_deleted,
     rules_are_disabled_and_enabled,
     connections_are_edited_from_their_page,

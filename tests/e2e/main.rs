@@ -15,3 +15,4 @@ mod oauth;
 mod organizations;
 mod rules;
 mod sso;
+mod verify;

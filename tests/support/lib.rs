@@ -397,6 +397,10 @@ impl TestApp {
         self.send(Method::PUT, path, auth, Some(body), &[]).await
     }
 
+    pub async fn patch(&self, path: &str, auth: &Auth, body: Value) -> Resp {
+        self.send(Method::PATCH, path, auth, Some(body), &[]).await
+    }
+
     pub async fn delete(&self, path: &str, auth: &Auth) -> Resp {
         self.send(Method::DELETE, path, auth, None, &[]).await
     }

@@ -104,6 +104,7 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/flows/{id}", read().to(sync::detail))
                 .route("/flows/{id}", web::post().to(sync::update))
                 .route("/flows/{id}/run", web::post().to(sync::run))
+                .route("/flows/{id}/verify", web::post().to(sync::verify))
                 .route("/flows/{id}/status", web::post().to(sync::set_status))
                 .route("/flows/{id}/cursors/set", web::post().to(sync::set_cursor))
                 .route("/flows/{id}/cursors/reset", web::post().to(sync::reset_cursor))

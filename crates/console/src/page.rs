@@ -379,8 +379,9 @@ pub fn when_opt(t: Option<OffsetDateTime>) -> String {
 /// A status as a coloured badge.
 pub fn badge(status: &str) -> Markup {
     let tone = match status {
-        "succeeded" | "healthy" | "active" | "valid" | "compatible" | "create" | "done" => "ok",
-        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" | "error" | "over budget" => "bad",
+        "succeeded" | "healthy" | "active" | "valid" | "compatible" | "create" | "done" | "matched" => "ok",
+        "failed" | "failing" | "drift_detected" | "breaking" | "invalid" | "delete" | "error" | "over budget"
+        | "mismatched" => "bad",
         "running" | "queued" | "update" | "warning" | "paused" | "pending" => "live",
         _ => "plain",
     };

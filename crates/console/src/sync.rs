@@ -16,6 +16,7 @@ use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, Mapping, Run, RunStatus, Trigger};
 use sluice_domain::sync::mode::SyncMode;
 use sluice_domain::sync::service::{FlowUpdate, NewFlow};
+use sluice_domain::sync::verify::{KeyList, Verification, verifiable};
 use sluice_http::AppState;
 use sluice_http::error::ApiError;
 use uuid::Uuid;
@@ -184,7 +185,7 @@ pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>
             source_connection_id: connection_id("source", &f.source)?,
             destination_connection_id: connection_id("destination", &f.destination)?,
             schedule: nonempty(&f.schedule),
-            config: FlowConfig { mappings: vec![mapping], depends_on: vec![], continuous: false },
+            config: FlowConfig { mappings: vec![mapping], depends_on: vec![], continuous: false, verify: None },
             status: FlowStatus::Active,
         })
     })();
@@ -226,6 +227,7 @@ async fn flow_page_with(
             a href=(ctx.at(&format!("/flows/{}", n.id))) { (n.name) } " (on " (n.on.as_str()) ")"
         } }
     };
+    let last_check = last_verification(state, s, ctx, flow.id).await?;
     let at = ctx.at(&format!("/flows/{}", flow.id));
     let config =
         draft.map_or_else(|| serde_json::to_string_pretty(&flow.config).unwrap_or_default(), |d| d.config.clone());
@@ -256,6 +258,11 @@ async fn flow_page_with(
         }
         h2 { "Runs" }
         (runs_table(ctx, &runs, |_| name.clone()))
+        h2 { "Verification" }
+        (verification_summary(last_check.as_ref()))
+        @if ctx.can_write() && flow.config.mappings.iter().any(verifiable) {
+            (button(s, &format!("{at}/verify"), "Verify now", "", None))
+        }
         @if let Some(h) = &stream {
             h2 { "Change stream" }
             dl.facts {
@@ -314,6 +321,70 @@ async fn flow_page_with(
         }
     };
     Ok(page(ctx, s, "/flows", &flow.name, body))
+}
+
+/// The newest verification of a flow, if any.
+async fn last_verification(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    flow: FlowId,
+) -> Result<Option<Verification>, PageError> {
+    let newest = PageRequest { limit: 1, after: None };
+    Ok(state
+        .sluice
+        .sync
+        .list_verifications(&s.caller.principal, ctx.id(), flow, newest)
+        .await?
+        .items
+        .into_iter()
+        .next())
+}
+
+/// A verification's outcome: its status and time, and per entity the rows
+/// on each side and the keys of each kind of difference (the first few).
+fn verification_summary(v: Option<&Verification>) -> Markup {
+    let keys = |k: &KeyList| {
+        html! {
+            (k.count)
+            @if k.count > 0 {
+                " " code { (k.keys.iter().take(5).map(ToString::to_string).collect::<Vec<_>>().join(", ")) }
+                @if k.count > 5 { "…" }
+            }
+        }
+    };
+    html! {
+        @match v {
+            None => { p.muted { "Not verified yet: a verification compares the destination with the source by primary key." } }
+            Some(v) => {
+                p {
+                    (badge(v.status.as_str())) " "
+                    (when_opt(v.finished_at.or(v.started_at).or(Some(v.queued_at))))
+                    @if let Some(e) = &v.error { " " span.error { (e) } }
+                }
+                @if !v.entities.is_empty() {
+                    table {
+                        thead { tr { th { "Entity" } th { "Source rows" } th { "Destination rows" } th { "Missing" } th { "Extra" } th { "Different" } } }
+                        tbody { @for e in &v.entities { tr {
+                            td { code { (e.entity) } } td { (e.source_rows) } td { (e.destination_rows) }
+                            td { (keys(&e.missing)) } td { (keys(&e.extra)) } td { (keys(&e.different)) }
+                        } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `POST /o/{org}/flows/{id}/verify`: queues a verification of every
+/// entity the flow mirrors by key; back to the flow's page.
+pub async fn verify(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let (ctx, flow) = load(&state, s, org, id).await?;
+    state.sluice.sync.start_verification(&s.caller.principal, ctx.id(), flow.id, Vec::new(), false).await?;
+    let shown = notice("Verification queued: a worker compares each entity by primary key; reload to see it.");
+    flow_page(&state, s, &ctx, flow, Some(shown)).await
 }
 
 async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(OrgCtx, Flow), PageError> {
@@ -444,6 +515,7 @@ async fn run_page_with(state: &AppState, s: &Session, ctx: &OrgCtx, id: RunId, s
     let flow = state.sluice.sync.get_flow(p, ctx.id(), r.flow_id).await?;
     let logs = state.sluice.sync.run_logs(p, ctx.id(), r.id).await?;
     let ahead = state.sluice.sync.run_ahead(p, ctx.id(), &r).await?;
+    let last_check = last_verification(state, s, ctx, flow.id).await?;
     let events = format!("/v1/organizations/{}/runs/{}/events", ctx.id(), r.id);
     let at = ctx.at(&format!("/runs/{}", r.id));
     let body = html! {
@@ -489,6 +561,10 @@ async fn run_page_with(state: &AppState, s: &Session, ctx: &OrgCtx, id: RunId, s
             @if r.status.as_str() == "queued" || r.status.as_str() == "running" {
                 p.hint #run-live { "Live: this page follows the run until it ends." }
             }
+        }
+        @if flow.config.mappings.iter().any(verifiable) {
+            h2 { "The flow's last verification" }
+            (verification_summary(last_check.as_ref()))
         }
     };
     Ok(page(ctx, s, "/flows", &format!("Run of {} ({})", flow.name, r.id), body))

@@ -25,7 +25,7 @@ use crate::shared::audit::AuditRepository;
 use crate::shared::clock::Clock;
 use crate::shared::idempotency::IdempotencyStore;
 use crate::shared::offload::{Inline, Offload};
-use crate::sync::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository};
+use crate::sync::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository, VerificationRepository};
 use crate::sync::service::SyncService;
 use std::sync::Arc;
 
@@ -68,6 +68,7 @@ pub struct Ports {
     pub runs: Arc<dyn RunRepository>,
     pub cursors: Arc<dyn CursorRepository>,
     pub queue: Arc<dyn QueueRepository>,
+    pub verifications: Arc<dyn VerificationRepository>,
     // catalog
     pub catalog: Arc<dyn CatalogRepository>,
     // iac
@@ -192,6 +193,7 @@ impl Sluice {
             runs: p.runs,
             cursors: p.cursors,
             queue: p.queue,
+            verifications: p.verifications,
             audit: p.audit,
             clock: clock.clone(),
             lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::queue::LEASE),
@@ -296,6 +298,7 @@ mod tests {
             runs: Arc::new(crate::sync::ports::MockRunRepository::new()),
             cursors: Arc::new(crate::sync::ports::MockCursorRepository::new()),
             queue: Arc::new(crate::sync::ports::MockQueueRepository::new()),
+            verifications: Arc::new(crate::sync::ports::MockVerificationRepository::new()),
             activity: Arc::new(crate::monitoring::ports::MockActivityRepository::new()),
             iac: Arc::new(crate::iac::ports::MockIacRepository::new()),
         }

@@ -16,6 +16,8 @@ pub mod run;
 pub mod service;
 pub mod transform;
 pub mod validate;
+pub mod verification;
+pub mod verify;
 pub mod views;
 
 pub use cursor::*;

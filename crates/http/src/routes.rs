@@ -14,6 +14,7 @@ pub mod oauth;
 pub mod orgs;
 pub mod rules;
 pub mod users;
+pub mod verifications;
 
 use actix_web::HttpResponse;
 use serde::Serialize;

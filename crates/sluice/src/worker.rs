@@ -186,3 +186,73 @@ pub async fn forget_changed_credentials(sluice: Sluice, wake: Arc<Wake>) {
         sluice.identity.forget_cached_credentials();
     }
 }
+
+/// How often a process looks for queued verifications.
+pub const VERIFY_POLL: Duration = Duration::from_secs(1);
+
+/// Runs until `stop`: claims queued verifications (or ones whose worker
+/// stopped answering) and executes them one at a time, renewing the claim
+/// while one lasts. Stopped, the verification in progress is left: its
+/// claim lapses and another process takes it up from the start (it only
+/// reads).
+pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let pause: sluice_domain::sync::verification::Pause = Arc::new(|d| Box::pin(tokio::time::sleep(d)));
+    let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match sluice.sync.claim_verification(&id).await {
+            Ok(Some(v)) => {
+                let vid = v.id;
+                tracing::info!(worker = %id, verification = %vid, flow = %v.flow_id, "verification claimed");
+                let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
+                let beat = {
+                    let (sluice, id) = (sluice.clone(), id.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(heartbeat).await;
+                            match sluice.sync.renew_verification(vid, &id).await {
+                                Ok(true) => {}
+                                Ok(false) => {
+                                    let _ = lost_tx.send(());
+                                    break;
+                                }
+                                Err(e) => {
+                                    tracing::warn!(verification = %vid, error = %e, "renewing a verification failed")
+                                }
+                            }
+                        }
+                    })
+                };
+                tokio::select! {
+                    done = sluice.sync.execute_verification(v, &id, pause.clone()) => match done {
+                        Ok(v) => tracing::info!(worker = %id, verification = %vid, status = v.status.as_str(), "verification finished"),
+                        Err(e) => tracing::error!(worker = %id, verification = %vid, error = %e, "storing a verification failed"),
+                    },
+                    Ok(()) = lost => tracing::warn!(worker = %id, verification = %vid, "the verification is no longer this worker's"),
+                    changed = stop.changed() => {
+                        beat.abort();
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+                beat.abort();
+            }
+            Ok(None) => {
+                tokio::select! {
+                    changed = stop.changed() => if changed.is_err() {
+                        return;
+                    },
+                    _ = tokio::time::sleep(VERIFY_POLL) => {}
+                }
+            }
+            Err(e) => {
+                tracing::error!(worker = %id, error = %e, "claiming verifications failed");
+                let _ = tokio::time::timeout(Duration::from_secs(2), stop.changed()).await;
+            }
+        }
+    }
+}

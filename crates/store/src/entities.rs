@@ -293,6 +293,23 @@ table! {
 }
 
 table! {
+    /// The `verifications` table.
+    verifications = "verifications", key(id: Uuid);
+    org_id: Uuid,
+    flow_id: Uuid,
+    status: String,
+    requested: Json,
+    repair: bool,
+    entities: Json,
+    error: Option<String>,
+    queued_at: TimeDateTimeWithTimeZone,
+    started_at: Option<TimeDateTimeWithTimeZone>,
+    finished_at: Option<TimeDateTimeWithTimeZone>,
+    claimed_by: Option<String>,
+    claimed_until: Option<TimeDateTimeWithTimeZone>,
+}
+
+table! {
     /// The `webhook_deliveries` table: the outbox of notification deliveries.
     webhook_deliveries = "webhook_deliveries", key(id: Uuid);
     org_id: Uuid,

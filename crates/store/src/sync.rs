@@ -6,6 +6,7 @@ mod cursors;
 mod flows;
 mod queue;
 mod runs;
+mod verifications;
 
 use sluice_domain::sync::flow::{Run, RunStatus, Trigger};
 use sluice_domain::{Error, Result};

@@ -336,3 +336,80 @@ async fn queued_runs_wake_this_process_on_sqlite() {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
 }
+
+/// Verifications are claimed like runs: one worker at a time; a claim that
+/// lapses (its worker killed or frozen) goes to the next worker, and the
+/// first one's renewals and outcome are then refused.
+async fn verifications_are_held_by_one_worker_at_a_time(store: &Store) {
+    use sluice_domain::shared::ids::VerificationId;
+    use sluice_domain::sync::verify::{EntityCheck, Verification, VerificationStatus};
+    let (org, flows) = seed(store, 1).await;
+    let now = time::OffsetDateTime::now_utc();
+    let v = Verification {
+        id: VerificationId::new(),
+        org_id: org,
+        flow_id: flows[0].id,
+        status: VerificationStatus::Queued,
+        requested: vec!["t".into()],
+        repair: false,
+        entities: vec![],
+        error: None,
+        queued_at: now,
+        started_at: None,
+        finished_at: None,
+        claimed_by: None,
+        claimed_until: None,
+    };
+    let audit = AuditEntry::new(Some(org), Actor::system(), "verification.started", "verification", v.id, now);
+    store.create_verification(&v, &audit).await.unwrap();
+    let lease = time::Duration::seconds(30);
+    let (a, b) =
+        tokio::join!(store.claim_verification("a", now, now + lease), store.claim_verification("b", now, now + lease));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.is_some() != b.is_some(), "exactly one worker holds it");
+    let (first, other) = if a.is_some() { ("a", "b") } else { ("b", "a") };
+    assert!(store.renew_verification(v.id, first, now + lease).await.unwrap());
+    assert!(!store.renew_verification(v.id, other, now + lease).await.unwrap());
+    assert!(store.claim_verification(other, now + lease / 2, now + lease).await.unwrap().is_none(), "held");
+    // The claim lapses: the other worker takes it over.
+    let later = now + lease * 2;
+    let taken = store.claim_verification(other, later, later + lease).await.unwrap().expect("lapsed");
+    assert_eq!((taken.id, taken.claimed_by.as_deref()), (v.id, Some(other)));
+    let mut done = taken.clone();
+    done.status = VerificationStatus::Matched;
+    done.entities = vec![EntityCheck { entity: "t".into(), source_rows: 3, destination_rows: 3, ..Default::default() }];
+    done.finished_at = Some(later);
+    assert!(!store.renew_verification(v.id, first, later + lease).await.unwrap());
+    assert!(!store.save_verification(&done, first).await.unwrap(), "the first worker's outcome is refused");
+    assert!(store.save_verification(&done, other).await.unwrap());
+    let stored = store.get_verification(org, v.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.entities.clone()), (VerificationStatus::Matched, done.entities));
+    assert!(
+        store.claim_verification(first, later + lease * 10, later + lease * 11).await.unwrap().is_none(),
+        "finished"
+    );
+    assert!(store.get_verification(OrgId::new(), v.id).await.unwrap().is_none(), "another organization's");
+    let page = store
+        .verifications_of_flow(org, flows[0].id, sluice_domain::shared::page::PageRequest { limit: 10, after: None })
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+}
+
+#[tokio::test]
+async fn verifications_are_held_by_one_worker_at_a_time_on_sqlite() {
+    let file =
+        std::env::temp_dir().join(format!("sluice-verify-{}.db", sluice_domain::shared::secret::random_base62(8)));
+    let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
+    verifications_are_held_by_one_worker_at_a_time(&store).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
+#[tokio::test]
+async fn verifications_are_held_by_one_worker_at_a_time_on_postgres() {
+    let Some((_db, url)) = fresh("sluice_verify").await else { return };
+    let store = Store::connect(&url, &[9u8; 32]).await.unwrap();
+    verifications_are_held_by_one_worker_at_a_time(&store).await;
+}

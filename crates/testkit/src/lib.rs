@@ -79,6 +79,7 @@ pub fn in_memory_ports_with(
         runs: Arc::new(flows.clone()),
         cursors: Arc::new(flows.clone()),
         queue: Arc::new(flows.clone()),
+        verifications: Arc::new(flows.clone()),
         activity: Arc::new(flows.clone()),
         rules: Arc::new(flows.clone()),
         deliveries: Arc::new(flows.clone()),

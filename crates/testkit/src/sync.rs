@@ -6,6 +6,7 @@ use sluice_domain::shared::ids::{FlowId, RunId};
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::*;
 use sluice_domain::sync::queue::Fence;
+use sluice_domain::sync::verify::Verification;
 
 #[derive(Default)]
 pub(crate) struct FlowState {
@@ -18,6 +19,7 @@ pub(crate) struct FlowState {
     pub(crate) rules: Vec<sluice_domain::monitoring::rule::NotificationRule>,
     /// Each delivery with its body, message id and claim (worker, until).
     pub(crate) deliveries: Vec<crate::monitoring::Queued>,
+    pub(crate) verifications: Vec<sluice_domain::sync::verify::Verification>,
 }
 
 /// Flows, runs and cursors in memory.
@@ -366,5 +368,81 @@ impl sluice_domain::sync::ports::QueueRepository for InMemoryFlows {
             r.attempt += 1;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl VerificationRepository for InMemoryFlows {
+    async fn create_verification(
+        &self,
+        v: &sluice_domain::sync::verify::Verification,
+        audit: &AuditEntry,
+    ) -> Result<()> {
+        self.s().verifications.push(v.clone());
+        self.audit.s().audit.push(audit.clone());
+        Ok(())
+    }
+
+    async fn get_verification(
+        &self,
+        org: OrgId,
+        id: sluice_domain::shared::ids::VerificationId,
+    ) -> Result<Option<sluice_domain::sync::verify::Verification>> {
+        Ok(self.s().verifications.iter().find(|v| v.org_id == org && v.id == id).cloned())
+    }
+
+    async fn verifications_of_flow(
+        &self,
+        org: OrgId,
+        flow: FlowId,
+        page: PageRequest,
+    ) -> Result<Page<sluice_domain::sync::verify::Verification>> {
+        let items = self.s().verifications.iter().filter(|v| v.org_id == org && v.flow_id == flow).cloned().collect();
+        Ok(page_of(items, page, |v| v.id.as_uuid()))
+    }
+
+    async fn claim_verification(
+        &self,
+        worker: &str,
+        now: time::OffsetDateTime,
+        until: time::OffsetDateTime,
+    ) -> Result<Option<sluice_domain::sync::verify::Verification>> {
+        use sluice_domain::sync::verify::VerificationStatus as S;
+        let mut s = self.s();
+        let found = s
+            .verifications
+            .iter_mut()
+            .find(|v| v.status == S::Queued || (v.status == S::Running && v.claimed_until.is_some_and(|u| u < now)));
+        Ok(found.map(|v| {
+            v.status = S::Running;
+            v.claimed_by = Some(worker.to_string());
+            v.claimed_until = Some(until);
+            v.clone()
+        }))
+    }
+
+    async fn renew_verification(
+        &self,
+        id: sluice_domain::shared::ids::VerificationId,
+        worker: &str,
+        until: time::OffsetDateTime,
+    ) -> Result<bool> {
+        let mut s = self.s();
+        let v = s.verifications.iter_mut().find(|v| v.id == id && v.claimed_by.as_deref() == Some(worker));
+        Ok(v.map(|v| v.claimed_until = Some(until)).is_some())
+    }
+
+    async fn save_verification(&self, v: &sluice_domain::sync::verify::Verification, worker: &str) -> Result<bool> {
+        use sluice_domain::sync::verify::VerificationStatus as S;
+        let mut s = self.s();
+        let held = s
+            .verifications
+            .iter_mut()
+            .find(|x| x.id == v.id && x.status == S::Running && x.claimed_by.as_deref() == Some(worker));
+        Ok(held
+            .map(|x| {
+                *x = Verification { claimed_by: x.claimed_by.clone(), claimed_until: x.claimed_until, ..v.clone() }
+            })
+            .is_some())
     }
 }

@@ -2,7 +2,7 @@
 //! read, and deletes and updates by key.
 
 use sluice_domain::connect::connector::{
-    ConnectorError, ConnectorResult, EntitySchema, Field, KeyRange, ReadRequest, Value,
+    ConnectorError, ConnectorResult, EntitySchema, Field, KeyRange, KeyedRead, ReadRequest, Value,
 };
 
 /// `"name"` with inner quotes doubled (PostgreSQL, SQLite).
@@ -87,6 +87,45 @@ pub fn key_range_sql(
         }
     }
     (!parts.is_empty()).then(|| parts.join(" AND "))
+}
+
+/// The statement of a keyed read (see `Source::read_keyed`): every
+/// column in `cols`, the rows of the read's range (key columns written by
+/// `ordered`, as compared: text by its bytes) or of its `only` keys (key
+/// columns by `plain`, so that an index serves the lookup), ordered by
+/// `ordered`. `value` writes one value (a placeholder it binds, or a
+/// literal). `values_list`: the list of keys is a `VALUES` list (SQLite
+/// takes row values from no other).
+pub fn keyed_select_sql(
+    read: &KeyedRead,
+    cols: &[String],
+    table: &str,
+    ordered: impl Fn(&Field) -> String,
+    plain: impl Fn(&Field) -> String,
+    mut value: impl FnMut(&Field, &Value) -> String,
+    values_list: bool,
+) -> String {
+    let fields = &read.range.fields;
+    let condition = match &read.only {
+        Some(keys) if keys.is_empty() => Some("1 = 0".to_string()),
+        Some(keys) => {
+            let tuples: Vec<String> = keys
+                .iter()
+                .map(|k| format!("({})", fields.iter().zip(k).map(|(f, v)| value(f, v)).collect::<Vec<_>>().join(", ")))
+                .collect();
+            let list = if values_list { format!("VALUES {}", tuples.join(", ")) } else { tuples.join(", ") };
+            let key: Vec<String> = fields.iter().map(&plain).collect();
+            Some(format!("({}) IN ({list})", key.join(", ")))
+        }
+        None => key_range_sql(&read.range, &ordered, &mut value),
+    };
+    let order: Vec<String> = fields.iter().map(&ordered).collect();
+    format!(
+        "SELECT {} FROM {table}{} ORDER BY {}",
+        cols.join(", "),
+        condition.map(|c| format!(" WHERE {c}")).unwrap_or_default(),
+        order.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -103,6 +103,45 @@ impl Source for MySqlConnector {
         Ok(Arc::new(self.table(entity).await?.fields))
     }
 
+    /// The rows in key order, text by its bytes (`BINARY`); lookups of
+    /// single keys by the columns as they are, so that the key's index
+    /// serves them.
+    async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        let schema = self.table(&read.entity).await?;
+        let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
+        let bytes = |f: &Field, e: String| if f.field_type == FieldType::String { format!("BINARY {e}") } else { e };
+        let mut values = Vec::new();
+        let sql = keyed_select_sql(
+            read,
+            &cols,
+            &quote_bt(&schema.name),
+            |f| bytes(f, quote_bt(&f.name)),
+            |f| quote_bt(&f.name),
+            |_, v| {
+                values.push(v.clone());
+                "?".into()
+            },
+            false,
+        );
+        let fields = Arc::new(schema.fields);
+        let decode = self.row_decoder(&fields);
+        let (host, db) = (self.host.clone(), self.database.clone());
+        Ok(Some(select_reader(
+            fields,
+            self.pool.clone(),
+            sql,
+            move |mut q| {
+                for v in &values {
+                    q = bind(q, v);
+                }
+                q
+            },
+            read.batch_size.max(1),
+            decode,
+            move |e| err(e, &host, &db),
+        )))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();

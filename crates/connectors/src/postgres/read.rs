@@ -214,6 +214,28 @@ impl Source for PgConnector {
         Ok((v != Value::Null).then_some(v))
     }
 
+    /// A binary COPY of the rows in key order, text by its bytes.
+    async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        let schema = self.table(&read.entity).await?;
+        let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
+        let sql = keyed_select_sql(
+            read,
+            &cols,
+            &self.qualified(&schema.name),
+            |f| super::cdc::bytewise(f, &quote_dq(&f.name)),
+            |f| quote_dq(&f.name),
+            super::cdc::literal_of,
+            false,
+        );
+        let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
+        let decoding = Decoding::new(&schema.fields, read.batch_size.max(1), &self.host, &self.database);
+        let fields = decoding.fields.clone();
+        let mut stream = self.copy_out(&sql).await?;
+        Ok(Some(Box::new(ChannelReader::spawn(fields, move |tx| async move {
+            decoding.pump(&mut stream, &tx).await;
+        }))))
+    }
+
     /// Reads through a binary COPY of the select expressions, decoded here:
     /// no row protocol, and no text parsed for numbers and times.
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {

@@ -41,7 +41,7 @@ struct RowsQuery {
     path: std::path::PathBuf,
     label: String,
     sql: String,
-    bound: Option<Value>,
+    bound: Vec<Value>,
     fields: Arc<Vec<Field>>,
     batch_size: usize,
 }
@@ -128,21 +128,56 @@ impl Source for SqliteConnector {
         Ok(Arc::new(schema.fields))
     }
 
+    /// The rows in key order (text compares by its bytes in SQLite).
+    async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        let schema = self
+            .entity_schema(&read.entity)
+            .await?
+            .ok_or_else(|| ConnectorError::EntityNotFound(read.entity.clone()))?;
+        let cols: Vec<String> = schema.fields.iter().map(|f| quote_dq(&f.name)).collect();
+        let mut bound = Vec::new();
+        let sql = keyed_select_sql(
+            read,
+            &cols,
+            &quote_dq(&schema.name),
+            |f| quote_dq(&f.name),
+            |f| quote_dq(&f.name),
+            |_, v| {
+                bound.push(v.clone());
+                "?".into()
+            },
+            true,
+        );
+        Ok(Some(self.rows(sql, bound, Arc::new(schema.fields), read.batch_size.max(1))))
+    }
+
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
         let schema =
             self.entity_schema(&req.entity).await?.ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
         let cols: Vec<String> = schema.fields.iter().map(|f| quote_dq(&f.name)).collect();
         let (sql, bound) = select_sql(&schema, &cols, &quote_dq(&schema.name), &req, quote_dq, |_| "?".to_string())?;
-        let fields = Arc::new(schema.fields);
+        Ok(self.rows(sql, bound.into_iter().collect(), Arc::new(schema.fields), req.batch_size.max(1)))
+    }
+}
+
+impl SqliteConnector {
+    /// The reader of `sql` with `bound` values.
+    fn rows(
+        &self,
+        sql: String,
+        bound: Vec<Value>,
+        fields: Arc<Vec<Field>>,
+        batch_size: usize,
+    ) -> Box<dyn RecordReader> {
         let q = RowsQuery {
             path: self.path.clone(),
             label: self.label.clone(),
             sql,
             bound,
             fields: fields.clone(),
-            batch_size: req.batch_size.max(1),
+            batch_size,
         };
-        Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
+        Box::new(ChannelReader::spawn(fields, move |tx| async move {
             let told = tx.clone();
             let (interrupt, handle) = tokio::sync::oneshot::channel();
             let stepping = tokio::task::spawn_blocking(move || {
@@ -158,6 +193,6 @@ impl Source for SqliteConnector {
                 // Never fewer records in silence.
                 send(&told, Err(ConnectorError::Other(format!("reading the SQLite file failed: {e}")))).await;
             }
-        })))
+        }))
     }
 }

@@ -250,6 +250,25 @@ pub trait Source: Send + Sync {
     async fn max_cursor(&self, _entity: &str, _cursor: &Field) -> ConnectorResult<Option<Value>> {
         Ok(None)
     }
+
+    /// The rows of an entity ordered by a key, as [`KeyRange`] orders it
+    /// (text by its bytes), in the range or of the keys `read` names;
+    /// `None` when this source cannot read by key (a verification then
+    /// reads the whole entity and orders it itself).
+    async fn read_keyed(&self, _read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
+        Ok(None)
+    }
+}
+
+/// What [`Source::read_keyed`] reads: every field of `entity`, ordered by
+/// `range.fields`, the rows of `range`, or with `only` set, just the rows
+/// of those keys (their values in `range.fields`' order).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyedRead {
+    pub entity: String,
+    pub range: KeyRange,
+    pub only: Option<Vec<Vec<Value>>>,
+    pub batch_size: usize,
 }
 
 /// Writes one entity inside a transaction.

@@ -18,6 +18,8 @@ pub enum EventType {
     /// A flow's change stream makes its source keep more log than the
     /// source connection's `cdc_max_retained` (see `docs/cdc.md`).
     CdcRetainedOverBudget,
+    /// A verification found the destination differing from its source.
+    VerifyMismatch,
     /// A name an internal caller chose (a-z, '.', '_').
     Other(String),
 }
@@ -25,7 +27,7 @@ pub enum EventType {
 impl EventType {
     /// The service's own kinds (every one a rule can name but
     /// `run.canceled`).
-    pub const OWN: [EventType; 8] = [
+    pub const OWN: [EventType; 9] = [
         EventType::RunSucceeded,
         EventType::RunFailed,
         EventType::RunDriftDetected,
@@ -34,6 +36,7 @@ impl EventType {
         EventType::QuotaThreshold,
         EventType::ConnectionFailing,
         EventType::CdcRetainedOverBudget,
+        EventType::VerifyMismatch,
     ];
 
     pub const fn as_str(&self) -> &str {
@@ -46,6 +49,7 @@ impl EventType {
             EventType::QuotaThreshold => "quota.threshold",
             EventType::ConnectionFailing => "connection.failing",
             EventType::CdcRetainedOverBudget => "cdc.retained_over_budget",
+            EventType::VerifyMismatch => "verify.mismatch",
             EventType::Other(s) => s.as_str(),
         }
     }

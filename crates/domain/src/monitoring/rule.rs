@@ -14,7 +14,7 @@ use sha2::Sha256;
 use time::OffsetDateTime;
 
 /// The events a rule can name.
-pub const EVENTS: [&str; 7] = [
+pub const EVENTS: [&str; 8] = [
     EventType::RunSucceeded.as_str(),
     EventType::RunFailed.as_str(),
     EventType::RunDriftDetected.as_str(),
@@ -22,6 +22,7 @@ pub const EVENTS: [&str; 7] = [
     EventType::QuotaThreshold.as_str(),
     EventType::ConnectionFailing.as_str(),
     EventType::CdcRetainedOverBudget.as_str(),
+    EventType::VerifyMismatch.as_str(),
 ];
 
 /// The prefix of a webhook signing secret.

@@ -64,5 +64,6 @@ id_type!(
     FlowId,
     RunId,
     RuleId,
-    DeliveryId
+    DeliveryId,
+    VerificationId
 );

@@ -134,6 +134,17 @@ pub struct FlowConfig {
     /// capture mappings only; see `docs/cdc.md`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continuous: bool,
+    /// `after_run`: verify the destination against the source after each
+    /// successful run (see `docs/sync.md`, "Verified syncs").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyWhen>,
+}
+
+/// When a flow verifies itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyWhen {
+    AfterRun,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -527,6 +538,7 @@ mod tests {
                 mappings: vec![],
                 depends_on: deps.into_iter().map(|(flow, on)| Dependency { flow, on }).collect(),
                 continuous: false,
+                verify: None,
             },
             status: FlowStatus::Active,
             next_run_at: None,

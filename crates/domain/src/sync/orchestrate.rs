@@ -100,6 +100,7 @@ impl SyncService {
                 created_at: now,
             })
             .await?;
+        self.verify_after(run).await?;
         self.orchestrate(run).await
     }
 

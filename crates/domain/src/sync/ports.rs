@@ -3,9 +3,10 @@
 
 use super::flow::*;
 use super::queue::Fence;
+use super::verify::Verification;
 use crate::Result;
 use crate::shared::audit::AuditEntry;
-use crate::shared::ids::{FlowId, OrgId, RunId};
+use crate::shared::ids::{FlowId, OrgId, RunId, VerificationId};
 use crate::shared::page::{Page, PageRequest};
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -127,4 +128,29 @@ pub trait QueueRepository: Send + Sync {
         not_before: OffsetDateTime,
         error: &str,
     ) -> Result<()>;
+}
+
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait VerificationRepository: Send + Sync {
+    /// Stores a queued verification with the audit entry of its request.
+    async fn create_verification(&self, verification: &Verification, audit: &AuditEntry) -> Result<()>;
+    async fn get_verification(&self, org: OrgId, id: VerificationId) -> Result<Option<Verification>>;
+    /// A flow's verifications, newest first.
+    async fn verifications_of_flow(&self, org: OrgId, flow: FlowId, page: PageRequest) -> Result<Page<Verification>>;
+    /// Claims the oldest queued verification, or a running one whose
+    /// claim lapsed before `now` (its worker stopped answering): it becomes
+    /// `running`, held by `worker` until `until`. Two workers never hold
+    /// one verification.
+    async fn claim_verification(
+        &self,
+        worker: &str,
+        now: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> Result<Option<Verification>>;
+    /// Extends `worker`'s claim; `false` when it no longer holds it.
+    async fn renew_verification(&self, id: VerificationId, worker: &str, until: OffsetDateTime) -> Result<bool>;
+    /// Stores the status, entities, error and finish time while `worker`
+    /// holds the verification; `false`, storing nothing, when not.
+    async fn save_verification(&self, verification: &Verification, worker: &str) -> Result<bool>;
 }

@@ -3,7 +3,7 @@
 //! engine that executes a run (`engine.rs`), and scheduling, recovery and
 //! orchestration of runs (`schedule.rs`). Its use cases are here.
 
-use super::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository};
+use super::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository, VerificationRepository};
 use super::transform::{self, Step};
 use crate::connect::connection::Connection;
 use crate::connect::connector::{ConnectorSpec, EntitySchema, RecordBatch};
@@ -43,6 +43,7 @@ pub struct SyncService {
     pub(crate) runs: Arc<dyn RunRepository>,
     pub(crate) cursors: Arc<dyn CursorRepository>,
     pub(crate) queue: Arc<dyn QueueRepository>,
+    pub(crate) verifications: Arc<dyn VerificationRepository>,
     pub(crate) audit: Arc<dyn AuditRepository>,
     pub(crate) clock: Arc<dyn Clock>,
     /// How long a worker holds a run without renewing its heartbeat.

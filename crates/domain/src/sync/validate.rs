@@ -183,6 +183,20 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
             ),
         ));
     }
+    if config.verify.is_some() {
+        if config.continuous {
+            errors.push(FieldError::new(
+                "config.verify",
+                "a continuous flow's run never ends: verify it with POST …/verify instead",
+            ));
+        } else if !config.mappings.iter().any(super::verify::verifiable) {
+            errors.push(FieldError::new(
+                "config.verify",
+                "no mapping mirrors its entity by key (full_refresh_overwrite, incremental_deduped or cdc_deduped): \
+                 appended rows cannot be verified",
+            ));
+        }
+    }
     errors
 }
 

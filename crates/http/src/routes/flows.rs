@@ -30,7 +30,7 @@ pub struct CreateFlowBody {
     pub destination_connection_id: Uuid,
     /// Five-field cron expression (UTC), or null for manual runs only.
     pub schedule: Option<String>,
-    /// `{mappings: [{source_entity, dest_entity?, sync_mode, cursor_field?, primary_key?, transform?, schema_policy?, cursor_lookback?, delete_mode?}], depends_on?: [{flow, on}], continuous?}`; `sync_mode` also `cdc_deduped` or `cdc_append` for a source that captures changes, and `continuous: true` (CDC mappings only, no schedule) keeps one run going (docs/cdc.md)
+    /// `{mappings: [{source_entity, dest_entity?, sync_mode, cursor_field?, primary_key?, transform?, schema_policy?, cursor_lookback?, delete_mode?}], depends_on?: [{flow, on}], continuous?, verify?}`; `sync_mode` also `cdc_deduped` or `cdc_append` for a source that captures changes, and `continuous: true` (CDC mappings only, no schedule) keeps one run going (docs/cdc.md); `verify: "after_run"` verifies the destination after each successful run (docs/sync.md)
     #[schema(value_type = Object)]
     pub config: FlowConfig,
     /// `active` (default) or `paused`.

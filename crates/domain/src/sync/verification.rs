@@ -1,0 +1,283 @@
+//! The use cases of verification: started by a user (or after a run, with
+//! `config.verify: "after_run"`), claimed by a worker like a run, executed
+//! entity by entity with the rules of [`super::verify`].
+
+use super::flow::Flow;
+use super::service::SyncService;
+use super::verify::*;
+use crate::connect::connector::{KeyRange, KeyedRead, Source};
+use crate::connect::service::OpenError;
+use crate::identity::{Permission, Principal};
+use crate::monitoring::activity::{ActivityEvent, EventType};
+use crate::shared::audit::AuditEntry;
+use crate::shared::ids::{FlowId, OrgId, VerificationId};
+use crate::shared::page::{Page, PageRequest};
+use crate::{Error, FieldError, Result};
+use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// Waits the time given (the domain has no clock to sleep on: the worker
+/// lends its runtime's).
+pub type Pause = Arc<dyn Fn(std::time::Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Reads of the keys found differing, a pause apart growing by this much.
+pub const RECHECK_ROUNDS: u32 = 3;
+pub const RECHECK_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl SyncService {
+    /// Queues a verification of `entities` of the flow (source entity
+    /// names; every entity mirrored by key when empty).
+    ///
+    /// # Errors
+    /// `NotFound` for another organization's flow; `Validation` naming an
+    /// entity the flow does not sync, or one it does not mirror by key.
+    pub async fn start_verification(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        flow: FlowId,
+        entities: Vec<String>,
+        repair: bool,
+    ) -> Result<Verification> {
+        self.identity.access(p, org, Permission::Write).await?;
+        let f = self.flows.get(org, flow).await?.ok_or(Error::not_found("flow"))?;
+        let requested = verified_entities(&f, &entities).map_err(Error::Validation)?;
+        if repair {
+            return Err(Error::Validation(vec![FieldError::new(
+                "repair",
+                "repairing a verification's differences is not available yet; verify, then run the flow \
+                 (or reset the entity's state for a re-snapshot)",
+            )]));
+        }
+        self.queue_verification(&f, requested, repair, p.actor()).await
+    }
+
+    /// Queues a verification of `requested` entities of `f` for `actor`,
+    /// audit-logged.
+    async fn queue_verification(
+        &self,
+        f: &Flow,
+        requested: Vec<String>,
+        repair: bool,
+        actor: crate::shared::audit::Actor,
+    ) -> Result<Verification> {
+        let v = Verification {
+            id: VerificationId::new(),
+            org_id: f.org_id,
+            flow_id: f.id,
+            status: VerificationStatus::Queued,
+            requested,
+            repair,
+            entities: Vec::new(),
+            error: None,
+            queued_at: self.clock.now(),
+            started_at: None,
+            finished_at: None,
+            claimed_by: None,
+            claimed_until: None,
+        };
+        let audit = AuditEntry::new(Some(f.org_id), actor, "verification.started", "verification", v.id, v.queued_at)
+            .with_details(json!({"flow_id": f.id, "entities": v.requested, "repair": repair}));
+        self.verifications.create_verification(&v, &audit).await?;
+        Ok(v)
+    }
+
+    /// A successful run of a flow that verifies after each run queues its
+    /// verification.
+    pub(crate) async fn verify_after(&self, run: &super::flow::Run) -> Result<()> {
+        if run.status != super::flow::RunStatus::Succeeded {
+            return Ok(());
+        }
+        let Some(f) = self.flows.get(run.org_id, run.flow_id).await? else { return Ok(()) };
+        if f.config.verify != Some(super::flow::VerifyWhen::AfterRun) || f.config.continuous {
+            return Ok(());
+        }
+        let Ok(requested) = verified_entities(&f, &[]) else { return Ok(()) };
+        self.queue_verification(&f, requested, false, crate::shared::audit::Actor::system()).await?;
+        Ok(())
+    }
+
+    pub async fn get_verification(&self, p: &Principal, org: OrgId, id: VerificationId) -> Result<Verification> {
+        self.identity.access(p, org, Permission::Read).await?;
+        self.verifications.get_verification(org, id).await?.ok_or(Error::not_found("verification"))
+    }
+
+    pub async fn list_verifications(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        flow: FlowId,
+        page: PageRequest,
+    ) -> Result<Page<Verification>> {
+        self.identity.access(p, org, Permission::Read).await?;
+        self.flows.get(org, flow).await?.ok_or(Error::not_found("flow"))?;
+        self.verifications.verifications_of_flow(org, flow, page).await
+    }
+
+    /// Claims the next verification to execute, held for one lease.
+    pub async fn claim_verification(&self, worker: &str) -> Result<Option<Verification>> {
+        let now = self.clock.now();
+        self.verifications.claim_verification(worker, now, now + self.lease).await
+    }
+
+    /// Extends the claim for another lease; `false` once it is lost.
+    pub async fn renew_verification(&self, id: VerificationId, worker: &str) -> Result<bool> {
+        self.verifications.renew_verification(id, worker, self.clock.now() + self.lease).await
+    }
+
+    /// Executes a claimed verification to its end and stores its outcome
+    /// (nothing when the claim was lost meanwhile).
+    pub async fn execute_verification(&self, mut v: Verification, worker: &str, pause: Pause) -> Result<Verification> {
+        v.status = VerificationStatus::Running;
+        v.started_at = v.started_at.or(Some(self.clock.now()));
+        v.entities.clear();
+        v.error = None;
+        match self.verify_flow(&mut v, &pause).await {
+            Ok(()) => {
+                let matched = v.entities.iter().all(EntityCheck::matched);
+                v.status = if matched { VerificationStatus::Matched } else { VerificationStatus::Mismatched };
+            }
+            Err(e) => {
+                v.status = VerificationStatus::Failed;
+                v.error = Some(e);
+            }
+        }
+        v.finished_at = Some(self.clock.now());
+        if !self.verifications.save_verification(&v, worker).await? {
+            return Ok(v);
+        }
+        if v.status == VerificationStatus::Mismatched {
+            let differing: Vec<&str> = v.entities.iter().filter(|e| !e.matched()).map(|e| e.entity.as_str()).collect();
+            self.monitoring
+                .record(&ActivityEvent {
+                    id: uuid::Uuid::now_v7(),
+                    org_id: v.org_id,
+                    event_type: EventType::VerifyMismatch,
+                    severity: "warning".into(),
+                    message: format!(
+                        "verification {} of flow {} found the destination differing in {}",
+                        v.id,
+                        v.flow_id,
+                        differing.join(", ")
+                    ),
+                    data: json!({
+                        "verification_id": v.id,
+                        "flow_id": v.flow_id,
+                        "entities": v.entities.iter().filter(|e| !e.matched()).map(|e| json!({
+                            "entity": e.entity,
+                            "missing": e.missing.count,
+                            "extra": e.extra.count,
+                            "different": e.different.count,
+                        })).collect::<Vec<_>>(),
+                    }),
+                    created_at: self.clock.now(),
+                })
+                .await?;
+        }
+        Ok(v)
+    }
+
+    async fn verify_flow(&self, v: &mut Verification, pause: &Pause) -> std::result::Result<(), String> {
+        let flow = self
+            .flows
+            .get(v.org_id, v.flow_id)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the flow was deleted".to_string())?;
+        let open = |e: OpenError| match e {
+            OpenError::Missing => "a connection of the flow was deleted".to_string(),
+            OpenError::Store(e) => e.to_string(),
+            OpenError::Resolve { connection, error } => format!("connection '{connection}': {error}"),
+            OpenError::Open(error) => error.to_string(),
+        };
+        let source = self.connect.open_source(v.org_id, flow.source_connection_id).await.map_err(open)?.io;
+        let dest = match self.connect.open_source(v.org_id, flow.destination_connection_id).await {
+            Ok(d) => d.io,
+            // A SQLite file (or directory) a first run creates.
+            Err(OpenError::Open(crate::connect::connector::ConnectorError::DatabaseNotFound(_))) => {
+                return Err("the destination holds nothing yet: run the flow first".into());
+            }
+            Err(e) => return Err(open(e)),
+        };
+        let names = verified_entities(&flow, &v.requested)
+            .map_err(|e| e.into_iter().map(|f| f.message).collect::<Vec<_>>().join("; "))?;
+        for name in names {
+            let Some(m) = flow.config.mappings.iter().find(|m| m.source_entity == name) else { continue };
+            let started = std::time::Instant::now();
+            let mut check = verify_entity(m, source.as_ref(), dest.as_ref(), pause)
+                .await
+                .map_err(|e| format!("{}: {e}", m.source_entity))?;
+            check.entity = m.source_entity.clone();
+            check.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            v.entities.push(check);
+        }
+        Ok(())
+    }
+}
+
+/// Compares one mapping's source entity with its destination.
+async fn verify_entity(
+    m: &super::flow::Mapping,
+    source: &dyn Source,
+    dest: &dyn Source,
+    pause: &Pause,
+) -> std::result::Result<EntityCheck, String> {
+    let source_fields = source.entity_fields(&m.source_entity).await.map_err(|e| e.to_string())?;
+    let dest_fields = match dest.entity_fields(m.destination()).await {
+        Ok(f) => f,
+        Err(crate::connect::connector::ConnectorError::EntityNotFound(_)) => {
+            return Err(format!("the destination has no '{}' yet: run the flow first", m.destination()));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let plan = Plan::new(m, &source_fields, &dest_fields)?;
+    let read = |entity: &str, key: &[crate::connect::connector::Field]| KeyedRead {
+        entity: entity.to_string(),
+        range: KeyRange { fields: key.to_vec(), after: None, upto: None },
+        only: None,
+        batch_size: BATCH_ROWS,
+    };
+    let mut s = Ordered::new(read_ordered(source, &read(&m.source_entity, &plan.source_key)).await?);
+    let mut d = Ordered::new(read_ordered(dest, &read(m.destination(), &plan.dest_key)).await?);
+    let tally = merge(&plan, &m.transform, &mut s, &mut d).await?;
+    drop((s, d));
+    let pause = pause.clone();
+    recheck(&plan, m, source, dest, tally, RECHECK_ROUNDS, move |round| pause(RECHECK_PAUSE * round)).await
+}
+
+/// The source entities a verification of `f` covers: those `asked` names,
+/// or when none, every entity the flow mirrors by key.
+fn verified_entities(f: &Flow, asked: &[String]) -> std::result::Result<Vec<String>, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    if asked.is_empty() {
+        let all: Vec<String> =
+            f.config.mappings.iter().filter(|m| verifiable(m)).map(|m| m.source_entity.clone()).collect();
+        if all.is_empty() {
+            errors.push(FieldError::new(
+                "entities",
+                "the flow mirrors no entity by key (full_refresh_overwrite, incremental_deduped or \
+                 cdc_deduped): appended rows cannot be verified",
+            ));
+        }
+        return if errors.is_empty() { Ok(all) } else { Err(errors) };
+    }
+    let mut out = Vec::new();
+    for (i, e) in asked.iter().enumerate() {
+        match f.config.mappings.iter().find(|m| &m.source_entity == e) {
+            None => errors.push(FieldError::new(format!("entities[{i}]"), format!("the flow does not sync '{e}'"))),
+            Some(m) if !verifiable(m) => errors.push(FieldError::new(
+                format!("entities[{i}]"),
+                format!(
+                    "'{e}' is synced with {}, which appends rows: only entities mirrored by key \
+                     (full_refresh_overwrite, incremental_deduped, cdc_deduped) can be verified",
+                    m.sync_mode.as_str()
+                ),
+            )),
+            Some(_) if out.contains(e) => {}
+            Some(_) => out.push(e.clone()),
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}

@@ -1,0 +1,795 @@
+//! Verification: proof that a destination holds what its source holds,
+//! entity by entity, by primary key (`docs/sync.md`, "Verified syncs").
+//!
+//! Both sides are read in key order (text by its bytes, as [`KeyRange`]
+//! orders it) and merged: a key only the source has is `missing`, one only
+//! the destination has is `extra`, one whose values differ after the
+//! mapping's transform is `different`. Values compare by meaning
+//! ([`same_meaning`]): a column the destination types differently is equal
+//! when its value is. Each key found is read again at the end from both
+//! sides; one equal by then (a change the flow had not carried yet) is not
+//! reported, nor one the source changed meanwhile.
+
+use crate::connect::connector::{Field, KeyRange, KeyedRead, ReadRequest, RecordReader, Source};
+use crate::shared::ids::{FlowId, OrgId, VerificationId};
+use crate::shared::record::{RecordBatch, Value, compare_values, parse_date, parse_timestamp};
+use crate::sync::flow::Mapping;
+use crate::sync::mode::{DELETED_AT, SyncMode};
+use crate::sync::transform::{self, Step};
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+/// Keys listed of each kind of difference (all are counted).
+pub const LISTED_KEYS: usize = 100;
+/// Differences read again at the end; past these, the rest are counted as
+/// the scan found them.
+pub const RECHECKED_KEYS: usize = 10_000;
+/// Rows of an entity a source that cannot read by key may hold: it is read
+/// whole and ordered in memory.
+pub const UNKEYED_ROWS: usize = 1_000_000;
+/// Rows per batch of a verification's reads.
+pub const BATCH_ROWS: usize = 5_000;
+/// Keys per read of the recheck.
+const RECHECK_BATCH: usize = 500;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerificationStatus {
+    Queued,
+    Running,
+    Matched,
+    Mismatched,
+    Failed,
+}
+
+impl VerificationStatus {
+    pub const ALL: [VerificationStatus; 5] = [
+        VerificationStatus::Queued,
+        VerificationStatus::Running,
+        VerificationStatus::Matched,
+        VerificationStatus::Mismatched,
+        VerificationStatus::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerificationStatus::Queued => "queued",
+            VerificationStatus::Running => "running",
+            VerificationStatus::Matched => "matched",
+            VerificationStatus::Mismatched => "mismatched",
+            VerificationStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    pub fn finished(self) -> bool {
+        !matches!(self, VerificationStatus::Queued | VerificationStatus::Running)
+    }
+}
+
+/// Keys of one kind of difference: all counted, the first
+/// [`LISTED_KEYS`] listed (a number or string, an array for a composite
+/// key).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeyList {
+    pub count: u64,
+    pub keys: Vec<serde_json::Value>,
+}
+
+impl KeyList {
+    fn add(&mut self, key: &[Value]) {
+        self.count += 1;
+        if self.keys.len() < LISTED_KEYS {
+            self.keys.push(key_json(key));
+        }
+    }
+}
+
+/// The key as the verification shows it.
+pub fn key_json(key: &[Value]) -> serde_json::Value {
+    match key {
+        [one] => one.to_json(),
+        many => serde_json::Value::Array(many.iter().map(Value::to_json).collect()),
+    }
+}
+
+/// What the verification of one entity found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntityCheck {
+    pub entity: String,
+    pub source_rows: u64,
+    pub destination_rows: u64,
+    pub missing: KeyList,
+    pub extra: KeyList,
+    pub different: KeyList,
+    /// How long it took, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+}
+
+impl EntityCheck {
+    pub fn matched(&self) -> bool {
+        self.missing.count == 0 && self.extra.count == 0 && self.different.count == 0
+    }
+}
+
+/// A verification of a flow's entities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verification {
+    pub id: VerificationId,
+    pub org_id: OrgId,
+    pub flow_id: FlowId,
+    pub status: VerificationStatus,
+    /// The entities asked for (source names); all the flow's mirrored
+    /// entities when empty.
+    pub requested: Vec<String>,
+    pub repair: bool,
+    pub entities: Vec<EntityCheck>,
+    pub error: Option<String>,
+    pub queued_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub finished_at: Option<OffsetDateTime>,
+    /// The worker holding it while it runs, and until when.
+    pub claimed_by: Option<String>,
+    pub claimed_until: Option<OffsetDateTime>,
+}
+
+/// Whether a mapping's destination mirrors its source by key, so that a
+/// verification can compare them (appended copies and change logs hold
+/// several rows a key).
+pub fn verifiable(m: &Mapping) -> bool {
+    matches!(m.sync_mode, SyncMode::FullRefreshOverwrite | SyncMode::IncrementalDeduped | SyncMode::CdcDeduped)
+}
+
+/// The source field each output field of `steps` holds unchanged (renamed
+/// at most), or `None` for one a step computed (cast, masked, set).
+pub fn origins(steps: &[Step], input: &[Field]) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = input.iter().map(|f| (f.name.clone(), Some(f.name.clone()))).collect();
+    for step in steps {
+        let at = |out: &[(String, Option<String>)], name: &str| out.iter().position(|(n, _)| n == name);
+        match step {
+            Step::Rename { from, to } => {
+                if let Some(i) = at(&out, from) {
+                    out[i].0 = to.clone();
+                }
+            }
+            Step::Drop { field } => {
+                if let Some(i) = at(&out, field) {
+                    out.remove(i);
+                }
+            }
+            Step::Cast { field, .. } | Step::Mask { field } => {
+                if let Some(i) = at(&out, field) {
+                    out[i].1 = None;
+                }
+            }
+            Step::Set { field, .. } => match at(&out, field) {
+                Some(i) => out[i].1 = None,
+                None => out.push((field.clone(), None)),
+            },
+            Step::Filter { .. } => {}
+        }
+    }
+    out
+}
+
+/// Orders keys as every side reads them: value by value, numbers as
+/// numbers, text by its bytes; values of types that do not compare by
+/// their text.
+pub fn key_cmp(a: &[Value], b: &[Value]) -> Ordering {
+    for (x, y) in a.iter().zip(b) {
+        let o = compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y)));
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+fn text(v: &Value) -> String {
+    transform::display(v)
+}
+
+/// Whether two values of one column mean the same, however each side
+/// types it: numbers by value, instants whatever their offset, JSON by
+/// structure, text that spells the other side's value.
+pub fn same_meaning(a: &Value, b: &Value) -> bool {
+    use Value::*;
+    if a == b {
+        return true;
+    }
+    match (a, b) {
+        (Null, _) | (_, Null) => false,
+        (Float(x), Float(y)) => x.is_nan() && y.is_nan() || close(*x, *y),
+        (Json(x), String(s)) | (String(s), Json(x)) => {
+            serde_json::from_str::<serde_json::Value>(s).is_ok_and(|p| &p == x)
+        }
+        (Json(x), Json(y)) => x == y,
+        (Timestamp(t), String(s)) | (String(s), Timestamp(t)) => parse_timestamp(s) == Some(*t),
+        (Date(d), String(s)) | (String(s), Date(d)) => parse_date(s) == Some(*d),
+        (Timestamp(t), Date(d)) | (Date(d), Timestamp(t)) => {
+            t.to_offset(time::UtcOffset::UTC) == d.midnight().assume_utc()
+        }
+        (Bool(x), Int(n)) | (Int(n), Bool(x)) => (*n == 0 || *n == 1) && (*n == 1) == *x,
+        (Bool(x), String(s)) | (String(s), Bool(x)) => {
+            matches!(
+                (s.trim().to_ascii_lowercase().as_str(), x),
+                ("true" | "t" | "1", true) | ("false" | "f" | "0", false)
+            )
+        }
+        (Bytes(x), String(s)) | (String(s), Bytes(x)) => {
+            s.as_bytes() == x.as_slice()
+                || base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).is_ok_and(|d| &d == x)
+        }
+        (Int(_) | Decimal(_) | Float(_), Int(_) | Decimal(_) | Float(_) | String(_))
+        | (String(_), Int(_) | Decimal(_) | Float(_)) => same_number(a, b),
+        _ => compare_values(a, b) == Some(Ordering::Equal),
+    }
+}
+
+fn close(x: f64, y: f64) -> bool {
+    x == y || (x - y).abs() <= 1e-12 * x.abs().max(y.abs())
+}
+
+fn same_number(a: &Value, b: &Value) -> bool {
+    let exact = |v: &Value| match v {
+        Value::Int(n) => Some(n.to_string()),
+        Value::Decimal(s) | Value::String(s) => canonical_decimal(s),
+        _ => None,
+    };
+    if let (Some(x), Some(y)) = (exact(a), exact(b)) {
+        return x == y;
+    }
+    let float = |v: &Value| match v {
+        Value::Int(n) => Some(*n as f64),
+        Value::Float(f) => Some(*f),
+        Value::Decimal(s) | Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match (float(a), float(b)) {
+        (Some(x), Some(y)) => close(x, y),
+        _ => false,
+    }
+}
+
+/// A decimal's digits without leading or trailing zeros (`-012.500` is
+/// `-12.5`, `-0.0` is `0`); `None` for text that is not a plain decimal.
+fn canonical_decimal(s: &str) -> Option<String> {
+    let s = s.trim();
+    let (negative, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let int = int.trim_start_matches('0');
+    let frac = frac.trim_end_matches('0');
+    let body = match (int.is_empty(), frac.is_empty()) {
+        (true, true) => return Some("0".into()),
+        (_, true) => int.to_string(),
+        (true, false) => format!("0.{frac}"),
+        (false, false) => format!("{int}.{frac}"),
+    };
+    Some(if negative { format!("-{body}") } else { body })
+}
+
+/// How the rows of one entity are compared: the fields the destination
+/// should hold (the mapping's output), where the key is on each side, and
+/// where each field is in a destination row.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The source's key fields (as the source names and types them).
+    pub source_key: Vec<Field>,
+    /// The destination's key fields.
+    pub dest_key: Vec<Field>,
+    /// The mapping's output fields, in order.
+    pub fields: Vec<String>,
+    /// For each output field, its position in a destination row (`None`:
+    /// the destination lacks it).
+    pub dest_index: Vec<Option<usize>>,
+    /// The key's positions in an output row and in a destination row.
+    pub out_key: Vec<usize>,
+    pub dest_key_idx: Vec<usize>,
+    /// The soft-delete column of the destination: rows it marks are gone.
+    pub deleted_at: Option<usize>,
+}
+
+impl Plan {
+    /// The comparison of `m` between the source's fields and the
+    /// destination's; an error names what makes it impossible.
+    pub fn new(m: &Mapping, source: &[Field], dest: &[Field]) -> Result<Plan, String> {
+        let out = transform::plan("transform", &m.transform, source)
+            .map_err(|e| e.iter().map(|f| format!("{}: {}", f.field, f.message)).collect::<Vec<_>>().join("; "))?;
+        let names: Vec<String> = out.iter().map(|f| f.name.clone()).collect();
+        let keys: Vec<String> = match m.key_fields() {
+            k if !k.is_empty() => k.into_iter().map(str::to_string).collect(),
+            _ => out.iter().filter(|f| f.primary_key).map(|f| f.name.clone()).collect(),
+        };
+        if keys.is_empty() {
+            return Err(format!(
+                "'{}' has no primary key to verify by (set the mapping's primary_key)",
+                m.source_entity
+            ));
+        }
+        let origins = origins(&m.transform, source);
+        let mut source_key = Vec::new();
+        let mut dest_key = Vec::new();
+        let mut out_key = Vec::new();
+        let mut dest_key_idx = Vec::new();
+        for k in &keys {
+            let from = origins.iter().find(|(n, _)| n == k).and_then(|(_, o)| o.as_ref()).ok_or_else(|| {
+                format!(
+                    "the key field '{k}' of '{}' is computed by the transform; rows cannot be matched by it",
+                    m.source_entity
+                )
+            })?;
+            source_key.push(
+                source.iter().find(|f| &f.name == from).cloned().ok_or_else(|| format!("no source field '{from}'"))?,
+            );
+            let di = dest
+                .iter()
+                .position(|f| &f.name == k)
+                .ok_or_else(|| format!("the destination of '{}' has no key field '{k}'", m.source_entity))?;
+            dest_key.push(dest[di].clone());
+            dest_key_idx.push(di);
+            out_key
+                .push(names.iter().position(|n| n == k).ok_or_else(|| format!("no field '{k}' after the transform"))?);
+        }
+        let dest_index = names.iter().map(|n| dest.iter().position(|f| &f.name == n)).collect();
+        let deleted_at = dest.iter().position(|f| f.name == DELETED_AT);
+        Ok(Plan { source_key, dest_key, fields: names, dest_index, out_key, dest_key_idx, deleted_at })
+    }
+
+    fn out_key(&self, row: &[Value]) -> Vec<Value> {
+        self.out_key.iter().map(|i| row[*i].clone()).collect()
+    }
+
+    fn dest_key(&self, row: &[Value]) -> Vec<Value> {
+        self.dest_key_idx.iter().map(|i| row[*i].clone()).collect()
+    }
+
+    fn live(&self, row: &[Value]) -> bool {
+        self.deleted_at.is_none_or(|i| row.get(i).is_none_or(Value::is_null))
+    }
+
+    /// Whether a destination row holds what an output row says.
+    pub fn same_row(&self, out: &[Value], dest: &[Value]) -> bool {
+        self.dest_index.iter().enumerate().all(|(i, d)| match d {
+            Some(d) => same_meaning(&out[i], &dest[*d]),
+            None => false,
+        })
+    }
+}
+
+/// A key the scan found differing, with the source's row as the scan read
+/// it (after the transform), to be read again at the end.
+#[derive(Debug, Clone)]
+struct Suspect {
+    key: Vec<Value>,
+    source: Option<Vec<Value>>,
+}
+
+/// What a merge of both sides found.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub check: EntityCheck,
+    suspects: Vec<Suspect>,
+    /// Differences past [`RECHECKED_KEYS`], counted as the scan found them:
+    /// missing, extra, different.
+    overflow: [u64; 3],
+    overflow_keys: [Vec<serde_json::Value>; 3],
+}
+
+impl Tally {
+    fn found(&mut self, kind: usize, key: Vec<Value>, source: Option<Vec<Value>>) {
+        if self.suspects.len() < RECHECKED_KEYS {
+            self.suspects.push(Suspect { key, source });
+        } else {
+            self.overflow[kind] += 1;
+            if self.overflow_keys[kind].len() < LISTED_KEYS {
+                self.overflow_keys[kind].push(key_json(&key));
+            }
+        }
+    }
+}
+
+/// One side's rows in key order, a batch at a time.
+pub struct Ordered {
+    reader: Box<dyn RecordReader>,
+    rows: VecDeque<Vec<Value>>,
+    done: bool,
+}
+
+impl Ordered {
+    pub fn new(reader: Box<dyn RecordReader>) -> Self {
+        Ordered { reader, rows: VecDeque::new(), done: false }
+    }
+
+    async fn peek(&mut self) -> Result<Option<&Vec<Value>>, String> {
+        while self.rows.is_empty() && !self.done {
+            match self.reader.next_batch().await.map_err(|e| e.to_string())? {
+                Some(b) => self.rows.extend(b.rows),
+                None => self.done = true,
+            }
+        }
+        Ok(self.rows.front())
+    }
+
+    fn pop(&mut self) -> Option<Vec<Value>> {
+        self.rows.pop_front()
+    }
+}
+
+/// A reader over rows already in memory.
+struct Held {
+    fields: Arc<Vec<Field>>,
+    rows: Option<Vec<Vec<Value>>>,
+}
+
+#[async_trait::async_trait]
+impl RecordReader for Held {
+    fn fields(&self) -> Arc<Vec<Field>> {
+        self.fields.clone()
+    }
+
+    async fn next_batch(&mut self) -> crate::connect::connector::ConnectorResult<Option<RecordBatch>> {
+        Ok(self.rows.take().filter(|r| !r.is_empty()).map(|rows| RecordBatch { fields: self.fields.clone(), rows }))
+    }
+}
+
+/// The rows `read` asks for, in key order: read by key where the source
+/// can, else read whole (up to [`UNKEYED_ROWS`]) and ordered here.
+pub async fn read_ordered(source: &dyn Source, read: &KeyedRead) -> Result<Box<dyn RecordReader>, String> {
+    if let Some(r) = source.read_keyed(read).await.map_err(|e| e.to_string())? {
+        return Ok(r);
+    }
+    let mut reader = source
+        .read(ReadRequest { entity: read.entity.clone(), batch_size: read.batch_size.max(1), ..Default::default() })
+        .await
+        .map_err(|e| e.to_string())?;
+    let fields = reader.fields();
+    let idx: Vec<usize> = read
+        .range
+        .fields
+        .iter()
+        .map(|k| {
+            fields
+                .iter()
+                .position(|f| f.name == k.name)
+                .ok_or_else(|| format!("'{}' has no field '{}'", read.entity, k.name))
+        })
+        .collect::<Result<_, _>>()?;
+    let key = |row: &[Value]| idx.iter().map(|i| row[*i].clone()).collect::<Vec<_>>();
+    let mut rows = Vec::new();
+    while let Some(b) = reader.next_batch().await.map_err(|e| e.to_string())? {
+        rows.extend(b.rows);
+        if rows.len() > UNKEYED_ROWS {
+            return Err(format!(
+                "'{}' holds more than {UNKEYED_ROWS} rows and its connector cannot read it by key",
+                read.entity
+            ));
+        }
+    }
+    let inside = |k: &[Value]| {
+        read.range.after.as_ref().is_none_or(|a| key_cmp(k, a) == Ordering::Greater)
+            && read.range.upto.as_ref().is_none_or(|u| key_cmp(k, u) != Ordering::Greater)
+            && read.only.as_ref().is_none_or(|only| only.iter().any(|o| key_cmp(k, o) == Ordering::Equal))
+    };
+    rows.retain(|r| inside(&key(r)));
+    rows.sort_by(|a, b| key_cmp(&key(a), &key(b)));
+    Ok(Box::new(Held { fields, rows: Some(rows) }))
+}
+
+/// Merges the source's rows (transformed by `steps`) with the
+/// destination's, both in key order, counting rows and differences.
+pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut Ordered) -> Result<Tally, String> {
+    let mut tally = Tally::default();
+    let mut out: VecDeque<Vec<Value>> = VecDeque::new();
+    loop {
+        // The next source row the destination should hold.
+        while out.is_empty() {
+            if source.peek().await?.is_none() {
+                break;
+            }
+            let mut rows = Vec::with_capacity(BATCH_ROWS);
+            while let Some(r) = source.pop() {
+                rows.push(r);
+            }
+            let fields = source.reader.fields();
+            let batch = transform::apply(steps, RecordBatch { fields, rows });
+            out.extend(batch.rows);
+        }
+        // The next live destination row.
+        while let Some(r) = dest.peek().await? {
+            if plan.live(r) {
+                break;
+            }
+            dest.pop();
+        }
+        let d = dest.peek().await?.cloned();
+        match (out.front(), d) {
+            (None, None) => break,
+            (Some(_), None) => {
+                let s = out.pop_front().unwrap_or_default();
+                tally.check.source_rows += 1;
+                tally.found(0, plan.out_key(&s), Some(s));
+            }
+            (None, Some(d)) => {
+                dest.pop();
+                tally.check.destination_rows += 1;
+                tally.found(1, plan.dest_key(&d), None);
+            }
+            (Some(s), Some(d)) => match key_cmp(&plan.out_key(s), &plan.dest_key(&d)) {
+                Ordering::Less => {
+                    let s = out.pop_front().unwrap_or_default();
+                    tally.check.source_rows += 1;
+                    tally.found(0, plan.out_key(&s), Some(s));
+                }
+                Ordering::Greater => {
+                    dest.pop();
+                    tally.check.destination_rows += 1;
+                    tally.found(1, plan.dest_key(&d), None);
+                }
+                Ordering::Equal => {
+                    let s = out.pop_front().unwrap_or_default();
+                    dest.pop();
+                    tally.check.source_rows += 1;
+                    tally.check.destination_rows += 1;
+                    if !plan.same_row(&s, &d) {
+                        tally.found(2, plan.out_key(&s), Some(s));
+                    }
+                }
+            },
+        }
+    }
+    Ok(tally)
+}
+
+/// Reads the rows of `keys` from one side, by the text of their key.
+async fn rows_of(
+    side: &dyn Source,
+    entity: &str,
+    key: &[Field],
+    keys: &[Vec<Value>],
+) -> Result<(Arc<Vec<Field>>, HashMap<String, Vec<Value>>), String> {
+    let read = KeyedRead {
+        entity: entity.to_string(),
+        range: KeyRange { fields: key.to_vec(), after: None, upto: None },
+        only: Some(keys.to_vec()),
+        batch_size: BATCH_ROWS,
+    };
+    let mut reader = read_ordered(side, &read).await?;
+    let fields = reader.fields();
+    let idx: Vec<usize> = key.iter().filter_map(|k| fields.iter().position(|f| f.name == k.name)).collect();
+    let mut out = HashMap::new();
+    while let Some(b) = reader.next_batch().await.map_err(|e| e.to_string())? {
+        for r in b.rows {
+            let k: Vec<Value> = idx.iter().map(|i| r[*i].clone()).collect();
+            out.insert(key_text(&k), r);
+        }
+    }
+    Ok((fields, out))
+}
+
+/// A key as one string, the same on both sides whatever their types.
+fn key_text(key: &[Value]) -> String {
+    key.iter().map(text).collect::<Vec<_>>().join("\u{1f}")
+}
+
+/// Reads the suspects of `tally` again from both sides, keeps those that
+/// still differ while the source held still, and fills the check's counts
+/// and lists. `rounds` reads, `pause` apart, give a flow that is catching
+/// up the time to; a key whose source changed between reads is a change in
+/// flight, never a difference.
+pub async fn recheck(
+    plan: &Plan,
+    m: &Mapping,
+    source: &dyn Source,
+    dest: &dyn Source,
+    mut tally: Tally,
+    rounds: u32,
+    pause: impl Fn(u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+) -> Result<EntityCheck, String> {
+    let mut open: Vec<(Suspect, usize)> = Vec::new();
+    let mut suspects = std::mem::take(&mut tally.suspects);
+    for round in 0..rounds {
+        if suspects.is_empty() {
+            break;
+        }
+        pause(round).await;
+        let mut next = Vec::new();
+        let last = round + 1 == rounds;
+        for part in suspects.chunks(RECHECK_BATCH) {
+            let out_keys: Vec<Vec<Value>> = part.iter().map(|s| s.key.clone()).collect();
+            let (sfields, srows) = rows_of(source, &m.source_entity, &plan.source_key, &out_keys).await?;
+            let (_, drows) = rows_of(dest, m.destination(), &plan.dest_key, &out_keys).await?;
+            // The source's rows, transformed as the flow writes them (a
+            // filter may drop some: those the destination should not hold).
+            let mut sout: HashMap<String, Vec<Value>> = HashMap::new();
+            let batch =
+                transform::apply(&m.transform, RecordBatch { fields: sfields, rows: srows.into_values().collect() });
+            for r in batch.rows {
+                sout.insert(key_text(&plan.out_key(&r)), r);
+            }
+            for s in part {
+                let k = key_text(&s.key);
+                let now = sout.remove(&k);
+                let d = drows.get(&k).filter(|d| plan.live(d));
+                let kind = match (&now, d) {
+                    (None, None) => None,
+                    (Some(_), None) => Some(0),
+                    (None, Some(_)) => Some(1),
+                    (Some(a), Some(b)) => (!plan.same_row(a, b)).then_some(2),
+                };
+                let Some(kind) = kind else { continue };
+                let moved = match (&s.source, &now) {
+                    (Some(a), Some(b)) => !a.iter().zip(b).all(|(x, y)| same_meaning(x, y)),
+                    (None, None) => false,
+                    _ => true,
+                };
+                let s = Suspect { key: s.key.clone(), source: now };
+                if last {
+                    if !moved {
+                        open.push((s, kind));
+                    }
+                } else {
+                    next.push(s);
+                }
+            }
+        }
+        suspects = next;
+    }
+    let mut check = tally.check;
+    open.sort_by(|a, b| key_cmp(&a.0.key, &b.0.key));
+    for (s, kind) in &open {
+        let list = match kind {
+            0 => &mut check.missing,
+            1 => &mut check.extra,
+            _ => &mut check.different,
+        };
+        list.add(&s.key);
+    }
+    for (kind, n) in tally.overflow.iter().enumerate() {
+        let list = match kind {
+            0 => &mut check.missing,
+            1 => &mut check.extra,
+            _ => &mut check.different,
+        };
+        list.count += n;
+        for k in &tally.overflow_keys[kind] {
+            if list.keys.len() < LISTED_KEYS {
+                list.keys.push(k.clone());
+            }
+        }
+    }
+    Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::record::FieldType;
+
+    #[test]
+    fn values_typed_differently_compare_by_meaning() {
+        use Value::*;
+        assert!(same_meaning(&Int(12), &Decimal("12.000".into())));
+        assert!(same_meaning(&Decimal("-0012.50".into()), &Decimal("-12.5".into())));
+        assert!(!same_meaning(&Decimal("12.51".into()), &Decimal("12.5".into())));
+        assert!(same_meaning(&Bool(true), &Int(1)));
+        assert!(!same_meaning(&Bool(true), &Int(2)));
+        assert!(same_meaning(&Json(serde_json::json!({"a": [1, 2]})), &String("{\"a\":[1,2]}".into())));
+        let t = parse_timestamp("2026-01-02T03:04:05.123456Z").unwrap();
+        assert!(same_meaning(&Timestamp(t), &Timestamp(t.to_offset(time::macros::offset!(+2)))));
+        assert!(same_meaning(&Timestamp(t), &String("2026-01-02T03:04:05.123456Z".into())));
+        assert!(same_meaning(&Float(0.1), &Decimal("0.1".into())));
+        assert!(!same_meaning(&Null, &String(std::string::String::new())));
+        assert!(!same_meaning(&String("a".into()), &String("b".into())));
+        assert_eq!(canonical_decimal("-0.000"), Some("0".into()));
+        assert_eq!(canonical_decimal("1e5"), None);
+    }
+
+    #[test]
+    fn keys_order_as_the_databases_do() {
+        use Value::*;
+        assert_eq!(key_cmp(&[Int(2)], &[Int(10)]), Ordering::Less);
+        assert_eq!(key_cmp(&[String("B".into())], &[String("a".into())]), Ordering::Less);
+        assert_eq!(key_cmp(&[Int(1), String("b".into())], &[Int(1), String("a".into())]), Ordering::Greater);
+        // Sides that type a key differently still meet.
+        assert_eq!(key_cmp(&[Int(7)], &[String("7".into())]), Ordering::Equal);
+    }
+
+    #[test]
+    fn a_key_computed_by_the_transform_cannot_be_matched() {
+        let source = vec![
+            Field { primary_key: true, ..Field::new("id", FieldType::Integer) },
+            Field::new("email", FieldType::String),
+        ];
+        let mapping = |transform: serde_json::Value| -> Mapping {
+            serde_json::from_value(serde_json::json!({
+                "source_entity": "users", "sync_mode": "full_refresh_overwrite", "transform": transform
+            }))
+            .unwrap()
+        };
+        let dest = vec![Field::new("user_id", FieldType::Integer), Field::new("email", FieldType::String)];
+        let renamed = mapping(
+            serde_json::json!([{"op": "rename", "from": "id", "to": "user_id"}, {"op": "mask", "field": "email"}]),
+        );
+        let plan = Plan::new(&renamed, &source, &dest).unwrap();
+        assert_eq!(plan.source_key[0].name, "id");
+        assert_eq!(plan.dest_key[0].name, "user_id");
+        assert_eq!(plan.dest_index, vec![Some(0), Some(1)]);
+        let masked = mapping(serde_json::json!([{"op": "mask", "field": "id"}]));
+        let e = Plan::new(&masked, &source, &[Field::new("id", FieldType::String)]).unwrap_err();
+        assert!(e.contains("computed by the transform"), "{e}");
+    }
+
+    fn reader(fields: &[&str], rows: Vec<Vec<Value>>) -> Ordered {
+        let fields = Arc::new(fields.iter().map(|n| Field::new(*n, FieldType::Integer)).collect::<Vec<_>>());
+        Ordered::new(Box::new(Held { fields, rows: Some(rows) }))
+    }
+
+    #[test]
+    fn a_merge_finds_each_kind_of_difference_by_key() {
+        use Value::*;
+        let m: Mapping = serde_json::from_value(serde_json::json!({
+            "source_entity": "t", "sync_mode": "cdc_deduped", "primary_key": "id", "delete_mode": "soft"
+        }))
+        .unwrap();
+        let src_fields = [Field::new("id", FieldType::Integer), Field::new("v", FieldType::Integer)];
+        let dest_fields = [
+            Field::new("id", FieldType::Integer),
+            Field::new("v", FieldType::Integer),
+            Field::new(DELETED_AT, FieldType::Timestamp),
+        ];
+        let plan = Plan::new(&m, &src_fields, &dest_fields).unwrap();
+        let gone = Timestamp(OffsetDateTime::UNIX_EPOCH);
+        let mut source = reader(
+            &["id", "v"],
+            vec![vec![Int(1), Int(1)], vec![Int(2), Int(2)], vec![Int(4), Int(4)], vec![Int(5), Int(5)]],
+        );
+        let mut dest = reader(
+            &["id", "v", DELETED_AT],
+            vec![
+                vec![Int(1), Int(1), Null],
+                vec![Int(2), Int(20), Null],
+                vec![Int(3), Int(3), Null],
+                vec![Int(4), Int(4), gone.clone()],
+                vec![Int(5), Decimal("5.0".into()), Null],
+                vec![Int(6), Int(6), Null],
+            ],
+        );
+        let tally = futures_lite(merge(&plan, &m.transform, &mut source, &mut dest)).unwrap();
+        assert_eq!((tally.check.source_rows, tally.check.destination_rows), (4, 5));
+        let kinds: Vec<(Vec<Value>, bool)> =
+            tally.suspects.iter().map(|s| (s.key.clone(), s.source.is_some())).collect();
+        // 2 differs, 3 and 6 are extra, 4 is missing (soft-deleted there).
+        assert_eq!(
+            kinds,
+            vec![(vec![Int(2)], true), (vec![Int(3)], false), (vec![Int(4)], true), (vec![Int(6)], false)]
+        );
+    }
+
+    /// Runs a future that never waits on anything outside it.
+    fn futures_lite<F: std::future::Future>(f: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+}

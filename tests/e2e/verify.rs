@@ -1,0 +1,230 @@
+//! Verified syncs end to end: a PostgreSQL source synced into PostgreSQL,
+//! MariaDB, SQLite and file destinations verifies clean on each (a masked
+//! column compared masked, types that differ compared by value); a
+//! destination corrupted three ways (a row deleted, a value changed, a
+//! stray key inserted) is found by key; the request's rules and roles.
+
+use serde_json::{Value, json};
+use sluice_tests::run_flow as run;
+use sluice_tests::{Auth, Backend, TestApp, check, on_both_backends, pg_exec, spawn_app};
+use sqlx::Connection;
+use std::time::{Duration, Instant};
+
+on_both_backends!(clean_syncs_verify_clean_and_corruption_is_found_by_key, verification_requests_are_checked);
+
+/// Starts a verification and waits for its end.
+async fn verify(app: &TestApp, auth: &Auth, org: &str, flow: &str, body: Value) -> Value {
+    let v = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/verify"), auth, body).await, 202);
+    assert_eq!(v.body["status"], "queued", "{}", v.body);
+    let id = v.id();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = check!(app.get(&format!("/v1/organizations/{org}/verifications/{id}"), auth).await, 200);
+        if !["queued", "running"].contains(&r.body["status"].as_str().unwrap()) {
+            return r.body;
+        }
+        assert!(Instant::now() < deadline, "verification {id} unfinished after 90 s: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn clean_syncs_verify_clean_and_corruption_is_found_by_key(app: TestApp) {
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    pg_exec(format!(
+        "CREATE TABLE {s}.people (id bigint PRIMARY KEY, name text NOT NULL, email text, score numeric(10,2),
+           meta jsonb, born date, active boolean, updated timestamptz NOT NULL);
+         INSERT INTO {s}.people SELECT i, 'person ' || i, 'p' || i || '@example.com', i * 1.25,
+           jsonb_build_object('tags', jsonb_build_array('a', i)), DATE '2000-01-01' + i, i % 2 = 0,
+           TIMESTAMPTZ '2026-01-01T00:00:00Z' + i * INTERVAL '1 minute' FROM generate_series(1, 60) i;"
+    ))
+    .await;
+    let Some(mut my) = sluice_tests::mariadb().await else { return };
+    let mydb = format!("verify_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let pg = |schema: &str, cap: &str| {
+        json!({"type": "postgres", "capability": cap,
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+    };
+    let mut body = pg(s, "source");
+    body["name"] = json!("crm");
+    let source = check!(app.post(&conns, &ann, body).await, 201).id();
+    let dests = [
+        ("postgres", pg(&dst.name, "both")),
+        (
+            "mysql",
+            json!({"type": "mysql", "capability": "both", "config": {"host": "127.0.0.1", "database": mydb, "user": "root"}}),
+        ),
+        ("sqlite", json!({"type": "sqlite", "capability": "both", "config": {"path": "warehouse.db"}})),
+        ("file", json!({"type": "file", "capability": "both", "config": {"path": "lake", "format": "jsonl"}})),
+    ];
+    let mut flows = Vec::new();
+    for (name, mut body) in dests {
+        body["name"] = json!(format!("wh-{name}"));
+        let conn = check!(app.post(&conns, &ann, body).await, 201).id();
+        let flow = check!(
+            app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+                "name": format!("people-to-{name}"), "source_connection_id": source, "destination_connection_id": conn,
+                "config": {"mappings": [{"source_entity": "people", "sync_mode": "incremental_deduped", "cursor_field": "updated",
+                    "primary_key": "id", "transform": [{"op": "mask", "field": "email"}]}]}
+            })).await,
+            201
+        );
+        flows.push((name, flow.id()));
+    }
+    for (name, flow) in &flows {
+        let r = run(&app, &ann, &org, flow).await;
+        assert_eq!(r["status"], "succeeded", "{name}: {r}");
+        let v = verify(&app, &ann, &org, flow, json!({})).await;
+        assert_eq!(v["status"], "matched", "{name}: {v}");
+        let e = &v["entities"][0];
+        assert_eq!(e["entity"], "people", "{name}: {v}");
+        assert_eq!((e["source_rows"].as_u64(), e["destination_rows"].as_u64()), (Some(60), Some(60)), "{name}: {v}");
+        for kind in ["missing", "extra", "different"] {
+            assert_eq!(e[kind], json!({"count": 0, "keys": []}), "{name}: {v}");
+        }
+    }
+
+    // Each database destination corrupted three ways.
+    let d = &dst.name;
+    pg_exec(format!(
+        "DELETE FROM {d}.people WHERE id = 3; UPDATE {d}.people SET score = 99 WHERE id = 5;
+         INSERT INTO {d}.people SELECT 999, name, email, score, meta, born, active, updated FROM {d}.people WHERE id = 1;"
+    ))
+    .await;
+    for sql in [
+        "DELETE FROM people WHERE id = 3",
+        "UPDATE people SET score = 99 WHERE id = 5",
+        "INSERT INTO people SELECT 999, name, email, score, meta, born, active, updated FROM people WHERE id = 1",
+    ] {
+        let sql = sql.replace("people", &format!("{mydb}.people"));
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut my).await.unwrap();
+    }
+    let lite = app.org_files(&org).join("warehouse.db");
+    let mut lite =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", lite.display())).await.expect("the SQLite destination");
+    for sql in [
+        "DELETE FROM people WHERE id = 3",
+        "UPDATE people SET score = 99 WHERE id = 5",
+        "INSERT INTO people SELECT 999, name, email, score, meta, born, active, updated FROM people WHERE id = 1",
+    ] {
+        sqlx::query(sql).execute(&mut lite).await.unwrap();
+    }
+    drop(lite);
+    for (name, flow) in flows.iter().filter(|(n, _)| *n != "file") {
+        let v = verify(&app, &ann, &org, flow, json!({"entities": ["people"]})).await;
+        assert_eq!(v["status"], "mismatched", "{name}: {v}");
+        let e = &v["entities"][0];
+        assert_eq!((e["source_rows"].as_u64(), e["destination_rows"].as_u64()), (Some(60), Some(60)), "{name}: {v}");
+        assert_eq!(e["missing"], json!({"count": 1, "keys": [3]}), "{name}: {v}");
+        assert_eq!(e["extra"], json!({"count": 1, "keys": [999]}), "{name}: {v}");
+        assert_eq!(e["different"], json!({"count": 1, "keys": [5]}), "{name}: {v}");
+        // Listed with the flow's others, newest first.
+        let list = check!(app.get(&format!("/v1/organizations/{org}/flows/{flow}/verifications"), &ann).await, 200);
+        let list = list.body["data"].as_array().unwrap().clone();
+        assert_eq!(list.len(), 2, "{name}");
+        assert_eq!((list[0]["id"].clone(), list[1]["status"].clone()), (v["id"].clone(), json!("matched")), "{name}");
+    }
+    // The mismatch is an activity event rules can deliver.
+    let events = check!(app.get(&format!("/v1/organizations/{org}/activity"), &ann).await, 200);
+    let n = events.body["data"].as_array().unwrap().iter().filter(|e| e["type"] == "verify.mismatch").count();
+    assert_eq!(n, 3, "{}", events.body);
+}
+
+async fn verification_requests_are_checked(app: TestApp) {
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let file = app.org_files(&org).join("a.db");
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    sqlx::query("CREATE TABLE events (id INTEGER PRIMARY KEY)").execute(&mut c).await.unwrap();
+    sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)").execute(&mut c).await.unwrap();
+    let a = check!(app.post(&conns, &ann, lite("a", "a.db")).await, 201).id();
+    let b = check!(app.post(&conns, &ann, lite("b", "b.db")).await, 201).id();
+    let flow = check!(
+        app.post(
+            &format!("/v1/organizations/{org}/flows"),
+            &ann,
+            json!({
+                "name": "log", "source_connection_id": a, "destination_connection_id": b,
+                "config": {"mappings": [
+                    {"source_entity": "events", "sync_mode": "incremental_append", "cursor_field": "id"},
+                    {"source_entity": "users", "sync_mode": "full_refresh_overwrite"}
+                ]}
+            })
+        )
+        .await,
+        201
+    )
+    .id();
+    let url = format!("/v1/organizations/{org}/flows/{flow}/verify");
+    let r = check!(app.post(&url, &ann, json!({"entities": ["events", "nope"]})).await, 422);
+    let details = r.body["details"].to_string();
+    assert!(details.contains("entities[0]") && details.contains("appends rows"), "{}", r.body);
+    assert!(details.contains("entities[1]") && details.contains("does not sync 'nope'"), "{}", r.body);
+    check!(app.post(&url, &ann, json!({"entities": "users"})).await, 422);
+    check!(app.post(&url, &ann, json!({"unknown": true})).await, 422);
+    // A Viewer reads verifications but starts none; another organization
+    // sees nothing.
+    let k = check!(
+        app.post(&format!("/v1/organizations/{org}/api-keys"), &ann, json!({"name": "v", "roles": ["Viewer"]})).await,
+        201
+    );
+    let viewer = Auth::Key(k.body["key"].as_str().unwrap().to_string());
+    check!(app.post(&url, &viewer, json!({})).await, 403);
+    // Every entity the flow mirrors by key; before a first run there is
+    // nothing to compare with.
+    let v = verify(&app, &ann, &org, &flow, json!({})).await;
+    assert_eq!(v["requested"], json!(["users"]), "{v}");
+    assert_eq!(
+        (v["status"].as_str(), v["error"].as_str()),
+        (Some("failed"), Some("the destination holds nothing yet: run the flow first")),
+        "{v}"
+    );
+    assert_eq!(sluice_tests::run_flow(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let v = verify(&app, &ann, &org, &flow, json!({})).await;
+    assert_eq!(v["status"], "matched", "{v}");
+    assert_eq!(v["entities"][0]["source_rows"], 0, "{v}");
+    // A flow that verifies after each successful run.
+    let config = |verify: &str, users: &str| {
+        json!({"config": {"verify": verify, "mappings": [
+            {"source_entity": "events", "sync_mode": "incremental_append", "cursor_field": "id"},
+            {"source_entity": "users", "sync_mode": users}
+        ]}})
+    };
+    let flow_url = format!("/v1/organizations/{org}/flows/{flow}");
+    let r = check!(app.patch(&flow_url, &ann, config("after_run", "full_refresh_append")).await, 422);
+    assert_eq!(r.body["details"]["errors"][0]["field"], "config.verify", "{}", r.body);
+    check!(app.patch(&flow_url, &ann, config("after_run", "full_refresh_overwrite")).await, 200);
+    assert_eq!(sluice_tests::run_flow(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let list = format!("/v1/organizations/{org}/flows/{flow}/verifications");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let l = check!(app.get(&list, &ann).await, 200);
+        let newest = l.body["data"][0].clone();
+        if l.body["data"].as_array().unwrap().len() == 3 && newest["status"] == "matched" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no verification after the run: {}", l.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A source table gone fails the verification, naming it.
+    sqlx::query("DROP TABLE users").execute(&mut c).await.unwrap();
+    drop(c);
+    let v = verify(&app, &ann, &org, &flow, json!({})).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("users: "), "{v}");
+    assert_eq!(check!(app.get(&list, &viewer).await, 200).body["data"].as_array().unwrap().len(), 4);
+    let bob = app.token("bob@example.com");
+    let other = check!(app.post("/v1/organizations", &bob, json!({"name": "Other"})).await, 201).id();
+    let one = format!("/v1/organizations/{other}/verifications/{}", v["id"].as_str().unwrap());
+    check!(app.get(&one, &bob).await, 404);
+    check!(app.get(&format!("/v1/organizations/{other}/flows/{flow}/verifications"), &bob).await, 404);
+    check!(app.post(&format!("/v1/organizations/{other}/flows/{flow}/verify"), &bob, json!({})).await, 404);
+}
