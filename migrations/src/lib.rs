@@ -16,6 +16,7 @@ mod m20261123_000001_instance;
 mod m20261123_000002_billing;
 mod m20261123_000003_notifications;
 mod m20261128_000001_verifications;
+mod m20261128_000002_verification_repairs;
 
 pub struct Migrator;
 
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000002_billing::Migration),
             Box::new(m20261123_000003_notifications::Migration),
             Box::new(m20261128_000001_verifications::Migration),
+            Box::new(m20261128_000002_verification_repairs::Migration),
         ]
     }
 }

@@ -130,10 +130,46 @@ async fn clean_syncs_verify_clean_and_corruption_is_found_by_key(app: TestApp) {
         assert_eq!(list.len(), 2, "{name}");
         assert_eq!((list[0]["id"].clone(), list[1]["status"].clone()), (v["id"].clone(), json!("matched")), "{name}");
     }
+    // Repaired: one run syncs exactly the differing keys again, then a
+    // new verification finds each destination equal to its source.
+    for (name, flow) in flows.iter().filter(|(n, _)| *n != "file") {
+        let v = verify(&app, &ann, &org, flow, json!({"repair": true})).await;
+        assert_eq!((v["status"].as_str(), v["repair"].as_bool()), (Some("mismatched"), Some(true)), "{name}: {v}");
+        let run_id = v["repair_run_id"].as_str().unwrap_or_else(|| panic!("{name}: no repair run: {v}")).to_string();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let run = loop {
+            let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{run_id}"), &ann).await, 200).body;
+            if r["finished_at"].is_string() {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "{name}: repair run unfinished: {r}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(run["status"], "succeeded", "{name}: {run}");
+        assert_eq!(run["entities"][0]["rows_written"], 3, "{name}: two rows written again, one removed: {run}");
+        let list = format!("/v1/organizations/{org}/flows/{flow}/verifications");
+        let after = loop {
+            let l = check!(app.get(&list, &ann).await, 200).body;
+            let newest = l["data"][0].clone();
+            if newest["id"] != v["id"]
+                && ["matched", "mismatched", "failed"].contains(&newest["status"].as_str().unwrap())
+            {
+                break newest;
+            }
+            assert!(Instant::now() < deadline, "{name}: no verification after the repair: {l}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(after["status"], "matched", "{name}: {after}");
+        assert_eq!(after["requested"], json!(["people"]), "{name}: {after}");
+    }
+    let audit = check!(app.get(&format!("/v1/organizations/{org}/audit-logs?action=run.triggered"), &ann).await, 200);
+    let repairs =
+        audit.body["data"].as_array().unwrap().iter().filter(|a| a["details"]["repair_of"].is_string()).count();
+    assert_eq!(repairs, 3, "{}", audit.body);
     // The mismatch is an activity event rules can deliver.
     let events = check!(app.get(&format!("/v1/organizations/{org}/activity"), &ann).await, 200);
     let n = events.body["data"].as_array().unwrap().iter().filter(|e| e["type"] == "verify.mismatch").count();
-    assert_eq!(n, 3, "{}", events.body);
+    assert_eq!(n, 6, "three corruptions found, then found again by the repairs: {}", events.body);
 }
 
 async fn verification_requests_are_checked(app: TestApp) {

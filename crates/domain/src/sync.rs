@@ -12,6 +12,7 @@ pub mod mode;
 pub mod orchestrate;
 pub mod ports;
 pub mod queue;
+pub mod repair;
 pub mod run;
 pub mod service;
 pub mod transform;

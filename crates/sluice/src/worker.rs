@@ -225,13 +225,31 @@ pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Re
                         }
                     })
                 };
+                // In a task of its own: a panic ends this verification
+                // (failed), not the loop, nor every worker that claims it next.
+                let claimed = v.clone();
+                let mut execution = {
+                    let (sluice, id, pause) = (sluice.clone(), id.clone(), pause.clone());
+                    tokio::spawn(async move { sluice.sync.execute_verification(v, &id, pause).await })
+                };
                 tokio::select! {
-                    done = sluice.sync.execute_verification(v, &id, pause.clone()) => match done {
-                        Ok(v) => tracing::info!(worker = %id, verification = %vid, status = v.status.as_str(), "verification finished"),
-                        Err(e) => tracing::error!(worker = %id, verification = %vid, error = %e, "storing a verification failed"),
+                    done = &mut execution => match done {
+                        Ok(Ok(v)) => tracing::info!(worker = %id, verification = %vid, status = v.status.as_str(), "verification finished"),
+                        Ok(Err(e)) => tracing::error!(worker = %id, verification = %vid, error = %e, "storing a verification failed"),
+                        Err(e) => {
+                            tracing::error!(worker = %id, verification = %vid, error = %e, "a verification stopped on an internal error");
+                            let why = "the verification stopped on an internal error (the service's log has it)";
+                            if let Err(e) = sluice.sync.fail_verification(claimed, &id, why).await {
+                                tracing::error!(verification = %vid, error = %e, "storing a failed verification failed");
+                            }
+                        }
                     },
-                    Ok(()) = lost => tracing::warn!(worker = %id, verification = %vid, "the verification is no longer this worker's"),
+                    Ok(()) = lost => {
+                        execution.abort();
+                        tracing::warn!(worker = %id, verification = %vid, "the verification is no longer this worker's");
+                    }
                     changed = stop.changed() => {
+                        execution.abort();
                         beat.abort();
                         if changed.is_err() {
                             return;

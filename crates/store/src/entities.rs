@@ -307,6 +307,7 @@ table! {
     finished_at: Option<TimeDateTimeWithTimeZone>,
     claimed_by: Option<String>,
     claimed_until: Option<TimeDateTimeWithTimeZone>,
+    repair_run_id: Option<Uuid>,
 }
 
 table! {

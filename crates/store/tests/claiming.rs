@@ -359,6 +359,7 @@ async fn verifications_are_held_by_one_worker_at_a_time(store: &Store) {
         finished_at: None,
         claimed_by: None,
         claimed_until: None,
+        repair_run_id: None,
     };
     let audit = AuditEntry::new(Some(org), Actor::system(), "verification.started", "verification", v.id, now);
     store.create_verification(&v, &audit).await.unwrap();

@@ -445,4 +445,16 @@ impl VerificationRepository for InMemoryFlows {
             })
             .is_some())
     }
+
+    async fn queue_repair(&self, v: &Verification, run: &Run, worker: &str) -> Result<bool> {
+        if !self.save_verification(v, worker).await? {
+            return Ok(false);
+        }
+        self.s().runs.push(run.clone());
+        Ok(true)
+    }
+
+    async fn repaired_by(&self, run: RunId) -> Result<Option<Verification>> {
+        Ok(self.s().verifications.iter().find(|v| v.repair_run_id == Some(run)).cloned())
+    }
 }

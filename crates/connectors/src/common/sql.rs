@@ -95,7 +95,9 @@ pub fn key_range_sql(
 /// columns by `plain`, so that an index serves the lookup), ordered by
 /// `ordered`. `value` writes one value (a placeholder it binds, or a
 /// literal). `values_list`: the list of keys is a `VALUES` list (SQLite
-/// takes row values from no other).
+/// takes row values from no other). `nulls_first`: the engine sorts nulls
+/// last unless told (PostgreSQL).
+#[allow(clippy::too_many_arguments)] // the engines differ in each
 pub fn keyed_select_sql(
     read: &KeyedRead,
     cols: &[String],
@@ -104,6 +106,7 @@ pub fn keyed_select_sql(
     plain: impl Fn(&Field) -> String,
     mut value: impl FnMut(&Field, &Value) -> String,
     values_list: bool,
+    nulls_first: bool,
 ) -> String {
     let fields = &read.range.fields;
     let condition = match &read.only {
@@ -119,7 +122,8 @@ pub fn keyed_select_sql(
         }
         None => key_range_sql(&read.range, &ordered, &mut value),
     };
-    let order: Vec<String> = fields.iter().map(&ordered).collect();
+    let last = if nulls_first { " NULLS FIRST" } else { "" };
+    let order: Vec<String> = fields.iter().map(|f| format!("{}{last}", ordered(f))).collect();
     format!(
         "SELECT {} FROM {table}{} ORDER BY {}",
         cols.join(", "),

@@ -109,7 +109,11 @@ impl Source for MySqlConnector {
     async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let schema = self.table(&read.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
-        let bytes = |f: &Field, e: String| if f.field_type == FieldType::String { format!("BINARY {e}") } else { e };
+        // Text by the bytes of its UTF-8 (code point order), whatever the
+        // column's character set.
+        let bytes = |f: &Field, e: String| {
+            if f.field_type == FieldType::String { format!("BINARY CONVERT({e} USING utf8mb4)") } else { e }
+        };
         let mut values = Vec::new();
         let sql = keyed_select_sql(
             read,
@@ -121,6 +125,7 @@ impl Source for MySqlConnector {
                 values.push(v.clone());
                 "?".into()
             },
+            false,
             false,
         );
         let fields = Arc::new(schema.fields);

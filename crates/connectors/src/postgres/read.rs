@@ -222,10 +222,20 @@ impl Source for PgConnector {
             read,
             &cols,
             &self.qualified(&schema.name),
-            |f| super::cdc::bytewise(f, &quote_dq(&f.name)),
+            // Text by its bytes, as it reads (enums, domains and the like
+            // included): what every side and the merge compare.
+            |f| {
+                let native = crate::common::native_for(f, super::ENGINE).unwrap_or("text");
+                if f.field_type == FieldType::String && !native.starts_with("uuid") {
+                    format!("({}::text) COLLATE \"C\"", quote_dq(&f.name))
+                } else {
+                    quote_dq(&f.name)
+                }
+            },
             |f| quote_dq(&f.name),
             super::cdc::literal_of,
             false,
+            true,
         );
         let sql = format!("COPY ({sql}) TO STDOUT (FORMAT binary)");
         let decoding = Decoding::new(&schema.fields, read.batch_size.max(1), &self.host, &self.database);

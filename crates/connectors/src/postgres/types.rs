@@ -225,7 +225,8 @@ impl std::io::Write for Quoted<'_> {
 /// a tag the text does not hold.
 pub(super) fn dollar_quoted(text: &str) -> String {
     let mut tag = String::from("s");
-    while text.contains(&format!("${tag}$")) {
+    // Text ending in `$s` would close `$s$` early, one character in.
+    while text.contains(&format!("${tag}$")) || text.ends_with(&format!("${tag}")) {
         tag.push('s');
     }
     format!("${tag}${text}${tag}$")
@@ -234,6 +235,14 @@ pub(super) fn dollar_quoted(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollar_quotes_hold_any_text() {
+        assert_eq!(dollar_quoted("ab"), "$s$ab$s$");
+        assert_eq!(dollar_quoted("a$s$b"), "$ss$a$s$b$ss$");
+        assert_eq!(dollar_quoted("ab$s"), "$ss$ab$s$ss$");
+        assert_eq!(dollar_quoted("ab$ss"), "$s$ab$ss$s$");
+    }
 
     #[test]
     fn csv_rows_quote_text_and_leave_null_empty() {

@@ -134,19 +134,25 @@ impl Source for SqliteConnector {
             .entity_schema(&read.entity)
             .await?
             .ok_or_else(|| ConnectorError::EntityNotFound(read.entity.clone()))?;
+        // Decimals and floats are kept as text or reals whose order is not
+        // the numbers' in every column: read whole and ordered by the caller.
+        if read.range.fields.iter().any(|f| matches!(f.field_type, FieldType::Decimal | FieldType::Number)) {
+            return Ok(None);
+        }
         let cols: Vec<String> = schema.fields.iter().map(|f| quote_dq(&f.name)).collect();
         let mut bound = Vec::new();
         let sql = keyed_select_sql(
             read,
             &cols,
             &quote_dq(&schema.name),
-            |f| quote_dq(&f.name),
+            |f| format!("{} COLLATE BINARY", quote_dq(&f.name)),
             |f| quote_dq(&f.name),
             |_, v| {
                 bound.push(v.clone());
                 "?".into()
             },
             true,
+            false,
         );
         Ok(Some(self.rows(sql, bound, Arc::new(schema.fields), read.batch_size.max(1))))
     }

@@ -800,7 +800,12 @@ impl SyncService {
         let fresh = start.snapshot.is_some();
         let mut now: Option<String> = None;
         for e in entities.iter_mut().filter(|e| e.copy) {
-            if (fresh && bulk_copies(e.m, scope.dest.as_ref())) || e.chunk_key().is_none() {
+            // A new stream's change log copies in the stream's own snapshot:
+            // copied in chunks, each read later, it would also hold as
+            // inserts the rows of the changes it logs from the stream's
+            // start to each chunk.
+            let in_snapshot = bulk_copies(e.m, scope.dest.as_ref()) || e.m.sync_mode == SyncMode::CdcAppend;
+            if (fresh && in_snapshot) || e.chunk_key().is_none() {
                 continue;
             }
             let from = match (fresh, &now) {

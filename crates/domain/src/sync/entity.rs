@@ -70,7 +70,7 @@ impl Read {
 /// The destination's schema: the transformed fields, keyed as the mapping
 /// says; appending adds copies of the same records, so an append holds no
 /// unique key (the source's or the mapping's).
-fn destination_schema(
+pub(super) fn destination_schema(
     m: &Mapping,
     source_fields: &[crate::connect::connector::Field],
 ) -> Result<EntitySchema, Failure> {

@@ -100,7 +100,11 @@ impl SyncService {
                 created_at: now,
             })
             .await?;
-        self.verify_after(run).await?;
+        // A verification that cannot be queued does not hold back the
+        // flows downstream.
+        if let Err(e) = self.verify_after(run).await {
+            tracing::error!(run = %run.id, error = %e, "queueing the verification after a run failed");
+        }
         self.orchestrate(run).await
     }
 

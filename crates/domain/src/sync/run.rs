@@ -114,11 +114,11 @@ pub(super) enum EntityOutcome {
 /// (an unreachable server, a timeout, a hiccup of the metadata store).
 #[derive(Debug)]
 pub(super) struct Failure {
-    message: String,
+    pub(super) message: String,
     transient: bool,
     /// The run was taken over (its attempt no longer holds it): stop
     /// without writing anything more.
-    lost: bool,
+    pub(super) lost: bool,
 }
 
 impl Failure {
@@ -343,6 +343,9 @@ impl SyncService {
 
     async fn execute_entities(&self, run: &mut Run, transient: &mut Vec<String>) -> Result<EntityOutcome, Failure> {
         let flow = self.flows.get(run.org_id, run.flow_id).await?.ok_or("the flow was deleted")?;
+        if let Some(v) = self.verifications.repaired_by(run.id).await? {
+            return self.repair(run, &flow, &v).await;
+        }
         let source = self.connect.open_source(flow.org_id, flow.source_connection_id).await?;
         let changes = match flow.captures() {
             true => Some(self.connect.open_change_source(flow.org_id, flow.source_connection_id).await?.io),
@@ -412,7 +415,7 @@ impl SyncService {
     /// A take-over ends the destination sessions earlier attempts of the
     /// run hold: a frozen worker's open transaction would hold its locks
     /// for as long as it stays frozen.
-    async fn end_earlier_sessions(&self, run: &Run, dest: &Arc<dyn Destination>) {
+    pub(super) async fn end_earlier_sessions(&self, run: &Run, dest: &Arc<dyn Destination>) {
         match dest.end_earlier_attempts(&super::queue::attempt_of(run)).await {
             Ok(0) => {}
             Ok(n) => {

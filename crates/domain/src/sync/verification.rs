@@ -44,11 +44,11 @@ impl SyncService {
         self.identity.access(p, org, Permission::Write).await?;
         let f = self.flows.get(org, flow).await?.ok_or(Error::not_found("flow"))?;
         let requested = verified_entities(&f, &entities).map_err(Error::Validation)?;
-        if repair {
+        if repair && f.config.continuous {
             return Err(Error::Validation(vec![FieldError::new(
                 "repair",
-                "repairing a verification's differences is not available yet; verify, then run the flow \
-                 (or reset the entity's state for a re-snapshot)",
+                "a continuous flow's run never ends, so no repair run can follow it: re-snapshot a differing \
+                 table instead (DELETE …/state/{entity})",
             )]));
         }
         self.queue_verification(&f, requested, repair, p.actor()).await
@@ -77,6 +77,7 @@ impl SyncService {
             finished_at: None,
             claimed_by: None,
             claimed_until: None,
+            repair_run_id: None,
         };
         let audit = AuditEntry::new(Some(f.org_id), actor, "verification.started", "verification", v.id, v.queued_at)
             .with_details(json!({"flow_id": f.id, "entities": v.requested, "repair": repair}));
@@ -86,11 +87,19 @@ impl SyncService {
 
     /// A successful run of a flow that verifies after each run queues its
     /// verification.
+    /// A repair run's end queues the verification of what it repaired.
     pub(crate) async fn verify_after(&self, run: &super::flow::Run) -> Result<()> {
         if run.status != super::flow::RunStatus::Succeeded {
             return Ok(());
         }
         let Some(f) = self.flows.get(run.org_id, run.flow_id).await? else { return Ok(()) };
+        if let Some(repaired) = self.verifications.repaired_by(run.id).await? {
+            let mut entities: Vec<String> =
+                repaired.entities.iter().filter(|e| !e.matched()).map(|e| e.entity.clone()).collect();
+            entities.dedup();
+            self.queue_verification(&f, entities, false, crate::shared::audit::Actor::system()).await?;
+            return Ok(());
+        }
         if f.config.verify != Some(super::flow::VerifyWhen::AfterRun) || f.config.continuous {
             return Ok(());
         }
@@ -145,7 +154,26 @@ impl SyncService {
             }
         }
         v.finished_at = Some(self.clock.now());
-        if !self.verifications.save_verification(&v, worker).await? {
+        let stored = match self.repair_run(&mut v).await? {
+            Some(run) => {
+                let queued = self.verifications.queue_repair(&v, &run, worker).await?;
+                if queued {
+                    let audit = AuditEntry::new(
+                        Some(v.org_id),
+                        crate::shared::audit::Actor::system(),
+                        "run.triggered",
+                        "run",
+                        run.id,
+                        run.queued_at,
+                    )
+                    .with_details(json!({"flow_id": v.flow_id, "trigger": run.trigger.as_str(), "repair_of": v.id}));
+                    self.audit.append(&audit).await?;
+                }
+                queued
+            }
+            None => self.verifications.save_verification(&v, worker).await?,
+        };
+        if !stored {
             return Ok(v);
         }
         if v.status == VerificationStatus::Mismatched {
@@ -179,6 +207,42 @@ impl SyncService {
         Ok(v)
     }
 
+    /// The run that repairs what `v` found, when it asked for a repair and
+    /// found differences: `None` otherwise, or (saying why in its error)
+    /// when more keys differ than were read again.
+    async fn repair_run(&self, v: &mut Verification) -> Result<Option<super::flow::Run>> {
+        if !v.repair || v.status != VerificationStatus::Mismatched {
+            return Ok(None);
+        }
+        let many: Vec<String> = v
+            .entities
+            .iter()
+            .filter(|e| e.unlisted > 0)
+            .map(|e| format!("{} ({} keys)", e.entity, e.missing.count + e.extra.count + e.different.count))
+            .collect();
+        if !many.is_empty() {
+            v.error = Some(format!(
+                "nothing repaired: more than {RECHECKED_KEYS} keys differ in {}; reset the entity's state for a \
+                 full re-sync instead",
+                many.join(", ")
+            ));
+            return Ok(None);
+        }
+        let Some(f) = self.flows.get(v.org_id, v.flow_id).await? else { return Ok(None) };
+        let run = super::queue::new_run(&f, super::flow::Trigger::Api, uuid::Uuid::now_v7(), self.clock.now());
+        v.repair_run_id = Some(run.id);
+        Ok(Some(run))
+    }
+
+    /// Ends a verification its execution could not finish (it stopped on
+    /// an internal error), while `worker` holds it.
+    pub async fn fail_verification(&self, mut v: Verification, worker: &str, error: &str) -> Result<bool> {
+        v.status = VerificationStatus::Failed;
+        v.error = Some(error.to_string());
+        v.finished_at = Some(self.clock.now());
+        self.verifications.save_verification(&v, worker).await
+    }
+
     async fn verify_flow(&self, v: &mut Verification, pause: &Pause) -> std::result::Result<(), String> {
         let flow = self
             .flows
@@ -203,14 +267,18 @@ impl SyncService {
         };
         let names = verified_entities(&flow, &v.requested)
             .map_err(|e| e.into_iter().map(|f| f.message).collect::<Vec<_>>().join("; "))?;
-        for name in names {
-            let Some(m) = flow.config.mappings.iter().find(|m| m.source_entity == name) else { continue };
+        let mappings = flow.config.mappings.iter().filter(|m| verifiable(m) && names.contains(&m.source_entity));
+        for m in mappings {
             let started = std::time::Instant::now();
             let mut check = verify_entity(m, source.as_ref(), dest.as_ref(), pause)
                 .await
                 .map_err(|e| format!("{}: {e}", m.source_entity))?;
             check.entity = m.source_entity.clone();
+            check.destination = m.destination().to_string();
             check.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            if !v.repair {
+                check.repair_keys.clear();
+            }
             v.entities.push(check);
         }
         Ok(())

@@ -103,6 +103,10 @@ pub fn key_json(key: &[Value]) -> serde_json::Value {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EntityCheck {
     pub entity: String,
+    /// The destination entity compared (a source entity may be mapped to
+    /// several).
+    #[serde(default)]
+    pub destination: String,
     pub source_rows: u64,
     pub destination_rows: u64,
     pub missing: KeyList,
@@ -111,6 +115,22 @@ pub struct EntityCheck {
     /// How long it took, in milliseconds.
     #[serde(default)]
     pub duration_ms: u64,
+    /// Keys the scan found differing, read again at the end (those no
+    /// longer differing, or changing at the source, are not reported).
+    #[serde(default)]
+    pub rechecked: u64,
+    /// Every key found differing (as the destination holds keys), for a
+    /// repair; kept with the verification, never shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repair_keys: Vec<serde_json::Value>,
+    /// Differences past the [`RECHECKED_KEYS`] read again: counted, not
+    /// among `repair_keys`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unlisted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl EntityCheck {
@@ -138,6 +158,8 @@ pub struct Verification {
     /// The worker holding it while it runs, and until when.
     pub claimed_by: Option<String>,
     pub claimed_until: Option<OffsetDateTime>,
+    /// The run that re-syncs the keys it found differing (`repair`).
+    pub repair_run_id: Option<crate::shared::ids::RunId>,
 }
 
 /// Whether a mapping's destination mirrors its source by key, so that a
@@ -185,6 +207,43 @@ pub fn origins(steps: &[Step], input: &[Field]) -> Vec<(String, Option<String>)>
 pub fn key_cmp(a: &[Value], b: &[Value]) -> Ordering {
     for (x, y) in a.iter().zip(b) {
         let o = compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y)));
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// A total order of keys for sorting one side's rows in memory: values
+/// as [`key_cmp`] orders them where both are of one kind (numbers with
+/// numbers), else by kind, so that a column of mixed kinds still sorts.
+pub fn key_order(a: &[Value], b: &[Value]) -> Ordering {
+    fn rank(v: &Value) -> u8 {
+        match v {
+            Value::Null => 0,
+            Value::Bool(_) => 1,
+            Value::Int(_) | Value::Float(_) | Value::Decimal(_) => 2,
+            Value::Timestamp(_) | Value::Date(_) => 3,
+            Value::String(_) => 4,
+            Value::Bytes(_) => 5,
+            Value::Json(_) => 6,
+        }
+    }
+    fn number(v: &Value) -> f64 {
+        match v {
+            Value::Int(n) => *n as f64,
+            Value::Float(f) => *f,
+            Value::Decimal(d) => d.trim().parse().unwrap_or(f64::NAN),
+            _ => f64::NAN,
+        }
+    }
+    for (x, y) in a.iter().zip(b) {
+        let o = match (x, y) {
+            (Value::Int(p), Value::Int(q)) => p.cmp(q),
+            _ if rank(x) != rank(y) => rank(x).cmp(&rank(y)),
+            _ if rank(x) == 2 => number(x).total_cmp(&number(y)),
+            _ => compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y))),
+        };
         if o != Ordering::Equal {
             return o;
         }
@@ -346,17 +405,26 @@ impl Plan {
             out_key
                 .push(names.iter().position(|n| n == k).ok_or_else(|| format!("no field '{k}' after the transform"))?);
         }
-        let dest_index = names.iter().map(|n| dest.iter().position(|f| &f.name == n)).collect();
+        let dest_index: Vec<Option<usize>> = names.iter().map(|n| dest.iter().position(|f| &f.name == n)).collect();
+        let absent: Vec<&str> =
+            names.iter().zip(&dest_index).filter(|(_, d)| d.is_none()).map(|(n, _)| n.as_str()).collect();
+        if !absent.is_empty() {
+            return Err(format!(
+                "the destination of '{}' has no column {} yet: run the flow first",
+                m.source_entity,
+                absent.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+            ));
+        }
         let deleted_at = dest.iter().position(|f| f.name == DELETED_AT);
         Ok(Plan { source_key, dest_key, fields: names, dest_index, out_key, dest_key_idx, deleted_at })
     }
 
-    fn out_key(&self, row: &[Value]) -> Vec<Value> {
-        self.out_key.iter().map(|i| row[*i].clone()).collect()
+    pub(crate) fn out_key(&self, row: &[Value]) -> Vec<Value> {
+        self.out_key.iter().map(|i| row.get(*i).cloned().unwrap_or(Value::Null)).collect()
     }
 
     fn dest_key(&self, row: &[Value]) -> Vec<Value> {
-        self.dest_key_idx.iter().map(|i| row[*i].clone()).collect()
+        self.dest_key_idx.iter().map(|i| row.get(*i).cloned().unwrap_or(Value::Null)).collect()
     }
 
     fn live(&self, row: &[Value]) -> bool {
@@ -365,9 +433,9 @@ impl Plan {
 
     /// Whether a destination row holds what an output row says.
     pub fn same_row(&self, out: &[Value], dest: &[Value]) -> bool {
-        self.dest_index.iter().enumerate().all(|(i, d)| match d {
-            Some(d) => same_meaning(&out[i], &dest[*d]),
-            None => false,
+        self.dest_index.iter().enumerate().all(|(i, d)| match (out.get(i), d.and_then(|d| dest.get(d))) {
+            (Some(a), Some(b)) => same_meaning(a, b),
+            _ => false,
         })
     }
 }
@@ -431,6 +499,29 @@ impl Ordered {
     }
 }
 
+/// A key sorted by [`key_order`].
+struct SortKey(Vec<Value>);
+
+impl PartialEq for SortKey {
+    fn eq(&self, other: &Self) -> bool {
+        key_order(&self.0, &other.0) == Ordering::Equal
+    }
+}
+
+impl Eq for SortKey {}
+
+impl PartialOrd for SortKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SortKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        key_order(&self.0, &other.0)
+    }
+}
+
 /// A reader over rows already in memory.
 struct Held {
     fields: Arc<Vec<Field>>,
@@ -487,7 +578,7 @@ pub async fn read_ordered(source: &dyn Source, read: &KeyedRead) -> Result<Box<d
             && read.only.as_ref().is_none_or(|only| only.iter().any(|o| key_cmp(k, o) == Ordering::Equal))
     };
     rows.retain(|r| inside(&key(r)));
-    rows.sort_by(|a, b| key_cmp(&key(a), &key(b)));
+    rows.sort_by_cached_key(|r| SortKey(key(r)));
     Ok(Box::new(Held { fields, rows: Some(rows) }))
 }
 
@@ -556,42 +647,85 @@ pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut
     Ok(tally)
 }
 
-/// Reads the rows of `keys` from one side, by the text of their key.
+/// The rows of `keys` on one side, by the text of their key (several when
+/// the side holds a key more than once). Keys are first cast to the side's
+/// key types; one that does not convert cannot be there. Read by key in
+/// parts where the side can, else in one read of the whole entity.
 async fn rows_of(
     side: &dyn Source,
     entity: &str,
     key: &[Field],
     keys: &[Vec<Value>],
-) -> Result<(Arc<Vec<Field>>, HashMap<String, Vec<Value>>), String> {
-    let read = KeyedRead {
-        entity: entity.to_string(),
-        range: KeyRange { fields: key.to_vec(), after: None, upto: None },
-        only: Some(keys.to_vec()),
-        batch_size: BATCH_ROWS,
-    };
-    let mut reader = read_ordered(side, &read).await?;
-    let fields = reader.fields();
-    let idx: Vec<usize> = key.iter().filter_map(|k| fields.iter().position(|f| f.name == k.name)).collect();
-    let mut out = HashMap::new();
-    while let Some(b) = reader.next_batch().await.map_err(|e| e.to_string())? {
-        for r in b.rows {
-            let k: Vec<Value> = idx.iter().map(|i| r[*i].clone()).collect();
-            out.insert(key_text(&k), r);
-        }
+) -> Result<(Arc<Vec<Field>>, HashMap<String, Vec<Vec<Value>>>), String> {
+    let keys: Vec<Vec<Value>> = keys
+        .iter()
+        .filter_map(|k| {
+            let cast: Vec<Value> = k.iter().zip(key).map(|(v, f)| transform::cast(v.clone(), f.field_type)).collect();
+            cast.iter().zip(k).all(|(c, v)| !c.is_null() || v.is_null()).then_some(cast)
+        })
+        .collect();
+    let wanted: std::collections::HashSet<String> = keys.iter().map(|k| key_text(k)).collect();
+    let mut out: HashMap<String, Vec<Vec<Value>>> = HashMap::new();
+    let mut fields = Arc::new(Vec::new());
+    let mut whole = false;
+    for part in keys.chunks(RECHECK_BATCH) {
+        let read = KeyedRead {
+            entity: entity.to_string(),
+            range: KeyRange { fields: key.to_vec(), after: None, upto: None },
+            only: Some(part.to_vec()),
+            batch_size: BATCH_ROWS,
+        };
+        let Some(reader) = side.read_keyed(&read).await.map_err(|e| e.to_string())? else {
+            whole = true;
+            break;
+        };
+        fields = collect(reader, key, &wanted, &mut out).await?;
+    }
+    if whole && !wanted.is_empty() {
+        let reader = side
+            .read(ReadRequest { entity: entity.to_string(), batch_size: BATCH_ROWS, ..Default::default() })
+            .await
+            .map_err(|e| e.to_string())?;
+        out.clear();
+        fields = collect(reader, key, &wanted, &mut out).await?;
     }
     Ok((fields, out))
 }
 
+/// Keeps the rows of `reader` whose key is `wanted`, by key.
+async fn collect(
+    mut reader: Box<dyn RecordReader>,
+    key: &[Field],
+    wanted: &std::collections::HashSet<String>,
+    out: &mut HashMap<String, Vec<Vec<Value>>>,
+) -> Result<Arc<Vec<Field>>, String> {
+    let fields = reader.fields();
+    let idx: Vec<usize> = key.iter().filter_map(|k| fields.iter().position(|f| f.name == k.name)).collect();
+    if idx.len() != key.len() {
+        return Err("a key field is gone".into());
+    }
+    while let Some(b) = reader.next_batch().await.map_err(|e| e.to_string())? {
+        for r in b.rows {
+            let k = key_text(&idx.iter().map(|i| r.get(*i).cloned().unwrap_or(Value::Null)).collect::<Vec<_>>());
+            if wanted.contains(&k) {
+                out.entry(k).or_default().push(r);
+            }
+        }
+    }
+    Ok(fields)
+}
+
 /// A key as one string, the same on both sides whatever their types.
-fn key_text(key: &[Value]) -> String {
-    key.iter().map(text).collect::<Vec<_>>().join("\u{1f}")
+pub(crate) fn key_text(key: &[Value]) -> String {
+    key.iter().map(|v| if v.is_null() { "\u{0}null".to_string() } else { text(v) }).collect::<Vec<_>>().join("\u{1f}")
 }
 
 /// Reads the suspects of `tally` again from both sides, keeps those that
 /// still differ while the source held still, and fills the check's counts
 /// and lists. `rounds` reads, `pause` apart, give a flow that is catching
-/// up the time to; a key whose source changed between reads is a change in
-/// flight, never a difference.
+/// up the time to; a key whose source row changed between any two of its
+/// reads (the scan's included) is a change in flight, never a difference.
+/// A key the destination holds more than once differs (`extra`).
 pub async fn recheck(
     plan: &Plan,
     m: &Mapping,
@@ -601,58 +735,65 @@ pub async fn recheck(
     rounds: u32,
     pause: impl Fn(u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> Result<EntityCheck, String> {
+    // One suspect a key (an order disagreement makes a key both missing
+    // and extra).
+    let mut seen = std::collections::HashSet::new();
+    let mut suspects: Vec<(Suspect, bool)> = std::mem::take(&mut tally.suspects)
+        .into_iter()
+        .filter(|s| seen.insert(key_text(&s.key)))
+        .map(|s| (s, false))
+        .collect();
+    tally.check.rechecked = suspects.len() as u64;
     let mut open: Vec<(Suspect, usize)> = Vec::new();
-    let mut suspects = std::mem::take(&mut tally.suspects);
-    for round in 0..rounds {
+    for round in 0..rounds.max(1) {
         if suspects.is_empty() {
             break;
         }
         pause(round).await;
+        let last = round + 1 >= rounds.max(1);
+        let keys: Vec<Vec<Value>> = suspects.iter().map(|(s, _)| s.key.clone()).collect();
+        let (sfields, srows) = rows_of(source, &m.source_entity, &plan.source_key, &keys).await?;
+        let (_, drows) = rows_of(dest, m.destination(), &plan.dest_key, &keys).await?;
+        // The source's rows, transformed as the flow writes them (a filter
+        // may drop some: those the destination should not hold).
+        let rows: Vec<Vec<Value>> = srows.into_values().flatten().collect();
+        let mut sout: HashMap<String, Vec<Value>> = HashMap::new();
+        for r in transform::apply(&m.transform, RecordBatch { fields: sfields, rows }).rows {
+            sout.insert(key_text(&plan.out_key(&r)), r);
+        }
         let mut next = Vec::new();
-        let last = round + 1 == rounds;
-        for part in suspects.chunks(RECHECK_BATCH) {
-            let out_keys: Vec<Vec<Value>> = part.iter().map(|s| s.key.clone()).collect();
-            let (sfields, srows) = rows_of(source, &m.source_entity, &plan.source_key, &out_keys).await?;
-            let (_, drows) = rows_of(dest, m.destination(), &plan.dest_key, &out_keys).await?;
-            // The source's rows, transformed as the flow writes them (a
-            // filter may drop some: those the destination should not hold).
-            let mut sout: HashMap<String, Vec<Value>> = HashMap::new();
-            let batch =
-                transform::apply(&m.transform, RecordBatch { fields: sfields, rows: srows.into_values().collect() });
-            for r in batch.rows {
-                sout.insert(key_text(&plan.out_key(&r)), r);
-            }
-            for s in part {
-                let k = key_text(&s.key);
-                let now = sout.remove(&k);
-                let d = drows.get(&k).filter(|d| plan.live(d));
-                let kind = match (&now, d) {
-                    (None, None) => None,
-                    (Some(_), None) => Some(0),
-                    (None, Some(_)) => Some(1),
-                    (Some(a), Some(b)) => (!plan.same_row(a, b)).then_some(2),
-                };
-                let Some(kind) = kind else { continue };
-                let moved = match (&s.source, &now) {
+        for (s, moved_before) in suspects {
+            let k = key_text(&s.key);
+            let now = sout.get(&k).cloned();
+            let live: Vec<&Vec<Value>> =
+                drows.get(&k).map(|rows| rows.iter().filter(|d| plan.live(d)).collect()).unwrap_or_default();
+            let kind = match (&now, live.as_slice()) {
+                (None, []) => None,
+                (_, [_, _, ..]) => Some(1),
+                (Some(_), []) => Some(0),
+                (None, [_]) => Some(1),
+                (Some(a), [b]) => (!plan.same_row(a, b)).then_some(2),
+            };
+            let moved = moved_before
+                || match (&s.source, &now) {
                     (Some(a), Some(b)) => !a.iter().zip(b).all(|(x, y)| same_meaning(x, y)),
                     (None, None) => false,
                     _ => true,
                 };
-                let s = Suspect { key: s.key.clone(), source: now };
-                if last {
-                    if !moved {
-                        open.push((s, kind));
-                    }
-                } else {
-                    next.push(s);
-                }
+            let Some(kind) = kind else { continue };
+            let s = Suspect { key: s.key, source: now };
+            if !last {
+                next.push((s, moved));
+            } else if !moved {
+                open.push((s, kind));
             }
         }
         suspects = next;
     }
     let mut check = tally.check;
-    open.sort_by(|a, b| key_cmp(&a.0.key, &b.0.key));
+    open.sort_by(|a, b| key_order(&a.0.key, &b.0.key));
     for (s, kind) in &open {
+        check.repair_keys.push(serde_json::Value::Array(s.key.iter().map(Value::to_json).collect()));
         let list = match kind {
             0 => &mut check.missing,
             1 => &mut check.extra,
@@ -660,6 +801,7 @@ pub async fn recheck(
         };
         list.add(&s.key);
     }
+    check.unlisted = tally.overflow.iter().sum();
     for (kind, n) in tally.overflow.iter().enumerate() {
         let list = match kind {
             0 => &mut check.missing,

@@ -43,7 +43,12 @@ impl From<KeyList> for KeyListResponse {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EntityCheckResponse {
+    /// The source entity.
     pub entity: String,
+    /// The destination entity it was compared with.
+    pub destination: String,
+    /// Rows the destination should hold: the source's, after the mapping's
+    /// filter.
     pub source_rows: u64,
     pub destination_rows: u64,
     /// Keys only the source has.
@@ -53,18 +58,24 @@ pub struct EntityCheckResponse {
     /// Keys whose values differ.
     pub different: KeyListResponse,
     pub duration_ms: u64,
+    /// Keys the scan found differing and read again at the end: those
+    /// equal by then (a change the flow had not carried yet) or changing
+    /// at the source are not reported.
+    pub rechecked: u64,
 }
 
 impl From<EntityCheck> for EntityCheckResponse {
     fn from(e: EntityCheck) -> Self {
         EntityCheckResponse {
             entity: e.entity,
+            destination: e.destination,
             source_rows: e.source_rows,
             destination_rows: e.destination_rows,
             missing: e.missing.into(),
             extra: e.extra.into(),
             different: e.different.into(),
             duration_ms: e.duration_ms,
+            rechecked: e.rechecked,
         }
     }
 }
@@ -86,6 +97,9 @@ pub struct VerificationResponse {
     pub finished_at: Option<OffsetDateTime>,
     pub error: Option<String>,
     pub entities: Vec<EntityCheckResponse>,
+    /// With `repair`: the run that syncs the differing keys again (a new
+    /// verification follows it).
+    pub repair_run_id: Option<Uuid>,
 }
 
 impl From<Verification> for VerificationResponse {
@@ -101,6 +115,7 @@ impl From<Verification> for VerificationResponse {
             finished_at: v.finished_at,
             error: v.error,
             entities: v.entities.into_iter().map(Into::into).collect(),
+            repair_run_id: v.repair_run_id.map(|r| r.as_uuid()),
         }
     }
 }

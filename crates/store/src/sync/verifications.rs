@@ -9,8 +9,9 @@ use async_trait::async_trait;
 use sea_orm::sea_query::{Expr, LockBehavior, LockType};
 use sea_orm::{ActiveValue::Set, ColumnTrait, Condition, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use sluice_domain::shared::audit::AuditEntry;
-use sluice_domain::shared::ids::{FlowId, OrgId, VerificationId};
+use sluice_domain::shared::ids::{FlowId, OrgId, RunId, VerificationId};
 use sluice_domain::shared::page::{Page, PageRequest};
+use sluice_domain::sync::flow::Run;
 use sluice_domain::sync::ports::VerificationRepository;
 use sluice_domain::sync::verify::{Verification, VerificationStatus};
 use sluice_domain::{Error, Result};
@@ -31,6 +32,7 @@ fn verification_from(m: verifications::Model) -> Result<Verification> {
         finished_at: m.finished_at,
         claimed_by: m.claimed_by,
         claimed_until: m.claimed_until,
+        repair_run_id: m.repair_run_id.map(RunId::from_uuid),
     })
 }
 
@@ -56,6 +58,7 @@ impl VerificationRepository for Store {
                 finished_at: Set(v.finished_at),
                 claimed_by: Set(None),
                 claimed_until: Set(None),
+                repair_run_id: Set(None),
             };
             verifications::Entity::insert(row).exec_without_returning(tx.c()).await.map_err(db_err)?;
         })
@@ -150,20 +153,48 @@ impl VerificationRepository for Store {
     }
 
     async fn save_verification(&self, v: &Verification, worker: &str) -> Result<bool> {
-        written!(self, |tx| {
-            verifications::Entity::update_many()
-                .col_expr(verifications::Column::Status, Expr::value(v.status.as_str()))
-                .col_expr(verifications::Column::Entities, Expr::value(json(serde_json::to_value(&v.entities))?))
-                .col_expr(verifications::Column::Error, Expr::value(v.error.clone()))
-                .col_expr(verifications::Column::StartedAt, Expr::value(v.started_at))
-                .col_expr(verifications::Column::FinishedAt, Expr::value(v.finished_at))
-                .filter(verifications::Column::Id.eq(v.id.as_uuid()))
-                .filter(verifications::Column::Status.eq(VerificationStatus::Running.as_str()))
-                .filter(verifications::Column::ClaimedBy.eq(worker))
-                .exec(tx.c())
-                .await
-                .map(|r| r.rows_affected == 1)
-                .map_err(db_err)
-        })
+        written!(self, |tx| { saved(tx.c(), v, worker).await })
     }
+
+    async fn queue_repair(&self, v: &Verification, run: &Run, worker: &str) -> Result<bool> {
+        let tx = self.write().await?;
+        let r = async {
+            if !saved(tx.c(), v, worker).await? {
+                return Ok(false);
+            }
+            runs::Entity::insert(super::queued_model(run)?).exec_without_returning(tx.c()).await.map_err(db_err)?;
+            tx.queues(crate::wake::Work::Runs).await?;
+            Ok(true)
+        }
+        .await;
+        tx.finish(r).await
+    }
+
+    async fn repaired_by(&self, run: RunId) -> Result<Option<Verification>> {
+        verifications::Entity::find()
+            .filter(verifications::Column::RepairRunId.eq(run.as_uuid()))
+            .one(&self.db)
+            .await
+            .map_err(db_err)?
+            .map(verification_from)
+            .transpose()
+    }
+}
+
+/// Stores a verification's outcome while `worker` holds it.
+async fn saved(c: &impl sea_orm::ConnectionTrait, v: &Verification, worker: &str) -> Result<bool> {
+    verifications::Entity::update_many()
+        .col_expr(verifications::Column::Status, Expr::value(v.status.as_str()))
+        .col_expr(verifications::Column::Entities, Expr::value(json(serde_json::to_value(&v.entities))?))
+        .col_expr(verifications::Column::Error, Expr::value(v.error.clone()))
+        .col_expr(verifications::Column::StartedAt, Expr::value(v.started_at))
+        .col_expr(verifications::Column::FinishedAt, Expr::value(v.finished_at))
+        .col_expr(verifications::Column::RepairRunId, Expr::value(v.repair_run_id.map(|r| r.as_uuid())))
+        .filter(verifications::Column::Id.eq(v.id.as_uuid()))
+        .filter(verifications::Column::Status.eq(VerificationStatus::Running.as_str()))
+        .filter(verifications::Column::ClaimedBy.eq(worker))
+        .exec(c)
+        .await
+        .map(|r| r.rows_affected == 1)
+        .map_err(db_err)
 }
