@@ -17,6 +17,7 @@ by its key.
 
     cargo build --release
     python3 benches/verify.py          # ROWS=1000000
+    PROFILE=/tmp/perf.data python3 benches/verify.py   # and `perf record` the server during PG → PG
 
 The targets (issue 31): PostgreSQL → PostgreSQL at most 1.5× the two
 COPYs, under 256 MiB; MariaDB → PostgreSQL measured and reported.
@@ -61,8 +62,9 @@ def main():
     try:
         pg = Cluster(work)
         pg.bench_table(ROWS)
-        pg.psql("CREATE TABLE dst.t (LIKE src.t INCLUDING ALL); INSERT INTO dst.t SELECT * FROM src.t; "
-                "VACUUM ANALYZE src.t; VACUUM ANALYZE dst.t")
+        pg.psql("CREATE TABLE dst.t (LIKE src.t INCLUDING ALL); INSERT INTO dst.t SELECT * FROM src.t")
+        pg.psql("VACUUM ANALYZE src.t")
+        pg.psql("VACUUM ANALYZE dst.t")
         iso = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
         flat = f"SELECT id, a, s, j, n, {iso.format('ts1')}, {iso.format('updated')} FROM src.t ORDER BY id"
         plain_csv = os.path.join(work, "plain.csv")
@@ -104,7 +106,15 @@ def main():
         for name, f, reference in [("PostgreSQL → PostgreSQL", pg_flow, pg_src + pg_dst),
                                    ("MariaDB → PostgreSQL", my_flow, my_read + pg_dst)]:
             reset_peak_rss(sluice)
+            perf = None
+            if os.environ.get("PROFILE") and f == pg_flow:  # a profile of the server during this one
+                perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(sluice.pid), "-o",
+                                         os.environ["PROFILE"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.5)
             secs, v = verify(api, org, f)
+            if perf:
+                perf.send_signal(2)
+                perf.wait()
             e = v["entities"][0] if v["entities"] else {}
             if v["status"] != "matched" or e.get("source_rows") != ROWS or e.get("destination_rows") != ROWS:
                 sys.exit(f"{name}: not a clean match: {json.dumps(v)}")

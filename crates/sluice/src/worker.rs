@@ -80,21 +80,11 @@ async fn execute(
     // longer this attempt's (taken over after a freeze, say), the
     // execution is dropped at once: its open destination
     // transactions roll back and it writes nothing more.
-    let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
-    let beat = {
+    let (beat, lost) = {
         let (sluice, id) = (sluice.clone(), id.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(heartbeat).await;
-                match sluice.sync.renew_lease(fence, &id).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        let _ = lost_tx.send(());
-                        break;
-                    }
-                    Err(e) => tracing::warn!(run = %run_id, error = %e, "heartbeat failed"),
-                }
-            }
+        renewing(heartbeat, format!("run {run_id}"), move || {
+            let (sluice, id) = (sluice.clone(), id.clone());
+            async move { sluice.sync.renew_lease(fence, &id).await }
         })
     };
     let execution = sluice.sync.execute_run(run);
@@ -130,6 +120,35 @@ async fn execute(
         }
     }
     beat.abort();
+}
+
+/// Renews a lease every `period` with `renew` on a task of its own until
+/// it is aborted, or until `renew` answers that the lease is lost: the
+/// receiver then hears of it.
+fn renewing<F, Fut>(
+    period: Duration,
+    what: String,
+    renew: F,
+) -> (tokio::task::JoinHandle<()>, tokio::sync::oneshot::Receiver<()>)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = sluice_domain::Result<bool>> + Send,
+{
+    let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
+    let beat = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            match renew().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _ = lost_tx.send(());
+                    break;
+                }
+                Err(e) => tracing::warn!(lease = %what, error = %e, "renewing a lease failed"),
+            }
+        }
+    });
+    (beat, lost)
 }
 
 /// How often due flows are queued and lost runs recovered.
@@ -206,23 +225,11 @@ pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Re
             Ok(Some(v)) => {
                 let vid = v.id;
                 tracing::info!(worker = %id, verification = %vid, flow = %v.flow_id, "verification claimed");
-                let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
-                let beat = {
+                let (beat, lost) = {
                     let (sluice, id) = (sluice.clone(), id.clone());
-                    tokio::spawn(async move {
-                        loop {
-                            tokio::time::sleep(heartbeat).await;
-                            match sluice.sync.renew_verification(vid, &id).await {
-                                Ok(true) => {}
-                                Ok(false) => {
-                                    let _ = lost_tx.send(());
-                                    break;
-                                }
-                                Err(e) => {
-                                    tracing::warn!(verification = %vid, error = %e, "renewing a verification failed")
-                                }
-                            }
-                        }
+                    renewing(heartbeat, format!("verification {vid}"), move || {
+                        let (sluice, id) = (sluice.clone(), id.clone());
+                        async move { sluice.sync.renew_verification(vid, &id).await }
                     })
                 };
                 // In a task of its own: a panic ends this verification

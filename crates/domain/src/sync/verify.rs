@@ -585,21 +585,24 @@ pub async fn read_ordered(source: &dyn Source, read: &KeyedRead) -> Result<Box<d
 /// Merges the source's rows (transformed by `steps`) with the
 /// destination's, both in key order, counting rows and differences.
 pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut Ordered) -> Result<Tally, String> {
+    /// What the next pair of rows calls for (decided on borrowed rows, so
+    /// that no row is copied to compare it).
+    enum Next {
+        Done,
+        Source,
+        Dest,
+        Both { same: bool },
+    }
     let mut tally = Tally::default();
     let mut out: VecDeque<Vec<Value>> = VecDeque::new();
     loop {
-        // The next source row the destination should hold.
-        while out.is_empty() {
-            if source.peek().await?.is_none() {
-                break;
-            }
-            let mut rows = Vec::with_capacity(BATCH_ROWS);
-            while let Some(r) = source.pop() {
-                rows.push(r);
-            }
+        // The next source rows the destination should hold, a batch at a
+        // time through the transform.
+        if out.is_empty() && source.peek().await?.is_some() {
+            let rows: Vec<Vec<Value>> = source.rows.drain(..).collect();
             let fields = source.reader.fields();
-            let batch = transform::apply(steps, RecordBatch { fields, rows });
-            out.extend(batch.rows);
+            out.extend(transform::apply(steps, RecordBatch { fields, rows }).rows);
+            continue;
         }
         // The next live destination row.
         while let Some(r) = dest.peek().await? {
@@ -608,43 +611,53 @@ pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut
             }
             dest.pop();
         }
-        let d = dest.peek().await?.cloned();
-        match (out.front(), d) {
-            (None, None) => break,
-            (Some(_), None) => {
+        let next = match (out.front(), dest.peek().await?) {
+            (None, None) => Next::Done,
+            (Some(_), None) => Next::Source,
+            (None, Some(_)) => Next::Dest,
+            (Some(s), Some(d)) => match key_cmp_at(s, &plan.out_key, d, &plan.dest_key_idx) {
+                Ordering::Less => Next::Source,
+                Ordering::Greater => Next::Dest,
+                Ordering::Equal => Next::Both { same: plan.same_row(s, d) },
+            },
+        };
+        match next {
+            Next::Done => break,
+            Next::Source => {
                 let s = out.pop_front().unwrap_or_default();
                 tally.check.source_rows += 1;
                 tally.found(0, plan.out_key(&s), Some(s));
             }
-            (None, Some(d)) => {
-                dest.pop();
+            Next::Dest => {
+                let d = dest.pop().unwrap_or_default();
                 tally.check.destination_rows += 1;
                 tally.found(1, plan.dest_key(&d), None);
             }
-            (Some(s), Some(d)) => match key_cmp(&plan.out_key(s), &plan.dest_key(&d)) {
-                Ordering::Less => {
-                    let s = out.pop_front().unwrap_or_default();
-                    tally.check.source_rows += 1;
-                    tally.found(0, plan.out_key(&s), Some(s));
+            Next::Both { same } => {
+                let s = out.pop_front().unwrap_or_default();
+                dest.pop();
+                tally.check.source_rows += 1;
+                tally.check.destination_rows += 1;
+                if !same {
+                    tally.found(2, plan.out_key(&s), Some(s));
                 }
-                Ordering::Greater => {
-                    dest.pop();
-                    tally.check.destination_rows += 1;
-                    tally.found(1, plan.dest_key(&d), None);
-                }
-                Ordering::Equal => {
-                    let s = out.pop_front().unwrap_or_default();
-                    dest.pop();
-                    tally.check.source_rows += 1;
-                    tally.check.destination_rows += 1;
-                    if !plan.same_row(&s, &d) {
-                        tally.found(2, plan.out_key(&s), Some(s));
-                    }
-                }
-            },
+            }
         }
     }
     Ok(tally)
+}
+
+/// [`key_cmp`] of the keys at `ai` in `a` and at `bi` in `b`, without
+/// copying them.
+fn key_cmp_at(a: &[Value], ai: &[usize], b: &[Value], bi: &[usize]) -> Ordering {
+    for (i, j) in ai.iter().zip(bi) {
+        let (x, y) = (a.get(*i).unwrap_or(&Value::Null), b.get(*j).unwrap_or(&Value::Null));
+        let o = compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y)));
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    ai.len().cmp(&bi.len())
 }
 
 /// The rows of `keys` on one side, by the text of their key (several when
