@@ -446,6 +446,10 @@ impl Plan {
 struct Suspect {
     key: Vec<Value>,
     source: Option<Vec<Value>>,
+    /// Whether `source` is what a read found (a key the scan found only in
+    /// the destination was not looked up in the source then: a key the
+    /// destination holds twice is paired once, then found extra).
+    read: bool,
 }
 
 /// What a merge of both sides found.
@@ -462,7 +466,8 @@ pub struct Tally {
 impl Tally {
     fn found(&mut self, kind: usize, key: Vec<Value>, source: Option<Vec<Value>>) {
         if self.suspects.len() < RECHECKED_KEYS {
-            self.suspects.push(Suspect { key, source });
+            let read = source.is_some();
+            self.suspects.push(Suspect { key, source, read });
         } else {
             self.overflow[kind] += 1;
             if self.overflow_keys[kind].len() < LISTED_KEYS {
@@ -788,13 +793,14 @@ pub async fn recheck(
                 (Some(a), [b]) => (!plan.same_row(a, b)).then_some(2),
             };
             let moved = moved_before
-                || match (&s.source, &now) {
-                    (Some(a), Some(b)) => !a.iter().zip(b).all(|(x, y)| same_meaning(x, y)),
-                    (None, None) => false,
-                    _ => true,
-                };
+                || s.read
+                    && match (&s.source, &now) {
+                        (Some(a), Some(b)) => !a.iter().zip(b).all(|(x, y)| same_meaning(x, y)),
+                        (None, None) => false,
+                        _ => true,
+                    };
             let Some(kind) = kind else { continue };
-            let s = Suspect { key: s.key, source: now };
+            let s = Suspect { key: s.key, source: now, read: true };
             if !last {
                 next.push((s, moved));
             } else if !moved {
@@ -934,6 +940,59 @@ mod tests {
             kinds,
             vec![(vec![Int(2)], true), (vec![Int(3)], false), (vec![Int(4)], true), (vec![Int(6)], false)]
         );
+    }
+
+    /// A table in memory, read whole (no reading by key: the fallback).
+    struct Table(Vec<Vec<Value>>);
+
+    #[async_trait::async_trait]
+    impl Source for Table {
+        async fn check(&self) -> crate::connect::connector::ConnectorResult<()> {
+            Ok(())
+        }
+        async fn discover(
+            &self,
+        ) -> crate::connect::connector::ConnectorResult<Vec<crate::connect::connector::EntitySchema>> {
+            Ok(vec![])
+        }
+        async fn read(&self, _: ReadRequest) -> crate::connect::connector::ConnectorResult<Box<dyn RecordReader>> {
+            let fields = Arc::new(vec![
+                Field { primary_key: true, ..Field::new("id", FieldType::Integer) },
+                Field::new("v", FieldType::String),
+            ]);
+            Ok(Box::new(Held { fields, rows: Some(self.0.clone()) }))
+        }
+    }
+
+    #[test]
+    fn the_recheck_drops_changes_in_flight_and_reports_keys_held_twice() {
+        use Value::*;
+        let m: Mapping = serde_json::from_value(
+            serde_json::json!({"source_entity": "t", "sync_mode": "cdc_deduped", "primary_key": "id"}),
+        )
+        .unwrap();
+        let fields =
+            [Field { primary_key: true, ..Field::new("id", FieldType::Integer) }, Field::new("v", FieldType::String)];
+        let plan = Plan::new(&m, &fields, &fields).unwrap();
+        let row = |id: i64, v: &str| vec![Int(id), String(v.into())];
+        // The scan read 1 as "old": it has changed since (a change in
+        // flight), though its three reads since agree. 2 differs and held
+        // still. 3 the destination holds twice. 4 was caught up.
+        let source = Table(vec![row(1, "new"), row(2, "b"), row(3, "c"), row(4, "d")]);
+        let dest = Table(vec![row(1, "stale"), row(2, "x"), row(3, "c"), row(3, "c"), row(4, "d")]);
+        let mut tally = Tally::default();
+        tally.found(2, vec![Int(1)], Some(row(1, "old")));
+        tally.found(2, vec![Int(2)], Some(row(2, "b")));
+        tally.found(1, vec![Int(3)], None);
+        tally.found(2, vec![Int(4)], Some(row(4, "c")));
+        // The same key found twice is read again once.
+        tally.found(1, vec![Int(2)], None);
+        let check = futures_lite(recheck(&plan, &m, &source, &dest, tally, 3, |_| Box::pin(async {}))).unwrap();
+        assert_eq!(check.rechecked, 4);
+        assert_eq!(check.different, KeyList { count: 1, keys: vec![serde_json::json!(2)] });
+        assert_eq!(check.extra, KeyList { count: 1, keys: vec![serde_json::json!(3)] });
+        assert_eq!(check.missing.count, 0);
+        assert_eq!(check.repair_keys, vec![serde_json::json!([2]), serde_json::json!([3])]);
     }
 
     /// Runs a future that never waits on anything outside it.
