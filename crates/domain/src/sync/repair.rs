@@ -10,10 +10,8 @@ use super::flow::{EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
 use super::queue::attempt_of;
 use super::run::{EntityOutcome, Failure};
 use super::service::SyncService;
-use super::verify::{BATCH_ROWS, EntityCheck, Plan, Verification, key_text, read_ordered};
-use crate::connect::connector::{
-    Destination, Field, FieldType, KeyRange, KeyedRead, RecordBatch, Source, Value, WriteMode,
-};
+use super::verify::{EntityCheck, Plan, Verification, key_text, rows_of};
+use crate::connect::connector::{Destination, Field, FieldType, RecordBatch, Source, Value, WriteMode};
 use crate::sync::mode::{DELETED_AT, DeleteMode, SyncMode};
 use crate::sync::transform;
 use std::collections::HashSet;
@@ -107,20 +105,13 @@ impl SyncService {
         let mut writer = dest.open_for(&schema, WriteMode::Upsert, Some(&attempt_of(run))).await?;
         let (mut upserted, mut deleted) = (0u64, 0u64);
         let outcome = async {
+            // The source's rows of every key (at most the keys read again
+            // by a verification), read as the verification reads them.
+            let (read_fields, found) = rows_of(source, &m.source_entity, &plan.source_key, &keys).await?;
             for part in keys.chunks(REPAIR_BATCH) {
-                let read = KeyedRead {
-                    entity: m.source_entity.clone(),
-                    range: KeyRange { fields: plan.source_key.clone(), after: None, upto: None },
-                    only: Some(part.to_vec()),
-                    batch_size: BATCH_ROWS,
-                };
-                let mut reader = read_ordered(source, &read).await?;
-                let read_fields = reader.fields();
-                let mut rows = Vec::new();
-                while let Some(b) = reader.next_batch().await? {
-                    rows.extend(b.rows);
-                }
-                let mut out = transform::apply(&m.transform, RecordBatch { fields: read_fields, rows }).rows;
+                let rows: Vec<Vec<Value>> =
+                    part.iter().filter_map(|k| found.get(&key_text(k))).flatten().cloned().collect();
+                let mut out = transform::apply(&m.transform, RecordBatch { fields: read_fields.clone(), rows }).rows;
                 let present: HashSet<String> = out.iter().map(|r| key_text(&plan.out_key(r))).collect();
                 if soft {
                     for r in &mut out {

@@ -5,7 +5,7 @@
 use super::flow::Flow;
 use super::service::SyncService;
 use super::verify::*;
-use crate::connect::connector::{KeyRange, KeyedRead, Source};
+use crate::connect::connector::{KeyRange, Source};
 use crate::connect::service::OpenError;
 use crate::identity::{Permission, Principal};
 use crate::monitoring::activity::{ActivityEvent, EventType};
@@ -301,14 +301,9 @@ async fn verify_entity(
         Err(e) => return Err(e.to_string()),
     };
     let plan = Plan::new(m, &source_fields, &dest_fields)?;
-    let read = |entity: &str, key: &[crate::connect::connector::Field]| KeyedRead {
-        entity: entity.to_string(),
-        range: KeyRange { fields: key.to_vec(), after: None, upto: None },
-        only: None,
-        batch_size: BATCH_ROWS,
-    };
-    let mut s = Ordered::new(read_ordered(source, &read(&m.source_entity, &plan.source_key)).await?);
-    let mut d = Ordered::new(read_ordered(dest, &read(m.destination(), &plan.dest_key)).await?);
+    let all = |key: &[crate::connect::connector::Field]| KeyRange { fields: key.to_vec(), after: None, upto: None };
+    let mut s = Ordered::new(read_ordered(source, &m.source_entity, &all(&plan.source_key)).await?);
+    let mut d = Ordered::new(read_ordered(dest, m.destination(), &all(&plan.dest_key)).await?);
     let tally = merge(&plan, &m.transform, &mut s, &mut d).await?;
     drop((s, d));
     let pause = pause.clone();

@@ -205,13 +205,12 @@ pub fn origins(steps: &[Step], input: &[Field]) -> Vec<(String, Option<String>)>
 /// numbers, text by its bytes; values of types that do not compare by
 /// their text.
 pub fn key_cmp(a: &[Value], b: &[Value]) -> Ordering {
-    for (x, y) in a.iter().zip(b) {
-        let o = compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y)));
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    a.len().cmp(&b.len())
+    a.iter().zip(b).map(|(x, y)| part_cmp(x, y)).find(|o| o.is_ne()).unwrap_or_else(|| a.len().cmp(&b.len()))
+}
+
+/// One part of two keys as [`key_cmp`] orders them.
+fn part_cmp(x: &Value, y: &Value) -> Ordering {
+    compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y)))
 }
 
 /// A total order of keys for sorting one side's rows in memory: values
@@ -544,26 +543,28 @@ impl RecordReader for Held {
     }
 }
 
-/// The rows `read` asks for, in key order: read by key where the source
-/// can, else read whole (up to [`UNKEYED_ROWS`]) and ordered here.
-pub async fn read_ordered(source: &dyn Source, read: &KeyedRead) -> Result<Box<dyn RecordReader>, String> {
-    if let Some(r) = source.read_keyed(read).await.map_err(|e| e.to_string())? {
+/// The rows of `entity` in `range`, in key order: read by key where the
+/// source can, else read whole (up to [`UNKEYED_ROWS`]) and ordered here.
+/// (Rows of given keys: [`rows_of`].)
+pub async fn read_ordered(
+    source: &dyn Source,
+    entity: &str,
+    range: &KeyRange,
+) -> Result<Box<dyn RecordReader>, String> {
+    let read = KeyedRead { entity: entity.to_string(), range: range.clone(), only: None, batch_size: BATCH_ROWS };
+    if let Some(r) = source.read_keyed(&read).await.map_err(|e| e.to_string())? {
         return Ok(r);
     }
     let mut reader = source
-        .read(ReadRequest { entity: read.entity.clone(), batch_size: read.batch_size.max(1), ..Default::default() })
+        .read(ReadRequest { entity: entity.to_string(), batch_size: BATCH_ROWS, ..Default::default() })
         .await
         .map_err(|e| e.to_string())?;
     let fields = reader.fields();
-    let idx: Vec<usize> = read
-        .range
+    let idx: Vec<usize> = range
         .fields
         .iter()
         .map(|k| {
-            fields
-                .iter()
-                .position(|f| f.name == k.name)
-                .ok_or_else(|| format!("'{}' has no field '{}'", read.entity, k.name))
+            fields.iter().position(|f| f.name == k.name).ok_or_else(|| format!("'{entity}' has no field '{}'", k.name))
         })
         .collect::<Result<_, _>>()?;
     let key = |row: &[Value]| idx.iter().map(|i| row[*i].clone()).collect::<Vec<_>>();
@@ -572,15 +573,13 @@ pub async fn read_ordered(source: &dyn Source, read: &KeyedRead) -> Result<Box<d
         rows.extend(b.rows);
         if rows.len() > UNKEYED_ROWS {
             return Err(format!(
-                "'{}' holds more than {UNKEYED_ROWS} rows and its connector cannot read it by key",
-                read.entity
+                "'{entity}' holds more than {UNKEYED_ROWS} rows and its connector cannot read it by key"
             ));
         }
     }
     let inside = |k: &[Value]| {
-        read.range.after.as_ref().is_none_or(|a| key_cmp(k, a) == Ordering::Greater)
-            && read.range.upto.as_ref().is_none_or(|u| key_cmp(k, u) != Ordering::Greater)
-            && read.only.as_ref().is_none_or(|only| only.iter().any(|o| key_cmp(k, o) == Ordering::Equal))
+        range.after.as_ref().is_none_or(|a| key_cmp(k, a) == Ordering::Greater)
+            && range.upto.as_ref().is_none_or(|u| key_cmp(k, u) != Ordering::Greater)
     };
     rows.retain(|r| inside(&key(r)));
     rows.sort_by_cached_key(|r| SortKey(key(r)));
@@ -655,21 +654,18 @@ pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut
 /// [`key_cmp`] of the keys at `ai` in `a` and at `bi` in `b`, without
 /// copying them.
 fn key_cmp_at(a: &[Value], ai: &[usize], b: &[Value], bi: &[usize]) -> Ordering {
-    for (i, j) in ai.iter().zip(bi) {
-        let (x, y) = (a.get(*i).unwrap_or(&Value::Null), b.get(*j).unwrap_or(&Value::Null));
-        let o = compare_values(x, y).unwrap_or_else(|| text(x).cmp(&text(y)));
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    ai.len().cmp(&bi.len())
+    ai.iter()
+        .zip(bi)
+        .map(|(i, j)| part_cmp(a.get(*i).unwrap_or(&Value::Null), b.get(*j).unwrap_or(&Value::Null)))
+        .find(|o| o.is_ne())
+        .unwrap_or_else(|| ai.len().cmp(&bi.len()))
 }
 
 /// The rows of `keys` on one side, by the text of their key (several when
 /// the side holds a key more than once). Keys are first cast to the side's
 /// key types; one that does not convert cannot be there. Read by key in
 /// parts where the side can, else in one read of the whole entity.
-async fn rows_of(
+pub(crate) async fn rows_of(
     side: &dyn Source,
     entity: &str,
     key: &[Field],
