@@ -2,6 +2,7 @@
 //! a random port, on SQLite and on PostgreSQL.
 
 mod billing;
+mod binlog;
 mod cancel;
 mod cdc;
 mod connections;

@@ -278,8 +278,8 @@ pub fn specs() -> Vec<ConnectorSpec> {
             title: "MySQL / MariaDB",
             capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
             config_fields: my,
-            sync_modes: SYNC_MODES.to_vec(),
-            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
+            sync_modes: SYNC_MODES.iter().chain(&CDC_MODES).copied().collect(),
+            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "cdc", "apply_changes"],
         },
         ConnectorSpec {
             connector_type: "sqlite",
@@ -427,6 +427,7 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
     ) -> ConnectorResult<Arc<dyn sluice_domain::connect::changes::ChangeSource>> {
         match c.connector_type.as_str() {
             "postgres" => Ok(self.guarded_postgres(c).await?),
+            "mysql" => Ok(self.mysql(c)?),
             other => Err(ConnectorError::Unsupported(format!("{other} sources do not capture changes"))),
         }
     }

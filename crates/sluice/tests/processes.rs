@@ -1189,3 +1189,236 @@ async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_chang
     admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
+
+async fn my_exec(c: &mut sqlx::MySqlConnection, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(c).await.unwrap();
+}
+
+/// Change data capture from a MariaDB source of the test's own (a ROW
+/// binlog) while the process is killed with SIGKILL after commits and
+/// mid-write, and frozen with SIGSTOP past its lease: 90,000 changes
+/// (inserts, updates with values over 2 KB, deletes) in 90 transactions,
+/// one more kept open across the kills. Afterwards the mirror equals the
+/// source row for row and the change log holds each change once. On the
+/// SQLite store into PostgreSQL, and on a PostgreSQL store into MariaDB.
+async fn binlog_capture_killed_and_frozen(postgres_store: bool) {
+    /// A row as compared: id, value, the digest of the padding.
+    type Row = (i64, i32, String);
+    let Some(dst) = pg_schema().await else { return };
+    let mariadb = if postgres_store {
+        let mut my = match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
+            Ok(my) => my,
+            Err(e) => {
+                sluice_testkit::services::unavailable("MariaDB on 127.0.0.1:3306", e, "start it");
+                return;
+            }
+        };
+        let name = format!("binlog_{}", random_base62(8).to_lowercase());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut my).await.unwrap();
+        Some((my, name))
+    } else {
+        None
+    };
+    let Some(source) = tokio::task::spawn_blocking(|| sluice_testkit::services::OwnMariaDb::start(&[])).await.unwrap()
+    else {
+        return;
+    };
+    let mut root = sqlx::MySqlConnection::connect(&source.url("mysql")).await.unwrap();
+    my_exec(&mut root, "CREATE DATABASE shop".into()).await;
+    let mut src = sqlx::MySqlConnection::connect(&source.url("shop")).await.unwrap();
+    my_exec(
+        &mut src,
+        "CREATE TABLE events (id bigint PRIMARY KEY, v int NOT NULL, pad longtext) ENGINE = InnoDB".into(),
+    )
+    .await;
+    let mut store = None;
+    let (data, db, port, api) = if postgres_store {
+        let Some((admin, name, db, data)) = pg_metadata_db("binlog").await else { return };
+        std::fs::create_dir_all(&data).unwrap();
+        store = Some((admin, name));
+        let port = free_port();
+        (data, db, port, Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() })
+    } else {
+        sqlite_service("binlog-crash")
+    };
+    let environment = {
+        let mut e = env(&data, &db, port);
+        e.push(("SLUICE_RUN_LEASE", "3".to_string()));
+        e
+    };
+    let mut proc = Some(serve(&["serve"], &environment, &api).await);
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "Binlog"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api
+        .post(&conns, json!({"name": "src", "type": "mysql", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "shop", "user": "root", "ssl_mode": "disabled"}}))
+        .await);
+    let d = match &mariadb {
+        Some((_, name)) => id(api
+            .post(
+                &conns,
+                json!({"name": "dst", "type": "mysql", "capability": "both",
+                "config": {"host": "127.0.0.1", "database": name, "user": "root"}}),
+            )
+            .await),
+        None => id(api.post(&conns, pg_conn("dst", &dst.name)).await),
+    };
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "capture", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "sync_mode": "cdc_deduped"},
+                {"source_entity": "events", "dest_entity": "events_log", "sync_mode": "cdc_append"}
+            ]}}),
+        )
+        .await);
+    let trigger = |api: &Api| {
+        let path = format!("/v1/organizations/{org}/flows/{flow}/run");
+        let api = Api { client: api.client.clone(), base: api.base.clone(), token: api.token.clone() };
+        async move { api.post(&path, json!({})).await["id"].as_str().unwrap().to_string() }
+    };
+    let first = trigger(&api).await;
+    succeeded(&api, &org, &first, 120, "the first copy did not finish").await;
+
+    // Two rounds: 40 transactions of 1,000 inserts and 15 of 1,000 updates
+    // (every tenth value over 2 KB), the run killed with SIGKILL right
+    // after a commit and then mid-write; 15 more of updates and 20 of 1,000
+    // deletes, the run frozen with SIGSTOP past its lease (taken over when
+    // the process wakes; the frozen attempt writes nothing more). One more
+    // transaction stays open across both, committed before the last run.
+    let mut changes = 0i64;
+    let mut open = sqlx::MySqlConnection::connect(&source.url("shop")).await.unwrap();
+    let state = format!("/v1/organizations/{org}/flows/{flow}/state");
+    let position = |s: &serde_json::Value| s["data"][0]["cursor_value"].as_str().map(str::to_string);
+    let (mut kills, mut freezes) = (0, 0);
+    for round in 0..2 {
+        if round == 0 {
+            for t in 0..40 {
+                let (lo, hi) = (t * 1000 + 1, t * 1000 + 1000);
+                my_exec(&mut src, format!("INSERT INTO events SELECT seq, 0, NULL FROM seq_{lo}_to_{hi}")).await;
+                changes += 1000;
+            }
+            my_exec(&mut open, "BEGIN".into()).await;
+            my_exec(&mut open, "INSERT INTO events SELECT -seq, 0, 'open' FROM seq_1_to_500".into()).await;
+        }
+        for t in round * 15..round * 15 + 15 {
+            let (lo, hi) = (t * 1000 + 1, t * 1000 + 1000);
+            my_exec(
+                &mut src,
+                format!(
+                    "UPDATE events SET v = v + 1, pad = IF(id % 10 = 0, REPEAT(MD5(CONCAT(id, '-', v)), 80), 'p') \
+                     WHERE id BETWEEN {lo} AND {hi}"
+                ),
+            )
+            .await;
+            changes += 1000;
+        }
+        if round == 1 {
+            for t in 0..20 {
+                let (lo, hi) = (20_000 + t * 1000 + 1, 20_000 + t * 1000 + 1000);
+                my_exec(&mut src, format!("DELETE FROM events WHERE id BETWEEN {lo} AND {hi}")).await;
+                changes += 1000;
+            }
+        }
+        let run = trigger(&api).await;
+        let mut seen = position(&api.get(&state).await);
+        let mut events = 0;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while events < 2 - round {
+            let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+            if r["status"] == "succeeded" {
+                break;
+            }
+            assert!(!["failed", "canceled"].contains(&r["status"].as_str().unwrap()), "{r}");
+            let now = position(&api.get(&state).await);
+            if now != seen && r["status"] == "running" {
+                seen = now;
+                events += 1;
+                if round == 0 {
+                    tokio::time::sleep(Duration::from_millis([0, 150][kills % 2])).await;
+                    drop(proc.take());
+                    kills += 1;
+                    proc = Some(serve(&["serve"], &environment, &api).await);
+                } else {
+                    let p = proc.as_ref().unwrap();
+                    signal(p, "STOP");
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    signal(p, "CONT");
+                    freezes += 1;
+                }
+            }
+            assert!(Instant::now() < deadline, "no progress within 600 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        succeeded(&api, &org, &run, 600, "the resumed run did not finish").await;
+    }
+    assert!(kills >= 1, "the runs ended before they could be killed");
+    eprintln!("binlog capture: {kills} kills, {freezes} freezes");
+    my_exec(&mut open, "COMMIT".into()).await;
+    changes += 500;
+    let last = trigger(&api).await;
+    succeeded(&api, &org, &last, 300, "the last run did not finish").await;
+
+    // The mirror equals the source row for row; the change log has each
+    // change once (and the first copy's rows: none, the table was empty).
+    let want: Vec<Row> = sqlx::query_as("SELECT id, v, MD5(COALESCE(pad, '')) FROM events ORDER BY id")
+        .fetch_all(&mut src)
+        .await
+        .unwrap();
+    let (got, (logged, distinct)): (Vec<Row>, (i64, i64)) = match mariadb {
+        Some((mut my, name)) => {
+            let got = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, v, MD5(COALESCE(pad, '')) FROM {name}.events ORDER BY id"
+            )))
+            .fetch_all(&mut my)
+            .await
+            .unwrap();
+            let log = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*), count(DISTINCT id, _sluice_op, _sluice_position) FROM {name}.events_log"
+            )))
+            .fetch_one(&mut my)
+            .await
+            .unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}"))).execute(&mut my).await.unwrap();
+            (got, log)
+        }
+        None => {
+            let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+            let got = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, v::int4, md5(coalesce(pad, '')) FROM {}.events ORDER BY id",
+                dst.name
+            )))
+            .fetch_all(&mut pg)
+            .await
+            .unwrap();
+            let log = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log",
+                dst.name
+            )))
+            .fetch_one(&mut pg)
+            .await
+            .unwrap();
+            (got, log)
+        }
+    };
+    assert_eq!(got.len(), want.len(), "after {kills} kills and {freezes} freezes");
+    assert!(got == want, "the mirror equals the source row for row, after {kills} kills and {freezes} freezes");
+    assert_eq!((logged, distinct), (changes, changes), "each change once, after {kills} kills and {freezes} freezes");
+    drop(proc);
+    if let Some((admin, name)) = store {
+        use sea_orm::ConnectionTrait;
+        admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binlog_capture_killed_and_frozen_applies_every_change_once_with_sqlite_metadata() {
+    binlog_capture_killed_and_frozen(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binlog_capture_killed_and_frozen_applies_every_change_once_into_mariadb_with_postgres_metadata() {
+    binlog_capture_killed_and_frozen(true).await;
+}

@@ -207,6 +207,85 @@ impl OwnPostgres {
     }
 }
 
+/// A MariaDB server of the test's own, for settings the shared server must
+/// keep (a ROW binlog): `mariadb-install-db` and `mariadbd` as `mysql`, in
+/// a temporary directory, on a free port, root without a password. Stopped
+/// and removed on drop.
+pub struct OwnMariaDb {
+    pub dir: PathBuf,
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl Drop for OwnMariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl OwnMariaDb {
+    /// Starts one with binary logging on (`binlog_format = ROW`, GTIDs in
+    /// domain 0) and each of `settings` (`--name=value`). `None` (after
+    /// [`unavailable`]) where the binaries are missing. Blocks until the
+    /// server takes logins.
+    pub fn start(settings: &[&str]) -> Option<Self> {
+        use std::process::{Command, Stdio};
+        let found = |b: &str| Command::new("which").arg(b).output().is_ok_and(|o| o.status.success());
+        let server =
+            ["mariadbd", "/usr/sbin/mariadbd"].into_iter().find(|b| found(b) || std::path::Path::new(b).exists());
+        let (Some(server), true) = (server, found("mariadb-install-db")) else {
+            unavailable("the MariaDB server binaries", "no mariadbd or mariadb-install-db", "install mariadb-server");
+            return None;
+        };
+        let name = format!("sluice-mariadb-{}", sluice_domain::shared::secret::random_base62(8));
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A temporary directory of its own: two servers bootstrapping at
+        // once in /tmp trip over each other's temporary tables.
+        let tmp = dir.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        run(Command::new("chown").args(["-R", "mysql:mysql", dir.to_str().unwrap()]));
+        let data = dir.join("data");
+        run(Command::new("mariadb-install-db").args([
+            "--no-defaults",
+            &format!("--datadir={}", data.display()),
+            "--user=mysql",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            &format!("--tmpdir={}", tmp.display()),
+        ]));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut cmd = Command::new(server);
+        cmd.args(["--no-defaults", "--user=mysql", "--bind-address=127.0.0.1", "--skip-name-resolve"]);
+        cmd.arg(format!("--datadir={}", data.display()));
+        cmd.arg(format!("--port={port}"));
+        cmd.arg(format!("--socket={}", dir.join("sock").display()));
+        cmd.arg(format!("--tmpdir={}", tmp.display()));
+        cmd.arg(format!("--log-bin={}", dir.join("binlog").display()));
+        cmd.args(["--binlog-format=ROW", "--server-id=7", "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"]);
+        cmd.args(settings);
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let server = OwnMariaDb { dir, port, child };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-P", &port.to_string(), "-u", "root", "-e", "SELECT 1"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            assert!(std::time::Instant::now() < deadline, "the test's MariaDB takes no logins");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Some(server)
+    }
+
+    /// A URL of database `database` on it.
+    pub fn url(&self, database: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
 /// `n` letters that do not compress (a fixed pseudo-random sequence), so
 /// that PostgreSQL stores a value of them out of line (TOAST) past 2 KB.
 pub fn incompressible(n: usize) -> String {

@@ -22,9 +22,12 @@ use sluice_domain::connect::connector::ConnectorError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use std::sync::Arc;
 
+mod binlog;
+mod cdc;
 mod connect;
 mod range;
 mod read;
+mod snapshot;
 mod types;
 mod write;
 
@@ -34,6 +37,7 @@ pub use types::map_native;
 
 pub const ENGINE: &str = "mysql";
 
+#[derive(Clone)]
 pub struct MySqlConnector {
     pool: MySqlPool,
     opts: MySqlConnectOptions,

@@ -1,7 +1,7 @@
 //! Reading MySQL: the catalog, and the `Source` impl (checks, reads,
 //! previews, cursor reads).
 
-use super::types::{Pick, bind, decode, map_native, pick, select_expr};
+use super::types::{Pick, bind, bytewise, decode, map_native, pick, select_expr};
 use super::{ENGINE, MySqlConnector, err};
 use crate::common::*;
 use sluice_domain::connect::connector::*;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 impl MySqlConnector {
     /// One table's schema; `EntityNotFound` when there is none.
-    async fn table(&self, entity: &str) -> ConnectorResult<EntitySchema> {
+    pub(super) async fn table(&self, entity: &str) -> ConnectorResult<EntitySchema> {
         self.schemas(Some(entity))
             .await?
             .pop()
@@ -109,17 +109,12 @@ impl Source for MySqlConnector {
     async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let schema = self.table(&read.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
-        // Text by the bytes of its UTF-8 (code point order), whatever the
-        // column's character set.
-        let bytes = |f: &Field, e: String| {
-            if f.field_type == FieldType::String { format!("BINARY CONVERT({e} USING utf8mb4)") } else { e }
-        };
         let mut values = Vec::new();
         let sql = keyed_select_sql(
             read,
             &cols,
             &quote_bt(&schema.name),
-            |f| bytes(f, quote_bt(&f.name)),
+            |f| bytewise(f, quote_bt(&f.name)),
             |f| quote_bt(&f.name),
             |_, v| {
                 values.push(v.clone());
@@ -151,6 +146,20 @@ impl Source for MySqlConnector {
         let schema = self.table(&req.entity).await?;
         let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
         let batch_size = batch_size(&req);
+        if let Some(name) = &req.snapshot {
+            // A copy in a change stream's snapshot, on its connection.
+            let held = super::snapshot::held(name).ok_or_else(|| {
+                ConnectorError::Other(format!("snapshot {name} is no longer held: the copy begins again"))
+            })?;
+            let (sql, bound) =
+                select_sql(&schema, &cols, &quote_bt(&schema.name), &req, quote_bt, |_| "?".to_string())?;
+            let fields = Arc::new(schema.fields);
+            let decode = self.row_decoder(&fields);
+            return Ok(super::snapshot::read_in_snapshot(held, fields, sql, bound, batch_size, decode, {
+                let (host, db) = (self.host.clone(), self.database.clone());
+                move |e| err(e, &host, &db)
+            }));
+        }
         if may_split(&req)
             && let Some(reader) = self.read_in_ranges(&schema, &cols, req.ranges, batch_size).await?
         {

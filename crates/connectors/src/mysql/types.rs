@@ -92,6 +92,12 @@ pub(super) fn pick(f: &Field) -> Pick {
     }
 }
 
+/// Text by the bytes of its UTF-8 (code point order), whatever the
+/// column's character set: the order every destination compares keys in.
+pub(super) fn bytewise(f: &Field, e: String) -> String {
+    if f.field_type == FieldType::String { format!("BINARY CONVERT({e} USING utf8mb4)") } else { e }
+}
+
 pub(super) fn select_expr(f: &Field) -> String {
     let c = quote_bt(&f.name);
     match pick(f) {

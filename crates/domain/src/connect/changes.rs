@@ -143,6 +143,17 @@ pub trait ChangeSource: Send + Sync {
     /// `InvalidConfig` for a position of another form.
     fn after(&self, position: &str, other: &str) -> ConnectorResult<bool>;
 
+    /// Whether an entity that holds `held` holds the transaction a
+    /// [`ChangeEvent::Begin`] at `begin` opens already (by default: `held`
+    /// comes after `begin`, as a PostgreSQL LSN past a commit's does; a
+    /// MariaDB GTID position holds the transaction whose position it equals).
+    ///
+    /// # Errors
+    /// `InvalidConfig` for a position of another form.
+    fn holds(&self, held: &str, begin: &str) -> ConnectorResult<bool> {
+        self.after(held, begin)
+    }
+
     /// The changes of each entity of `from` in the transactions that commit
     /// after its position (`(entity, position)`) and at or before `until`,
     /// in commit order, with every transaction's commit. The stream reads

@@ -1313,7 +1313,7 @@ impl SyncService {
                         for e in entities.iter_mut().filter(|e| e.m.source_entity == c.entity && e.stopped.is_none()) {
                             // A transaction that commits before the position
                             // this mapping holds is held already.
-                            if !changes.after(&e.position, &begin.0)? {
+                            if !changes.holds(&e.position, &begin.0)? {
                                 e.apply(&c, &begin).await?;
                                 since_commit += 1;
                                 applied += 1;

@@ -51,6 +51,34 @@ pub(crate) struct MySqlConnectionInner {
     log_settings: LogSettings,
 }
 
+/// Sluice: a command's payload as it is, for commands sqlx does not
+/// send (`COM_BINLOG_DUMP`, for change data capture).
+struct RawCommand<'a>(&'a [u8]);
+
+impl crate::io::ProtocolEncode<'_, crate::protocol::Capabilities> for RawCommand<'_> {
+    fn encode_with(&self, buf: &mut Vec<u8>, _: crate::protocol::Capabilities) -> Result<(), Error> {
+        buf.extend_from_slice(self.0);
+        Ok(())
+    }
+}
+
+impl MySqlConnection {
+    /// Sluice: sends one command packet (its first byte the command), the
+    /// sequence begun afresh. The connection is then the caller's to read
+    /// with [`MySqlConnection::recv_raw_packet`]; after a command whose
+    /// answer never ends (a binlog dump), it serves nothing else.
+    pub async fn send_raw_command(&mut self, payload: &[u8]) -> Result<(), Error> {
+        self.inner.stream.send_packet(RawCommand(payload)).await
+    }
+
+    /// Sluice: the next packet's payload (one split over several packets
+    /// joined); an error packet is returned as the database error it
+    /// carries.
+    pub async fn recv_raw_packet(&mut self) -> Result<bytes::Bytes, Error> {
+        Ok(self.inner.stream.recv_packet().await?.0)
+    }
+}
+
 impl MySqlConnection {
     pub(crate) fn in_transaction(&self) -> bool {
         self.inner

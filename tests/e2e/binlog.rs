@@ -1,0 +1,298 @@
+//! Change data capture from MariaDB's binlog end to end through the API: a
+//! MariaDB source of the test's own (a ROW binlog, GTIDs) into PostgreSQL,
+//! MariaDB and SQLite destinations, on both metadata stores: the first run
+//! copies the tables in a consistent snapshot, later runs apply inserts,
+//! updates and deletes (hard and soft) and append a change log, each change
+//! once, the state shows the GTID position each table holds, a column added
+//! at the source evolves the destination, and a binlog purged past a
+//! table's position fails it with `position_lost` until it is copied again.
+
+use serde_json::{Value, json};
+use sluice_testkit::services::OwnMariaDb;
+use sluice_tests::preview_rows;
+use sluice_tests::run_flow as run;
+use sluice_tests::{Backend, check, spawn_app};
+use sqlx::Connection;
+
+/// A MariaDB server of the test's own with a ROW binlog, and a connection
+/// to its database `shop`.
+async fn binlog_source() -> Option<(OwnMariaDb, sqlx::MySqlConnection)> {
+    let server = tokio::task::spawn_blocking(|| OwnMariaDb::start(&[])).await.unwrap()?;
+    let mut root = sqlx::MySqlConnection::connect(&server.url("mysql")).await.unwrap();
+    sqlx::query("CREATE DATABASE shop").execute(&mut root).await.unwrap();
+    let conn = sqlx::MySqlConnection::connect(&server.url("shop")).await.unwrap();
+    Some((server, conn))
+}
+
+/// The destination table's rows as `[op ]id:note[:amount][:deleted]`, by id.
+async fn rows(
+    app: &sluice_tests::TestApp,
+    auth: &sluice_tests::Auth,
+    org: &str,
+    conn: &str,
+    entity: &str,
+) -> Vec<String> {
+    let records = preview_rows(app, auth, org, conn, entity).await;
+    let int = |v: &Value| v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
+    let mut out: Vec<(i64, String)> = records
+        .iter()
+        .map(|r| {
+            let mut s = format!("{}:{}", int(&r["id"]), r["note"].as_str().unwrap_or("null"));
+            if let Some(op) = r["_sluice_op"].as_str() {
+                s = format!("{op} {s}");
+            }
+            if r.get("_sluice_deleted_at").is_some_and(|d| !d.is_null()) {
+                s.push_str(":deleted");
+            }
+            (int(&r["id"]), s)
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, s)| s).collect()
+}
+
+async fn exec(c: &mut sqlx::MySqlConnection, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(c).await.unwrap();
+}
+
+async fn scenario(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some((source, mut src)) = binlog_source().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let Some(mut my) = sluice_tests::mariadb().await else { return };
+    let mydb = format!("cdc_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+    exec(
+        &mut src,
+        "CREATE TABLE orders (id int PRIMARY KEY, note varchar(100), big longtext, amount decimal(10,2), \
+           at datetime(6), flag tinyint(1), kind enum('a','b'), day date) ENGINE = InnoDB;
+         CREATE TABLE keyless (note text) ENGINE = InnoDB;
+         INSERT INTO orders VALUES (1, 'one', NULL, 1.50, '2024-05-01 10:11:12.5', 1, 'a', '2024-05-01'),
+           (2, 'two', NULL, -2.25, NULL, 0, 'b', NULL), (3, 'three', NULL, NULL, NULL, NULL, NULL, NULL);",
+    )
+    .await;
+
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source_body = |name: &str, port: u16, db: &str| {
+        json!({"name": name, "type": "mysql", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": port, "database": db, "user": "root", "ssl_mode": "disabled"}})
+    };
+    let source_id = check!(app.post(&conns, &ann, source_body("shop", source.port, "shop")).await, 201).id();
+    // The connection test says whether the source can capture changes.
+    let tested = check!(app.post(&format!("{conns}/{source_id}/test"), &ann, json!({})).await, 200);
+    assert_eq!(tested.body["cdc"], json!({"ready": true, "reasons": []}), "{:?}", tested.body);
+    // The shared server logs no binlog: it says so, one line.
+    let shared = check!(app.post(&format!("{conns}/test"), &ann, source_body("shared", 3306, &mydb)).await, 200);
+    let log_bin: i64 = sqlx::query_scalar("SELECT @@log_bin").fetch_one(&mut my).await.unwrap();
+    if log_bin == 0 {
+        assert_eq!(shared.body["cdc"]["ready"], false, "{:?}", shared.body);
+        let reasons = shared.body["cdc"]["reasons"].as_array().unwrap();
+        assert!(reasons.iter().any(|r| r.as_str().unwrap().starts_with("binary logging is off")), "{reasons:?}");
+    }
+    // The capabilities list the modes for MySQL/MariaDB sources.
+    let caps = check!(app.get("/v1/connectors/capabilities", &ann).await, 200);
+    assert!(caps.body.to_string().contains("cdc_deduped"), "{}", caps.body);
+
+    let dests = [
+        (
+            "postgres",
+            json!({"type": "postgres", "capability": "both", "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}),
+        ),
+        (
+            "mysql",
+            json!({"type": "mysql", "capability": "both", "config": {"host": "127.0.0.1", "database": mydb, "user": "root"}}),
+        ),
+        ("sqlite", json!({"type": "sqlite", "capability": "both", "config": {"path": "binlog.db"}})),
+    ];
+    let flows_path = format!("/v1/organizations/{org}/flows");
+    let mappings = json!([
+        {"source_entity": "orders", "sync_mode": "cdc_deduped"},
+        {"source_entity": "orders", "dest_entity": "orders_soft", "sync_mode": "cdc_deduped", "delete_mode": "soft"},
+        {"source_entity": "orders", "dest_entity": "orders_log", "sync_mode": "cdc_append"}
+    ]);
+    let bad = check!(
+        app.post(
+            &flows_path,
+            &ann,
+            json!({"name": "bad", "source_connection_id": source_id, "destination_connection_id": source_id,
+            "config": {"mappings": [{"source_entity": "keyless", "sync_mode": "cdc_deduped"}]}})
+        )
+        .await,
+        422
+    );
+    let errors = bad.body["details"]["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["field"] == "config.mappings[0].source_entity"
+            && e["message"].as_str().unwrap().contains("no primary key")),
+        "{:?}",
+        bad.body
+    );
+
+    let mut flows = Vec::new();
+    for (name, mut body) in dests {
+        body["name"] = json!(format!("wh-{name}"));
+        let conn = check!(app.post(&conns, &ann, body).await, 201).id();
+        let flow = check!(
+            app.post(
+                &flows_path,
+                &ann,
+                json!({"name": format!("orders-to-{name}"), "source_connection_id": source_id,
+                "destination_connection_id": conn, "config": {"mappings": mappings}})
+            )
+            .await,
+            201
+        )
+        .id();
+        flows.push((name, conn, flow));
+    }
+
+    // First run: the tables as the snapshot saw them.
+    for (name, conn, flow) in &flows {
+        let r = run(&app, &ann, &org, flow).await;
+        assert_eq!(r["status"], "succeeded", "{name}: {r}");
+        assert_eq!(rows(&app, &ann, &org, conn, "orders").await, ["1:one", "2:two", "3:three"], "{name}");
+        assert_eq!(
+            rows(&app, &ann, &org, conn, "orders_log").await,
+            ["insert 1:one", "insert 2:two", "insert 3:three"],
+            "{name}"
+        );
+    }
+    // Changes: one transaction spanning two of them, a large value, a key
+    // that changes.
+    let big = sluice_testkit::services::incompressible(5000);
+    exec(
+        &mut src,
+        &format!(
+            "INSERT INTO orders (id, note, big) VALUES (4, 'four', '{big}');
+             BEGIN; UPDATE orders SET note = 'TWO' WHERE id = 2; DELETE FROM orders WHERE id = 3; COMMIT;
+             UPDATE orders SET note = 'FOUR' WHERE id = 4;
+             INSERT INTO orders (id, note) VALUES (5, 'five'); DELETE FROM orders WHERE id = 5;
+             INSERT INTO orders (id, note) VALUES (6, 'six'); UPDATE orders SET id = 7 WHERE id = 6;"
+        ),
+    )
+    .await;
+    for (name, conn, flow) in &flows {
+        let r = run(&app, &ann, &org, flow).await;
+        assert_eq!(r["status"], "succeeded", "{name}: {r}");
+        assert_eq!(rows(&app, &ann, &org, conn, "orders").await, ["1:one", "2:TWO", "4:FOUR", "7:six"], "{name}");
+        assert_eq!(
+            rows(&app, &ann, &org, conn, "orders_soft").await,
+            ["1:one", "2:TWO", "3:three:deleted", "4:FOUR", "5:five:deleted", "6:six:deleted", "7:six"],
+            "{name}"
+        );
+        let mut got = rows(&app, &ann, &org, conn, "orders_log").await;
+        let mut want = vec!["insert 1:one", "insert 2:two", "update 2:TWO", "insert 3:three", "delete 3:three"];
+        want.extend(["insert 4:four", "update 4:FOUR", "insert 5:five", "delete 5:five", "insert 6:six"]);
+        want.extend(["delete 6:six", "update 7:six"]);
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{name}: each change once");
+        // Values read from the binlog as a copy reads them.
+        let p = check!(
+            app.post(&format!("{conns}/{conn}/preview"), &ann, json!({"entity": "orders", "limit": 10})).await,
+            200
+        );
+        let records = p.body["records"].as_array().unwrap();
+        let four = records.iter().find(|r| r["note"] == "FOUR").unwrap();
+        assert_eq!(four["big"].as_str().map(str::len), Some(big.len()), "{name}");
+        // The state shows the GTID position each table holds.
+        let state = check!(app.get(&format!("{flows_path}/{flow}/state"), &ann).await, 200);
+        let entries = state.body["data"].as_array().or(state.body.as_array()).cloned().unwrap_or_default();
+        let gtid = |v: &str| v.split('-').count() == 3 && v.split('-').all(|p| p.parse::<u64>().is_ok());
+        assert!(
+            entries.iter().all(|e| e["cursor_field"] == "$position" && e["cursor_value"].as_str().is_some_and(gtid)),
+            "{name}: {state:?}"
+        );
+        let again = run(&app, &ann, &org, flow).await;
+        assert_eq!(again["status"], "succeeded", "{name}: {again}");
+        assert_eq!(rows(&app, &ann, &org, conn, "orders_log").await.len(), 12, "{name}: nothing applied twice");
+    }
+
+    // Values of every kind arrive as a copy of the same rows reads them.
+    exec(&mut src, "UPDATE orders SET amount = 3.75, at = '2025-01-02 03:04:05.000006', flag = 1, kind = 'b', day = '2025-01-02' WHERE id = 7").await;
+    let (_, conn, flow) = &flows[0];
+    assert_eq!(run(&app, &ann, &org, flow).await["status"], "succeeded");
+    let copy = check!(
+        app.post(&format!("{conns}/{source_id}/preview"), &ann, json!({"entity": "orders", "limit": 10})).await,
+        200
+    );
+    let mirror =
+        check!(app.post(&format!("{conns}/{conn}/preview"), &ann, json!({"entity": "orders", "limit": 10})).await, 200);
+    let seven = |b: &Value| b["records"].as_array().unwrap().iter().find(|r| r["id"] == 7).cloned().unwrap();
+    let (s, d) = (seven(&copy.body), seven(&mirror.body));
+    for col in ["note", "amount", "flag", "kind", "day"] {
+        assert_eq!(s[col], d[col], "{col}: {s} / {d}");
+    }
+    assert!(d["at"].as_str().unwrap().starts_with("2025-01-02T03:04:05.000006"), "{d}");
+
+    // A column added at the source: the rows before it and after it.
+    exec(
+        &mut src,
+        "UPDATE orders SET note = 'uno' WHERE id = 1;
+         ALTER TABLE orders ADD COLUMN extra int;
+         INSERT INTO orders (id, note, extra) VALUES (8, 'eight', 88);",
+    )
+    .await;
+    let r = run(&app, &ann, &org, flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(rows(&app, &ann, &org, conn, "orders").await, ["1:uno", "2:TWO", "4:FOUR", "7:six", "8:eight"]);
+    let p =
+        check!(app.post(&format!("{conns}/{conn}/preview"), &ann, json!({"entity": "orders", "limit": 10})).await, 200);
+    let eight = p.body["records"].as_array().unwrap().iter().find(|r| r["id"] == 8).cloned().unwrap();
+    assert_eq!(eight["extra"], 88, "{eight}");
+
+    // A binlog purged past what a table holds: position_lost, until copied again.
+    exec(&mut src, "INSERT INTO orders (id, note) VALUES (9, 'nine')").await;
+    // A file the server still needs for its crash recovery (its binlog
+    // checkpoint) is kept by PURGE: flushed again until it goes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        exec(&mut src, "FLUSH BINARY LOGS").await;
+        let logs = sqlx::query("SHOW BINARY LOGS").fetch_all(&mut src).await.unwrap();
+        let last: String = logs.last().map(|r| sqlx::Row::get(r, 0)).unwrap();
+        exec(&mut src, &format!("PURGE BINARY LOGS TO '{last}'")).await;
+        if sqlx::query("SHOW BINARY LOGS").fetch_all(&mut src).await.unwrap().len() == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the test's MariaDB keeps its old binlogs");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let r = run(&app, &ann, &org, flow).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(r["entities"][0]["error_code"], "position_lost", "{r}");
+    for entity in ["orders"] {
+        check!(app.delete(&format!("{flows_path}/{flow}/state/{entity}"), &ann).await, 204);
+    }
+    let r = run(&app, &ann, &org, flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(
+        rows(&app, &ann, &org, conn, "orders").await,
+        ["1:uno", "2:TWO", "4:FOUR", "7:six", "8:eight", "9:nine"]
+    );
+
+    // A TRUNCATE logs no rows: the table stops, saying so, until copied again.
+    exec(&mut src, "/* app */ TRUNCATE TABLE orders; INSERT INTO orders (id, note) VALUES (10, 'ten')").await;
+    let r = run(&app, &ann, &org, flow).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(r["entities"][0]["error"].as_str().unwrap().contains("truncated"), "{r}");
+    check!(app.delete(&format!("{flows_path}/{flow}/state/orders"), &ann).await, 204);
+    assert_eq!(run(&app, &ann, &org, flow).await["status"], "succeeded");
+    assert_eq!(rows(&app, &ann, &org, conn, "orders").await, ["10:ten"]);
+
+    for (_, _, flow) in &flows {
+        check!(app.delete(&format!("{flows_path}/{flow}"), &ann).await, 204);
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {mydb}"))).execute(&mut my).await.unwrap();
+}
+
+#[tokio::test]
+async fn binlog_changes_apply_once_with_sqlite_metadata() {
+    scenario(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn binlog_changes_apply_once_with_postgres_metadata() {
+    scenario(Backend::Postgres).await;
+}
