@@ -25,6 +25,7 @@ destination (every 20 ms, same machine, same clock) first sees it.
 
     cargo build --release
     python3 benches/binlog.py   # CHANGES=1000000 ROWS=1000000 RATE=2000 LATENCY_SECS=60
+    PROFILE=/tmp/perf.data python3 benches/binlog.py   # and `perf record` the server during the catch-up
 
 Needs mariadb-install-db, mariadbd and the mariadb client, and what
 benches/cdc.py needs for its PostgreSQL cluster.
@@ -166,7 +167,15 @@ def main():
         want = src.sql("src", MY_PRINT)
 
         reset_peak_rss(sluice)
+        perf = None
+        if os.environ.get("PROFILE"):  # a profile of the server during the catch-up
+            perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(sluice.pid), "-o",
+                                     os.environ["PROFILE"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
         sluice_secs, run = api.run(org, flow)
+        if perf:
+            perf.send_signal(2)
+            perf.wait()
         catchup_rss = peak_rss(sluice)
         got = pg.sql("dst", PG_PRINT)
         if got.split("\t") != want.split("\t"):

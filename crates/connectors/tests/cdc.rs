@@ -53,7 +53,7 @@ fn summary(events: &[ChangeEvent]) -> Vec<String> {
         .filter_map(|e| match e {
             ChangeEvent::Change(c) => Some(format!("{} {:?}", c.op.as_str(), c.values[0])),
             ChangeEvent::Commit { .. } => Some("commit".into()),
-            ChangeEvent::Schema(_) | ChangeEvent::Begin { .. } => None,
+            ChangeEvent::Schema(_) | ChangeEvent::Begin { .. } | ChangeEvent::Halt { .. } => None,
         })
         .collect()
 }

@@ -151,6 +151,17 @@ impl GtidPos {
         self.0.get(&domain).map_or(0, |(_, n)| *n)
     }
 
+    /// The domain and sequence number of a position of one domain
+    /// (`0-1-42`), read without building it: the common case, compared
+    /// once per change.
+    pub fn single(s: &str) -> Option<(u32, u64)> {
+        let mut it = s.trim().split('-');
+        let (d, _, n, None) = (it.next()?, it.next()?.parse::<u32>().ok()?, it.next()?, it.next()) else {
+            return None;
+        };
+        Some((d.parse().ok()?, n.parse().ok()?))
+    }
+
     /// Whether this position holds a transaction `other` does not.
     pub fn after(&self, other: &GtidPos) -> bool {
         self.0.iter().any(|(d, (_, n))| *n > other.seq(*d))
@@ -389,11 +400,14 @@ pub(super) fn rows_table(body: &[u8]) -> R<u64> {
 /// A rows event's images: `(before, after)` per row (writes have only an
 /// after, deletes only a before), for the table `tm` whose columns are
 /// `cols`.
+/// An update's before image is read for the columns `keys` only (the
+/// others are stepped over): what tells whether the key changed.
 pub(super) fn rows_event(
     kind: u8,
     body: &[u8],
     tm: &TableMap,
     cols: &[Column],
+    keys: &[usize],
 ) -> R<Vec<(Option<Image>, Option<Image>)>> {
     let rk = rows_kind(kind).ok_or("not a rows event")?;
     let mut r = Reader(body);
@@ -415,11 +429,11 @@ pub(super) fn rows_event(
     let mut out = Vec::new();
     while !r.0.is_empty() {
         match rk {
-            RowsKind::Write => out.push((None, Some(image(&mut r, tm, cols, &present)?))),
-            RowsKind::Delete => out.push((Some(image(&mut r, tm, cols, &present)?), None)),
+            RowsKind::Write => out.push((None, Some(image(&mut r, tm, cols, &present, None)?))),
+            RowsKind::Delete => out.push((Some(image(&mut r, tm, cols, &present, None)?), None)),
             RowsKind::Update => {
-                let before = image(&mut r, tm, cols, &present)?;
-                let after = image(&mut r, tm, cols, &present_after)?;
+                let before = image(&mut r, tm, cols, &present, Some(keys))?;
+                let after = image(&mut r, tm, cols, &present_after, None)?;
                 out.push((Some(before), Some(after)));
             }
         }
@@ -431,7 +445,7 @@ fn bitmap(bytes: &[u8], n: usize) -> Vec<bool> {
     (0..n).map(|i| bytes[i / 8] & (1 << (i % 8)) != 0).collect()
 }
 
-fn image(r: &mut Reader<'_>, tm: &TableMap, cols: &[Column], present: &[bool]) -> R<Image> {
+fn image(r: &mut Reader<'_>, tm: &TableMap, cols: &[Column], present: &[bool], keys: Option<&[usize]>) -> R<Image> {
     let count = present.iter().filter(|p| **p).count();
     let nulls = bitmap(r.take(count.div_ceil(8))?, count);
     let mut out = Vec::with_capacity(tm.types.len());
@@ -447,10 +461,53 @@ fn image(r: &mut Reader<'_>, tm: &TableMap, cols: &[Column], present: &[bool]) -
             out.push(Some(Value::Null));
             continue;
         }
+        if keys.is_some_and(|k| !k.contains(&i)) {
+            skip(r, tm.types[i], tm.meta[i])?;
+            out.push(None);
+            continue;
+        }
         let col = cols.get(i).ok_or("a row of more columns than its table")?;
         out.push(Some(value(r, tm.types[i], tm.meta[i], col)?));
     }
     Ok(out)
+}
+
+/// Steps over one value of a row image without reading it.
+fn skip(r: &mut Reader<'_>, t: u8, meta: u16) -> R<()> {
+    let frac = |fsp: u16| usize::from(fsp.min(6)).div_ceil(2);
+    let n = match t {
+        1 | 13 => 1,
+        2 => 2,
+        9..=11 => 3,
+        3 | 4 | 7 => 4,
+        8 | 5 | 12 => 8,
+        246 => {
+            const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+            let (p, sc) = (usize::from(meta >> 8), usize::from(meta & 0xff));
+            let intg = p.saturating_sub(sc);
+            intg / 9 * 4 + DIG2BYTES[intg % 9] + sc / 9 * 4 + DIG2BYTES[sc % 9]
+        }
+        16 => usize::from(meta >> 8) + usize::from((meta & 0xff) > 0),
+        15 | 253 => (if meta < 256 { r.le(1)? } else { r.le(2)? }) as usize,
+        254 => {
+            let (mut real, mut len) = ((meta >> 8) as u8, meta & 0xff);
+            if real & 0x30 != 0x30 {
+                len |= u16::from((real & 0x30) ^ 0x30) << 4;
+                real |= 0x30;
+            }
+            match real {
+                247 | 248 => usize::from(len),
+                _ => (if len < 256 { r.le(1)? } else { r.le(2)? }) as usize,
+            }
+        }
+        252 | 255 | 245 => r.le(usize::from(meta.clamp(1, 4)))? as usize,
+        18 => 5 + frac(meta),
+        17 => 4 + frac(meta),
+        19 => 3 + frac(meta),
+        other => return Err(format!("a column of the binlog's type {other}, which is not read")),
+    };
+    r.take(n)?;
+    Ok(())
 }
 
 /// The bytes an integer of `n` bytes takes, as the column's value.
@@ -705,41 +762,59 @@ fn decimal(r: &mut Reader<'_>, precision: u8, scale: u8) -> R<String> {
     let (intg0, intg0x) = (intg / 9, intg % 9);
     let (frac0, frac0x) = (usize::from(scale) / 9, usize::from(scale) % 9);
     let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
-    let mut bytes = r.take(size)?.to_vec();
+    // At most 65 digits: 30 bytes.
+    let mut bytes = [0u8; 32];
+    bytes[..size].copy_from_slice(r.take(size)?);
+    let bytes = &mut bytes[..size];
     if bytes.is_empty() {
         return Ok("0".into());
     }
     let positive = bytes[0] & 0x80 != 0;
     bytes[0] ^= 0x80;
     if !positive {
-        for b in &mut bytes {
+        for b in bytes.iter_mut() {
             *b = !*b;
         }
     }
-    let mut d = Reader(&bytes);
-    let mut int_part = String::new();
+    // The digits, each group zero-padded to its width, in one buffer.
+    let mut digits = [0u8; 72];
+    let mut n = 0;
+    fn push(digits: &mut [u8; 72], n: &mut usize, v: u64, width: usize) {
+        let mut v = v;
+        for i in (0..width).rev() {
+            digits[*n + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        *n += width;
+    }
+    let mut d = Reader(bytes);
     if intg0x > 0 {
-        int_part.push_str(&d.be(DIG2BYTES[intg0x])?.to_string());
+        push(&mut digits, &mut n, d.be(DIG2BYTES[intg0x])?, intg0x);
     }
     for _ in 0..intg0 {
-        int_part.push_str(&format!("{:09}", d.be(4)?));
+        push(&mut digits, &mut n, d.be(4)?, 9);
     }
-    let int_part = int_part.trim_start_matches('0');
-    let mut frac_part = String::new();
+    let int_end = n;
     for _ in 0..frac0 {
-        frac_part.push_str(&format!("{:09}", d.be(4)?));
+        push(&mut digits, &mut n, d.be(4)?, 9);
     }
     if frac0x > 0 {
-        frac_part.push_str(&format!("{:0width$}", d.be(DIG2BYTES[frac0x])?, width = frac0x));
+        push(&mut digits, &mut n, d.be(DIG2BYTES[frac0x])?, frac0x);
     }
-    let mut s = String::new();
+    let int_digits = &digits[..int_end];
+    let first = int_digits.iter().position(|c| *c != b'0').unwrap_or(int_end);
+    let mut s = String::with_capacity(n + 3);
     if !positive {
         s.push('-');
     }
-    s.push_str(if int_part.is_empty() { "0" } else { int_part });
-    if !frac_part.is_empty() {
+    if first == int_end {
+        s.push('0');
+    } else {
+        s.extend(int_digits[first..].iter().map(|c| char::from(*c)));
+    }
+    if n > int_end {
         s.push('.');
-        s.push_str(&frac_part);
+        s.extend(digits[int_end..n].iter().map(|c| char::from(*c)));
     }
     Ok(s)
 }
@@ -807,6 +882,10 @@ mod tests {
         assert_eq!(decimal(&mut Reader(&pos), 10, 2).unwrap(), "1234567.89");
         let neg: Vec<u8> = pos.iter().map(|b| !b).collect();
         assert_eq!(decimal(&mut Reader(&neg), 10, 2).unwrap(), "-1234567.89");
+        let mut r = Reader(&pos);
+        skip(&mut r, 246, (10 << 8) | 2).unwrap();
+        assert!(r.0.is_empty(), "a skipped decimal takes its bytes");
+        assert_eq!(decimal(&mut Reader(&[0x80, 0x00, 0x00, 0x00, 0x05]), 10, 2).unwrap(), "0.05");
         // DECIMAL(5,0) 0.
         assert_eq!(decimal(&mut Reader(&[0x80, 0, 0]), 5, 0).unwrap(), "0");
     }

@@ -401,10 +401,20 @@ impl ChangeSource for MySqlConnector {
     }
 
     fn after(&self, position: &str, other: &str) -> ConnectorResult<bool> {
+        if let (Some((d, n)), Some((d2, n2))) = (GtidPos::single(position), GtidPos::single(other))
+            && d == d2
+        {
+            return Ok(n > n2);
+        }
         Ok(gtid(position)?.dominates(&gtid(other)?))
     }
 
     fn holds(&self, held: &str, begin: &str) -> ConnectorResult<bool> {
+        if let (Some((d, n)), Some((d2, n2))) = (GtidPos::single(held), GtidPos::single(begin))
+            && d == d2
+        {
+            return Ok(n >= n2);
+        }
         let (held, begin) = (gtid(held)?, gtid(begin)?);
         Ok(!begin.after(&held))
     }
@@ -445,6 +455,7 @@ impl ChangeSource for MySqlConnector {
             until,
             tx: None,
             passed: Vec::new(),
+            halted: Vec::new(),
             out: Vec::new(),
             done: false,
         };
@@ -493,11 +504,11 @@ impl ChangeSource for MySqlConnector {
                 match fed {
                     Ok(Fed::Refresh(entity)) => {
                         let message = format!(
-                            "the columns of {entity} in the binlog differ from its columns now: it changed again \
-                             after the position read from; copy it again with DELETE …/state/{entity}"
+                            "the columns of {entity} in the binlog match none it has now (a column dropped, retyped \
+                             or renamed after the position it holds): it stops there; copy it again with DELETE \
+                             …/state/{entity}"
                         );
-                        let _ = tx.send(Err(ConnectorError::Other(message))).await;
-                        return;
+                        decoder.halt(&entity, message);
                     }
                     Ok(Fed::Event) => {}
                     Err(e) => {
@@ -612,6 +623,8 @@ struct Decoder {
     tx: Option<Tx>,
     /// Domains a transaction past `until` arrived in: read up to there.
     passed: Vec<u32>,
+    /// Tables whose changes stopped (see [`ChangeEvent::Halt`]).
+    halted: Vec<String>,
     out: Vec<ChangeEvent>,
     done: bool,
 }
@@ -742,10 +755,12 @@ impl Decoder {
                 {
                 } else {
                     if let Some(t) = self.dropped_table(&db, &q) {
-                        return Err(format!(
-                            "table {t} was truncated, dropped or replaced (`{}`): copy it again with DELETE …/state/{t}",
+                        let reason = format!(
+                            "table {t} was truncated, dropped or replaced (`{}`): it stops at its position; copy it \
+                             again with DELETE …/state/{t}",
                             query.chars().take(120).collect::<String>()
-                        ));
+                        );
+                        self.halt(&t, reason);
                     }
                     let standalone = self.tx.as_ref().is_some_and(|t| t.standalone);
                     if !standalone
@@ -824,8 +839,19 @@ impl Decoder {
         Ok(Fed::Event)
     }
 
+    /// Stops reading `entity`'s changes, and says so to the flow.
+    fn halt(&mut self, entity: &str, reason: String) {
+        if !self.halted.iter().any(|h| h == entity) {
+            self.halted.push(entity.to_string());
+            self.out.push(ChangeEvent::Halt { entity: entity.to_string(), reason });
+        }
+    }
+
     /// Whether the transaction at hand is one `entity` does not hold yet.
     fn due(&self, entity: &str) -> bool {
+        if self.halted.iter().any(|h| h == entity) {
+            return false;
+        }
         match (&self.tx, self.after.get(entity)) {
             (Some(tx), Some(held)) => !tx.beyond && held.precedes(&tx.gtid),
             _ => false,
@@ -892,7 +918,7 @@ impl Decoder {
             ChangeEvent::Change(Change { entity: entity.clone(), op, values, unchanged })
         };
         let mut out = Vec::new();
-        for (before, after) in binlog::rows_event(kind, body, map, columns)? {
+        for (before, after) in binlog::rows_event(kind, body, map, columns, &key)? {
             match (before, after) {
                 (None, Some(row)) => out.push(change(ChangeOp::Insert, row)),
                 (Some(row), None) => out.push(change(ChangeOp::Delete, row)),

@@ -53,6 +53,14 @@ pub enum ChangeEvent {
         committed_at: OffsetDateTime,
     },
     Change(Change),
+    /// The entity's changes can no longer be read from here on (its table
+    /// was truncated or dropped, or its columns in the log match none the
+    /// source has): it stops at its position, saying `reason`; the other
+    /// entities go on.
+    Halt {
+        entity: String,
+        reason: String,
+    },
     /// The end of a transaction: every change before it, and none after,
     /// is at or before `position`.
     Commit {

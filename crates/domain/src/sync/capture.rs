@@ -1309,6 +1309,12 @@ impl SyncService {
                         }
                     }
                     ChangeEvent::Begin { position, committed_at } => begin = (position, Some(committed_at)),
+                    ChangeEvent::Halt { entity, reason } => {
+                        for e in entities.iter_mut().filter(|e| e.m.source_entity == entity && e.stopped.is_none()) {
+                            self.log(run, LogLevel::Error, Some(&entity), reason.clone()).await;
+                            e.stop(Stop::Failed(reason.clone())).await;
+                        }
+                    }
                     ChangeEvent::Change(c) => {
                         for e in entities.iter_mut().filter(|e| e.m.source_entity == c.entity && e.stopped.is_none()) {
                             // A transaction that commits before the position
