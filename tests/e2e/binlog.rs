@@ -333,6 +333,78 @@ async fn scenario(backend: Backend) {
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {mydb}"))).execute(&mut my).await.unwrap();
 }
 
+/// A continuous flow from the binlog: one run, started by the scheduler,
+/// that applies changes as they come (waiting on the source's GTID
+/// position between them); paused, its run ends.
+async fn continuous(backend: Backend) {
+    use super::cdc::{eventually, mirror, runs_of};
+    let Some(app) = spawn_app(backend).await else { return };
+    let Some((source, mut src)) = binlog_source().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    exec(
+        &mut src,
+        "CREATE TABLE orders (id int PRIMARY KEY, note text) ENGINE = InnoDB; INSERT INTO orders VALUES (1, 'one')",
+    )
+    .await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source_id = check!(
+        app.post(&conns, &ann, json!({"name": "shop", "type": "mysql", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "shop", "user": "root", "ssl_mode": "disabled"}}))
+        .await,
+        201
+    )
+    .id();
+    let conn = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    let flows_path = format!("/v1/organizations/{org}/flows");
+    let flow = check!(
+        app.post(
+            &flows_path,
+            &ann,
+            json!({"name": "orders", "source_connection_id": source_id, "destination_connection_id": conn,
+                "config": {"continuous": true, "mappings": [{"source_entity": "orders", "sync_mode": "cdc_deduped"}]}})
+        )
+        .await,
+        201
+    )
+    .id();
+    eventually(30, "the first copy", || async { mirror(&dst.name).await == ["1:one"] }).await;
+    for i in 2..=4 {
+        exec(&mut src, &format!("INSERT INTO orders VALUES ({i}, 'n{i}')")).await;
+        eventually(10, "a change applied", || async { mirror(&dst.name).await.len() == i }).await;
+    }
+    exec(&mut src, "UPDATE orders SET note = 'ONE' WHERE id = 1; DELETE FROM orders WHERE id = 2").await;
+    eventually(10, "an update and a delete", || async { mirror(&dst.name).await == ["1:ONE", "3:n3", "4:n4"] }).await;
+    let runs = runs_of(&app, &ann, &org, &flow).await;
+    assert_eq!(runs.len(), 1, "one run, kept going: {runs:?}");
+    assert_eq!(runs[0]["status"], "running");
+    check!(
+        app.send(reqwest::Method::PATCH, &format!("{flows_path}/{flow}"), &ann, Some(json!({"status": "paused"})), &[])
+            .await,
+        200
+    );
+    eventually(15, "the run to end", || async { runs_of(&app, &ann, &org, &flow).await[0]["status"] == "succeeded" })
+        .await;
+    check!(app.delete(&format!("{flows_path}/{flow}"), &ann).await, 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_binlog_flow_applies_changes_as_they_come_with_sqlite_metadata() {
+    continuous(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_binlog_flow_applies_changes_as_they_come_with_postgres_metadata() {
+    continuous(Backend::Postgres).await;
+}
+
 #[tokio::test]
 async fn binlog_changes_apply_once_with_sqlite_metadata() {
     scenario(Backend::Sqlite).await;

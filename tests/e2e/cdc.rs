@@ -523,14 +523,14 @@ async fn positions(backend: Backend) {
 }
 
 /// The runs of a flow, newest first.
-async fn runs_of(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Vec<Value> {
+pub(crate) async fn runs_of(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Vec<Value> {
     let r = check!(app.get(&format!("/v1/organizations/{org}/flows/{flow}/runs"), auth).await, 200);
     r.body["data"].as_array().cloned().unwrap_or_default()
 }
 
 /// The destination schema's `orders` as `id:note`, by id (none while the
 /// table does not exist).
-async fn mirror(schema: &str) -> Vec<String> {
+pub(crate) async fn mirror(schema: &str) -> Vec<String> {
     let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT id || ':' || note FROM {schema}.orders ORDER BY id")))
         .fetch_all(&mut c)
@@ -539,7 +539,7 @@ async fn mirror(schema: &str) -> Vec<String> {
 }
 
 /// Waits up to `secs` for `what` to hold.
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+pub(crate) async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,

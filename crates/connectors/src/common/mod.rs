@@ -1,6 +1,7 @@
 //! Plumbing shared by the connectors, one concern a file, all of it
 //! re-exported here (`crate::common::*`): `records` (the channel-backed
-//! reader, batches, rows aligned to a writer's columns), `ranges` (pool
+//! reader, batches, rows aligned to a writer's columns), `changes` (the
+//! channel-backed change reader), `ranges` (pool
 //! sizes and split reads), `sql` (identifier quoting, the statements every
 //! SQL connector builds alike), `types` (native-type tags, widenings,
 //! stored text as values), `connect` (timeouts, TLS settings, errors of
@@ -8,6 +9,7 @@
 //! connectors), and `bulk` (the CSV bulk format).
 
 mod bulk;
+mod changes;
 mod connect;
 mod paths;
 mod ranges;
@@ -16,6 +18,7 @@ mod sql;
 mod types;
 
 pub use bulk::*;
+pub use changes::*;
 pub use connect::*;
 pub use paths::*;
 pub use ranges::*;

@@ -441,7 +441,7 @@ impl ChangeSource for MySqlConnector {
         }
         let mut conn = self.direct().await?;
         let checksum = self.dump(&mut conn, &start).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel::<ConnectorResult<Option<Vec<ChangeEvent>>>>(4);
+        let (tx, rx) = tokio::sync::mpsc::channel::<crate::common::ChangeBatch>(4);
         let me = self.clone();
         let mut decoder = Decoder {
             database: self.database.clone(),
@@ -531,12 +531,7 @@ impl ChangeSource for MySqlConnector {
             let _ = conn.close_hard().await;
             let _ = tx.send(Ok(None)).await;
         });
-        Ok(Box::new(BinlogChanges {
-            rx,
-            buffered: std::collections::VecDeque::new(),
-            ended: false,
-            task: task.abort_handle(),
-        }))
+        Ok(Box::new(crate::common::ChannelChanges::new(rx, task.abort_handle())))
     }
 
     /// Nothing to do: the server keeps its binlog by its own expiry.
@@ -939,40 +934,6 @@ impl Decoder {
         }
         self.out.extend(out);
         Ok(())
-    }
-}
-
-/// The events the reading task sends.
-struct BinlogChanges {
-    rx: tokio::sync::mpsc::Receiver<ConnectorResult<Option<Vec<ChangeEvent>>>>,
-    buffered: std::collections::VecDeque<ChangeEvent>,
-    ended: bool,
-    /// The reading task: a read dropped before its end ends it (and its
-    /// dump connection) at once.
-    task: tokio::task::AbortHandle,
-}
-
-impl Drop for BinlogChanges {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-#[async_trait::async_trait]
-impl ChangeReader for BinlogChanges {
-    async fn next(&mut self, max: usize) -> ConnectorResult<Vec<ChangeEvent>> {
-        while self.buffered.is_empty() && !self.ended {
-            match self.rx.recv().await {
-                Some(Ok(Some(events))) => self.buffered.extend(events),
-                Some(Ok(None)) => self.ended = true,
-                Some(Err(e)) => return Err(e),
-                None => {
-                    return Err(ConnectorError::Other("the binlog's reader stopped before the end of the read".into()));
-                }
-            }
-        }
-        let n = self.buffered.len().min(max.max(1));
-        Ok(self.buffered.drain(..n).collect())
     }
 }
 

@@ -769,9 +769,9 @@ impl ChangeSource for PgConnector {
         // so that no server process goes on holding the slot after it.
         let mut conn = self.direct(false).await?;
         // `Ok(None)` says the read reached its end.
-        let (tx, rx) = tokio::sync::mpsc::channel::<ConnectorResult<Option<Vec<ChangeEvent>>>>(4);
+        let (tx, rx) = tokio::sync::mpsc::channel::<crate::common::ChangeBatch>(4);
         let (host, database, schema) = (self.host.clone(), self.database.clone(), self.schema.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             use futures_util::TryStreamExt;
             let mut decoder =
                 Decoder { schema, after, relations: HashMap::new(), commit: Lsn::default(), out: Vec::new() };
@@ -822,7 +822,7 @@ impl ChangeSource for PgConnector {
             let _ = conn.close().await;
             let _ = tx.send(Ok(None)).await;
         });
-        Ok(Box::new(PgChanges { rx, buffered: std::collections::VecDeque::new(), ended: false }))
+        Ok(Box::new(crate::common::ChannelChanges::new(rx, task.abort_handle())))
     }
 
     async fn confirm(&self, name: &str, position: &str) -> ConnectorResult<()> {
@@ -1097,35 +1097,6 @@ impl Decoder {
             .collect();
         self.out.push(ChangeEvent::Change(Change { entity: r.name.clone(), op, values, unchanged }));
         Ok(())
-    }
-}
-
-/// The events the reading task sends.
-struct PgChanges {
-    rx: tokio::sync::mpsc::Receiver<ConnectorResult<Option<Vec<ChangeEvent>>>>,
-    buffered: std::collections::VecDeque<ChangeEvent>,
-    ended: bool,
-}
-
-#[async_trait::async_trait]
-impl ChangeReader for PgChanges {
-    async fn next(&mut self, max: usize) -> ConnectorResult<Vec<ChangeEvent>> {
-        while self.buffered.is_empty() && !self.ended {
-            match self.rx.recv().await {
-                Some(Ok(Some(events))) => self.buffered.extend(events),
-                Some(Ok(None)) => self.ended = true,
-                Some(Err(e)) => return Err(e),
-                // The reading task ended without saying so (it panicked):
-                // what it did not send was not seen.
-                None => {
-                    return Err(ConnectorError::Other(
-                        "the change stream's reader stopped before the end of the read".into(),
-                    ));
-                }
-            }
-        }
-        let n = self.buffered.len().min(max.max(1));
-        Ok(self.buffered.drain(..n).collect())
     }
 }
 
