@@ -311,6 +311,9 @@ pub(super) struct TableMap {
     pub table: String,
     pub types: Vec<u8>,
     pub meta: Vec<u16>,
+    /// The columns' names, where the server logs them
+    /// (`binlog_row_metadata = FULL`).
+    pub names: Option<Vec<String>>,
 }
 
 /// The database and table a table map names (read before the rest, so
@@ -356,7 +359,22 @@ pub(super) fn table_map(body: &[u8]) -> R<TableMap> {
             _ => 0,
         });
     }
-    Ok(TableMap { id, database, table, types, meta })
+    r.take(n.div_ceil(8))?;
+    // The optional metadata (MySQL 8, MariaDB 10.5): type, length, value;
+    // of it, the column names (type 4: a length-encoded string each).
+    let mut names = None;
+    while !r.0.is_empty() {
+        let Ok(kind) = r.u8() else { break };
+        let Ok(value) = r.lenenc_bytes() else { break };
+        if kind == 4 {
+            let mut v = Reader(value);
+            names = (0..n)
+                .map(|_| v.lenenc_bytes().map(|b| String::from_utf8_lossy(b).into_owned()))
+                .collect::<R<Vec<_>>>()
+                .ok();
+        }
+    }
+    Ok(TableMap { id, database, table, types, meta, names })
 }
 
 /// What a rows event does.

@@ -585,6 +585,31 @@ struct Table {
     sent: bool,
 }
 
+/// A table map of a followed table, and where its columns go.
+struct Mapped {
+    entity: String,
+    map: TableMap,
+    /// The decoder's column of each of the map's columns.
+    columns: Vec<Column>,
+    /// The field each of the map's columns is.
+    index: Vec<usize>,
+}
+
+/// The field each of a table map's named columns is, where each is one of
+/// `fields` of the same type; `None` where one is not (dropped, renamed
+/// or retyped since).
+fn place_by_name(fields: &[Field], names: &[String], types: &[u8]) -> Option<Vec<usize>> {
+    let mut index = Vec::with_capacity(names.len());
+    for (name, t) in names.iter().zip(types) {
+        let j = fields.iter().position(|f| f.name.eq_ignore_ascii_case(name))?;
+        if !codes(&fields[j]).contains(t) || index.contains(&j) {
+            return None;
+        }
+        index.push(j);
+    }
+    Some(index)
+}
+
 /// The transaction being read.
 struct Tx {
     gtid: Gtid,
@@ -612,7 +637,7 @@ struct Decoder {
     after: HashMap<String, GtidPos>,
     tables: HashMap<String, Table>,
     /// Table maps of followed tables, by table id.
-    maps: HashMap<u64, (String, TableMap)>,
+    maps: HashMap<u64, Mapped>,
     running: GtidPos,
     until: GtidPos,
     tx: Option<Tx>,
@@ -789,33 +814,36 @@ impl Decoder {
                 }
                 let name = map.table.clone();
                 let table = self.tables.get_mut(&name).ok_or("a table that went away")?;
-                if table.types.as_deref() == Some(&map.types[..]) {
-                } else if matches(&table.fields, &map.types) {
-                    // Columns other than those sent last: the flow hears.
-                    let changed = table.types.is_some();
+                let n = map.types.len();
+                // By name where the server logs names; else by position
+                // (the columns as the catalog has them, or the first of
+                // them: a table map of before columns were added at the
+                // end).
+                let index: Vec<usize> = match &map.names {
+                    Some(names) => match place_by_name(&table.fields, names, &map.types) {
+                        Some(index) => index,
+                        None => return Ok(Fed::Refresh(name)),
+                    },
+                    None if n <= table.fields.len() && matches(&table.fields[..n], &map.types) => (0..n).collect(),
+                    None => return Ok(Fed::Refresh(name)),
+                };
+                // Every column, as the catalog has them now, in a map other
+                // than the last such: the flow hears of the columns.
+                let whole = index.len() == table.fields.len();
+                let changed = whole && table.types.as_deref() != Some(&map.types[..]);
+                if whole {
+                    if changed && table.types.is_some() {
+                        table.sent = false;
+                    }
                     table.types = Some(map.types.clone());
-                    if changed || !table.sent {
-                        table.sent = true;
-                        self.out.push(ChangeEvent::Schema(EntitySchema {
-                            name: name.clone(),
-                            fields: table.fields.clone(),
-                        }));
-                    }
-                } else if map.types.len() < table.fields.len() && matches(&table.fields[..map.types.len()], &map.types)
-                {
-                    // Rows of before columns were added at the end: what
-                    // they lack an update leaves as it is.
-                    if !table.sent {
-                        table.sent = true;
-                        self.out.push(ChangeEvent::Schema(EntitySchema {
-                            name: name.clone(),
-                            fields: table.fields.clone(),
-                        }));
-                    }
-                } else {
-                    return Ok(Fed::Refresh(name));
                 }
-                self.maps.insert(map.id, (name, map));
+                if !table.sent {
+                    table.sent = true;
+                    self.out
+                        .push(ChangeEvent::Schema(EntitySchema { name: name.clone(), fields: table.fields.clone() }));
+                }
+                let columns = index.iter().map(|j| table.columns[*j].clone()).collect();
+                self.maps.insert(map.id, Mapped { entity: name, map, columns, index });
             }
             k if binlog::rows_kind(k).is_some() => self.rows(k, body)?,
             binlog::INCIDENT => {
@@ -893,27 +921,33 @@ impl Decoder {
 
     fn rows(&mut self, kind: u8, body: &[u8]) -> Result<(), String> {
         let id = binlog::rows_table(body)?;
-        let Some((entity, map)) = self.maps.get(&id) else { return Ok(()) };
-        if !self.due(entity) {
+        let Some(m) = self.maps.get(&id) else { return Ok(()) };
+        if !self.due(&m.entity) {
             return Ok(());
         }
-        let table = self.tables.get(entity).ok_or("a table that went away")?;
-        let width = table.fields.len();
-        let columns = table.columns.get(..map.types.len()).ok_or("a table map of more columns than its table")?;
-        let key: Vec<usize> = table.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
-        let change = |op: ChangeOp, mut image: binlog::Image| {
-            // Columns the image leaves out (added since, or left out by
-            // the row image): an update keeps what the destination holds.
-            image.resize(width, None);
+        let fields = &self.tables.get(&m.entity).ok_or("a table that went away")?.fields;
+        let width = fields.len();
+        // The key's columns, as the map orders them.
+        let key: Vec<usize> = (0..m.index.len()).filter(|i| fields[m.index[*i]].primary_key).collect();
+        let change = |op: ChangeOp, image: binlog::Image| {
+            // Each value to its field; a field the image leaves out (added
+            // since, or left out by the row image): an update keeps what
+            // the destination holds.
+            let mut row: binlog::Image = vec![None; width];
+            for (i, v) in image.into_iter().enumerate() {
+                if let Some(j) = m.index.get(i) {
+                    row[*j] = v;
+                }
+            }
             let unchanged = match op {
-                ChangeOp::Update => image.iter().enumerate().filter(|(_, v)| v.is_none()).map(|(i, _)| i).collect(),
+                ChangeOp::Update => row.iter().enumerate().filter(|(_, v)| v.is_none()).map(|(i, _)| i).collect(),
                 _ => Vec::new(),
             };
-            let values = image.into_iter().map(|v| v.unwrap_or(Value::Null)).collect();
-            ChangeEvent::Change(Change { entity: entity.clone(), op, values, unchanged })
+            let values = row.into_iter().map(|v| v.unwrap_or(Value::Null)).collect();
+            ChangeEvent::Change(Change { entity: m.entity.clone(), op, values, unchanged })
         };
         let mut out = Vec::new();
-        for (before, after) in binlog::rows_event(kind, body, map, columns, &key)? {
+        for (before, after) in binlog::rows_event(kind, body, &m.map, &m.columns, &key)? {
             match (before, after) {
                 (None, Some(row)) => out.push(change(ChangeOp::Insert, row)),
                 (Some(row), None) => out.push(change(ChangeOp::Delete, row)),
