@@ -460,12 +460,11 @@ impl ChangeSource for MySqlConnector {
             done: false,
         };
         let task = tokio::spawn(async move {
-            let fail = |e: ConnectorError| e;
             loop {
                 let packet = match tokio::time::timeout(SILENCE, conn.recv_raw_packet()).await {
                     Ok(Ok(p)) => p,
                     Ok(Err(e)) => {
-                        let _ = tx.send(Err(fail(me.dump_error(&e)))).await;
+                        let _ = tx.send(Err(me.dump_error(&e))).await;
                         return;
                     }
                     Err(_) => {
