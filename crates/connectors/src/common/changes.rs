@@ -6,6 +6,15 @@ use sluice_domain::connect::connector::{ConnectorError, ConnectorResult};
 use std::collections::VecDeque;
 use tokio::sync::mpsc;
 
+/// Checks a change stream's name (a flow's: letters, digits and `_`, at
+/// most 48), which names what a source keeps for it.
+pub fn check_stream_name(name: &str) -> ConnectorResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok { Ok(()) } else { Err(ConnectorError::InvalidConfig(format!("'{name}' cannot name a change stream"))) }
+}
+
 /// What a reading task sends: events, `None` once it reached the end it
 /// was read up to, or the error that stopped it.
 pub type ChangeBatch = ConnectorResult<Option<Vec<ChangeEvent>>>;
@@ -51,5 +60,17 @@ impl ChangeReader for ChannelChanges {
         }
         let n = self.buffered.len().min(max.max(1));
         Ok(self.buffered.drain(..n).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_names_are_checked() {
+        assert!(check_stream_name("0190a1b2c3d4").is_ok());
+        assert!(check_stream_name("x'; DROP").is_err());
+        assert!(check_stream_name("").is_err());
     }
 }

@@ -733,23 +733,16 @@ fn time2(r: &mut Reader<'_>, fsp: u8) -> R<String> {
     // the microseconds (as MySQL's `TIME_from_longlong_time_packed` reads
     // it).
     let packed: i64 = match fsp {
-        1 | 2 => {
+        // The fraction in 1 or 2 bytes apart (hundredths, ten-thousandths).
+        1..=4 => {
+            let (bytes, unit) = if fsp <= 2 { (1, 10_000) } else { (2, 100) };
             let mut i = r.be(3)? as i64 - 0x80_0000;
-            let mut f = r.be(1)? as i64;
+            let mut f = r.be(bytes)? as i64;
             if i < 0 && f != 0 {
                 i += 1;
-                f -= 0x100;
+                f -= 1 << (8 * bytes);
             }
-            (i << 24) + f * 10_000
-        }
-        3 | 4 => {
-            let mut i = r.be(3)? as i64 - 0x80_0000;
-            let mut f = r.be(2)? as i64;
-            if i < 0 && f != 0 {
-                i += 1;
-                f -= 0x10000;
-            }
-            (i << 24) + f * 100
+            (i << 24) + f * unit
         }
         5 | 6 => r.be(6)? as i64 - 0x8000_0000_0000,
         _ => (r.be(3)? as i64 - 0x80_0000) << 24,

@@ -1,7 +1,7 @@
 //! Reading MySQL: the catalog, and the `Source` impl (checks, reads,
 //! previews, cursor reads).
 
-use super::types::{Pick, bind, bytewise, decode, map_native, pick, select_expr};
+use super::types::{Pick, bind, decode, keyed_sql, map_native, pick, select_expr};
 use super::{ENGINE, MySqlConnector, err};
 use crate::common::*;
 use sluice_domain::connect::connector::*;
@@ -108,21 +108,7 @@ impl Source for MySqlConnector {
     /// serves them.
     async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let schema = self.table(&read.entity).await?;
-        let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
-        let mut values = Vec::new();
-        let sql = keyed_select_sql(
-            read,
-            &cols,
-            &quote_bt(&schema.name),
-            |f| bytewise(f, quote_bt(&f.name)),
-            |f| quote_bt(&f.name),
-            |_, v| {
-                values.push(v.clone());
-                "?".into()
-            },
-            false,
-            false,
-        );
+        let (sql, values) = keyed_sql(&schema, read);
         let fields = Arc::new(schema.fields);
         let decode = self.row_decoder(&fields);
         let (host, db) = (self.host.clone(), self.database.clone());

@@ -98,6 +98,28 @@ pub(super) fn bytewise(f: &Field, e: String) -> String {
     if f.field_type == FieldType::String { format!("BINARY CONVERT({e} USING utf8mb4)") } else { e }
 }
 
+/// The SQL of a keyed read of `schema` (rows in key order, text by its
+/// bytes; lookups of single keys by the columns as they are, so that the
+/// key's index serves them), and the values it binds, in order.
+pub(super) fn keyed_sql(schema: &EntitySchema, read: &KeyedRead) -> (String, Vec<Value>) {
+    let cols: Vec<String> = schema.fields.iter().map(select_expr).collect();
+    let mut values = Vec::new();
+    let sql = keyed_select_sql(
+        read,
+        &cols,
+        &quote_bt(&schema.name),
+        |f| bytewise(f, quote_bt(&f.name)),
+        |f| quote_bt(&f.name),
+        |_, v| {
+            values.push(v.clone());
+            "?".into()
+        },
+        false,
+        false,
+    );
+    (sql, values)
+}
+
 pub(super) fn select_expr(f: &Field) -> String {
     let c = quote_bt(&f.name);
     match pick(f) {

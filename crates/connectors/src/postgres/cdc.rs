@@ -24,14 +24,8 @@ const CHUNK: usize = 512;
 
 /// The slot and publication of stream `name` (letters, digits and `_`).
 fn object_name(name: &str) -> ConnectorResult<String> {
-    let ok = !name.is_empty()
-        && name.len() <= 48
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if ok {
-        Ok(format!("sluice_{name}"))
-    } else {
-        Err(ConnectorError::InvalidConfig(format!("'{name}' cannot name a change stream")))
-    }
+    crate::common::check_stream_name(name)?;
+    Ok(format!("sluice_{name}"))
 }
 
 fn lsn(s: &str) -> ConnectorResult<Lsn> {
