@@ -244,7 +244,16 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
                 }
             }
             Panel::Tested(Ok(o)) => {
-                @if o.ok { (notice(&format!("Connected in {} ms.", o.latency_ms))) }
+                @if o.ok {
+                    (notice(&format!("Connected in {} ms.", o.latency_ms)))
+                    @if let Some(cdc) = &o.cdc {
+                        @if cdc.ready { p.cdc { "Change data capture: ready." } }
+                        @else {
+                            p.cdc { "Change data capture: not yet, because" }
+                            ul.cdc { @for r in &cdc.reasons { li { (r) } } }
+                        }
+                    }
+                }
                 @else { p.error role="alert" { strong { (o.error_code.map_or("failed", Code::as_str)) } ": " (o.error.unwrap_or_default()) } }
             }
             Panel::Tested(Err(e)) | Panel::Discovered(Err(e)) | Panel::Preview(Err(e)) => { (error_box(&e)) }

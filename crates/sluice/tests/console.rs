@@ -318,6 +318,8 @@ async fn a_user_syncs_postgres_from_the_console_and_watches_the_run() {
     // Test, discover and preview the source.
     browser.click("form[action$='/test'] button").await;
     browser.wait_text("main", "Connected in", 20).await;
+    // Whether it can capture changes, and if not, why.
+    browser.wait_text("p.cdc", "Change data capture", 5).await;
     browser.click("form[action$='/discover'] button").await;
     browser.wait_text("details.entity summary", "orders", 20).await;
     browser.click("details.entity summary").await;

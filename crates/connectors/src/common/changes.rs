@@ -15,6 +15,26 @@ pub fn check_stream_name(name: &str) -> ConnectorResult<()> {
     if ok { Ok(()) } else { Err(ConnectorError::InvalidConfig(format!("'{name}' cannot name a change stream"))) }
 }
 
+/// The tables a readiness check looks at: those named, or, for a
+/// connection's own test (none named), every table it can see.
+pub fn tables_to_check(named: &[String], all: impl Iterator<Item = String>) -> Vec<String> {
+    if named.is_empty() { all.collect() } else { named.to_vec() }
+}
+
+/// At most this many lines about single tables in a readiness report; the
+/// rest are counted in one line.
+const TABLE_LINES: usize = 10;
+
+/// Appends the lines about single tables to a readiness report, at most
+/// [`TABLE_LINES`] of them and one that counts the rest.
+pub fn push_table_reasons(reasons: &mut Vec<String>, tables: Vec<String>) {
+    let more = tables.len().saturating_sub(TABLE_LINES);
+    reasons.extend(tables.into_iter().take(TABLE_LINES));
+    if more > 0 {
+        reasons.push(format!("and {more} more lines like these, about other tables"));
+    }
+}
+
 /// What a reading task sends: events, `None` once it reached the end it
 /// was read up to, or the error that stopped it.
 pub type ChangeBatch = ConnectorResult<Option<Vec<ChangeEvent>>>;
@@ -72,5 +92,21 @@ mod tests {
         assert!(check_stream_name("0190a1b2c3d4").is_ok());
         assert!(check_stream_name("x'; DROP").is_err());
         assert!(check_stream_name("").is_err());
+    }
+
+    #[test]
+    fn a_readiness_report_counts_what_it_does_not_list() {
+        let named = tables_to_check(&["a".into()], ["a", "b"].into_iter().map(String::from));
+        assert_eq!(named, ["a"]);
+        let all = tables_to_check(&[], ["a", "b"].into_iter().map(String::from));
+        assert_eq!(all, ["a", "b"]);
+        let mut reasons = vec!["wal_level".to_string()];
+        push_table_reasons(&mut reasons, (0..13).map(|i| format!("t{i}")).collect());
+        assert_eq!(reasons.len(), 1 + TABLE_LINES + 1);
+        assert_eq!(reasons[TABLE_LINES], "t9");
+        assert_eq!(reasons.last().unwrap(), "and 3 more lines like these, about other tables");
+        let mut few = Vec::new();
+        push_table_reasons(&mut few, vec!["t".into()]);
+        assert_eq!(few, ["t"]);
     }
 }

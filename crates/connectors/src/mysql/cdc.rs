@@ -256,21 +256,24 @@ impl ChangeSource for MySqlConnector {
             "SELECT CAST(t.TABLE_NAME AS CHAR), CAST(COALESCE(t.ENGINE, '') AS CHAR), \
              EXISTS (SELECT 1 FROM information_schema.TABLE_CONSTRAINTS c WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA \
                AND c.TABLE_NAME = t.TABLE_NAME AND c.CONSTRAINT_TYPE = 'PRIMARY KEY') \
-             FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = DATABASE() AND t.TABLE_TYPE = 'BASE TABLE'",
+             FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = DATABASE() AND t.TABLE_TYPE = 'BASE TABLE' \
+             ORDER BY t.TABLE_NAME",
         )
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.e(&e))?;
-        for e in entities {
+        let entities = crate::common::tables_to_check(entities, tables.iter().map(|r| r.get::<String, _>(0)));
+        let mut lines = Vec::new();
+        for e in &entities {
             match tables.iter().find(|r| r.get::<String, _>(0) == *e) {
-                None => reasons.push(format!("{} is not a table of {}", quote_bt(e), self.database)),
+                None => lines.push(format!("{} is not a table of {}", quote_bt(e), self.database)),
                 Some(r) => {
                     if r.get::<i64, _>(2) == 0 {
-                        reasons.push(format!("table {} has no primary key", quote_bt(e)));
+                        lines.push(format!("table {} has no primary key", quote_bt(e)));
                     }
                     let engine: String = r.get(1);
                     if !engine.eq_ignore_ascii_case("InnoDB") {
-                        reasons.push(format!(
+                        lines.push(format!(
                             "table {} uses {engine}, which keeps no snapshot: its copy cannot be consistent \
                              (ALTER TABLE {} ENGINE = InnoDB)",
                             quote_bt(e),
@@ -293,12 +296,13 @@ impl ChangeSource for MySqlConnector {
         .map_err(|e| self.e(&e))?;
         for r in odd.iter().filter(|r| entities.contains(&r.get::<String, _>(0))) {
             let (t, c, what): (String, String, String) = (r.get(0), r.get(1), r.get(2));
-            reasons.push(format!(
+            lines.push(format!(
                 "column {}.{} is {what}, whose binlog form is not read yet (text in UTF-8, Latin-1 or ASCII is)",
                 quote_bt(&t),
                 quote_bt(&c)
             ));
         }
+        crate::common::push_table_reasons(&mut reasons, lines);
         Ok(reasons)
     }
 

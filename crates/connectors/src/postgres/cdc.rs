@@ -614,10 +614,9 @@ impl ChangeSource for PgConnector {
             "SELECT c.relname::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
              pg_has_role(c.relowner, 'USAGE') \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind IN ('r', 'p')",
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY c.relname",
         )
         .bind(&self.schema)
-        .bind(entities)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.e(&e))?;
@@ -625,22 +624,24 @@ impl ChangeSource for PgConnector {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| self.e(&e))?;
-        for e in entities {
-            match rows.iter().find(|r| r.get::<String, _>(0) == *e) {
-                None => reasons.push(format!("{} is not a table", self.qualified(e))),
+        let mut tables = Vec::new();
+        for e in crate::common::tables_to_check(entities, rows.iter().map(|r| r.get::<String, _>(0))) {
+            match rows.iter().find(|r| r.get::<String, _>(0) == e) {
+                None => tables.push(format!("{} is not a table", self.qualified(&e))),
                 Some(r) => {
                     if !r.get::<bool, _>(1) {
-                        reasons.push(format!("table {} has no primary key", self.qualified(e)));
+                        tables.push(format!("table {} has no primary key", self.qualified(&e)));
                     }
                     if !r.get::<bool, _>(2) && !super_user {
-                        reasons.push(format!(
+                        tables.push(format!(
                             "cannot create a publication: the role {user} does not own table {}",
-                            self.qualified(e)
+                            self.qualified(&e)
                         ));
                     }
                 }
             }
         }
+        crate::common::push_table_reasons(&mut reasons, tables);
         Ok(reasons)
     }
 

@@ -644,8 +644,8 @@ impl ConnectService {
         }
     }
 
-    /// Whether the source of `cfg` can capture changes (its server and
-    /// role; a table's own key is checked when a flow names it).
+    /// Whether the source of `cfg` can capture changes: its server, its
+    /// role and each of its tables (a flow naming a table checks it again).
     async fn cdc_readiness(&self, cfg: &ResolvedConfig) -> CdcReadiness {
         let reasons = match self.connectors.change_source(cfg).await {
             Ok(changes) => changes.readiness(&[]).await.unwrap_or_else(|e| vec![e.to_string()]),
