@@ -118,7 +118,9 @@ def main():
             e = v["entities"][0] if v["entities"] else {}
             if v["status"] != "matched" or e.get("source_rows") != ROWS or e.get("destination_rows") != ROWS:
                 sys.exit(f"{name}: not a clean match: {json.dumps(v)}")
-            results.append((name, secs, reference, peak_rss(sluice)))
+            began = datetime.datetime.fromisoformat(v["started_at"]).timestamp() - (
+                datetime.datetime.fromisoformat(v["finished_at"]).timestamp() - secs)
+            results.append((name, secs, reference, peak_rss(sluice), began, e.get("duration_ms"), e.get("summed_rows")))
 
         # One value changed is found by its key.
         pg.psql("UPDATE dst.t SET s = 'changed' WHERE id = 4242")
@@ -130,8 +132,11 @@ def main():
         print(f"\n{ROWS:,} rows, one run on this machine\n")
         print("| pair | verification | both tables read once | ratio | peak RSS |")
         print("|---|---|---|---|---|")
-        for name, secs, reference, rss in results:
+        for name, secs, reference, rss, *_ in results:
             print(f"| {name} | {secs:.2f} s | {reference:.2f} s | {secs / reference:.2f}× | {rss} |")
+        for name, secs, _, _, began, entity_ms, summed in results:
+            print(f"{name}: started {began:.2f} s after the call; the entity took {entity_ms} ms; "
+                  f"{summed:,} rows compared by checksums in the databases")
         print(f"\n(PostgreSQL COPY: src {pg_src:.2f} s, dst {pg_dst:.2f} s; MariaDB read {my_read:.2f} s; "
               "the changed row was found by its key)")
     finally:

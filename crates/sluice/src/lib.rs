@@ -261,7 +261,7 @@ impl Application {
         let worker = if settings.run_worker {
             let id = worker::worker_id();
             tokio::spawn(worker::deliver(sluice.clone(), id.clone(), store.wake()));
-            tokio::spawn(worker::verify(sluice.clone(), id.clone(), stopped.clone()));
+            tokio::spawn(worker::verify(sluice.clone(), id.clone(), stopped.clone(), store.wake()));
             Some(tokio::spawn(worker::run(sluice.clone(), id, stopped, store.wake())))
         } else {
             None
@@ -311,7 +311,7 @@ impl Application {
         // Stops like `serve`: on SIGTERM or SIGINT, no more runs, and the
         // run in progress gets a bounded time to end.
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(worker::verify(sluice.clone(), id.clone(), stopped.clone()));
+        tokio::spawn(worker::verify(sluice.clone(), id.clone(), stopped.clone(), store.wake()));
         let mut worker = tokio::spawn(worker::run(sluice, id, stopped, store.wake()));
         tokio::select! {
             _ = &mut worker => return Ok(()),

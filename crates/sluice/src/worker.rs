@@ -206,7 +206,8 @@ pub async fn forget_changed_credentials(sluice: Sluice, wake: Arc<Wake>) {
     }
 }
 
-/// How often a process looks for queued verifications.
+/// How often a process looks for queued verifications, when no wake came
+/// (one queued here, or on a PostgreSQL store anywhere, wakes it at once).
 pub const VERIFY_POLL: Duration = Duration::from_secs(1);
 
 /// Runs until `stop`: claims queued verifications (or ones whose worker
@@ -214,7 +215,7 @@ pub const VERIFY_POLL: Duration = Duration::from_secs(1);
 /// while one lasts. Stopped, the verification in progress is left: its
 /// claim lapses and another process takes it up from the start (it only
 /// reads).
-pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>, wake: Arc<Wake>) {
     let pause: sluice_domain::sync::verification::Pause = Arc::new(|d| Box::pin(tokio::time::sleep(d)));
     let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
     loop {
@@ -271,6 +272,7 @@ pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Re
                     changed = stop.changed() => if changed.is_err() {
                         return;
                     },
+                    _ = wake.verification_queued() => {}
                     _ = tokio::time::sleep(VERIFY_POLL) => {}
                 }
             }

@@ -17,6 +17,8 @@ pub enum Work {
     Runs,
     /// A notification delivery to send.
     Deliveries,
+    /// A verification to execute.
+    Verifications,
     /// Credentials changed (an API key revoked, an organization deleted, a
     /// member's role changed or removed): what each process caches of
     /// them is dropped.
@@ -24,13 +26,14 @@ pub enum Work {
 }
 
 impl Work {
-    const ALL: [Work; 3] = [Work::Runs, Work::Deliveries, Work::Credentials];
+    const ALL: [Work; 4] = [Work::Runs, Work::Deliveries, Work::Verifications, Work::Credentials];
 
     /// The PostgreSQL channel of this kind of work.
     pub fn channel(self) -> &'static str {
         match self {
             Work::Runs => "sluice_runs_queued",
             Work::Deliveries => "sluice_deliveries_queued",
+            Work::Verifications => "sluice_verifications_queued",
             Work::Credentials => "sluice_credentials_changed",
         }
     }
@@ -40,6 +43,7 @@ impl Work {
             Work::Runs => 1,
             Work::Deliveries => 2,
             Work::Credentials => 4,
+            Work::Verifications => 8,
         }
     }
 }
@@ -49,6 +53,7 @@ impl Work {
 pub struct Wake {
     runs: Notify,
     deliveries: Notify,
+    verifications: Notify,
     credentials: Notify,
 }
 
@@ -58,6 +63,7 @@ impl Wake {
         match work {
             Work::Runs => self.runs.notify_one(),
             Work::Deliveries => self.deliveries.notify_one(),
+            Work::Verifications => self.verifications.notify_one(),
             Work::Credentials => self.credentials.notify_one(),
         }
     }
@@ -77,6 +83,11 @@ impl Wake {
     /// Resolves when a notification delivery was queued.
     pub async fn delivery_queued(&self) {
         self.deliveries.notified().await;
+    }
+
+    /// Resolves when a verification was queued.
+    pub async fn verification_queued(&self) {
+        self.verifications.notified().await;
     }
 }
 

@@ -363,6 +363,10 @@ async fn verifications_are_held_by_one_worker_at_a_time(store: &Store) {
     };
     let audit = AuditEntry::new(Some(org), Actor::system(), "verification.started", "verification", v.id, now);
     store.create_verification(&v, &audit).await.unwrap();
+    // Queued, it wakes this process's verification loop.
+    tokio::time::timeout(std::time::Duration::from_secs(10), store.wake().verification_queued())
+        .await
+        .expect("a queued verification wakes the worker");
     let lease = time::Duration::seconds(30);
     let (a, b) =
         tokio::join!(store.claim_verification("a", now, now + lease), store.claim_verification("b", now, now + lease));

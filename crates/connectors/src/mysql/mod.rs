@@ -25,6 +25,7 @@ use std::sync::Arc;
 mod binlog;
 mod cdc;
 mod connect;
+mod digest;
 mod range;
 mod read;
 mod snapshot;

@@ -106,6 +106,14 @@ impl Source for MySqlConnector {
     /// The rows in key order, text by its bytes (`BINARY`); lookups of
     /// single keys by the columns as they are, so that the key's index
     /// serves them.
+    async fn key_span(&self, entity: &str, key: &str) -> ConnectorResult<Option<(i64, i64)>> {
+        self.key_span_of(entity, key).await
+    }
+
+    async fn digests(&self, request: &DigestRequest) -> ConnectorResult<Option<Vec<Digest>>> {
+        self.digests_of(request).await.map(Some)
+    }
+
     async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let schema = self.table(&read.entity).await?;
         let (sql, values) = keyed_sql(&schema, read);

@@ -33,6 +33,7 @@ pub mod binary;
 mod bulk;
 mod cdc;
 mod connect;
+mod digest;
 pub mod pgoutput;
 mod range;
 mod read;

@@ -214,6 +214,14 @@ impl Source for PgConnector {
         Ok((v != Value::Null).then_some(v))
     }
 
+    async fn key_span(&self, entity: &str, key: &str) -> ConnectorResult<Option<(i64, i64)>> {
+        self.key_span_of(entity, key).await
+    }
+
+    async fn digests(&self, request: &DigestRequest) -> ConnectorResult<Option<Vec<Digest>>> {
+        self.digests_of(request).await.map(Some)
+    }
+
     /// A binary COPY of the rows in key order, text by its bytes.
     async fn read_keyed(&self, read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         let schema = self.table(&read.entity).await?;

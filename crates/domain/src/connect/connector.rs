@@ -258,6 +258,43 @@ pub trait Source: Send + Sync {
     async fn read_keyed(&self, _read: &KeyedRead) -> ConnectorResult<Option<Box<dyn RecordReader>>> {
         Ok(None)
     }
+
+    /// The least and the greatest value of the integer field `key` of
+    /// `entity`; `None` when it holds no rows or this source cannot tell.
+    async fn key_span(&self, _entity: &str, _key: &str) -> ConnectorResult<Option<(i64, i64)>> {
+        Ok(None)
+    }
+
+    /// Checksums of the rows of `request`'s buckets, computed where the
+    /// rows lie; `None` when this source cannot. Two sources of one engine
+    /// give equal digests for rows whose columns, of equal types (as
+    /// [`Field::native_type`] names them), hold equal values.
+    async fn digests(&self, _request: &DigestRequest) -> ConnectorResult<Option<Vec<Digest>>> {
+        Ok(None)
+    }
+}
+
+/// What [`Source::digests`] sums: the rows of `entity` whose integer `key`
+/// lies in `lo..=hi`, in buckets of `width` keys (bucket `b` holds the
+/// keys from `lo + b * width`), each row hashed from `columns` in order;
+/// rows whose `unless` column is set (soft-deleted) are left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestRequest {
+    pub entity: String,
+    pub key: String,
+    pub columns: Vec<String>,
+    pub unless: Option<String>,
+    pub lo: i64,
+    pub hi: i64,
+    pub width: i64,
+}
+
+/// One bucket's rows: how many, and the sum of their 64-bit hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest {
+    pub bucket: i64,
+    pub rows: u64,
+    pub sum: i128,
 }
 
 /// What [`Source::read_keyed`] reads: every field of `entity`, ordered by

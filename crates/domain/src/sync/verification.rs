@@ -301,11 +301,17 @@ async fn verify_entity(
         Err(e) => return Err(e.to_string()),
     };
     let plan = Plan::new(m, &source_fields, &dest_fields)?;
-    let all = |key: &[crate::connect::connector::Field]| KeyRange { fields: key.to_vec(), after: None, upto: None };
-    let mut s = Ordered::new(read_ordered(source, &m.source_entity, &all(&plan.source_key)).await?);
-    let mut d = Ordered::new(read_ordered(dest, m.destination(), &all(&plan.dest_key)).await?);
-    let tally = merge(&plan, &m.transform, &mut s, &mut d).await?;
-    drop((s, d));
+    let mut tally = Tally::default();
+    let by_digests = match super::digest::digestible(m, &plan, &source_fields, &dest_fields) {
+        Some(columns) => super::digest::compare_by_digests(m, &plan, columns, source, dest, &mut tally).await?,
+        None => false,
+    };
+    if !by_digests {
+        let all = |key: &[crate::connect::connector::Field]| KeyRange { fields: key.to_vec(), after: None, upto: None };
+        let mut s = Ordered::new(read_ordered(source, &m.source_entity, &all(&plan.source_key)).await?);
+        let mut d = Ordered::new(read_ordered(dest, m.destination(), &all(&plan.dest_key)).await?);
+        merge_into(&plan, &m.transform, &mut s, &mut d, &mut tally).await?;
+    }
     let pause = pause.clone();
     recheck(&plan, m, source, dest, tally, RECHECK_ROUNDS, move |round| pause(RECHECK_PAUSE * round)).await
 }

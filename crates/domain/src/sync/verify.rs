@@ -119,6 +119,10 @@ pub struct EntityCheck {
     /// longer differing, or changing at the source, are not reported).
     #[serde(default)]
     pub rechecked: u64,
+    /// Rows of key ranges whose checksums, computed inside both databases,
+    /// agreed: compared without being read.
+    #[serde(default)]
+    pub summed_rows: u64,
     /// Every key found differing (as the destination holds keys), for a
     /// repair; kept with the verification, never shown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -589,6 +593,19 @@ pub async fn read_ordered(
 /// Merges the source's rows (transformed by `steps`) with the
 /// destination's, both in key order, counting rows and differences.
 pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut Ordered) -> Result<Tally, String> {
+    let mut tally = Tally::default();
+    merge_into(plan, steps, source, dest, &mut tally).await?;
+    Ok(tally)
+}
+
+/// [`merge`], adding what it finds to `tally` (one range of several).
+pub async fn merge_into(
+    plan: &Plan,
+    steps: &[Step],
+    source: &mut Ordered,
+    dest: &mut Ordered,
+    tally: &mut Tally,
+) -> Result<(), String> {
     /// What the next pair of rows calls for (decided on borrowed rows, so
     /// that no row is copied to compare it).
     enum Next {
@@ -597,7 +614,6 @@ pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut
         Dest,
         Both { same: bool },
     }
-    let mut tally = Tally::default();
     let mut out: VecDeque<Vec<Value>> = VecDeque::new();
     loop {
         // The next source rows the destination should hold, a batch at a
@@ -648,7 +664,7 @@ pub async fn merge(plan: &Plan, steps: &[Step], source: &mut Ordered, dest: &mut
             }
         }
     }
-    Ok(tally)
+    Ok(())
 }
 
 /// [`key_cmp`] of the keys at `ai` in `a` and at `bi` in `b`, without

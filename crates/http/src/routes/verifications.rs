@@ -62,6 +62,10 @@ pub struct EntityCheckResponse {
     /// equal by then (a change the flow had not carried yet) or changing
     /// at the source are not reported.
     pub rechecked: u64,
+    /// Rows compared inside the databases: of key ranges whose checksums
+    /// agreed on both sides, so never read (both sides of one engine, an
+    /// integer key, columns of equal types).
+    pub summed_rows: u64,
 }
 
 impl From<EntityCheck> for EntityCheckResponse {
@@ -76,6 +80,7 @@ impl From<EntityCheck> for EntityCheckResponse {
             different: e.different.into(),
             duration_ms: e.duration_ms,
             rechecked: e.rechecked,
+            summed_rows: e.summed_rows,
         }
     }
 }

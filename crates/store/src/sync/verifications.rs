@@ -61,6 +61,7 @@ impl VerificationRepository for Store {
                 repair_run_id: Set(None),
             };
             verifications::Entity::insert(row).exec_without_returning(tx.c()).await.map_err(db_err)?;
+            tx.queues(crate::wake::Work::Verifications).await?;
         })
     }
 
