@@ -1033,5 +1033,82 @@ sluice_tests::on_both_backends!(
     a_login_link_signs_in_once,
     every_page_renders_and_a_viewer_cannot_write,
     integrations_and_long_lists,
-    invitations_are_resent_and_revoked
+    invitations_are_resent_and_revoked,
+    failures_say_why_and_the_audit_log_pages
 );
+
+/// A failed run says why on its page and in the flows list; a full
+/// refresh is offered no cursor to set; times say their zone; a skip link
+/// leads to the content; an unknown page of an organization is the
+/// console's 404; the audit log pages on and filters by day.
+async fn failures_say_why_and_the_audit_log_pages(app: TestApp) {
+    use sqlx::Connection;
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let file = app.org_files(&org).join("shop.db");
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO items VALUES (1, 'a');
+         CREATE TABLE events (id INTEGER PRIMARY KEY, at TEXT); INSERT INTO events VALUES (1, '2026-01-01');",
+    )
+    .execute(&mut c)
+    .await
+    .unwrap();
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("shop", "shop.db")).await, 201).id();
+    let wh = check!(app.post(&format!("{base}/connections"), &ann, lite("wh", "wh.db")).await, 201).id();
+    let body = json!({"name": "shop-sync", "source_connection_id": shop, "destination_connection_id": wh,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"},
+            {"source_entity": "events", "sync_mode": "incremental_append", "cursor_field": "at"}]}});
+    let flow = check!(app.post(&format!("{base}/flows"), &ann, body).await, 201).id();
+    assert_eq!(sluice_tests::run_flow(&app, &ann, &org, &flow).await["status"], "succeeded");
+    // The source loses a table: the next run fails on it.
+    sqlx::query("DROP TABLE events").execute(&mut c).await.unwrap();
+    drop(c);
+    let failed = sluice_tests::run_flow(&app, &ann, &org, &flow).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let cause = failed["entities"].as_array().unwrap().iter().find_map(|e| e["error"].as_str()).unwrap().to_string();
+    let escaped = cause.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+    let run_page = format!("/o/{org}/runs/{}", failed["id"].as_str().unwrap());
+    let (_, html, _) = viewer.get(&run_page).await;
+    assert!(html.contains("Cause of failure") && html.contains(&escaped), "{cause}: {html}");
+    let (_, html, _) = viewer.get(&format!("/o/{org}/flows")).await;
+    assert!(html.contains("class=\"error cause\"") && html.contains("events: "), "{html}");
+    // Times say they are UTC; a skip link leads to the content.
+    assert!(html.contains(" UTC<") && html.contains(r##"class="skip" href="#main""##), "{html}");
+    // Set and Reset only where the mode keeps a cursor.
+    let flow_page = format!("/o/{org}/flows/{flow}");
+    let (_, html, _) = admin.get(&flow_page).await;
+    assert_eq!(html.matches(&format!("action=\"{flow_page}/cursors/set\"")).count(), 1, "{html}");
+    assert!(html.contains("full refresh: no cursor"), "{html}");
+
+    // An unknown page of the organization: the console's own 404.
+    let (status, html, headers) = viewer.get(&format!("/o/{org}/no/such/page")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"), "{html}");
+
+    // The audit log pages on: 105 renames make more than a page.
+    for i in 0..105 {
+        check!(app.patch(&format!("{base}/flows/{flow}"), &ann, json!({"name": format!("shop-sync-{i}")})).await, 200);
+    }
+    let audit = format!("/o/{org}/audit");
+    let (_, first, _) = viewer.get(&audit).await;
+    assert!(!first.contains(">flow.created<"), "the oldest entries are on a later page");
+    let at = first.find("rel=\"next\"").map(|i| first[..i].rfind("href=\"").unwrap() + 6).expect("a next page");
+    let next = first[at..].split('"').next().unwrap().replace("&amp;", "&");
+    assert!(next.contains("after="), "{next}");
+    let (status, second, _) = viewer.get(&next).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert!(second.contains(">flow.created<") && second.contains("Newest"), "{second}");
+    // Filtered by day: today has them all, tomorrow nothing; a filter
+    // carries into the next page's link.
+    let today = time::OffsetDateTime::now_utc().date();
+    let day = |d: time::Date| format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day());
+    let (_, html, _) = viewer.get(&format!("{audit}?since={}&until={}", day(today), day(today))).await;
+    assert!(html.contains(">flow.updated<") && html.contains("since="), "{html}");
+    let (_, html, _) = viewer.get(&format!("{audit}?since={}", day(today.next_day().unwrap()))).await;
+    assert!(html.contains("Nothing recorded."), "{html}");
+    let (status, html, _) = viewer.get(&format!("{audit}?until=soon")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains("YYYY-MM-DD"), "{html}");
+}

@@ -2,7 +2,7 @@
 //! with the activity feed.
 
 use crate::page::{
-    OrgCtx, PageResult, Paging, Post, Session, audit_resource, badge, csrf, json_block, notice, page, pager, when,
+    OrgCtx, PageResult, Paging, Post, Session, audit_resource, badge, csrf, json_block, page, pager, urlencode, when,
 };
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
@@ -285,9 +285,47 @@ pub struct AuditQuery {
     /// (`run` takes `run.failed` and `run.succeeded`).
     event: Option<String>,
     severity: Option<String>,
+    /// The audit log's days, from and to (both included), as YYYY-MM-DD.
+    since: Option<String>,
+    until: Option<String>,
+    /// The last entry of the page before (older entries follow it).
+    after: Option<Uuid>,
 }
 
-/// `GET /o/{org}/audit`: the audit log (filtered) and the activity feed.
+impl AuditQuery {
+    /// The query string of the filters (not the page), for the pager.
+    fn filters(&self) -> String {
+        let pairs = [
+            ("action", &self.action),
+            ("resource_type", &self.resource_type),
+            ("event", &self.event),
+            ("severity", &self.severity),
+            ("since", &self.since),
+            ("until", &self.until),
+        ];
+        pairs
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", urlencode(v))))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// A day of the audit filter: its first instant, or (`end`) the first
+/// instant of the day after, in UTC; an error names the field.
+fn audit_day(field: &str, value: &Option<String>, end: bool) -> Result<Option<time::OffsetDateTime>, ApiError> {
+    let Some(v) = value.as_deref().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    let day = sluice_domain::shared::record::parse_date(v)
+        .ok_or_else(|| ApiError::validation(vec![sluice_domain::FieldError::new(field, "a day, as YYYY-MM-DD")]))?;
+    let day = if end { day.next_day().unwrap_or(day) } else { day };
+    Ok(Some(day.midnight().assume_utc()))
+}
+
+/// Audit entries a page.
+const AUDIT_PAGE: u64 = 100;
+
+/// `GET /o/{org}/audit`: the audit log (filtered by action, resource and
+/// days, paged) and the activity feed.
 pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<AuditQuery>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
     let p = &s.caller.principal;
@@ -295,14 +333,18 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
     let filter = AuditFilter {
         action: nonempty(&q.action),
         resource_type: nonempty(&q.resource_type),
+        since: audit_day("since", &q.since, false)?,
+        until: audit_day("until", &q.until, true)?,
         ..AuditFilter::default()
     };
-    let entries = state
+    let listed = state
         .sluice
         .identity
-        .list_audit_logs(p, ctx.id(), &filter, PageRequest { limit: 100, after: None })
-        .await?
-        .items;
+        .list_audit_logs(p, ctx.id(), &filter, PageRequest { limit: AUDIT_PAGE, after: q.after })
+        .await?;
+    let entries = listed.items;
+    let filters = q.filters();
+    let base = if filters.is_empty() { ctx.at("/audit") } else { format!("{}?{filters}", ctx.at("/audit")) };
     let event = nonempty(&q.event);
     let severity = nonempty(&q.severity);
     let activity: Vec<_> = state
@@ -328,6 +370,10 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                     input #f-action name="action" placeholder="action, e.g. flow.create" value=[q.action.as_deref()];
                     label.sr for="f-type" { "Resource type" }
                     input #f-type name="resource_type" placeholder="resource type" value=[q.resource_type.as_deref()];
+                    label for="f-since" { "From" }
+                    input #f-since type="date" name="since" value=[q.since.as_deref()];
+                    label for="f-until" { "to" }
+                    input #f-until type="date" name="until" value=[q.until.as_deref()];
                     @if let Some(e) = &q.event { input type="hidden" name="event" value=(e); }
                     @if let Some(v) = &q.severity { input type="hidden" name="severity" value=(v); }
                     button { "Filter" }
@@ -343,6 +389,7 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                         } } }
                     }
                 }
+                (pager(&base, q.after, listed.next_cursor.as_deref()))
             }
             section {
                 h2 { "Activity" }
@@ -364,7 +411,6 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                 } }
             }
         }
-        @if entries.len() == 100 { (notice("Showing the latest 100 entries; narrow the filter, or page through the API.")) }
     };
     Ok(page(&ctx, &s, "/audit", "Audit and activity", body))
 }

@@ -120,8 +120,15 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/gateway", web::post().to(govern::gateway_validate))
                 .route("/iac", read().to(govern::iac))
                 .route("/iac", web::post().to(govern::iac_apply))
-                .route("/audit", read().to(govern::audit)),
+                .route("/audit", read().to(govern::audit))
+                // Any other path of an organization: the console's 404
+                // page, not the API's JSON.
+                .default_service(web::to(no_such_page)),
         );
+}
+
+async fn no_such_page() -> Result<HttpResponse, PageError> {
+    Err(PageError::Api(ApiError::not_found("no such page")))
 }
 
 /// GET, and HEAD (answered without a body) for checks and proxies.

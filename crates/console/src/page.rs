@@ -250,6 +250,7 @@ pub fn page(ctx: &OrgCtx, s: &Session, section: &str, title: &str, body: Markup)
     let markup = bare(
         title,
         html! {
+            a.skip href="#main" { "Skip to the content" }
             header.top {
                 a.brand href="/" { (logo()) "Sluice" }
                 form.orgpick method="get" action="/" {
@@ -274,7 +275,7 @@ pub fn page(ctx: &OrgCtx, s: &Session, section: &str, title: &str, body: Markup)
                     }
                 }
             }
-            main { h1 { (title) } (body) }
+            main #main tabindex="-1" { h1 { (title) } (body) }
         },
     );
     html_response(markup)
@@ -359,10 +360,11 @@ pub fn audit_resource(e: &sluice_domain::shared::audit::AuditEntry) -> Markup {
     }
 }
 
+/// An instant as the console shows it, in UTC and saying so.
 pub fn when(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
         t.year(),
         u8::from(t.month()),
         t.day(),

@@ -64,6 +64,7 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<P
                         td { (badge(f.status.as_str())) }
                         td {
                             @if let Some(r) = last { a href=(ctx.at(&format!("/runs/{}", r.id))) { (badge(r.status.as_str())) } " " (when(r.queued_at)) } @else { "—" }
+                            @if let Some(cause) = last.and_then(failure_cause) { br; span.error.cause { (cause) } }
                             @if queued_behind.contains(&f.id) { " " span.muted { "· another run queued" } }
                         }
                         td { (when_opt(f.next_run_at)) }
@@ -291,7 +292,8 @@ async fn flow_page_with(
                         (badge(s.state))
                         @if s.state == "running" && s.chunks_done > 0 { " " span.muted { (s.chunks_done) " of about " (s.chunks_total) " chunks" } }
                     } } }
-                    @if ctx.can_write() { td {
+                    @if ctx.can_write() && !keeps_cursor(&flow, &c.entity) { td.muted { "full refresh: no cursor" } }
+                    @else if ctx.can_write() { td {
                         form.inline method="post" action=(format!("{at}/cursors/set")) data-confirm="Set this cursor? The next run reads from the new value." {
                             (csrf(s))
                             input type="hidden" name="entity" value=(c.entity);
@@ -488,6 +490,31 @@ pub async fn reset_cursor(state: Data<AppState>, post: Post<CursorForm>, path: P
     flow_page(&state, s, &ctx, flow, Some(shown)).await
 }
 
+/// Whether any mapping of `entity` keeps a cursor (or a change stream's
+/// position): a full refresh reads everything every time.
+fn keeps_cursor(flow: &Flow, entity: &str) -> bool {
+    flow.config.mappings.iter().any(|m| m.source_entity == entity && (m.sync_mode.incremental() || m.sync_mode.cdc()))
+}
+
+/// Why a finished run failed, in a line for a list: its first failed
+/// entity's own error (the run's error only names the entities), else the
+/// run's.
+fn failure_cause(r: &Run) -> Option<String> {
+    if !r.status.finished() || r.status == RunStatus::Succeeded {
+        return None;
+    }
+    let cause = r
+        .entities
+        .iter()
+        .find_map(|e| e.error.as_ref().map(|err| format!("{}: {err}", e.entity)))
+        .or_else(|| r.error.clone())?;
+    const SHOWN: usize = 160;
+    Some(match cause.char_indices().nth(SHOWN) {
+        Some((at, _)) => format!("{}…", &cause[..at]),
+        None => cause,
+    })
+}
+
 /// The per-entity progress rows of a run (the script redraws them from
 /// the event stream).
 fn entity_rows(r: &Run) -> Markup {
@@ -495,8 +522,10 @@ fn entity_rows(r: &Run) -> Markup {
         @for e in &r.entities { tr {
             td { code { (e.entity) } } td { (badge(e.status.as_str())) }
             td.num { (count(e.rows_read)) } td.num { (count(e.rows_written)) }
+            td.num { (if e.bytes > 0 { bytes(e.bytes) } else { "—".to_string() }) }
             td.num { (e.rows_per_second.map_or("—".to_string(), |r| format!("{} rows/s", count(r.round() as u64)))) }
             td { (when_opt(e.checkpoint_at)) }
+            td.cause { @if let Some(err) = &e.error { span.error { (err) } } }
         } }
     }
 }
@@ -549,7 +578,7 @@ async fn run_page_with(state: &AppState, s: &Session, ctx: &OrgCtx, id: RunId, s
             }
             h2 { "Progress" }
             table #run-entities {
-                thead { tr { th { "Entity" } th { "Status" } th.num { "Rows read" } th.num { "Rows written" } th.num { "Rate" } th { "Last checkpoint" } } }
+                thead { tr { th { "Entity" } th { "Status" } th.num { "Rows read" } th.num { "Rows written" } th.num { "Bytes" } th.num { "Rate" } th { "Last checkpoint" } th { "Cause of failure" } } }
                 tbody { (entity_rows(&r)) }
             }
             h2 { "Log" }

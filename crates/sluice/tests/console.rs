@@ -417,15 +417,64 @@ flows:
     // On a phone's width the same pages still read: no horizontal scroll
     // of the page itself (wide tables scroll in their own box).
     browser.call(reqwest::Method::POST, "/window/rect", Some(json!({"width": 390, "height": 844}))).await;
-    for (page, shot) in [(format!("/runs/{run}"), "phone-run"), ("/flows".to_string(), "phone-flows")] {
+    for (page, shot) in [
+        (format!("/runs/{run}"), "phone-run"),
+        ("/flows".to_string(), "phone-flows"),
+        (format!("/flows/{flow}"), "phone-flow"),
+        ("/audit".to_string(), "phone-audit"),
+    ] {
         browser.go(&format!("{base}/o/{org}{page}")).await;
         browser.find("h1").await;
         let script = "return document.documentElement.scrollWidth <= window.innerWidth + 1;";
         let fits =
             browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": []}))).await;
-        assert_eq!(fits, true, "{page} is wider than a phone");
+        let why = "const clipped = (e) => { for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) { if (getComputedStyle(p).overflowX !== 'visible') return p.tagName; } return ''; }; const all = [...document.querySelectorAll('body *')].map(e => [e, e.getBoundingClientRect().right]).sort((x, y) => y[1] - x[1]).slice(0, 8); return document.documentElement.scrollWidth + ' ' + window.innerWidth + ' ' + document.body.scrollWidth + ' :: ' + all.map(([e, r]) => e.tagName + '.' + e.className + '#' + e.id + ' r=' + Math.round(r) + ' clip=' + clipped(e)).join(' | ');";
+        let wide = browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": why, "args": []}))).await;
+        assert_eq!(fits, true, "{page} is wider than a phone: {wide}");
+        // The navigation takes at most two rows (its sections in one).
+        let rows = "const tops = new Set([...document.querySelectorAll('header.top > *')].map(e => { const r = e.getBoundingClientRect(); return Math.round((r.top + r.bottom) / 2); })); return tops.size;";
+        let rows =
+            browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": rows, "args": []}))).await;
+        assert!(rows.as_u64().is_some_and(|r| r <= 2), "{page}: the header takes {rows} rows");
         browser.screenshot(shot).await;
     }
+    browser.call(reqwest::Method::POST, "/window/rect", Some(json!({"width": 1280, "height": 1000}))).await;
+
+    // The organization switcher: arrow keys move through the list without
+    // leaving the page; Enter goes to the one picked.
+    api.post("/v1/organizations", json!({"name": "Beta"})).await;
+    browser.go(&format!("{base}/o/{org}")).await;
+    browser.wait_text("h1", "Acme Analytics", 10).await;
+    browser.find("#org-switch").await;
+    let focus = "document.getElementById('org-switch').focus();";
+    browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": focus, "args": []}))).await;
+    // Keys pressed as a keyboard does (W3C actions on the focused select).
+    let press = |keys: &[&str]| {
+        let actions: Vec<Value> = keys
+            .iter()
+            .flat_map(|k| [json!({"type": "keyDown", "value": k}), json!({"type": "keyUp", "value": k})])
+            .collect();
+        json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})
+    };
+    // Towards the other organization, whichever end of the list this is.
+    let first = "return document.getElementById('org-switch').selectedIndex === 0;";
+    let first = browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": first, "args": []}))).await;
+    let toward = if first == true { "\u{E015}" } else { "\u{E013}" };
+    browser.call(reqwest::Method::POST, "/actions", Some(press(&[toward]))).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(browser.url().await.contains(&org), "arrow keys left the page: {}", browser.url().await);
+    let picked = "return document.getElementById('org-switch').value;";
+    let picked =
+        browser.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": picked, "args": []}))).await;
+    assert_ne!(picked.as_str(), Some(org.as_str()), "the arrow keys moved the pick");
+    browser.call(reqwest::Method::POST, "/actions", Some(press(&["\u{E007}"]))).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !browser.url().await.contains(picked.as_str().unwrap()) {
+        assert!(Instant::now() < deadline, "Enter did not go to the picked organization: {}", browser.url().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    browser.go(&format!("{base}/o/{org}")).await;
+
     // The added flow is deleted from its own page (the console asks
     // first), and the browser lands on the flow list.
     let hourly = flows["data"].as_array().unwrap().iter().find(|f| f["name"] == "orders-hourly").unwrap()["id"].clone();

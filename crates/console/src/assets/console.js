@@ -9,9 +9,16 @@ document.addEventListener("submit", (ev) => {
   if (question && !window.confirm(question)) ev.preventDefault();
 });
 
-// The organization picker navigates on change.
+// The organization picker navigates when one is picked with the pointer,
+// or with Enter: arrow keys only move through the list.
 for (const select of document.querySelectorAll("select[data-autosubmit]")) {
-  select.addEventListener("change", () => select.form.submit());
+  let byKey = false;
+  select.addEventListener("keydown", (ev) => {
+    byKey = ev.key !== "Enter";
+    if (ev.key === "Enter") { ev.preventDefault(); select.form.submit(); }
+  });
+  select.addEventListener("pointerdown", () => { byKey = false; });
+  select.addEventListener("change", () => { if (!byKey) select.form.submit(); });
 }
 
 // A new connection's (or integration's) type fills its configuration
@@ -39,7 +46,15 @@ for (const input of document.querySelectorAll("input[data-load-into]")) {
 const run = document.getElementById("run");
 if (run && run.dataset.finished !== "true") {
   const fmtCount = (n) => Number(n || 0).toLocaleString("en-US");
-  const fmtTime = (t) => (t ? t.replace("T", " ").replace(/(\.\d+)?Z$/, "") : "—");
+  const fmtTime = (t) => (t ? t.replace("T", " ").replace(/(\.\d+)?Z$/, "") + " UTC" : "—");
+  const fmtBytes = (n) => {
+    if (!n) return "—";
+    if (n < 1024) return n + " B";
+    const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    let v = n / 1024, u = 0;
+    while (v >= 1024 && u + 1 < units.length) { v /= 1024; u += 1; }
+    return v.toFixed(1) + " " + units[u];
+  };
   const badge = (status) => {
     const span = document.createElement("span");
     const tone = { succeeded: "ok", failed: "bad", drift_detected: "bad", running: "live", queued: "live" }[status] || "plain";
@@ -52,13 +67,20 @@ if (run && run.dataset.finished !== "true") {
     if (cls) td.className = cls;
     if (value instanceof Node) td.append(value); else td.textContent = value;
   };
+  // The run as last heard of: its duration ticks between events, so
+  // that a long first load never looks stalled.
+  let current = null;
+  const tick = () => {
+    if (!current || !current.started_at) return;
+    const end = current.finished_at ? new Date(current.finished_at) : new Date();
+    document.getElementById("run-duration").textContent = ((end - new Date(current.started_at)) / 1000).toFixed(1) + " s";
+  };
+  const ticking = setInterval(() => { tick(); if (current && current.finished_at) clearInterval(ticking); }, 1000);
   const show = (r) => {
+    current = r;
     document.getElementById("run-status").replaceChildren(badge(r.status));
     document.getElementById("run-started").textContent = fmtTime(r.started_at);
-    if (r.started_at) {
-      const end = r.finished_at ? new Date(r.finished_at) : new Date();
-      document.getElementById("run-duration").textContent = ((end - new Date(r.started_at)) / 1000).toFixed(1) + " s";
-    }
+    tick();
     const error = document.getElementById("run-error");
     error.textContent = r.error || "";
     error.hidden = !r.error;
@@ -72,8 +94,13 @@ if (run && run.dataset.finished !== "true") {
       cell(row, badge(e.status));
       cell(row, fmtCount(e.rows_read), "num");
       cell(row, fmtCount(e.rows_written), "num");
+      cell(row, fmtBytes(e.bytes), "num");
       cell(row, e.rows_per_second == null ? "—" : fmtCount(Math.round(e.rows_per_second)) + " rows/s", "num");
       cell(row, fmtTime(e.checkpoint_at));
+      const cause = document.createElement("span");
+      cause.className = "error";
+      cause.textContent = e.error || "";
+      cell(row, cause, "cause");
     }
   };
   const log = document.getElementById("run-log");
