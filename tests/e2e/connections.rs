@@ -177,3 +177,38 @@ async fn file_connections_read_files_under_the_file_root_only() {
     );
     assert_eq!(escape.body["details"]["errors"][0]["field"], "config.path", "{}", escape.body);
 }
+
+/// A connection whose test failed is healthy again once a run worked
+/// through it (a destination that just took its rows is not "failing"),
+/// and the overview stops counting it as failing.
+async fn a_run_that_works_heals_its_connections(app: sluice_tests::TestApp) {
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let base = format!("/v1/organizations/{org}");
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("shop", "shop.db")).await, 201).id();
+    let wh = check!(app.post(&format!("{base}/connections"), &ann, lite("wh", "wh.db")).await, 201).id();
+    // The source's file is not there yet: its test fails.
+    let tested = check!(app.post(&format!("{base}/connections/{shop}/test"), &ann, json!({})).await, 200);
+    assert_eq!(tested.body["ok"], false, "{}", tested.body);
+    let conn = check!(app.get(&format!("{base}/connections/{shop}"), &ann).await, 200);
+    assert_eq!(conn.body["status"], "failing", "{}", conn.body);
+    let file = app.org_files(&org).join("shop.db");
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    sqlx::raw_sql("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO items VALUES (1, 'a');")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    drop(c);
+    let body = json!({"name": "items", "source_connection_id": shop, "destination_connection_id": wh,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}});
+    let flow = check!(app.post(&format!("{base}/flows"), &ann, body).await, 201).id();
+    assert_eq!(sluice_tests::run_flow(&app, &ann, &org, &flow).await["status"], "succeeded");
+    for id in [&shop, &wh] {
+        let conn = check!(app.get(&format!("{base}/connections/{id}"), &ann).await, 200);
+        assert_eq!(conn.body["status"], "healthy", "{}", conn.body);
+        assert!(conn.body["last_error"].is_null(), "{}", conn.body);
+    }
+}
+
+sluice_tests::on_both_backends!(a_run_that_works_heals_its_connections);

@@ -344,7 +344,7 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         assert!(html.contains(&format!("…{}", &hex[hex.len() - 12..])), "{id}: {html}");
     }
     let (_, html, _) = admin.get(&format!("/o/{org}/audit")).await;
-    assert!(html.contains("flow <strong>items</strong>"), "{html}");
+    assert!(html.contains(&format!("flow <a href=\"/o/{org}/flows/{flow}\"><strong>items</strong></a>")), "{html}");
 
     // The Admin sees write buttons; the Viewer sees none.
     let (_, html, _) = admin.get(&format!("/o/{org}/flows/{flow}")).await;
@@ -1034,7 +1034,8 @@ sluice_tests::on_both_backends!(
     every_page_renders_and_a_viewer_cannot_write,
     integrations_and_long_lists,
     invitations_are_resent_and_revoked,
-    failures_say_why_and_the_audit_log_pages
+    failures_say_why_and_the_audit_log_pages,
+    flows_are_repointed_and_never_into_themselves
 );
 
 /// A failed run says why on its page and in the flows list; a full
@@ -1100,6 +1101,9 @@ async fn failures_say_why_and_the_audit_log_pages(app: TestApp) {
     let (status, second, _) = viewer.get(&next).await;
     assert_eq!(status, StatusCode::OK, "{second}");
     assert!(second.contains(">flow.created<") && second.contains("Newest"), "{second}");
+    // An update links to its resource and says what changed.
+    assert!(first.contains(&format!("<a href=\"{flow_page}\"><strong>shop-sync-104</strong></a>")), "{first}");
+    assert!(first.contains("<code>name</code> shop-sync-103 → shop-sync-104"), "{first}");
     // Filtered by day: today has them all, tomorrow nothing; a filter
     // carries into the next page's link.
     let today = time::OffsetDateTime::now_utc().date();
@@ -1111,4 +1115,76 @@ async fn failures_say_why_and_the_audit_log_pages(app: TestApp) {
     let (status, html, _) = viewer.get(&format!("{audit}?until=soon")).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
     assert!(html.contains("YYYY-MM-DD"), "{html}");
+}
+
+/// A new flow's destination does not start as its source; a flow is
+/// pointed at another connection from its page; a flow that would write
+/// the table it reads is refused (API and console).
+async fn flows_are_repointed_and_never_into_themselves(app: TestApp) {
+    let Team { org, ann, admin, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("a-shop", "shop.db")).await, 201).id();
+    let wh = check!(app.post(&format!("{base}/connections"), &ann, lite("b-wh", "wh.db")).await, 201).id();
+    let lake = check!(app.post(&format!("{base}/connections"), &ann, lite("c-lake", "lake.db")).await, 201).id();
+    let file = app.org_files(&org).join("shop.db");
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+        sqlx::query("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)").execute(&mut c).await.unwrap();
+    }
+    // The new-flow form: the source is the first connection listed, the
+    // destination the next (never the same one).
+    let (_, html, _) = admin.get(&format!("/o/{org}/flows/new")).await;
+    let select = |id: &str| {
+        let at = html.find(&format!("id=\"{id}\"")).unwrap();
+        html[at..at + html[at..].find("</select>").unwrap()].to_string()
+    };
+    let values = |part: &str| part.split("value=\"").skip(1).map(|v| v[..36].to_string()).collect::<Vec<_>>();
+    let picked = |part: &str| {
+        let sel = part.find(" selected").expect("an option selected");
+        let value = part[..sel].rfind("value=\"").unwrap() + 7;
+        part[value..value + 36].to_string()
+    };
+    let listed = values(&select("flow-source"));
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert_eq!(picked(&select("flow-source")), listed[0]);
+    assert_eq!(picked(&select("flow-destination")), listed[1]);
+    // Into itself: refused, naming the mapping.
+    let body = |dest: &str| {
+        json!({"name": "items", "source_connection_id": shop, "destination_connection_id": dest,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}})
+    };
+    let refused = check!(app.post(&format!("{base}/flows"), &ann, body(&shop)).await, 422);
+    assert!(refused.body.to_string().contains("config.mappings[0].dest_entity"), "{}", refused.body);
+    let flow = check!(app.post(&format!("{base}/flows"), &ann, body(&wh)).await, 201).id();
+    // Re-pointed from its page.
+    let flow_page = format!("/o/{org}/flows/{flow}");
+    let config = check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 200).body["config"].to_string();
+    let csrf = admin.csrf(&flow_page).await;
+    let origin = admin.origin();
+    let form = |dest: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("csrf", csrf.clone()),
+            ("name", "items".to_string()),
+            ("source", shop.clone()),
+            ("destination", dest.to_string()),
+            ("schedule", String::new()),
+            ("config", config.clone()),
+        ]
+    };
+    let f = form(&lake);
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, html, _) = admin.post(&flow_page, &f, Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Saved."), "{html}");
+    let saved = check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 200).body;
+    assert_eq!(saved["destination_connection_id"], lake.as_str(), "{saved}");
+    // Into itself from the page: refused on the form, nothing changed.
+    let f = form(&shop);
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (_, html, _) = admin.post(&flow_page, &f, Some(&origin)).await;
+    assert!(html.contains("would be read from and written to the same table"), "{html}");
+    let saved = check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 200).body;
+    assert_eq!(saved["destination_connection_id"], lake.as_str(), "{saved}");
 }

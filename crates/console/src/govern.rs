@@ -2,7 +2,8 @@
 //! with the activity feed.
 
 use crate::page::{
-    OrgCtx, PageResult, Paging, Post, Session, audit_resource, badge, csrf, json_block, page, pager, urlencode, when,
+    OrgCtx, PageResult, Paging, Post, Session, audit_changes, audit_resource, badge, csrf, json_block, page, pager,
+    urlencode, when,
 };
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
@@ -385,7 +386,7 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
                             td { (when(e.created_at)) }
                             td { (e.actor.name.clone().or_else(|| e.actor.id.clone()).unwrap_or_else(|| e.actor.kind.as_str().to_string())) }
                             td { code { (e.action) } }
-                            td { (audit_resource(e)) }
+                            td { (audit_resource(&ctx, e)) (audit_changes(e)) }
                         } } }
                     }
                 }

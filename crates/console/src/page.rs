@@ -344,18 +344,68 @@ pub fn short_id(id: &str) -> Markup {
 }
 
 /// What an audit entry is about: the resource's name when the entry
-/// recorded one (created, updated, deleted), else its id.
-pub fn audit_resource(e: &sluice_domain::shared::audit::AuditEntry) -> Markup {
+/// recorded one (created, updated, deleted), else its id; a link to its
+/// page while it has one (not for an entry that deleted it).
+pub fn audit_resource(ctx: &OrgCtx, e: &sluice_domain::shared::audit::AuditEntry) -> Markup {
     let name = ["after", "before"]
         .iter()
         .find_map(|side| e.details.get(side).and_then(|v| v.get("name")).and_then(|n| n.as_str()))
         .or_else(|| e.details.get("name").and_then(|n| n.as_str()));
-    html! {
-        (e.resource_type) " "
+    let label = html! {
         @match (name, &e.resource_id) {
             (Some(n), _) => { strong { (n) } }
             (None, Some(id)) => { (short_id(id)) }
             (None, None) => {}
+        }
+    };
+    let page = match (e.resource_type.as_str(), &e.resource_id) {
+        _ if e.action.ends_with(".deleted") => None,
+        ("connection", Some(id)) => Some(format!("/connections/{id}")),
+        ("flow", Some(id)) => Some(format!("/flows/{id}")),
+        ("run", Some(id)) => Some(format!("/runs/{id}")),
+        ("integration", Some(id)) => Some(format!("/integrations/{id}")),
+        ("data_asset", Some(id)) => Some(format!("/catalog/{id}")),
+        ("rule" | "api_key" | "invitation" | "member", _) => Some("/settings".to_string()),
+        _ => None,
+    };
+    html! {
+        (e.resource_type) " "
+        @match page { Some(p) => { a href=(ctx.at(&p)) { (label) } } None => { (label) } }
+    }
+}
+
+/// What an update changed, field by field (`old → new`), from the entry's
+/// `before` and `after` (secrets were redacted when it was recorded); at
+/// most eight fields, each value cut to 60 characters.
+pub fn audit_changes(e: &sluice_domain::shared::audit::AuditEntry) -> Markup {
+    let (Some(before), Some(after)) =
+        (e.details.get("before").and_then(|v| v.as_object()), e.details.get("after").and_then(|v| v.as_object()))
+    else {
+        return html! {};
+    };
+    let shown = |v: Option<&serde_json::Value>| -> String {
+        let text = match v {
+            None | Some(serde_json::Value::Null) => "—".to_string(),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        match text.char_indices().nth(60) {
+            Some((at, _)) => format!("{}…", &text[..at]),
+            None => text,
+        }
+    };
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let changed: Vec<&String> = keys.into_iter().filter(|k| before.get(*k) != after.get(*k)).collect();
+    html! {
+        @if !changed.is_empty() {
+            ul.changes {
+                @for k in changed.iter().take(8) {
+                    li { code { (k) } " " (shown(before.get(*k))) " → " (shown(after.get(*k))) }
+                }
+                @if changed.len() > 8 { li.muted { (changed.len() - 8) " more" } }
+            }
         }
     }
 }

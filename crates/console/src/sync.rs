@@ -105,6 +105,16 @@ async fn new_flow_page(
 ) -> PageResult {
     let conns = connections(state, s, ctx).await?;
     let modes: Vec<&str> = sluice_domain::sync::SyncMode::ALL.iter().map(|m| m.as_str()).collect();
+    // Source and destination never start as one connection: unless picked,
+    // the destination is the first connection other than the source.
+    let source = match f.source.as_str() {
+        "" => conns.first().map(|c| c.id.to_string()).unwrap_or_default(),
+        picked => picked.to_string(),
+    };
+    let destination = match f.destination.as_str() {
+        "" => conns.iter().map(|c| c.id.to_string()).find(|id| *id != source).unwrap_or_else(|| source.clone()),
+        picked => picked.to_string(),
+    };
     let body = html! {
         @if let Some(e) = error { (error_box(e)) }
         form.grid method="post" action=(ctx.at("/flows")) {
@@ -112,11 +122,11 @@ async fn new_flow_page(
             label for="flow-name" { "Name" } input #flow-name name="name" required value=(f.name);
             label for="flow-source" { "Source" }
             select #flow-source name="source" required {
-                @for c in &conns { option value=(c.id) selected[c.id.to_string() == f.source] { (c.name) " (" (c.connector_type) ")" } }
+                @for c in &conns { option value=(c.id) selected[c.id.to_string() == source] { (c.name) " (" (c.connector_type) ")" } }
             }
             label for="flow-destination" { "Destination" }
             select #flow-destination name="destination" required {
-                @for c in &conns { option value=(c.id) selected[c.id.to_string() == f.destination] { (c.name) " (" (c.connector_type) ")" } }
+                @for c in &conns { option value=(c.id) selected[c.id.to_string() == destination] { (c.name) " (" (c.connector_type) ")" } }
             }
             label for="flow-entity" { "Source entity" } input #flow-entity name="source_entity" required value=(f.source_entity) placeholder="public.orders";
             label for="flow-dest-entity" { "Destination entity" } input #flow-dest-entity name="dest_entity" value=(f.dest_entity) placeholder="same as the source";
@@ -234,6 +244,13 @@ async fn flow_page_with(
         draft.map_or_else(|| serde_json::to_string_pretty(&flow.config).unwrap_or_default(), |d| d.config.clone());
     let edit_name = draft.map_or_else(|| flow.name.clone(), |d| d.name.clone());
     let edit_schedule = draft.map_or_else(|| flow.schedule.clone().unwrap_or_default(), |d| d.schedule.clone());
+    let kept = |d: &str, current: ConnectionId| if d.is_empty() { current.to_string() } else { d.to_string() };
+    let edit_source =
+        draft.map_or_else(|| flow.source_connection_id.to_string(), |d| kept(&d.source, flow.source_connection_id));
+    let edit_destination = draft.map_or_else(
+        || flow.destination_connection_id.to_string(),
+        |d| kept(&d.destination, flow.destination_connection_id),
+    );
     let name = flow.name.clone();
     let body = html! {
         @if let Some(m) = shown { (m) }
@@ -313,6 +330,14 @@ async fn flow_page_with(
             form.stack method="post" action=(at) {
                 (csrf(s))
                 label for="flow-edit-name" { "Name" } input #flow-edit-name name="name" value=(edit_name);
+                label for="flow-edit-source" { "Source" }
+                select #flow-edit-source name="source" {
+                    @for c in &conns { option value=(c.id) selected[c.id.to_string() == edit_source] { (c.name) " (" (c.connector_type) ")" } }
+                }
+                label for="flow-edit-destination" { "Destination" }
+                select #flow-edit-destination name="destination" {
+                    @for c in &conns { option value=(c.id) selected[c.id.to_string() == edit_destination] { (c.name) " (" (c.connector_type) ")" } }
+                }
                 label for="flow-edit-schedule" { "Schedule (cron; empty for manual)" } input #flow-edit-schedule name="schedule" value=(edit_schedule);
                 label for="flow-edit-config" { "Mappings and dependencies (JSON)" }
                 textarea #flow-edit-config name="config" rows="12" spellcheck="false" { (config) }
@@ -405,11 +430,17 @@ pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>)
 #[derive(Deserialize)]
 pub struct EditForm {
     name: String,
+    /// The connections (ids); empty keeps the flow's.
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
     schedule: String,
     config: String,
 }
 
-/// `POST /o/{org}/flows/{id}`: saves name, schedule and configuration.
+/// `POST /o/{org}/flows/{id}`: saves name, connections, schedule and
+/// configuration.
 pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
@@ -422,10 +453,15 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
             return flow_page_with(&state, s, &ctx, flow, Some(shown), Some(f)).await;
         }
     };
+    // A connection picked other than the flow's re-points it (checked as
+    // the API checks it: the connection must be the organization's).
+    let pick = |v: &str, current: ConnectionId| {
+        Uuid::parse_str(v.trim()).ok().map(ConnectionId::from).filter(|id| *id != current)
+    };
     let update = FlowUpdate {
         name: Some(f.name.clone()),
-        source_connection_id: None,
-        destination_connection_id: None,
+        source_connection_id: pick(&f.source, flow.source_connection_id),
+        destination_connection_id: pick(&f.destination, flow.destination_connection_id),
         schedule: Some(nonempty(&f.schedule)),
         config: Some(config),
         status: None,

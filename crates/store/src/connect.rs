@@ -261,6 +261,24 @@ impl ConnectionRepository for Store {
                 .map_err(db_err)
         })
     }
+
+    async fn record_working(&self, org: OrgId, ids: &[ConnectionId], at: OffsetDateTime) -> Result<()> {
+        let healthy = ConnectionStatus::Healthy.as_str();
+        let ids: Vec<uuid::Uuid> = ids.iter().map(|i| i.as_uuid()).collect();
+        written!(self, |tx| {
+            connections::Entity::update_many()
+                .col_expr(connections::Column::Status, Expr::value(healthy))
+                .col_expr(connections::Column::LastTestedAt, Expr::value(Some(at)))
+                .col_expr(connections::Column::LastError, Expr::value(None::<String>))
+                .filter(connections::Column::Id.is_in(ids.clone()))
+                .filter(connections::Column::OrgId.eq(org.as_uuid()))
+                .filter(connections::Column::Status.ne(healthy))
+                .exec(tx.c())
+                .await
+                .map(|_| ())
+                .map_err(db_err)
+        })
+    }
 }
 
 #[async_trait]

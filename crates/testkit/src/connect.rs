@@ -169,6 +169,18 @@ impl ConnectionRepository for InMemoryCatalog {
         }
         Ok(())
     }
+
+    async fn record_working(&self, org: OrgId, ids: &[ConnectionId], at: OffsetDateTime) -> Result<()> {
+        let mut s = self.s();
+        for c in s.connections.iter_mut().filter(|c| c.org_id == org && ids.contains(&c.id)) {
+            if c.status != ConnectionStatus::Healthy {
+                c.status = ConnectionStatus::Healthy;
+                c.last_tested_at = Some(at);
+                c.last_error = None;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -52,6 +52,10 @@ pub trait ConnectionRepository: Send + Sync {
         tested_at: OffsetDateTime,
         error: Option<String>,
     ) -> Result<()>;
+    /// Records that a run just worked through these connections (a test
+    /// that passed): those not healthy become healthy, their last error
+    /// cleared; the healthy ones are left as they are.
+    async fn record_working(&self, org: OrgId, ids: &[ConnectionId], at: OffsetDateTime) -> Result<()>;
 }
 
 /// Resolves secret references (`env:NAME`, `aws:secretsmanager:ARN`).

@@ -327,6 +327,17 @@ impl SyncService {
         if let Err(e) = self.runs.save(run).await {
             tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
+        // A run that succeeded proved both connections work, whatever an
+        // earlier test said.
+        if run.status == RunStatus::Succeeded
+            && let Ok(Some(flow)) = self.flows.get(run.org_id, run.flow_id).await
+        {
+            let ids = [flow.source_connection_id, flow.destination_connection_id];
+            let at = run.finished_at.unwrap_or_else(|| self.clock.now());
+            if let Err(e) = self.connect.connections.record_working(run.org_id, &ids, at).await {
+                tracing::warn!(run = %run.id, error = %e, "recording the connections' health failed");
+            }
+        }
         // The stored status wins (a cancellation recorded meanwhile).
         if let Ok(Some(s)) = self.runs.status(run.id).await {
             run.status = s;

@@ -58,6 +58,21 @@ pub fn check_flow(prefix: &str, flow: &Draft<'_>, source: Option<End<'_>>, dest:
     if let Some(d) = dest.filter(|d| !d.capability.writes()) {
         errors.push(FieldError::new(d.field, format!("'{}' is a source only; it cannot be written", d.name)));
     }
+    // One connection at both ends: no mapping may write the table it reads.
+    if let (Some(s), Some(d)) = (source, dest)
+        && s.name == d.name
+    {
+        for (i, m) in flow.config.mappings.iter().enumerate().filter(|(_, m)| m.destination() == m.source_entity) {
+            errors.push(FieldError::new(
+                format!("config.mappings[{i}].dest_entity"),
+                format!(
+                    "'{}' would be read from and written to the same table of '{}': name another dest_entity, \
+                     or pick another destination",
+                    m.source_entity, s.name
+                ),
+            ));
+        }
+    }
     let source_spec = source.and_then(|s| s.spec);
     let dest_spec = dest.and_then(|d| d.spec);
     for (i, m) in flow.config.mappings.iter().enumerate() {
