@@ -1035,7 +1035,8 @@ sluice_tests::on_both_backends!(
     integrations_and_long_lists,
     invitations_are_resent_and_revoked,
     failures_say_why_and_the_audit_log_pages,
-    flows_are_repointed_and_never_into_themselves
+    flows_are_repointed_and_never_into_themselves,
+    an_invitation_link_is_followed_and_accepted
 );
 
 /// A failed run says why on its page and in the flows list; a full
@@ -1104,13 +1105,15 @@ async fn failures_say_why_and_the_audit_log_pages(app: TestApp) {
     // An update links to its resource and says what changed.
     assert!(first.contains(&format!("<a href=\"{flow_page}\"><strong>shop-sync-104</strong></a>")), "{first}");
     assert!(first.contains("<code>name</code> shop-sync-103 → shop-sync-104"), "{first}");
-    // Filtered by day: today has them all, tomorrow nothing; a filter
+    // Filtered by day: around today has them all, later nothing; a filter
     // carries into the next page's link.
+    // (a day either side of today: the test may cross midnight)
     let today = time::OffsetDateTime::now_utc().date();
     let day = |d: time::Date| format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day());
-    let (_, html, _) = viewer.get(&format!("{audit}?since={}&until={}", day(today), day(today))).await;
+    let (before, after) = (today.previous_day().unwrap(), today.next_day().unwrap());
+    let (_, html, _) = viewer.get(&format!("{audit}?since={}&until={}", day(before), day(after))).await;
     assert!(html.contains(">flow.updated<") && html.contains("since="), "{html}");
-    let (_, html, _) = viewer.get(&format!("{audit}?since={}", day(today.next_day().unwrap()))).await;
+    let (_, html, _) = viewer.get(&format!("{audit}?since={}", day(after.next_day().unwrap()))).await;
     assert!(html.contains("Nothing recorded."), "{html}");
     let (status, html, _) = viewer.get(&format!("{audit}?until=soon")).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
@@ -1187,4 +1190,58 @@ async fn flows_are_repointed_and_never_into_themselves(app: TestApp) {
     assert!(html.contains("would be read from and written to the same table"), "{html}");
     let saved = check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 200).body;
     assert_eq!(saved["destination_connection_id"], lake.as_str(), "{saved}");
+}
+
+/// An invitation made in the console gives a link; the invitee follows
+/// it (signing in first), sees what it offers, accepts and lands in the
+/// organization. Someone else following it is refused.
+async fn an_invitation_link_is_followed_and_accepted(app: TestApp) {
+    let Team { org, admin, .. } = team(&app).await;
+    let origin = admin.origin();
+    let settings = format!("/o/{org}/settings");
+    let csrf = admin.csrf(&settings).await;
+    let form = [("csrf", csrf.as_str()), ("email", "carol@example.com"), ("role", "Editor")];
+    let (status, html, _) = admin.post(&format!("/o/{org}/invitations"), &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    // At the console's configured address.
+    let start = html.find("http://console.example/invitations/accept?token=").expect("an invitation link");
+    let link = html[start..].split('"').next().unwrap().replace("&amp;", "&");
+    let path = link.strip_prefix("http://console.example").unwrap().to_string();
+
+    // Not signed in: to the sign-in page, which comes back here.
+    let (status, _, headers) = Browser::new(&app).get(&path).await;
+    assert!(status.is_redirection(), "{status}");
+    assert!(headers["location"].to_str().unwrap().starts_with("/login?next="), "{headers:?}");
+    // Someone else, signed in: refused.
+    let mut dave = Browser::new(&app);
+    dave.sign_in(&token_of(&app.token("dave@example.com"))).await;
+    let (status, html, _) = dave.get(&path).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{html}");
+    assert!(html.contains("a different e-mail address"), "{html}");
+    let csrf_d = dave.csrf("/").await;
+    let token = path.split("token=").nth(1).unwrap().to_string();
+    let (status, _, _) = dave.post("/invitations/accept", &[("csrf", &csrf_d), ("token", &token)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // The invitee: what it offers, then joined.
+    let mut carol = Browser::new(&app);
+    carol.sign_in(&token_of(&app.token("carol@example.com"))).await;
+    let (status, _, _) = carol.get(&format!("/o/{org}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not a member yet");
+    let (status, html, _) = carol.get(&path).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Join Acme") && html.contains("<strong>Editor</strong>"), "{html}");
+    let csrf = carol.csrf(&path).await;
+    // (a token is letters, digits and '_': the link carries it as it is)
+    let (status, _, _) = carol.post("/invitations/accept", &[("token", &token)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no CSRF token: refused");
+    let (status, _, headers) =
+        carol.post("/invitations/accept", &[("csrf", &csrf), ("token", &token)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], format!("/o/{org}").as_str());
+    let (status, html, _) = carol.get(&format!("/o/{org}")).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    // Used once.
+    let (status, html, _) = carol.get(&path).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert!(html.contains("this invitation is accepted"), "{html}");
 }

@@ -62,6 +62,11 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
         .route("/logout", web::post().to(signin::logout))
         .route("/orgs", web::post().to(orgs::create))
         .service(
+            page("/invitations/accept")
+                .route(read().to(orgs::invitation_page))
+                .route(web::post().to(orgs::accept_invitation)),
+        )
+        .service(
             web::scope("/o/{org}")
                 .app_data(
                     web::PathConfig::default()

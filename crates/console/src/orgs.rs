@@ -65,6 +65,39 @@ pub struct NameForm {
     name: String,
 }
 
+#[derive(Deserialize)]
+pub struct InvitationToken {
+    token: String,
+}
+
+/// `GET /invitations/accept?token=`: the invitation link's page. Signed in
+/// (the sign-in brings the invitee back here), it says which organization
+/// and role the invitation offers, and asks before joining.
+pub async fn invitation_page(state: Data<AppState>, s: Session, q: Query<InvitationToken>) -> PageResult {
+    let (org, role) = state.sluice.identity.invitation_offer(&s.caller.principal, &q.token).await?;
+    Ok(html_response(bare(
+        "Invitation",
+        html! {
+            main.narrow {
+                h1 { "Join " (org.name) }
+                p { "You are invited to join " strong { (org.name) } " as " strong { (role.as_str()) } "." }
+                form.stack method="post" action="/invitations/accept" {
+                    (csrf(&s))
+                    input type="hidden" name="token" value=(q.token);
+                    button.primary { "Accept and join" }
+                }
+                p { a href="/" { "Not now" } }
+            }
+        },
+    )))
+}
+
+/// `POST /invitations/accept`: joins, then on to the organization.
+pub async fn accept_invitation(state: Data<AppState>, post: Post<InvitationToken>) -> PageResult {
+    let (org, _) = state.sluice.identity.accept_invitation(&post.session.caller.principal, &post.form.token).await?;
+    Ok(redirect(&format!("/o/{}", org.id)))
+}
+
 /// `POST /orgs`.
 pub async fn create(state: Data<AppState>, post: Post<NameForm>) -> PageResult {
     let new = NewOrganization { name: post.form.name.clone(), slug: None };
@@ -408,23 +441,33 @@ pub struct InviteForm {
 }
 
 /// `POST /o/{org}/invitations`: shows the invitation's token once.
-pub async fn invite(state: Data<AppState>, post: Post<InviteForm>, org: Path<Uuid>) -> PageResult {
+pub async fn invite(
+    state: Data<AppState>,
+    post: Post<InviteForm>,
+    org: Path<Uuid>,
+    req: actix_web::HttpRequest,
+) -> PageResult {
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     let role: Role = post.form.role.parse()?;
     let created =
         state.sluice.identity.create_invitation(&s.caller.principal, ctx.id(), &post.form.email, role).await?;
-    settings_page(&state, s, ctx, Some(invitation_token(&created))).await
+    settings_page(&state, s, ctx, Some(invitation_token(&state, &req, &created))).await
 }
 
 /// `POST /o/{org}/invitations/{id}/resend`: shows the new token once.
-pub async fn resend_invitation(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn resend_invitation(
+    state: Data<AppState>,
+    post: Post<Empty>,
+    path: Path<(Uuid, Uuid)>,
+    req: actix_web::HttpRequest,
+) -> PageResult {
     let (org, id) = path.into_inner();
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org).await?;
     let created =
         state.sluice.identity.resend_invitation(&s.caller.principal, ctx.id(), InvitationId::from(id)).await?;
-    settings_page(&state, s, ctx, Some(invitation_token(&created))).await
+    settings_page(&state, s, ctx, Some(invitation_token(&state, &req, &created))).await
 }
 
 /// `POST /o/{org}/invitations/{id}/revoke`.
@@ -436,12 +479,27 @@ pub async fn revoke_invitation(state: Data<AppState>, post: Post<Empty>, path: P
     Ok(redirect(&ctx.at("/settings")))
 }
 
-/// A new invitation's token, shown once.
-fn invitation_token(created: &CreatedInvitation) -> Markup {
+/// A new invitation's link (its token in it, at the address the admin
+/// reached the console by), shown once.
+fn invitation_token(state: &AppState, req: &actix_web::HttpRequest, created: &CreatedInvitation) -> Markup {
+    // The console's configured address; without one, the Host this
+    // request came to (never forwarded headers, which any client sets).
+    let base = match state.console_url.trim_end_matches('/') {
+        "" => {
+            let host = req.headers().get(actix_web::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+            format!("{}://{host}", req.connection_info().scheme())
+        }
+        url => url.to_string(),
+    };
+    let link = format!("{base}/invitations/accept?token={}", crate::page::urlencode(created.token.expose()));
     html! {
         div.once role="status" {
-            p { "Invitation for " strong { (created.invitation.email) } " created. Send them this token; it is shown once:" }
-            code.secret { (created.token.expose()) }
+            p {
+                "Invitation for " strong { (created.invitation.email) } " created. Send them this link; it is shown once. "
+                "They sign in with that e-mail, then accept:"
+            }
+            p { a.secret.invite-link href=(link) { (link) } }
+            p.hint { "Or the token alone, for " code { "POST /v1/invitations/accept" } ": " code.secret { (created.token.expose()) } }
         }
     }
 }

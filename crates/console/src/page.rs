@@ -287,6 +287,9 @@ pub fn html_response(markup: Markup) -> HttpResponse {
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header(("X-Frame-Options", "DENY"))
         .insert_header(("X-Content-Type-Options", "nosniff"))
+        // Tokens ride in some console addresses (an invitation link, a
+        // sign-in's way back): never sent to another site.
+        .insert_header(("Referrer-Policy", "same-origin"))
         .insert_header((
             header::CONTENT_SECURITY_POLICY,
             "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self' https:",

@@ -466,7 +466,13 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
         config: Some(config),
         status: None,
     };
+    let repointed = update.source_connection_id.is_some() || update.destination_connection_id.is_some();
     match state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), flow.id, update).await {
+        Ok(saved) if repointed && saved.config.mappings.iter().any(|m| m.sync_mode.incremental()) => {
+            let said = "Saved. The flow now uses other connections and keeps its cursors: reset a cursor below \
+                        to read that table from the start.";
+            flow_page(&state, s, &ctx, saved, Some(notice(said))).await
+        }
         Ok(saved) => flow_page(&state, s, &ctx, saved, Some(notice("Saved."))).await,
         Err(e) => flow_page_with(&state, s, &ctx, flow, Some(error_box(&e.into())), Some(f)).await,
     }

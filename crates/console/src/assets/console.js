@@ -19,6 +19,10 @@ for (const select of document.querySelectorAll("select[data-autosubmit]")) {
   });
   select.addEventListener("pointerdown", () => { byKey = false; });
   select.addEventListener("change", () => { if (!byKey) select.form.submit(); });
+  // Left without Enter: back to the organization of the page.
+  select.addEventListener("blur", () => {
+    for (const o of select.options) o.selected = o.defaultSelected;
+  });
 }
 
 // A new connection's (or integration's) type fills its configuration

@@ -16,7 +16,7 @@ use crate::connect::integration::Integration;
 use crate::identity::user::validate_name;
 use crate::shared::ids::{ConnectionId, FlowId, IntegrationId, OrgId};
 use crate::sync::flow::{Flow, FlowConfig, FlowStatus, find_cycle, next_due, resolve_dependencies, upstream_ids};
-use crate::sync::validate::{Draft, End, check_flow};
+use crate::sync::validate::{Draft, End, check_flow, check_into_itself};
 use crate::{Error, FieldError};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -534,20 +534,21 @@ impl<'a> Planner<'a> {
             let source = conn("source_connection", &d.source_connection);
             let dest = conn("destination_connection", &d.destination_connection);
             let end = |field, r, c: &Option<(ConnectionId, String, Capability)>| {
-                c.as_ref().map(|(_, kind, capability)| End {
+                c.as_ref().map(|(id, kind, capability)| End {
                     field,
                     name: r,
+                    id: *id,
                     capability: *capability,
                     spec: self.registry.spec(kind),
                 })
             };
             let draft = Draft { name: &d.name, schedule: d.schedule.as_deref(), config: &d.config };
-            self.errors.extend(check_flow(
-                &path,
-                &draft,
+            let ends = (
                 end("source_connection", &d.source_connection, &source),
                 end("destination_connection", &d.destination_connection, &dest),
-            ));
+            );
+            self.errors.extend(check_flow(&path, &draft, ends.0, ends.1));
+            self.errors.extend(check_into_itself(&path, &d.config, ends.0, ends.1));
             let mut config = d.config.clone();
             self.errors.extend(resolve_dependencies(
                 &format!("{path}."),

@@ -408,17 +408,34 @@ impl IdentityService {
         self.create_invitation(principal, org, &old.email, old.role).await
     }
 
-    /// Accepts an invitation for the calling user; answers the organization
-    /// joined and the role.
-    pub async fn accept_invitation(&self, principal: &Principal, token: &str) -> Result<(Organization, Role)> {
+    /// The invitation of `token`, if the calling user may accept it now
+    /// (its e-mail, pending, not expired): the organization and the role
+    /// it offers, for a page that asks before accepting.
+    pub async fn invitation_offer(&self, principal: &Principal, token: &str) -> Result<(Organization, Role)> {
+        let inv = self.acceptable_invitation(principal, token).await?;
+        let org = self.orgs.get(inv.org_id).await?.ok_or_else(|| Error::not_found("invitation"))?;
+        Ok((org, inv.role))
+    }
+
+    /// The invitation of `token`, checked for the calling user now.
+    async fn acceptable_invitation(&self, principal: &Principal, token: &str) -> Result<invitation::Invitation> {
         let user = principal.user()?;
         let not_found = || Error::not_found("invitation");
         if !token.starts_with(invitation::TOKEN_PREFIX) || token.len() > 128 {
             return Err(not_found());
         }
         let inv = self.invitations.find_by_token_hash(&invitation::hash_token(token)).await?.ok_or_else(not_found)?;
+        inv.check_acceptable(user.email.as_deref(), self.now())?;
+        Ok(inv)
+    }
+
+    /// Accepts an invitation for the calling user; answers the organization
+    /// joined and the role.
+    pub async fn accept_invitation(&self, principal: &Principal, token: &str) -> Result<(Organization, Role)> {
+        let user = principal.user()?;
+        let not_found = || Error::not_found("invitation");
+        let inv = self.acceptable_invitation(principal, token).await?;
         let now = self.now();
-        inv.check_acceptable(user.email.as_deref(), now)?;
         let audit =
             AuditEntry::new(Some(inv.org_id), principal.actor(), "invitation.accepted", "invitation", inv.id, now)
                 .with_change(

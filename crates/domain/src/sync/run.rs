@@ -327,16 +327,8 @@ impl SyncService {
         if let Err(e) = self.runs.save(run).await {
             tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
-        // A run that succeeded proved both connections work, whatever an
-        // earlier test said.
-        if run.status == RunStatus::Succeeded
-            && let Ok(Some(flow)) = self.flows.get(run.org_id, run.flow_id).await
-        {
-            let ids = [flow.source_connection_id, flow.destination_connection_id];
-            let at = run.finished_at.unwrap_or_else(|| self.clock.now());
-            if let Err(e) = self.connect.connections.record_working(run.org_id, &ids, at).await {
-                tracing::warn!(run = %run.id, error = %e, "recording the connections' health failed");
-            }
+        if run.status == RunStatus::Succeeded {
+            self.record_working_connections(run).await;
         }
         // The stored status wins (a cancellation recorded meanwhile).
         if let Ok(Some(s)) = self.runs.status(run.id).await {
@@ -349,6 +341,37 @@ impl SyncService {
             }
             Ok(_) => {}
             Err(e) => tracing::error!(run = %run.id, error = %e, "orchestrating downstream flows failed"),
+        }
+    }
+
+    /// A run that succeeded proved its flow's connections work: those a
+    /// test last called failing (or never tested) before the run began are
+    /// marked healthy. Not when the flow was re-pointed since the run
+    /// began (its connections now are not the ones it used), nor over a
+    /// test that failed while it ran. Read first, so that the common case
+    /// (both healthy) writes nothing.
+    async fn record_working_connections(&self, run: &Run) {
+        let (Some(started), Ok(Some(flow))) = (run.started_at, self.flows.get(run.org_id, run.flow_id).await) else {
+            return;
+        };
+        if flow.updated_at > started {
+            return;
+        }
+        let mut stale = Vec::new();
+        for id in [flow.source_connection_id, flow.destination_connection_id] {
+            if let Ok(Some(c)) = self.connect.connections.get(run.org_id, id).await
+                && c.status != crate::connect::connection::ConnectionStatus::Healthy
+                && c.last_tested_at.is_none_or(|t| t < started)
+            {
+                stale.push(id);
+            }
+        }
+        if stale.is_empty() {
+            return;
+        }
+        let at = run.finished_at.unwrap_or_else(|| self.clock.now());
+        if let Err(e) = self.connect.connections.record_working(run.org_id, &stale, at).await {
+            tracing::warn!(run = %run.id, error = %e, "recording the connections' health failed");
         }
     }
 

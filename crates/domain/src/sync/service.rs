@@ -211,7 +211,7 @@ impl SyncService {
     /// with `against_source` (see [`crate::sync::validate::touches_source`]),
     /// against the source's schema as it is now.
     async fn validate_flow(&self, flow: &mut Flow, against_source: bool) -> Result<()> {
-        use crate::sync::validate::{Draft, End, check_against_source, check_flow, once};
+        use crate::sync::validate::{Draft, End, check_against_source, check_flow, check_into_itself, once};
         let mut errors: Vec<FieldError> = Vec::new();
         let source = self.connect.connection(flow.org_id, flow.source_connection_id).await?;
         let dest = self.connect.connection(flow.org_id, flow.destination_connection_id).await?;
@@ -223,15 +223,19 @@ impl SyncService {
         let registry = self.connect.registry();
         let specs = [&source, &dest].map(|c| c.as_ref().and_then(|c| registry.spec(&c.connector_type)));
         fn end<'a>(field: &'a str, c: &'a Option<Connection>, spec: Option<&'a ConnectorSpec>) -> Option<End<'a>> {
-            c.as_ref().map(|c| End { field, name: &c.name, capability: c.capability, spec })
+            c.as_ref().map(|c| End { field, name: &c.name, id: c.id, capability: c.capability, spec })
         }
         let draft = Draft { name: &flow.name, schedule: flow.schedule.as_deref(), config: &flow.config };
-        errors.extend(check_flow(
-            "",
-            &draft,
+        let ends = (
             end("source_connection_id", &source, specs[0].as_ref()),
             end("destination_connection_id", &dest, specs[1].as_ref()),
-        ));
+        );
+        errors.extend(check_flow("", &draft, ends.0, ends.1));
+        // Mappings or connections changed (or a new flow): none may write
+        // the table it reads. A pause or a rename never depends on it.
+        if against_source {
+            errors.extend(check_into_itself("", &flow.config, ends.0, ends.1));
+        }
         if let Some(src) = source.as_ref().filter(|c| c.capability.reads() && against_source)
             && let Some(schemas) = self.source_schemas(src, &flow.config).await
         {

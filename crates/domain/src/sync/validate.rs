@@ -25,6 +25,8 @@ pub struct End<'a> {
     /// The field that names it (`source_connection_id`, `source_connection`).
     pub field: &'a str,
     pub name: &'a str,
+    /// Which connection it is (one named twice, by name and by id, is one).
+    pub id: crate::shared::ids::ConnectionId,
     pub capability: Capability,
     /// Its connector's spec (`None`: a type the registry does not know).
     pub spec: Option<&'a ConnectorSpec>,
@@ -57,21 +59,6 @@ pub fn check_flow(prefix: &str, flow: &Draft<'_>, source: Option<End<'_>>, dest:
     }
     if let Some(d) = dest.filter(|d| !d.capability.writes()) {
         errors.push(FieldError::new(d.field, format!("'{}' is a source only; it cannot be written", d.name)));
-    }
-    // One connection at both ends: no mapping may write the table it reads.
-    if let (Some(s), Some(d)) = (source, dest)
-        && s.name == d.name
-    {
-        for (i, m) in flow.config.mappings.iter().enumerate().filter(|(_, m)| m.destination() == m.source_entity) {
-            errors.push(FieldError::new(
-                format!("config.mappings[{i}].dest_entity"),
-                format!(
-                    "'{}' would be read from and written to the same table of '{}': name another dest_entity, \
-                     or pick another destination",
-                    m.source_entity, s.name
-                ),
-            ));
-        }
     }
     let source_spec = source.and_then(|s| s.spec);
     let dest_spec = dest.and_then(|d| d.spec);
@@ -137,6 +124,33 @@ pub fn touches_source(before: Option<&super::flow::Flow>, after: &super::flow::F
             || after.source_connection_id != b.source_connection_id
             || after.destination_connection_id != b.destination_connection_id
     })
+}
+
+/// A flow with one connection at both ends must not write a table it
+/// reads (a full refresh would empty its own source). Checked where a flow
+/// is made or its connections or mappings change, never for a pause.
+pub fn check_into_itself(
+    prefix: &str,
+    config: &FlowConfig,
+    source: Option<End<'_>>,
+    dest: Option<End<'_>>,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if let (Some(s), Some(d)) = (source, dest)
+        && s.id == d.id
+    {
+        for (i, m) in config.mappings.iter().enumerate().filter(|(_, m)| m.destination() == m.source_entity) {
+            errors.push(FieldError::new(
+                format!("config.mappings[{i}].dest_entity"),
+                format!(
+                    "'{}' would be read from and written to the same table of '{}': name another dest_entity, \
+                     or pick another destination",
+                    m.source_entity, s.name
+                ),
+            ));
+        }
+    }
+    placed(prefix, errors)
 }
 
 /// `errors` under `prefix`.
@@ -394,6 +408,24 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn one_connection_at_both_ends_writes_no_table_it_reads() {
+        let config: FlowConfig = serde_json::from_value(serde_json::json!({"mappings": [
+            {"source_entity": "orders", "sync_mode": "full_refresh_overwrite"},
+            {"source_entity": "orders", "dest_entity": "orders_copy", "sync_mode": "full_refresh_overwrite"}
+        ]}))
+        .unwrap();
+        let id = crate::shared::ids::ConnectionId::new();
+        let end = |field, name, id| End { field, name, id, capability: Capability::Both, spec: None };
+        // Named twice, once by name and once by id: one connection.
+        let errors = check_into_itself("flows[0]", &config, Some(end("s", "wh", id)), Some(end("d", "0190-id", id)));
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["flows[0].config.mappings[0].dest_entity"]);
+        let other = crate::shared::ids::ConnectionId::new();
+        assert!(check_into_itself("", &config, Some(end("s", "wh", id)), Some(end("d", "wh", other))).is_empty());
+        assert!(check_into_itself("", &config, Some(end("s", "wh", id)), None).is_empty());
     }
 
     #[test]
