@@ -1074,6 +1074,32 @@ async fn failures_say_why_and_the_audit_log_pages(app: TestApp) {
     let run_page = format!("/o/{org}/runs/{}", failed["id"].as_str().unwrap());
     let (_, html, _) = viewer.get(&run_page).await;
     assert!(html.contains("Cause of failure") && html.contains(&escaped), "{cause}: {html}");
+    // The log by level, and as text to download.
+    let (_, errors_only, _) = viewer.get(&format!("{run_page}?level=error")).await;
+    assert!(
+        errors_only.contains("<li class=\"error\">") && !errors_only.contains("<li class=\"info\">"),
+        "{errors_only}"
+    );
+    assert!(errors_only.contains("data-level=\"error\""), "{errors_only}");
+    let (status, text, headers) = viewer.get(&format!("{run_page}/log.txt")).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/plain"), "{headers:?}");
+    assert!(headers["content-disposition"].to_str().unwrap().starts_with("attachment"), "{headers:?}");
+    assert!(
+        text.lines().any(|l| l.contains(" UTC info ")) && text.lines().any(|l| l.contains(" UTC error [events] ")),
+        "{text}"
+    );
+    let (_, text, _) = viewer.get(&format!("{run_page}/log.txt?level=error")).await;
+    assert!(!text.is_empty() && text.lines().all(|l| l.contains(" UTC error ")), "{text}");
+    let (status, _, _) = viewer.get(&format!("{run_page}?level=loud")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Another organization's member reads none of it, by either path.
+    let (other, stranger) = stranger(&app).await;
+    let run_id = failed["id"].as_str().unwrap();
+    for o in [&other, &org] {
+        let (status, _, _) = stranger.get(&format!("/o/{o}/runs/{run_id}/log.txt")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{o}");
+    }
     let (_, html, _) = viewer.get(&format!("/o/{org}/flows")).await;
     assert!(html.contains("class=\"error cause\"") && html.contains("events: "), "{html}");
     // Times say they are UTC; a skip link leads to the content.

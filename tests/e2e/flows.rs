@@ -229,15 +229,8 @@ async fn binary_staging_keeps_the_greatest_cursor_of_a_key() {
          INSERT INTO {s}.tagged VALUES (1, 'a'), (2, 'b'), (3, 'c');"
     ))
     .await;
-    let ann = app.token("ann@example.com");
-    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let pg = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
-    let source = check!(app.post(&conns, &ann, pg("src", s)).await, 201).id();
-    let dest = check!(app.post(&conns, &ann, pg("dst", &dst.name)).await, 201).id();
+    let (ann, org, conns) = sluice_tests::org_with_pg_schemas(&app, &[("src", s), ("dst", &dst.name)]).await;
+    let (source, dest) = (conns[0].clone(), conns[1].clone());
     let flow = check!(
         app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
             "name": "versions", "source_connection_id": source, "destination_connection_id": dest,
@@ -783,15 +776,8 @@ async fn widened_and_dropped_source_columns_evolve_the_destination() {
          INSERT INTO {s}.items VALUES (1, 7, 'ab', 'x', 1.5, '2026-01-01Z'), (2, 8, 'cd', 'y', 2.5, '2026-01-02Z');"
     ))
     .await;
-    let ann = app.token("ann@example.com");
-    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let pg = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
-    let source = check!(app.post(&conns, &ann, pg("src", s)).await, 201).id();
-    let dest = check!(app.post(&conns, &ann, pg("dst", d)).await, 201).id();
+    let (ann, org, conns) = sluice_tests::org_with_pg_schemas(&app, &[("src", s), ("dst", d)]).await;
+    let (source, dest) = (conns[0].clone(), conns[1].clone());
     let mapping = |policy: &str| {
         json!({"mappings": [{"source_entity": "items", "sync_mode": "incremental_deduped", "cursor_field": "updated",
             "primary_key": "id", "schema_policy": policy}]})

@@ -192,15 +192,8 @@ async fn postgres_tables_are_compared_by_checksums_where_the_rows_lie(app: TestA
            TIMESTAMPTZ '2026-01-01Z' + i * INTERVAL '1 s' FROM generate_series(1, 5000) i;"
     ))
     .await;
-    let ann = app.token("ann@example.com");
-    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
-    let conns = format!("/v1/organizations/{org}/connections");
-    let pg = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
-    let source = check!(app.post(&conns, &ann, pg("app", s)).await, 201).id();
-    let wh = check!(app.post(&conns, &ann, pg("wh", d)).await, 201).id();
+    let (ann, org, ids) = sluice_tests::org_with_pg_schemas(&app, &[("app", s), ("wh", d)]).await;
+    let (source, wh) = (&ids[0], &ids[1]);
     let flow = check!(
         app.post(
             &format!("/v1/organizations/{org}/flows"),

@@ -516,3 +516,19 @@ pub async fn preview_rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, ent
     rows.sort_by_key(|r| r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok())).unwrap_or(0));
     rows
 }
+
+/// Ann's organization "Acme" with a PostgreSQL connection (source and
+/// destination) on the shared server for each `(name, schema)`: Ann, the
+/// organization's id and the connections' ids in order.
+pub async fn org_with_pg_schemas(app: &TestApp, schemas: &[(&str, &str)]) -> (Auth, String, Vec<String>) {
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let mut ids = Vec::new();
+    for (name, schema) in schemas {
+        let body = json!({"name": name, "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}});
+        ids.push(check!(app.post(&conns, &ann, body).await, 201).id());
+    }
+    (ann, org, ids)
+}

@@ -115,6 +115,7 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/flows/{id}/cursors/reset", web::post().to(sync::reset_cursor))
                 .route("/flows/{id}/delete", web::post().to(sync::delete))
                 .route("/runs/{id}", read().to(sync::run_page))
+                .route("/runs/{id}/log.txt", read().to(sync::run_log_text))
                 .route("/runs/{id}/cancel", web::post().to(sync::cancel_run))
                 .route("/runs/{id}/retry", web::post().to(sync::retry_run))
                 .route("/topology", read().to(sync::topology))

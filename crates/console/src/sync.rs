@@ -13,7 +13,7 @@ use sluice_domain::FieldError;
 use sluice_domain::connect::connection::Connection;
 use sluice_domain::shared::ids::{ConnectionId, FlowId, RunId};
 use sluice_domain::shared::page::PageRequest;
-use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, Mapping, Run, RunStatus, Trigger};
+use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, LogLevel, Mapping, Run, RunStatus, Trigger};
 use sluice_domain::sync::mode::SyncMode;
 use sluice_domain::sync::service::{FlowUpdate, NewFlow};
 use sluice_domain::sync::verify::{KeyList, Verification, verifiable};
@@ -572,19 +572,85 @@ fn entity_rows(r: &Run) -> Markup {
     }
 }
 
-/// `GET /o/{org}/runs/{id}`: the run with live progress and log.
-pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
-    let (org, id) = path.into_inner();
-    let ctx = OrgCtx::load(&state, &s, org).await?;
-    run_page_with(&state, &s, &ctx, RunId::from(id), None).await
+#[derive(Deserialize, Default)]
+pub struct LogQuery {
+    /// The least level of the log lines shown: `info` (all), `warn`, `error`.
+    level: Option<String>,
 }
 
-/// A run's page, `shown` above it (what an action on it answered).
-async fn run_page_with(state: &AppState, s: &Session, ctx: &OrgCtx, id: RunId, shown: Option<Markup>) -> PageResult {
+impl LogQuery {
+    fn least(&self) -> Result<LogLevel, ApiError> {
+        match self.level.as_deref().filter(|l| !l.is_empty()) {
+            None => Ok(LogLevel::Info),
+            Some(l) => LogLevel::parse(l)
+                .ok_or_else(|| ApiError::validation(vec![FieldError::new("level", "info, warn or error")])),
+        }
+    }
+}
+
+/// A log level's rank: lines at `least` or above are shown.
+fn rank(l: LogLevel) -> u8 {
+    match l {
+        LogLevel::Info => 0,
+        LogLevel::Warn => 1,
+        LogLevel::Error => 2,
+    }
+}
+
+/// `GET /o/{org}/runs/{id}`: the run with live progress and log.
+pub async fn run_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>, q: Query<LogQuery>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &s, org).await?;
+    let least = q.least()?;
+    run_page_with(&state, &s, &ctx, RunId::from(id), None, least).await
+}
+
+/// `GET /o/{org}/runs/{id}/log.txt`: the run's whole log as text, one line
+/// an entry (time in UTC, level, table, message), to download.
+pub async fn run_log_text(
+    state: Data<AppState>,
+    s: Session,
+    path: Path<(Uuid, Uuid)>,
+    q: Query<LogQuery>,
+) -> PageResult {
+    let (org, id) = path.into_inner();
+    let ctx = OrgCtx::load(&state, &s, org).await?;
+    let least = rank(q.least()?);
+    let logs = state.sluice.sync.run_logs(&s.caller.principal, ctx.id(), RunId::from(id)).await?;
+    let mut text = String::new();
+    for l in logs.iter().filter(|l| rank(l.level) >= least) {
+        let entity = l.entity.as_deref().map(|e| format!(" [{e}]")).unwrap_or_default();
+        text.push_str(&format!("{} {}{entity} {}\n", when(l.ts), l.level.as_str(), l.message.replace('\n', " ")));
+    }
+    Ok(actix_web::HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .insert_header((actix_web::http::header::CONTENT_DISPOSITION, format!("attachment; filename=\"run-{id}.log\"")))
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .body(text))
+}
+
+/// A run's page, `shown` above it (what an action on it answered), its log
+/// from `least` up.
+async fn run_page_with(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    id: RunId,
+    shown: Option<Markup>,
+    least: LogLevel,
+) -> PageResult {
     let p = &s.caller.principal;
     let r = state.sluice.sync.get_run(p, ctx.id(), id).await?;
     let flow = state.sluice.sync.get_flow(p, ctx.id(), r.flow_id).await?;
-    let logs = state.sluice.sync.run_logs(p, ctx.id(), r.id).await?;
+    let logs: Vec<_> = state
+        .sluice
+        .sync
+        .run_logs(p, ctx.id(), r.id)
+        .await?
+        .into_iter()
+        .filter(|l| rank(l.level) >= rank(least))
+        .collect();
     let ahead = state.sluice.sync.run_ahead(p, ctx.id(), &r).await?;
     let last_check = last_verification(state, s, ctx, flow.id).await?;
     let events = format!("/v1/organizations/{}/runs/{}/events", ctx.id(), r.id);
@@ -624,7 +690,13 @@ async fn run_page_with(state: &AppState, s: &Session, ctx: &OrgCtx, id: RunId, s
                 tbody { (entity_rows(&r)) }
             }
             h2 { "Log" }
-            ol.log #run-log aria-live="polite" {
+            nav.row.levels aria-label="Log levels" {
+                @for (level, label) in [(LogLevel::Info, "All"), (LogLevel::Warn, "Warnings and errors"), (LogLevel::Error, "Errors")] {
+                    a href=(format!("{at}?level={}", level.as_str())) aria-current=[(level == least).then_some("page")] { (label) }
+                }
+                a.download href=(format!("{at}/log.txt?level={}", least.as_str())) download { "Download" }
+            }
+            ol.log #run-log aria-live="polite" data-level=(least.as_str()) {
                 @for l in &logs {
                     li class=(l.level.as_str()) { time { (when(l.ts)) } " " @if let Some(e) = &l.entity { code { (e) } " " } (l.message) }
                 }
@@ -652,7 +724,7 @@ pub async fn cancel_run(state: Data<AppState>, post: Post<Empty>, path: Path<(Uu
         Ok(_) => Ok(redirect(&ctx.at(&format!("/runs/{id}")))),
         Err(e) => {
             let e = ApiError::from(e);
-            failed(run_page_with(&state, s, &ctx, id, Some(error_box(&e))).await, &e)
+            failed(run_page_with(&state, s, &ctx, id, Some(error_box(&e)), LogLevel::Info).await, &e)
         }
     }
 }

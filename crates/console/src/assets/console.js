@@ -110,15 +110,19 @@ if (run && run.dataset.finished !== "true") {
   const log = document.getElementById("run-log");
   // Each (re)connection streams every line from the first: those already
   // on the page are skipped.
+  // Only the levels the page was asked for (?level=) are counted and shown.
+  const rank = { info: 0, warn: 1, error: 2 };
+  const least = rank[log.dataset.level] || 0;
   let shown = log.children.length;
   let received = 0;
   const events = new EventSource(run.dataset.events);
   events.addEventListener("open", () => { received = 0; });
   events.addEventListener("run", (ev) => show(JSON.parse(ev.data)));
   events.addEventListener("log", (ev) => {
+    const l = JSON.parse(ev.data);
+    if ((rank[l.level] || 0) < least) return;
     received += 1;
     if (received <= shown) return;
-    const l = JSON.parse(ev.data);
     const li = document.createElement("li");
     li.className = l.level;
     const time = document.createElement("time");
