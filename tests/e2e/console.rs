@@ -1036,7 +1036,8 @@ sluice_tests::on_both_backends!(
     invitations_are_resent_and_revoked,
     failures_say_why_and_the_audit_log_pages,
     flows_are_repointed_and_never_into_themselves,
-    an_invitation_link_is_followed_and_accepted
+    an_invitation_link_is_followed_and_accepted,
+    assets_are_deleted_and_the_gateway_shows_its_quota
 );
 
 /// A failed run says why on its page and in the flows list; a full
@@ -1270,4 +1271,44 @@ async fn an_invitation_link_is_followed_and_accepted(app: TestApp) {
     let (status, html, _) = carol.get(&path).await;
     assert_eq!(status, StatusCode::CONFLICT, "{html}");
     assert!(html.contains("this invitation is accepted"), "{html}");
+}
+
+/// The gateway page shows this month's validations against the plan and a
+/// request to copy; an asset is deleted from its page (asked first), by a
+/// writer only, and only in its own organization.
+async fn assets_are_deleted_and_the_gateway_shows_its_quota(app: TestApp) {
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let body = json!({"name": "customer", "fields": [{"name": "user_id", "type": "integer", "required": true}]});
+    let asset = check!(app.post(&format!("{base}/data-assets"), &ann, body).await, 201).id();
+    let (status, html, _) = viewer.get(&format!("/o/{org}/gateway")).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Validations this month: <strong>0</strong> of 1,000"), "{html}");
+    let at = html.find("id=\"gw-curl\"").expect("a request to copy");
+    let curl = &html[at..at + html[at..].find("</pre>").unwrap()];
+    assert!(curl.contains("http://console.example/v1/gateway/validate") && curl.contains(&asset), "{curl}");
+    assert!(curl.contains("X-Api-Key: $KEY"), "{curl}");
+
+    let page = format!("/o/{org}/catalog/{asset}");
+    let (_, html, _) = viewer.get(&page).await;
+    assert!(!html.contains("Delete asset"), "{html}");
+    let (_, html, _) = admin.get(&page).await;
+    assert!(html.contains("Delete asset") && html.contains("data-confirm=\"Delete this asset"), "{html}");
+    let origin = admin.origin();
+    let csrf_v = viewer.csrf(&page).await;
+    let (status, _, _) = viewer.post(&format!("{page}/delete"), &[("csrf", &csrf_v)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (other, stranger) = stranger(&app).await;
+    let csrf_e = stranger.csrf(&format!("/o/{other}")).await;
+    for o in [&other, &org] {
+        let (status, _, _) =
+            stranger.post(&format!("/o/{o}/catalog/{asset}/delete"), &[("csrf", &csrf_e)], Some(&origin)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{o}");
+    }
+    check!(app.get(&format!("{base}/data-assets/{asset}"), &ann).await, 200);
+    let csrf = admin.csrf(&page).await;
+    let (status, _, headers) = admin.post(&format!("{page}/delete"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], format!("/o/{org}/catalog").as_str());
+    check!(app.get(&format!("{base}/data-assets/{asset}"), &ann).await, 404);
 }

@@ -2,8 +2,8 @@
 //! with the activity feed.
 
 use crate::page::{
-    OrgCtx, PageResult, Paging, Post, Session, audit_changes, audit_resource, badge, csrf, json_block, page, pager,
-    urlencode, when,
+    OrgCtx, PageResult, Paging, Post, Session, audit_changes, audit_resource, badge, button, count, csrf, json_block,
+    page, pager, urlencode, when,
 };
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
@@ -110,8 +110,30 @@ pub async fn asset(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) 
             ul { @for d in &dependents { li { a href=(ctx.at(&format!("/flows/{}", d.flow_id))) { (d.flow_name) } " — " (d.relation) } } }
         }
         p { a.button href=(ctx.at(&format!("/gateway?asset={}", a.id))) { "Try it in the gateway playground" } }
+        @if ctx.can_write() {
+            @let question = if dependents.is_empty() {
+                "Delete this asset and its versions?".to_string()
+            } else {
+                format!("Flows depend on this asset ({}). Delete it and its versions anyway?", dependents.len())
+            };
+            (button(&s, &ctx.at(&format!("/catalog/{}/delete", a.id)), "Delete asset", "danger", Some(&question)))
+        }
     };
     Ok(page(&ctx, &s, "/catalog", &a.name.clone(), body))
+}
+
+/// `POST /o/{org}/catalog/{id}/delete`: deletes the asset (the page asked
+/// first, naming the flows that depend on it), then to the catalog.
+pub async fn delete_asset(
+    state: Data<AppState>,
+    post: Post<crate::page::Empty>,
+    path: Path<(Uuid, Uuid)>,
+) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    state.sluice.catalog.delete_asset(&s.caller.principal, ctx.id(), AssetId::from(id), true).await?;
+    Ok(crate::page::redirect(&ctx.at("/catalog")))
 }
 
 #[derive(Deserialize, Default)]
@@ -136,7 +158,25 @@ async fn gateway_page(
     result: Option<Markup>,
 ) -> PageResult {
     let assets = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), ALL).await?.items;
+    let usage = state.sluice.billing.validations(&s.caller.principal, ctx.id()).await?;
+    // The request a program sends for the asset picked (or the first).
+    let picked = assets.iter().find(|a| a.id.to_string() == f.asset).or(assets.first());
+    let curl = picked.map(|a| {
+        format!(
+            "curl -s {}/v1/gateway/validate -H \"X-Api-Key: $KEY\" -H 'Content-Type: application/json' \\\n  -d '{{\"asset_id\": \"{}\", \"payload_raw\": \"Sure! {{\\\"name\\\": \\\"Ada\\\"}}\"}}'",
+            state.console_url.trim_end_matches('/'),
+            a.id
+        )
+    });
     let body = html! {
+        p.quota {
+            "Validations this month: " strong { (count(usage.validations_used.max(0) as u64)) }
+            @match usage.validations_limit {
+                Some(l) => { " of " (count(l.max(0) as u64)) " " meter min="0" max=(l) value=(usage.validations_used) {} }
+                None => { " (no limit)" }
+            }
+            span.muted { " · counted again from " (when(usage.validations_period_end)) }
+        }
         p.hint { "Paste a model's output: the gateway finds the JSON in it, repairs it, checks it against the asset's contract and masks tagged fields." }
         form.stack method="post" action=(ctx.at("/gateway")) {
             (csrf(s))
@@ -149,6 +189,11 @@ async fn gateway_page(
             button.primary { "Validate" }
         }
         @if let Some(r) = result { section #gw-result { h2 { "Result" } (r) } }
+        @if let (Some(c), Some(a)) = (&curl, picked) {
+            h2 { "From a program" }
+            p.hint { "The same validation for " strong { (a.name) } ", with an API key (Settings → API keys) in " code { "$KEY" } ":" }
+            pre.json #gw-curl { (c) }
+        }
     };
     Ok(page(ctx, s, "/gateway", "Gateway playground", body))
 }

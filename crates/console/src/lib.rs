@@ -122,6 +122,7 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/traces/{id}", read().to(sync::trace))
                 .route("/catalog", read().to(govern::catalog))
                 .route("/catalog/{id}", read().to(govern::asset))
+                .route("/catalog/{id}/delete", web::post().to(govern::delete_asset))
                 .route("/gateway", read().to(govern::gateway))
                 .route("/gateway", web::post().to(govern::gateway_validate))
                 .route("/iac", read().to(govern::iac))
