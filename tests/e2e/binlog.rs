@@ -7,9 +7,9 @@
 //! at the source evolves the destination, and a binlog purged past a
 //! table's position fails it with `position_lost` until it is copied again.
 
+use super::cdc::rows;
 use serde_json::{Value, json};
 use sluice_testkit::services::OwnMariaDb;
-use sluice_tests::preview_rows;
 use sluice_tests::run_flow as run;
 use sluice_tests::{Backend, check, spawn_app};
 use sqlx::Connection;
@@ -25,32 +25,6 @@ async fn binlog_source(settings: &'static [&'static str]) -> Option<(OwnMariaDb,
 }
 
 /// The destination table's rows as `[op ]id:note[:amount][:deleted]`, by id.
-async fn rows(
-    app: &sluice_tests::TestApp,
-    auth: &sluice_tests::Auth,
-    org: &str,
-    conn: &str,
-    entity: &str,
-) -> Vec<String> {
-    let records = preview_rows(app, auth, org, conn, entity).await;
-    let int = |v: &Value| v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
-    let mut out: Vec<(i64, String)> = records
-        .iter()
-        .map(|r| {
-            let mut s = format!("{}:{}", int(&r["id"]), r["note"].as_str().unwrap_or("null"));
-            if let Some(op) = r["_sluice_op"].as_str() {
-                s = format!("{op} {s}");
-            }
-            if r.get("_sluice_deleted_at").is_some_and(|d| !d.is_null()) {
-                s.push_str(":deleted");
-            }
-            (int(&r["id"]), s)
-        })
-        .collect();
-    out.sort();
-    out.into_iter().map(|(_, s)| s).collect()
-}
-
 async fn exec(c: &mut sqlx::MySqlConnection, sql: &str) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(c).await.unwrap();
 }

@@ -49,7 +49,7 @@ async fn shop_and_warehouse(app: &TestApp, port: u16, schema: &str) -> (Auth, St
 }
 
 /// The destination table's rows as `id:note[:deleted]`, by id.
-async fn rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<String> {
+pub(crate) async fn rows(app: &TestApp, auth: &Auth, org: &str, conn: &str, entity: &str) -> Vec<String> {
     let records = preview_rows(app, auth, org, conn, entity).await;
     let int = |v: &Value| v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
     let mut out: Vec<(i64, String)> = records

@@ -491,6 +491,18 @@ fn image(r: &mut Reader<'_>, tm: &TableMap, cols: &[Column], present: &[bool], k
 }
 
 /// Steps over one value of a row image without reading it.
+/// A `STRING` column's real type (CHAR 254, ENUM 247, SET 248) and length
+/// from its metadata: a length over 255 keeps its high bits in the type
+/// byte, whose 0x30 bits they replace.
+fn string_meta(meta: u16) -> (u8, u16) {
+    let (mut real, mut len) = ((meta >> 8) as u8, meta & 0xff);
+    if real & 0x30 != 0x30 {
+        len |= u16::from((real & 0x30) ^ 0x30) << 4;
+        real |= 0x30;
+    }
+    (real, len)
+}
+
 fn skip(r: &mut Reader<'_>, t: u8, meta: u16) -> R<()> {
     let frac = |fsp: u16| usize::from(fsp.min(6)).div_ceil(2);
     let n = match t {
@@ -508,11 +520,7 @@ fn skip(r: &mut Reader<'_>, t: u8, meta: u16) -> R<()> {
         16 => usize::from(meta >> 8) + usize::from((meta & 0xff) > 0),
         15 | 253 => (if meta < 256 { r.le(1)? } else { r.le(2)? }) as usize,
         254 => {
-            let (mut real, mut len) = ((meta >> 8) as u8, meta & 0xff);
-            if real & 0x30 != 0x30 {
-                len |= u16::from((real & 0x30) ^ 0x30) << 4;
-                real |= 0x30;
-            }
+            let (real, len) = string_meta(meta);
             match real {
                 247 | 248 => usize::from(len),
                 _ => (if len < 256 { r.le(1)? } else { r.le(2)? }) as usize,
@@ -604,11 +612,7 @@ fn value(r: &mut Reader<'_>, t: u8, meta: u16, col: &Column) -> R<Value> {
         }
         254 => {
             // CHAR, ENUM or SET, by the real type in the metadata's first byte.
-            let (mut real, mut len) = ((meta >> 8) as u8, meta & 0xff);
-            if real & 0x30 != 0x30 {
-                len |= u16::from((real & 0x30) ^ 0x30) << 4;
-                real |= 0x30;
-            }
+            let (real, len) = string_meta(meta);
             match real {
                 247 => {
                     let i = r.le(len as usize)? as usize;
