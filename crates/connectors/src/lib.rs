@@ -237,6 +237,15 @@ pub fn specs() -> Vec<ConnectorSpec> {
         "bytes of write-ahead log this source may keep for a flow's change stream before an activity event \
          (cdc.retained_over_budget) says so",
     ));
+    pg.push(field(
+        "publication",
+        String,
+        false,
+        false,
+        None,
+        "an existing publication that change data capture reads through, for a role that cannot create one \
+         (it must publish every table a flow captures); by default each flow makes and drops its own",
+    ));
     let mut my = database_fields(3306);
     my.push(field(
         "ssl_mode",
@@ -298,7 +307,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 field("format", String, false, false, Some(json!("jsonl")), "jsonl or csv"),
             ],
             sync_modes: SYNC_MODES.to_vec(),
-            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert"],
+            features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
         },
     ]
 }
@@ -358,6 +367,7 @@ impl Registry {
                 ssl_ca: ssl_ca(c),
                 allow_cleartext_password: c.bool("allow_cleartext_password").unwrap_or(false),
                 guard: self.metadata.instance_id.clone(),
+                publication: c.str("publication").filter(|p| !p.is_empty()).map(str::to_string),
             })
         })
     }

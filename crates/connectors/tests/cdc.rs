@@ -12,8 +12,8 @@ use sqlx::Connection;
 
 mod common;
 
-fn connector(port: u16, database: &str) -> PgConnector {
-    PgConnector::new(PgSettings {
+fn settings(port: u16, database: &str) -> PgSettings {
+    PgSettings {
         host: "127.0.0.1".into(),
         port,
         database: database.into(),
@@ -24,8 +24,12 @@ fn connector(port: u16, database: &str) -> PgConnector {
         ssl_ca: None,
         allow_cleartext_password: false,
         guard: None,
-    })
-    .unwrap()
+        publication: None,
+    }
+}
+
+fn connector(port: u16, database: &str) -> PgConnector {
+    PgConnector::new(settings(port, database)).unwrap()
 }
 
 async fn exec(c: &mut sqlx::PgConnection, sql: &str) {
@@ -305,4 +309,55 @@ async fn a_table_joining_a_running_stream_is_copied_in_a_snapshot_of_its_own() {
     }
     assert_eq!(slots, 1);
     pg.drop_stream("t2").await.unwrap();
+}
+
+/// A role that owns none of the tables cannot make a publication of them;
+/// a connection naming the administrator's publication reads through it,
+/// says which tables it lacks, and leaves it when the stream is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_the_connection_names_serves_a_role_that_cannot_make_one() {
+    let Some((server, mut c)) = logical_server().await else { return };
+    exec(
+        &mut c,
+        "CREATE TABLE people (id int PRIMARY KEY, name text);
+         CREATE TABLE pets (id int PRIMARY KEY, name text);
+         CREATE ROLE capturer LOGIN REPLICATION;
+         GRANT SELECT ON people, pets TO capturer;
+         CREATE PUBLICATION shop FOR TABLE people;",
+    )
+    .await;
+    let as_capturer = |publication: Option<&str>| {
+        let publication = publication.map(str::to_string);
+        PgConnector::new(PgSettings { user: "capturer".into(), publication, ..settings(server.port, "postgres") })
+            .unwrap()
+    };
+    let own = as_capturer(None);
+    let reasons = own.readiness(&["people".into()]).await.unwrap();
+    assert_eq!(reasons, ["cannot create a publication: the role capturer does not own table \"public\".\"people\""]);
+    assert!(own.open_stream("c1", &["people".into()]).await.is_err());
+
+    let named = as_capturer(Some("shop"));
+    assert!(named.readiness(&["people".into()]).await.unwrap().is_empty());
+    assert_eq!(
+        named.readiness(&["people".into(), "pets".into()]).await.unwrap(),
+        ["table \"public\".\"pets\" is not in the publication shop"]
+    );
+    let refused = named.open_stream("c1", &["people".into(), "pets".into()]).await.err().expect("refused");
+    assert!(refused.to_string().contains("ALTER PUBLICATION \"shop\" ADD TABLE \"public\".\"pets\""), "{refused}");
+    let start = named.open_stream("c1", &["people".into()]).await.unwrap().position;
+    exec(&mut c, "INSERT INTO people VALUES (1, 'ann'); INSERT INTO pets VALUES (1, 'rex'); DELETE FROM people").await;
+    assert_eq!(changes_of(&named, "c1", "people", &start).await, ["people insert Int(1)", "people delete Int(1)"]);
+    named.drop_stream("c1").await.unwrap();
+    let (slots, publications): (i64, Vec<String>) = (
+        sqlx::query_scalar("SELECT count(*) FROM pg_replication_slots").fetch_one(&mut c).await.unwrap(),
+        sqlx::query_scalar("SELECT pubname::text FROM pg_publication").fetch_all(&mut c).await.unwrap(),
+    );
+    assert_eq!((slots, publications), (0, vec!["shop".to_string()]));
+    let readiness = named.readiness(&[]).await.unwrap();
+    assert_eq!(readiness, ["table \"public\".\"pets\" is not in the publication shop"]);
+    let gone = as_capturer(Some("nowhere"));
+    assert_eq!(
+        gone.readiness(&["people".into()]).await.unwrap(),
+        ["the publication nowhere the connection names does not exist"]
+    );
 }

@@ -131,6 +131,7 @@ async fn chunks_follow_the_bytes_of_text_keys_and_every_destination_clears_the_s
         ssl_ca: None,
         allow_cleartext_password: false,
         guard: None,
+        publication: None,
     })
     .unwrap();
 

@@ -22,6 +22,7 @@ fn connector(schema: &str) -> PgConnector {
         ssl_ca: None,
         allow_cleartext_password: false,
         guard: None,
+        publication: None,
     })
     .unwrap()
 }

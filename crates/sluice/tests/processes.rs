@@ -705,16 +705,55 @@ async fn a_revoked_key_stops_working_in_every_process_at_once() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// The records of a JSON Lines file `<entity>.jsonl` in `dir` (none when
+/// it is not there yet).
+fn jsonl(dir: &std::path::Path, entity: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join(format!("{entity}.jsonl"))).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The CDC crash tests' mirror `events` in `dir`, as (id, v, padding), by id.
+fn lake_rows(dir: &std::path::Path) -> Vec<(i64, i32, String)> {
+    let mut got: Vec<(i64, i32, String)> = jsonl(dir, "events")
+        .iter()
+        .map(|r| (r["id"].as_i64().unwrap(), r["v"].as_i64().unwrap() as i32, r["pad"].as_str().unwrap_or("").into()))
+        .collect();
+    got.sort();
+    got
+}
+
+/// The CDC crash tests' change log `events_log` in `dir`: its changes, and
+/// how many of them differ in key, operation or position.
+fn lake_log(dir: &std::path::Path) -> (i64, i64) {
+    let log = jsonl(dir, "events_log");
+    let distinct: std::collections::HashSet<String> =
+        log.iter().map(|r| format!("{} {} {}", r["id"], r["_sluice_op"], r["_sluice_position"])).collect();
+    (log.len() as i64, distinct.len() as i64)
+}
+
+/// Where `change_capture_killed_again_and_again` applies the changes.
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    /// PostgreSQL, with SQLite metadata.
+    Postgres,
+    /// MariaDB, with PostgreSQL metadata.
+    Mariadb,
+    /// JSON Lines files, with SQLite metadata.
+    Files,
+}
+
 /// Change data capture from a PostgreSQL source of the test's own
 /// (`wal_level = logical`) while the process is killed with SIGKILL again
 /// and again mid-run: 600,000 changes (inserts, updates with values over
 /// 2 KB, deletes) in 600 transactions; afterwards the mirror equals the
 /// source row for row and the change log holds each change once. On the
-/// SQLite store into PostgreSQL, and on a PostgreSQL store into MariaDB (a
-/// third of the load: 200,000 changes).
-async fn change_capture_killed_again_and_again(postgres_store: bool) {
-    /// A row as compared: id, value, the digest of the padding.
+/// SQLite store into PostgreSQL and into JSON Lines files, and on a
+/// PostgreSQL store into MariaDB (a third of the load for MariaDB and files:
+/// 200,000 changes).
+async fn change_capture_killed_again_and_again(into: Target) {
+    /// A row as compared: id, value, the padding (its digest in a database).
     type Row = (i64, i32, String);
+    let postgres_store = into == Target::Mariadb;
     let Some(dst) = pg_schema().await else { return };
     let mariadb = if postgres_store {
         let mut my = match sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test").await {
@@ -778,6 +817,9 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
                 "config": {"host": "127.0.0.1", "database": name, "user": "root"}}),
             )
             .await),
+        None if into == Target::Files => id(api
+            .post(&conns, json!({"name": "dst", "type": "file", "capability": "both", "config": {"path": "lake"}}))
+            .await),
         None => id(api.post(&conns, pg_conn("dst", &dst.name)).await),
     };
     let flow = id(api
@@ -807,8 +849,9 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
     let mut kills = 0;
     let state = format!("/v1/organizations/{org}/flows/{flow}/state");
     let position = |s: &serde_json::Value| s["data"][0]["cursor_value"].as_str().map(str::to_string);
-    // MariaDB applies upserts slower: a third of the load, in one round.
-    let (rounds, scale) = if postgres_store { (1i64, 3) } else { (2i64, 1) };
+    // MariaDB applies upserts slower, and a file is written again whole at
+    // each commit: a third of the load, in one round.
+    let (rounds, scale) = if into != Target::Postgres { (1i64, 3) } else { (2i64, 1) };
     for round in 0..rounds {
         let base = round * 150_000;
         for t in 0..150 / scale {
@@ -906,8 +949,18 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
     // The mirror equals the source row for row; the change log has each
     // change once.
     let rows = "SELECT id, v, md5(coalesce(pad, '')) FROM events ORDER BY id";
-    let want: Vec<Row> = sqlx::query_as(rows).fetch_all(&mut src).await.unwrap();
+    let want: Vec<Row> = match into {
+        Target::Files => sqlx::query_as("SELECT id, v, coalesce(pad, '') FROM events ORDER BY id"),
+        _ => sqlx::query_as(rows),
+    }
+    .fetch_all(&mut src)
+    .await
+    .unwrap();
     let (got, (logged, distinct)): (Vec<Row>, (i64, i64)) = match mariadb {
+        None if into == Target::Files => {
+            let lake = data.join("files").join(&org).join("lake");
+            (lake_rows(&lake), lake_log(&lake))
+        }
         Some((mut my, name)) => {
             let got = sqlx::query_as(sqlx::AssertSqlSafe(rows.replace("events", &format!("{name}.events"))))
                 .fetch_all(&mut my)
@@ -953,12 +1006,17 @@ async fn change_capture_killed_again_and_again(postgres_store: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_capture_killed_again_and_again_applies_every_change_once_with_sqlite_metadata() {
-    change_capture_killed_again_and_again(false).await;
+    change_capture_killed_again_and_again(Target::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_capture_killed_again_and_again_applies_every_change_once_into_mariadb_with_postgres_metadata() {
-    change_capture_killed_again_and_again(true).await;
+    change_capture_killed_again_and_again(Target::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_capture_killed_again_and_again_applies_every_change_once_into_files() {
+    change_capture_killed_again_and_again(Target::Files).await;
 }
 
 /// A continuous CDC flow on two serving processes sharing a PostgreSQL
@@ -968,9 +1026,10 @@ async fn change_capture_killed_again_and_again_applies_every_change_once_into_ma
 /// SIGKILL (and started again) or frozen with SIGSTOP past its lease (the
 /// other process takes the run over; the frozen one, woken, writes nothing
 /// more). Afterwards the mirror equals the source row for row and the
-/// change log holds each change once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_change_once() {
+/// change log holds each change once. Into PostgreSQL, and (`files`) into
+/// JSON Lines files, where the process that takes over waits for the
+/// frozen one's lock on the file it was writing.
+async fn continuous_capture_killed_and_frozen(files: bool) {
     type Row = (i64, i32, String);
     let Some(dst) = pg_schema().await else { return };
     let Some(source) = tokio::task::spawn_blocking(|| {
@@ -1007,7 +1066,12 @@ async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_chang
         .post(&conns, json!({"name": "src", "type": "postgres", "capability": "source",
             "config": {"host": "127.0.0.1", "port": source.port, "database": "postgres", "user": "postgres", "sslmode": "disable"}}))
         .await);
-    let d = id(api.post(&conns, pg_conn("dst", &dst.name)).await);
+    let d = match files {
+        true => id(api
+            .post(&conns, json!({"name": "dst", "type": "file", "capability": "both", "config": {"path": "lake"}}))
+            .await),
+        false => id(api.post(&conns, pg_conn("dst", &dst.name)).await),
+    };
     let flow = id(api
         .post(
             &format!("/v1/organizations/{org}/flows"),
@@ -1141,22 +1205,40 @@ async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_chang
     // The mirror catches up with the source, row for row; the change log
     // has each change once.
     let rows = "SELECT id, v, md5(coalesce(pad, '')) FROM events ORDER BY id";
-    let want: Vec<Row> = sqlx::query_as(rows).fetch_all(&mut src).await.unwrap();
+    // The padding itself from a file.
+    let want: Vec<Row> = match files {
+        true => sqlx::query_as("SELECT id, v, coalesce(pad, '') FROM events ORDER BY id"),
+        false => sqlx::query_as(rows),
+    }
+    .fetch_all(&mut src)
+    .await
+    .unwrap();
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
     let mirror = rows.replace("events", &format!("{}.events", dst.name));
+    let lake = data.join("files").join(&org).join("lake");
     let caught_up = Instant::now() + Duration::from_secs(180);
     loop {
-        let got: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(mirror.clone())).fetch_all(&mut pg).await.unwrap();
+        let got: Vec<Row> = match files {
+            true => lake_rows(&lake),
+            false => sqlx::query_as(sqlx::AssertSqlSafe(mirror.clone())).fetch_all(&mut pg).await.unwrap(),
+        };
         if got == want {
             break;
         }
         assert!(Instant::now() < caught_up, "the mirror did not catch up: {} rows of {}", got.len(), want.len());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let log_sql =
-        format!("SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log", dst.name);
-    let (logged, distinct): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(log_sql)).fetch_one(&mut pg).await.unwrap();
-    let twice = if logged as u64 == changes {
+    let (logged, distinct): (i64, i64) = match files {
+        true => lake_log(&lake),
+        false => {
+            let log_sql = format!(
+                "SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log",
+                dst.name
+            );
+            sqlx::query_as(sqlx::AssertSqlSafe(log_sql)).fetch_one(&mut pg).await.unwrap()
+        }
+    };
+    let twice = if logged as u64 == changes || files {
         String::new()
     } else {
         // What a key's changes look like where the log holds more of them.
@@ -1188,6 +1270,16 @@ async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_chang
     use sea_orm::ConnectionTrait;
     admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_capture_killed_and_frozen_twenty_times_applies_every_change_once() {
+    continuous_capture_killed_and_frozen(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuous_capture_into_files_killed_and_frozen_twenty_times_applies_every_change_once() {
+    continuous_capture_killed_and_frozen(true).await;
 }
 
 async fn my_exec(c: &mut sqlx::MySqlConnection, sql: String) {

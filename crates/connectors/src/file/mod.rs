@@ -9,10 +9,15 @@
 //! are not indexed). In CSV an empty field is null, so empty strings do not
 //! survive; binary values are base64 in both formats.
 //!
+//! Appends, and every write that holds a change stream position, commit
+//! through the entity's manifest (`manifest`), so that a writer killed at
+//! any instant leaves the entity as its last commit left it.
+//!
 //! Here: the connector, its files and the schema of an entity. `formats`:
 //! JSON Lines and CSV records, and values from and to them. `infer`: field
-//! types inferred from records. `read`: the `Source` impl. `write`: the
-//! `Destination` impl and its writer.
+//! types inferred from records. `manifest`: commits, positions and the
+//! writer lock. `read`: the `Source` impl. `write`: the `Destination` impl
+//! and its writer (with the changes CDC applies, on the upsert map).
 
 use crate::common::*;
 use sluice_domain::connect::connector::*;
@@ -22,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 mod formats;
 mod infer;
+mod manifest;
 mod read;
 mod write;
 

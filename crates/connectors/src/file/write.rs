@@ -3,10 +3,12 @@
 //! upserts held in memory), rolled back when dropped unfinished.
 
 use super::formats::{Format, read_records, records_of, to_json, to_text};
+use super::manifest::{EntityFiles, create_new};
 use super::{FileConnector, check_entity, io};
 use crate::common::*;
 use sluice_domain::connect::connector::BulkFormat;
 use sluice_domain::connect::connector::*;
+use sluice_domain::sync::verify::key_cmp;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -32,9 +34,52 @@ impl Destination for FileConnector {
         self.schema(entity)
     }
 
-    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, _attempt: Option<&Attempt>) -> WriterResult {
+    /// From each entity's manifest, once what a writer killed mid-commit
+    /// left is finished (of an entity no writer holds: a writer's commits
+    /// are in its manifest already; an earlier attempt's writer is waited
+    /// for before, by `end_earlier_attempts`).
+    async fn positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        Destination::check(self).await?;
+        let mut out = Vec::new();
+        for entity in self.manifested()? {
+            let files = self.files(&entity)?;
+            let manifest = match files.try_lock()? {
+                Some(_lock) => files.recover()?,
+                None => files.manifest()?,
+            };
+            if let Some(p) = manifest.and_then(|mut m| m.positions.remove(stream)) {
+                out.push((entity, p));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {
+        let files = self.files(entity)?;
+        let _lock = files.lock().await?;
+        let Some(mut m) = files.recover()? else { return Ok(()) };
+        match position {
+            Some(p) => m.positions.insert(stream.to_string(), p.to_string()),
+            None => m.positions.remove(stream),
+        };
+        files.write_manifest(&m)
+    }
+
+    /// Waits for the entities an earlier attempt's writer holds (a file
+    /// has no session to end: see `manifest`).
+    async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
+        self.wait_for_earlier_attempts(attempt).await
+    }
+
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, attempt: Option<&Attempt>) -> WriterResult {
         check_entity(&schema.name)?;
         Destination::check(self).await?;
+        let files = self.files(&schema.name)?;
+        let mut lock = files.lock().await?;
+        if let Some(attempt) = attempt {
+            files.mark(&mut lock, attempt)?;
+        }
+        files.recover()?;
         let key: Vec<usize> = schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
         if mode == WriteMode::Upsert && key.is_empty() {
             return Err(ConnectorError::InvalidConfig(format!("upsert into {} needs a primary key", schema.name)));
@@ -51,13 +96,17 @@ impl Destination for FileConnector {
                 None => fields.push(f.clone()),
             }
         }
-        let data = self.data_path(&schema.name);
-        let widened = existing.as_ref().is_some_and(|e| e.fields.len() != fields.len());
-        // Rows already in the file, kept for upsert and for a CSV whose header changes.
+        let data = files.data.clone();
+        // A CSV file's header must name the written fields: one that grows
+        // (or a writer killed after widening the schema file, before its
+        // rewrite committed) is written again.
+        let widened = existing.as_ref().is_some_and(|e| e.fields.len() != fields.len())
+            || (self.format == Format::Csv
+                && csv_header(&data).is_some_and(|h| !h.iter().eq(fields.iter().map(|f| &f.name))));
+        // Rows already in the file, kept for a CSV whose header changes
+        // (an upsert reads them when it first changes something).
         let mut rows: Vec<Vec<Value>> = Vec::new();
-        if data.exists()
-            && (mode == WriteMode::Upsert || (mode == WriteMode::Append && widened && self.format == Format::Csv))
-        {
+        if data.exists() && mode == WriteMode::Append && widened && self.format == Format::Csv {
             let (_, raws) = read_records(&data, &self.label(&data), self.format, None)?;
             rows = records_of(&fields, raws);
         }
@@ -66,12 +115,18 @@ impl Destination for FileConnector {
         fs::write(&tmp_schema, serde_json::to_vec_pretty(&sidecar).unwrap_or_default())
             .map_err(|e| io("schema file", e))?;
         fs::rename(&tmp_schema, self.schema_path(&schema.name)).map_err(|e| io("schema file", e))?;
-        let rewrite = mode != WriteMode::Append || !rows.is_empty();
+        let rewrite = mode != WriteMode::Append || (widened && self.format == Format::Csv && data.exists());
         let mut w = FileWriter {
             fields: fields.clone(),
             order: fields.iter().map(|f| f.name.clone()).collect(),
             format: self.format,
             data,
+            files,
+            _lock: lock,
+            positions: BTreeMap::new(),
+            done: false,
+            loaded: false,
+            dirty: false,
             tmp: self.place.path.join(format!(".{}.{}.tmp", schema.name, self.format.ext())),
             mode,
             key: fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect(),
@@ -81,23 +136,29 @@ impl Destination for FileConnector {
             stats: WriteStats::default(),
             pending: WriteStats::default(),
         };
-        if mode == WriteMode::Upsert {
-            for r in rows.drain(..) {
-                let k = w.key_of(&r);
-                w.upserts.insert(k, r);
+        match mode {
+            // The file's rows are read at the first change.
+            WriteMode::Upsert => {}
+            // Overwrite, or an append to a CSV whose header grows (the old
+            // rows copied over first): into the temporary file.
+            _ if rewrite => {
+                w.out = Some(w.start(&w.tmp.clone(), false)?);
+                if !rows.is_empty() {
+                    w.append_rows(&rows)?;
+                }
             }
-        } else if rewrite {
-            // Append to a CSV whose header grows: copy the old rows over first.
-            w.out = Some(w.start(&w.tmp.clone(), false)?);
-            if !rows.is_empty() {
-                w.append_rows(&rows)?;
+            _ => {
+                let new_file = !w.data.exists() || fs::metadata(&w.data).map(|m| m.len() == 0).unwrap_or(true);
+                let mut out = w.start(&w.data.clone(), !new_file)?;
+                out.flush().map_err(|e| io("file", e))?;
+                out.get_ref().sync_data().map_err(|e| io("file", e))?;
+                let len = fs::metadata(&w.data).map(|m| m.len()).unwrap_or(0);
+                w.committed_len = Some(len);
+                w.out = Some(out);
+                // Appends in place commit through the manifest, so that a
+                // writer killed mid-way leaves no rows behind.
+                w.files.start_appending(len)?;
             }
-        } else {
-            let new_file = !w.data.exists() || fs::metadata(&w.data).map(|m| m.len() == 0).unwrap_or(true);
-            let mut out = w.start(&w.data.clone(), !new_file)?;
-            out.flush().map_err(|e| io("file", e))?;
-            w.committed_len = Some(fs::metadata(&w.data).map(|m| m.len()).unwrap_or(0));
-            w.out = Some(out);
         }
         Ok(Box::new(w))
     }
@@ -112,6 +173,18 @@ struct FileWriter {
     mode: WriteMode,
     key: Vec<usize>,
     upserts: BTreeMap<String, Vec<Value>>,
+    /// The entity's data file, manifest and lock (see `manifest`).
+    files: EntityFiles,
+    /// Held for the writer's life: one writer per entity.
+    _lock: File,
+    /// The change stream positions to commit with the next commit.
+    positions: BTreeMap<String, String>,
+    /// Finished: nothing to roll back.
+    done: bool,
+    /// Upsert: the file's rows are in `upserts` (read at the first change).
+    loaded: bool,
+    /// Upsert: `upserts` changed since the last commit.
+    dirty: bool,
     out: Option<BufWriter<File>>,
     /// Length of the data file up to the last checkpoint (append to the
     /// file itself); an abort truncates back to it.
@@ -122,7 +195,7 @@ struct FileWriter {
 
 impl FileWriter {
     fn start(&self, path: &Path, append: bool) -> ConnectorResult<BufWriter<File>> {
-        let file = if append { OpenOptions::new().append(true).open(path) } else { File::create(path) }
+        let file = if append { OpenOptions::new().append(true).open(path) } else { create_new(path) }
             .map_err(|e| io(&path.file_name().unwrap_or_default().to_string_lossy(), e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         if self.format == Format::Csv && !append {
@@ -167,14 +240,109 @@ impl FileWriter {
         Ok(bytes.len() as u64)
     }
 
-    /// Writes the upsert map to the temporary file and renames it into place.
+    /// Reads the file's rows into the upsert map, once.
+    fn load(&mut self) -> ConnectorResult<()> {
+        if !self.loaded {
+            if self.data.exists() {
+                let (_, raws) = read_records(&self.data, &self.data.to_string_lossy(), self.format, None)?;
+                for r in records_of(&self.fields, raws) {
+                    let k = self.key_of(&r);
+                    self.upserts.insert(k, r);
+                }
+            }
+            self.loaded = true;
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Commits the upsert map: written whole to the temporary file and
+    /// renamed over the data file; when nothing changed, only the
+    /// positions held, through the manifest.
     fn flush_upserts(&mut self) -> ConnectorResult<()> {
-        let rows: Vec<Vec<Value>> = self.upserts.values().cloned().collect();
+        if !self.dirty {
+            if !self.positions.is_empty() {
+                let len = fs::metadata(&self.data).map(|m| m.len()).unwrap_or(0);
+                self.files.commit_length(len, &self.positions, false)?;
+                self.positions.clear();
+            }
+            return Ok(());
+        }
         let mut out = self.start(&self.tmp.clone(), false)?;
-        out.write_all(&self.encode(&rows)).map_err(|e| io("file", e))?;
+        for rows in self.upserts.values().cloned().collect::<Vec<_>>().chunks(10_000) {
+            out.write_all(&self.encode(rows)).map_err(|e| io("file", e))?;
+        }
         let f = out.into_inner().map_err(|e| io("file", e.into_error()))?;
         f.sync_all().map_err(|e| io("file", e))?;
-        fs::rename(&self.tmp, &self.data).map_err(|e| io("file", e))
+        self.files.commit_rename(&self.tmp, &self.positions)?;
+        self.positions.clear();
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Commits what was appended: in place, the file's length through the
+    /// manifest; into the temporary file (a CSV whose header grew), by a
+    /// rename, after which the writer appends in place. `more`: the writer
+    /// goes on.
+    fn commit_appended(&mut self, more: bool) -> ConnectorResult<()> {
+        let Some(mut out) = self.out.take() else { return Ok(()) };
+        out.flush().map_err(|e| io("file", e))?;
+        if self.committed_len.is_some() {
+            out.get_ref().sync_data().map_err(|e| io("file", e))?;
+            let len = fs::metadata(&self.data).map(|m| m.len()).map_err(|e| io("file", e))?;
+            self.out = Some(out);
+            self.files.commit_length(len, &self.positions, more)?;
+            self.committed_len = Some(len);
+        } else {
+            let f = out.into_inner().map_err(|e| io("file", e.into_error()))?;
+            f.sync_all().map_err(|e| io("file", e))?;
+            drop(f);
+            self.files.commit_rename(&self.tmp, &self.positions)?;
+            let len = fs::metadata(&self.data).map(|m| m.len()).map_err(|e| io("file", e))?;
+            self.committed_len = Some(len);
+            if more {
+                self.out = Some(self.start(&self.data.clone(), true)?);
+                self.files.start_appending(len)?;
+            }
+        }
+        self.positions.clear();
+        Ok(())
+    }
+
+    /// The position of each of `fields` (named as this writer's) in a row.
+    fn places(&self, fields: &[Field]) -> ConnectorResult<Vec<usize>> {
+        fields
+            .iter()
+            .map(|f| {
+                self.order
+                    .iter()
+                    .position(|n| *n == f.name)
+                    .ok_or_else(|| ConnectorError::InvalidConfig(format!("'{}' is not a field of this entity", f.name)))
+            })
+            .collect()
+    }
+
+    /// The upsert map's key of a row of `fields` (which hold the key).
+    fn key_in(&self, fields: &[Field], row: &[Value]) -> ConnectorResult<String> {
+        let parts = self
+            .key
+            .iter()
+            .map(|k| {
+                let name = &self.order[*k];
+                fields.iter().position(|f| f.name == *name).map(|i| to_text(&row[i])).ok_or_else(|| {
+                    ConnectorError::InvalidConfig(format!("the key field '{name}' is missing from the change"))
+                })
+            })
+            .collect::<ConnectorResult<Vec<_>>>()?;
+        Ok(parts.join("\u{1f}"))
+    }
+
+    fn keyed(&self, what: &str) -> ConnectorResult<()> {
+        if self.mode == WriteMode::Upsert {
+            Ok(())
+        } else {
+            Err(ConnectorError::Unsupported(format!("a file writer {what} only in upsert mode")))
+        }
     }
 }
 
@@ -183,6 +351,7 @@ impl EntityWriter for FileWriter {
     async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
         let rows = align(batch, &self.order);
         if self.mode == WriteMode::Upsert {
+            self.load()?;
             for r in rows.into_owned() {
                 let k = self.key_of(&r);
                 self.upserts.insert(k, r);
@@ -221,16 +390,7 @@ impl EntityWriter for FileWriter {
         match self.mode {
             WriteMode::Overwrite => return Ok(self.stats),
             WriteMode::Upsert => self.flush_upserts()?,
-            WriteMode::Append => {
-                if let Some(out) = self.out.as_mut() {
-                    out.flush().map_err(|e| io("file", e))?;
-                    out.get_ref().sync_data().map_err(|e| io("file", e))?;
-                    if self.committed_len.is_some() {
-                        self.committed_len =
-                            Some(fs::metadata(&self.data).map(|m| m.len()).map_err(|e| io("file", e))?);
-                    }
-                }
-            }
+            WriteMode::Append => self.commit_appended(true)?,
         }
         self.stats.rows_written += self.pending.rows_written;
         self.stats.bytes += self.pending.bytes;
@@ -239,17 +399,20 @@ impl EntityWriter for FileWriter {
     }
 
     async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
-        if self.mode == WriteMode::Upsert {
-            self.flush_upserts()?;
-        } else if let Some(out) = self.out.take() {
-            let f = out.into_inner().map_err(|e| io("file", e.into_error()))?;
-            f.sync_all().map_err(|e| io("file", e))?;
-            // Overwrite (and a CSV rewritten for new columns) goes through
-            // the temporary file; the rename is the atomic switch.
-            if self.mode == WriteMode::Overwrite || self.tmp.exists() {
-                fs::rename(&self.tmp, &self.data).map_err(|e| io("file", e))?;
+        match self.mode {
+            WriteMode::Upsert => self.flush_upserts()?,
+            WriteMode::Append => self.commit_appended(false)?,
+            // Through the temporary file; the rename is the atomic switch.
+            WriteMode::Overwrite => {
+                if let Some(out) = self.out.take() {
+                    let f = out.into_inner().map_err(|e| io("file", e.into_error()))?;
+                    f.sync_all().map_err(|e| io("file", e))?;
+                    drop(f);
+                    self.files.commit_rename(&self.tmp, &self.positions)?;
+                }
             }
         }
+        self.done = true;
         self.stats.rows_written += self.pending.rows_written;
         self.stats.bytes += self.pending.bytes;
         Ok(self.stats)
@@ -258,19 +421,90 @@ impl EntityWriter for FileWriter {
     async fn abort(self: Box<Self>) {
         // Dropping the writer rolls it back (see `Drop`).
     }
+
+    async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        self.keyed("deletes")?;
+        self.load()?;
+        for row in &keys.rows {
+            let k = self.key_in(&keys.fields, row)?;
+            self.upserts.remove(&k);
+        }
+        Ok(())
+    }
+
+    async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        self.keyed("updates rows")?;
+        self.load()?;
+        let places = self.places(&rows.fields)?;
+        for row in &rows.rows {
+            let k = self.key_in(&rows.fields, row)?;
+            if let Some(held) = self.upserts.get_mut(&k) {
+                for (v, at) in row.iter().zip(&places) {
+                    held[*at] = v.clone();
+                }
+            }
+        }
+        self.pending.rows_written += rows.len() as u64;
+        Ok(())
+    }
+
+    async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.keyed("deletes")?;
+        if *range == KeyRange::all() && soft_column.is_none() {
+            // Everything goes: no need to read it first.
+            self.upserts.clear();
+            self.loaded = true;
+            self.dirty = true;
+            return Ok(());
+        }
+        self.load()?;
+        let places = self.places(&range.fields)?;
+        let within = |row: &[Value]| {
+            let key: Vec<Value> = places.iter().map(|i| row[*i].clone()).collect();
+            range.after.as_ref().is_none_or(|a| key_cmp(&key, a).is_gt())
+                && range.upto.as_ref().is_none_or(|u| key_cmp(&key, u).is_le())
+        };
+        match soft_column {
+            Some(c) => {
+                let at = self.places(&[Field::new(c, FieldType::Timestamp)])?[0];
+                let now = Value::Timestamp(time::OffsetDateTime::now_utc());
+                for row in self.upserts.values_mut() {
+                    if row[at] == Value::Null && within(row) {
+                        row[at] = now.clone();
+                    }
+                }
+            }
+            None => self.upserts.retain(|_, row| !within(row)),
+        }
+        Ok(())
+    }
+
+    async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
+        self.positions.insert(stream.to_string(), position.to_string());
+        Ok(())
+    }
 }
 
 impl FileWriter {
     /// Drops what was not committed: buffered rows unwritten, the file cut
     /// back to its last checkpoint, the temporary file removed.
     fn discard(&mut self) {
-        if let Some(out) = self.out.take() {
-            let (file, _) = out.into_parts();
-            if let Some(len) = self.committed_len {
-                let _ = file.set_len(len);
+        // Unwritten rows stay unwritten (`into_parts` drops the buffer).
+        let file = self.out.take().map(|out| out.into_parts().0);
+        let _ = fs::remove_file(&self.tmp);
+        // The manifest says what is committed; the lock is still held.
+        match self.files.manifest() {
+            Ok(Some(_)) => {
+                if let Err(e) = self.files.recover() {
+                    tracing::warn!(error = %e, "rolling a file writer back failed");
+                }
+            }
+            _ => {
+                if let (Some(file), Some(len)) = (file, self.committed_len) {
+                    let _ = file.set_len(len);
+                }
             }
         }
-        let _ = fs::remove_file(&self.tmp);
     }
 }
 
@@ -278,6 +512,16 @@ impl FileWriter {
 /// on the way) rolls back like a database transaction.
 impl Drop for FileWriter {
     fn drop(&mut self) {
-        self.discard();
+        if !self.done {
+            self.discard();
+        }
     }
+}
+
+/// The header of a CSV file, if it has one.
+fn csv_header(path: &Path) -> Option<Vec<String>> {
+    let file = File::open(path).ok()?;
+    let mut r = csv::ReaderBuilder::new().has_headers(true).flexible(true).from_reader(std::io::BufReader::new(file));
+    let h = r.headers().ok()?;
+    (!h.is_empty()).then(|| h.iter().map(str::to_string).collect())
 }

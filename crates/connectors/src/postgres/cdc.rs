@@ -432,8 +432,45 @@ impl PgConnector {
         names.join(", ")
     }
 
-    /// Makes the publication cover exactly `entities`.
+    /// The publication stream `object` reads through: the one the
+    /// connection names, else its own.
+    fn publication_of<'a>(&'a self, object: &'a str) -> &'a str {
+        self.publication.as_deref().unwrap_or(object)
+    }
+
+    /// The tables of `entities` that the publication the connection names
+    /// does not publish (all of them, when it does not exist).
+    async fn unpublished(&self, publication: &str, entities: &[String]) -> ConnectorResult<Vec<String>> {
+        let published: Vec<String> = sqlx::query_scalar(
+            "SELECT t.tablename::text FROM pg_publication p \
+             JOIN pg_publication_tables t ON t.pubname = p.pubname WHERE p.pubname = $1 AND t.schemaname = $2",
+        )
+        .bind(publication)
+        .bind(&self.schema)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.e(&e))?;
+        let mut missing: Vec<String> = entities.iter().filter(|e| !published.contains(e)).cloned().collect();
+        missing.sort();
+        missing.dedup();
+        Ok(missing)
+    }
+
+    /// Makes the publication cover exactly `entities`; a publication the
+    /// connection names is only checked to publish them.
     async fn publish(&self, publication: &str, entities: &[String], version: i32) -> ConnectorResult<()> {
+        if let Some(named) = &self.publication {
+            let missing = self.unpublished(named, entities).await?;
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let tables = self.table_list(&missing);
+            return Err(ConnectorError::InvalidConfig(format!(
+                "the publication {named} (the connection's) does not publish {tables}: \
+                 ALTER PUBLICATION {} ADD TABLE {tables}",
+                quote_dq(named)
+            )));
+        }
         let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_publication WHERE pubname = $1")
             .bind(publication)
             .fetch_optional(&self.pool)
@@ -632,12 +669,27 @@ impl ChangeSource for PgConnector {
                     if !r.get::<bool, _>(1) {
                         tables.push(format!("table {} has no primary key", self.qualified(&e)));
                     }
-                    if !r.get::<bool, _>(2) && !super_user {
+                    if !r.get::<bool, _>(2) && !super_user && self.publication.is_none() {
                         tables.push(format!(
                             "cannot create a publication: the role {user} does not own table {}",
                             self.qualified(&e)
                         ));
                     }
+                }
+            }
+        }
+        if let Some(named) = &self.publication {
+            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_publication WHERE pubname = $1")
+                .bind(named)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
+            if exists.is_none() {
+                reasons.push(format!("the publication {named} the connection names does not exist"));
+            } else {
+                let names = crate::common::tables_to_check(entities, rows.iter().map(|r| r.get::<String, _>(0)));
+                for table in self.unpublished(named, &names).await? {
+                    tables.push(format!("table {} is not in the publication {named}", self.qualified(&table)));
                 }
             }
         }
@@ -648,7 +700,7 @@ impl ChangeSource for PgConnector {
     async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart> {
         let object = object_name(name)?;
         let version = self.check_publishable(entities).await?;
-        self.publish(&object, entities, version).await?;
+        self.publish(self.publication_of(&object), entities, version).await?;
         if let Some(position) = self.slot_position(&object).await? {
             return Ok(StreamStart { position: position.to_string(), snapshot: None, hold: None });
         }
@@ -757,6 +809,7 @@ impl ChangeSource for PgConnector {
         until: &str,
     ) -> ConnectorResult<Box<dyn ChangeReader>> {
         let object = object_name(name)?;
+        let publication = self.publication_of(&object).to_string();
         let until = lsn(until)?;
         self.wait_for_slot(&object).await?;
         let after = from.iter().map(|(e, p)| Ok((e.clone(), lsn(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
@@ -776,10 +829,11 @@ impl ChangeSource for PgConnector {
             'read: loop {
                 let mut rows = sqlx::query(
                     "SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL, \
-                     'proto_version', '1', 'publication_names', $1)",
+                     'proto_version', '1', 'publication_names', $3)",
                 )
                 .bind(&object)
                 .bind(until.to_string())
+                .bind(&publication)
                 .fetch(&mut conn);
                 let mut read_any = false;
                 loop {
@@ -866,6 +920,8 @@ impl ChangeSource for PgConnector {
                 .await
                 .map_err(|e| self.e(&e))?;
         }
+        // Its own publication only: one the connection names is the
+        // administrator's.
         let sql = format!("DROP PUBLICATION IF EXISTS {}", quote_dq(&object));
         sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await.map_err(|e| self.e(&e))?;
         Ok(())

@@ -29,6 +29,10 @@ pub struct PgSettings {
     /// checked not to lead to the metadata store (a name that resolves
     /// elsewhere later is caught too).
     pub guard: Option<String>,
+    /// A publication the source's administrator made for change data
+    /// capture, for a role that cannot make one (it must publish the
+    /// flows' tables); by default each flow's stream makes its own.
+    pub publication: Option<String>,
 }
 
 /// The Sluice instance ids the database of `conn` carries, as any role
@@ -171,6 +175,7 @@ impl PgConnector {
             host: format!("{}:{}", s.host, s.port),
             database: s.database,
             extras: range_extras(),
+            publication: s.publication,
         })
     }
 

@@ -68,6 +68,9 @@ pub struct PgConnector {
     database: String,
     /// The connections split reads may take beyond their first.
     extras: Arc<tokio::sync::Semaphore>,
+    /// The publication changes are read through, when the connection names
+    /// one (see [`PgSettings::publication`]).
+    publication: Option<String>,
 }
 
 impl PgConnector {

@@ -28,7 +28,7 @@ impl SyncService {
         let message = format!("repair run of verification {}: the keys it found differing are synced again", v.id);
         self.log(run, LogLevel::Info, None, message).await;
         if run.attempt > 1 {
-            self.end_earlier_sessions(run, &dest).await;
+            self.end_earlier_sessions(run, &dest).await?;
         }
         run.entities.clear();
         for e in v.entities.iter().filter(|e| !e.repair_keys.is_empty()) {

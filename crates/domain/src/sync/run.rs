@@ -394,7 +394,7 @@ impl SyncService {
         )
         .await;
         if run.attempt > 1 {
-            self.end_earlier_sessions(run, &dest).await;
+            self.end_earlier_sessions(run, &dest).await?;
         }
         // Rows earlier attempts of this run committed (their last progress),
         // so that `rows_written` counts every attempt.
@@ -448,16 +448,20 @@ impl SyncService {
 
     /// A take-over ends the destination sessions earlier attempts of the
     /// run hold: a frozen worker's open transaction would hold its locks
-    /// for as long as it stays frozen.
-    pub(super) async fn end_earlier_sessions(&self, run: &Run, dest: &Arc<dyn Destination>) {
+    /// for as long as it stays frozen. Where they cannot be ended, only
+    /// waited for (a file's lock), an attempt that waited in vain fails, to
+    /// be tried again, rather than go on beside them.
+    pub(super) async fn end_earlier_sessions(&self, run: &Run, dest: &Arc<dyn Destination>) -> Result<(), Failure> {
         match dest.end_earlier_attempts(&super::queue::attempt_of(run)).await {
             Ok(0) => {}
             Ok(n) => {
                 let message = format!("ended {n} destination session(s) an earlier attempt of this run held");
                 self.log(run, LogLevel::Info, None, message).await;
             }
+            Err(e @ crate::connect::connector::ConnectorError::Timeout(_)) => return Err(e.into()),
             Err(e) => tracing::warn!(run = %run.id, error = %e, "earlier attempts' sessions could not be ended"),
         }
+        Ok(())
     }
 
     /// The flow's CDC mappings' turns: one read of the change stream

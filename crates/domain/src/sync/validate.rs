@@ -345,16 +345,15 @@ pub fn check_capture_mode(
         return Some(FieldError::new(
             field,
             format!(
-                "{source_type} sources do not capture changes ({} needs a PostgreSQL source)",
+                "{source_type} sources do not capture changes ({} needs a PostgreSQL or MySQL/MariaDB source)",
                 m.sync_mode.as_str()
             ),
         ));
     }
     match dest {
-        Some((t, features)) if !features.contains(&super::mode::APPLIES_CHANGES) => Some(FieldError::new(
-            field,
-            format!("{t} destinations cannot apply captured changes yet (PostgreSQL, MySQL/MariaDB and SQLite can)"),
-        )),
+        Some((t, features)) if !features.contains(&super::mode::APPLIES_CHANGES) => {
+            Some(FieldError::new(field, format!("{t} destinations cannot apply captured changes")))
+        }
         _ => None,
     }
 }
