@@ -365,6 +365,8 @@ def bench(pg, api, shape, args):
     elif not peers:
         print("(Sling and ingestr are not installed: pip install sling-linux-amd64 'ingestr==1.1.22')")
     print(f"rows the 1% incremental read beyond those changed, per round: {reread}")
+    print(f"1% incremental per round: raw {', '.join(f'{t:.3f}' for t in raw)} s; "
+          f"Sluice {', '.join(f'{t:.3f}' for t in ours)} s")
     for m in protection:
         print(f"run log: {m}")
     print("every destination equals the source (count, distinct keys, and two sums)", flush=True)

@@ -327,6 +327,20 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         html.contains(r#"value="every tuesday""#) && html.contains(r#"<div class="error" role="alert">"#),
         "{html}"
     );
+    // Schedules as people think of them: presets offered beside cron, and
+    // a common expression said in words where the flow is shown.
+    assert!(html.contains(r#"<option value="0 2 * * *">daily at 02:00 UTC</option>"#), "{html}");
+    let (status, html, _) = admin
+        .post(
+            &format!("/o/{org}/flows/{flow}"),
+            &[("csrf", &csrf), ("name", "items"), ("schedule", "*/15 * * * *"), ("config", config)],
+            Some(&admin.origin()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("Saved.") && html.contains("Now: every 15 minutes."), "{html}");
+    let (_, html, _) = admin.get(&format!("/o/{org}/flows")).await;
+    assert!(html.contains(r#"<code>*/15 * * * *</code> <span class="muted">every 15 minutes</span>"#), "{html}");
 
     // The run page follows the API's event stream.
     let (_, html, _) = admin.get(&format!("/o/{org}/runs/{run}")).await;

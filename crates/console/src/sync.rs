@@ -60,7 +60,7 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<P
                     tr {
                         td { a href=(ctx.at(&format!("/flows/{}", f.id))) { (f.name) } }
                         td { (name_of(&conns, f.source_connection_id)) " → " (name_of(&conns, f.destination_connection_id)) }
-                        td { code { (f.schedule.clone().unwrap_or_else(|| "manual".into())) } }
+                        td { (schedule_text(f.schedule.as_deref())) }
                         td { (badge(f.status.as_str())) }
                         td {
                             @if let Some(r) = last { a href=(ctx.at(&format!("/runs/{}", r.id))) { (badge(r.status.as_str())) } " " (when(r.queued_at)) } @else { "—" }
@@ -134,7 +134,7 @@ async fn new_flow_page(
             select #flow-mode name="sync_mode" { @for m in modes { option value=(m) selected[m == f.sync_mode] { (m) } } }
             label for="flow-cursor" { "Cursor field" } input #flow-cursor name="cursor_field" value=(f.cursor_field) placeholder="updated_at (incremental modes)";
             label for="flow-pk" { "Primary key" } input #flow-pk name="primary_key" value=(f.primary_key) placeholder="id (deduped mode)";
-            label for="flow-schedule" { "Schedule" } input #flow-schedule name="schedule" value=(f.schedule) placeholder="cron, e.g. 0 * * * * — empty for manual runs";
+            (schedule_field("flow-schedule", "Schedule", &f.schedule))
             span {} button.primary { "Create flow" }
         }
         p.hint { "More entities, transforms and dependencies can be added on the flow's page, or with IaC." }
@@ -257,7 +257,7 @@ async fn flow_page_with(
         dl.facts {
             dt { "Source" } dd { a href=(ctx.at(&format!("/connections/{}", flow.source_connection_id))) { (name_of(&conns, flow.source_connection_id)) } }
             dt { "Destination" } dd { a href=(ctx.at(&format!("/connections/{}", flow.destination_connection_id))) { (name_of(&conns, flow.destination_connection_id)) } }
-            dt { "Schedule" } dd { code { (flow.schedule.clone().unwrap_or_else(|| "manual".into())) } }
+            dt { "Schedule" } dd { (schedule_text(flow.schedule.as_deref())) }
             dt { "Status" } dd { (badge(flow.status.as_str())) }
             dt { "Next run" } dd { (when_opt(flow.next_run_at)) }
             @if !details.upstream.is_empty() { dt { "Runs after" } dd { (neighbours(&details.upstream)) } }
@@ -338,7 +338,7 @@ async fn flow_page_with(
                 select #flow-edit-destination name="destination" {
                     @for c in &conns { option value=(c.id) selected[c.id.to_string() == edit_destination] { (c.name) " (" (c.connector_type) ")" } }
                 }
-                label for="flow-edit-schedule" { "Schedule (cron; empty for manual)" } input #flow-edit-schedule name="schedule" value=(edit_schedule);
+                (schedule_field("flow-edit-schedule", "Schedule", &edit_schedule))
                 label for="flow-edit-config" { "Mappings and dependencies (JSON)" }
                 textarea #flow-edit-config name="config" rows="12" spellcheck="false" { (config) }
                 button.primary { "Save" }
@@ -804,4 +804,117 @@ pub async fn trace(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) 
         details { summary { "Trace id" } (json_block(&serde_json::json!(id))) }
     };
     Ok(page(&ctx, &s, "/flows", "Trace", body))
+}
+
+/// The schedules people ask for most, offered beside free cron.
+const SCHEDULE_PRESETS: [(&str, &str); 7] = [
+    ("*/5 * * * *", "every 5 minutes"),
+    ("*/15 * * * *", "every 15 minutes"),
+    ("0 * * * *", "hourly, on the hour"),
+    ("0 */6 * * *", "every 6 hours"),
+    ("0 2 * * *", "daily at 02:00 UTC"),
+    ("0 2 * * 1-5", "weekdays at 02:00 UTC"),
+    ("0 2 * * 1", "weekly, Mondays at 02:00 UTC"),
+];
+
+/// A schedule input: cron, with the presets offered as suggestions (each
+/// named in words) and what the current expression means.
+fn schedule_field(id: &str, label: &str, value: &str) -> Markup {
+    let list = format!("{id}-presets");
+    let hint = format!("{id}-hint");
+    html! {
+        label for=(id) { (label) }
+        div {
+            input id=(id) name="schedule" value=(value) list=(list) autocomplete="off" aria-describedby=(hint)
+                placeholder="pick a preset or write cron; empty for manual runs";
+            datalist id=(list) { @for (cron, words) in SCHEDULE_PRESETS { option value=(cron) { (words) } } }
+            p.hint id=(hint) {
+                @match describe_cron(value) {
+                    Some(words) => { "Now: " (words) ". " }
+                    None => {}
+                }
+                "Cron in UTC: minute, hour, day of month, month, day of week. Presets: "
+                @for (i, (cron, words)) in SCHEDULE_PRESETS.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    code { (cron) } " " (words)
+                }
+                "."
+            }
+        }
+    }
+}
+
+/// A flow's schedule as lists and pages show it: the expression, and in
+/// words what it means when it is a common one.
+fn schedule_text(schedule: Option<&str>) -> Markup {
+    match schedule {
+        None => html! { "manual" },
+        Some(cron) => html! {
+            code { (cron) }
+            @if let Some(words) = describe_cron(cron) { " " span.muted { (words) } }
+        },
+    }
+}
+
+/// Common cron expressions in words (times in UTC, as the scheduler reads
+/// them); `None` for the others.
+pub(crate) fn describe_cron(expr: &str) -> Option<String> {
+    let parts: Vec<&str> = expr.split_whitespace().collect();
+    let [minute, hour, dom, month, dow] = parts.as_slice() else { return None };
+    if *dom != "*" || *month != "*" {
+        return None;
+    }
+    let number = |s: &str, max: u32| s.parse::<u32>().ok().filter(|n| *n <= max);
+    let every = |s: &str| s.strip_prefix("*/").and_then(|n| n.parse::<u32>().ok()).filter(|n| *n > 0);
+    let days = match *dow {
+        "*" => None,
+        "1-5" => Some("weekdays".to_string()),
+        "0,6" | "6,0" => Some("weekends".to_string()),
+        d => {
+            const NAMES: [&str; 7] =
+                ["Sundays", "Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays", "Saturdays"];
+            Some(NAMES[number(d, 7)? as usize % 7].to_string())
+        }
+    };
+    let words = match (every(minute), number(minute, 59), *hour) {
+        (Some(1), _, "*") => "every minute".to_string(),
+        (Some(n), _, "*") => format!("every {n} minutes"),
+        (None, Some(0), "*") => "hourly, on the hour".to_string(),
+        (None, Some(m), "*") => format!("hourly at :{m:02}"),
+        (None, Some(m), h) => match (every(h), number(h, 23)) {
+            (Some(n), _) => format!("every {n} hours at :{m:02}"),
+            (None, Some(h)) => format!("at {h:02}:{m:02} UTC"),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(match (days, words.starts_with("at ")) {
+        (None, true) => format!("daily {words}"),
+        (None, false) => words,
+        (Some(d), _) => format!("{d}, {words}"),
+    })
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::describe_cron;
+
+    #[test]
+    fn common_schedules_read_in_words() {
+        let said = |e: &str| describe_cron(e);
+        assert_eq!(said("*/15 * * * *").as_deref(), Some("every 15 minutes"));
+        assert_eq!(said("* * * * *"), None);
+        assert_eq!(said("*/1 * * * *").as_deref(), Some("every minute"));
+        assert_eq!(said("0 * * * *").as_deref(), Some("hourly, on the hour"));
+        assert_eq!(said("30 * * * *").as_deref(), Some("hourly at :30"));
+        assert_eq!(said("0 */6 * * *").as_deref(), Some("every 6 hours at :00"));
+        assert_eq!(said("5 2 * * *").as_deref(), Some("daily at 02:05 UTC"));
+        assert_eq!(said("0 2 * * 1-5").as_deref(), Some("weekdays, at 02:00 UTC"));
+        assert_eq!(said("0 2 * * 1").as_deref(), Some("Mondays, at 02:00 UTC"));
+        assert_eq!(said("0 2 * * 7").as_deref(), Some("Sundays, at 02:00 UTC"));
+        assert_eq!(said("0 2 1 * *"), None);
+        assert_eq!(said("61 * * * *"), None);
+        assert_eq!(said("0 2 * * 9"), None);
+        assert_eq!(said("not cron"), None);
+    }
 }

@@ -803,8 +803,12 @@ impl SyncService {
             // A new stream's change log copies in the stream's own snapshot:
             // copied in chunks, each read later, it would also hold as
             // inserts the rows of the changes it logs from the stream's
-            // start to each chunk.
-            let in_snapshot = bulk_copies(e.m, scope.dest.as_ref()) || e.m.sync_mode == SyncMode::CdcAppend;
+            // start to each chunk. A mirror loads in bulk in one go, unless
+            // an earlier attempt of the run was lost on the way (a kill
+            // mid-copy): then in chunks, each committed, so that another
+            // kill does not begin it all again.
+            let bulk = bulk_copies(e.m, scope.dest.as_ref()) && scope.run.attempt == 1;
+            let in_snapshot = bulk || e.m.sync_mode == SyncMode::CdcAppend;
             if (fresh && in_snapshot) || e.chunk_key().is_none() {
                 continue;
             }
