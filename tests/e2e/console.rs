@@ -338,9 +338,18 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(html.contains("Saved.") && html.contains("Now: every 15 minutes."), "{html}");
+    assert!(html.contains("Saved.") && html.contains("Saved: every 15 minutes."), "{html}");
     let (_, html, _) = admin.get(&format!("/o/{org}/flows")).await;
     assert!(html.contains(r#"<code>*/15 * * * *</code> <span class="muted">every 15 minutes</span>"#), "{html}");
+    // Back to manual runs, so that no scheduled run starts under the test.
+    let (status, html, _) = admin
+        .post(
+            &format!("/o/{org}/flows/{flow}"),
+            &[("csrf", &csrf), ("name", "items"), ("schedule", ""), ("config", config)],
+            Some(&admin.origin()),
+        )
+        .await;
+    assert!(status == StatusCode::OK && html.contains("Saved."), "{html}");
 
     // The run page follows the API's event stream.
     let (_, html, _) = admin.get(&format!("/o/{org}/runs/{run}")).await;

@@ -134,7 +134,7 @@ async fn new_flow_page(
             select #flow-mode name="sync_mode" { @for m in modes { option value=(m) selected[m == f.sync_mode] { (m) } } }
             label for="flow-cursor" { "Cursor field" } input #flow-cursor name="cursor_field" value=(f.cursor_field) placeholder="updated_at (incremental modes)";
             label for="flow-pk" { "Primary key" } input #flow-pk name="primary_key" value=(f.primary_key) placeholder="id (deduped mode)";
-            (schedule_field("flow-schedule", "Schedule", &f.schedule))
+            (schedule_field("flow-schedule", "Schedule", &f.schedule, true))
             span {} button.primary { "Create flow" }
         }
         p.hint { "More entities, transforms and dependencies can be added on the flow's page, or with IaC." }
@@ -338,7 +338,7 @@ async fn flow_page_with(
                 select #flow-edit-destination name="destination" {
                     @for c in &conns { option value=(c.id) selected[c.id.to_string() == edit_destination] { (c.name) " (" (c.connector_type) ")" } }
                 }
-                (schedule_field("flow-edit-schedule", "Schedule", &edit_schedule))
+                (schedule_field("flow-edit-schedule", "Schedule", &edit_schedule, false))
                 label for="flow-edit-config" { "Mappings and dependencies (JSON)" }
                 textarea #flow-edit-config name="config" rows="12" spellcheck="false" { (config) }
                 button.primary { "Save" }
@@ -818,28 +818,21 @@ const SCHEDULE_PRESETS: [(&str, &str); 7] = [
 ];
 
 /// A schedule input: cron, with the presets offered as suggestions (each
-/// named in words) and what the current expression means.
-fn schedule_field(id: &str, label: &str, value: &str) -> Markup {
+/// named in words), and a hint saying what the saved expression means.
+/// `grid`: in a two-column form, where the hint takes the next row's
+/// second column.
+fn schedule_field(id: &str, label: &str, value: &str, grid: bool) -> Markup {
     let list = format!("{id}-presets");
     let hint = format!("{id}-hint");
     html! {
         label for=(id) { (label) }
-        div {
-            input id=(id) name="schedule" value=(value) list=(list) autocomplete="off" aria-describedby=(hint)
-                placeholder="pick a preset or write cron; empty for manual runs";
-            datalist id=(list) { @for (cron, words) in SCHEDULE_PRESETS { option value=(cron) { (words) } } }
-            p.hint id=(hint) {
-                @match describe_cron(value) {
-                    Some(words) => { "Now: " (words) ". " }
-                    None => {}
-                }
-                "Cron in UTC: minute, hour, day of month, month, day of week. Presets: "
-                @for (i, (cron, words)) in SCHEDULE_PRESETS.iter().enumerate() {
-                    @if i > 0 { ", " }
-                    code { (cron) } " " (words)
-                }
-                "."
-            }
+        input id=(id) name="schedule" value=(value) list=(list) autocomplete="off" aria-describedby=(hint)
+            placeholder="pick a preset or write cron";
+        datalist id=(list) { @for (cron, words) in SCHEDULE_PRESETS { option value=(cron) { (words) } } }
+        @if grid { span {} }
+        p.hint id=(hint) {
+            @if let Some(words) = describe_cron(value) { "Saved: " (words) ". " }
+            "Cron, in UTC: minute, hour, day of month, month, day of week. Empty for manual runs only."
         }
     }
 }
@@ -865,7 +858,11 @@ pub(crate) fn describe_cron(expr: &str) -> Option<String> {
         return None;
     }
     let number = |s: &str, max: u32| s.parse::<u32>().ok().filter(|n| *n <= max);
-    let every = |s: &str| s.strip_prefix("*/").and_then(|n| n.parse::<u32>().ok()).filter(|n| *n > 0);
+    // A step that does not divide the hour (or the day) evenly is not an
+    // even interval: `*/7` runs at :56 and again at :00.
+    let every = |s: &str, whole: u32| {
+        s.strip_prefix("*/").and_then(|n| n.parse::<u32>().ok()).filter(|n| *n > 0 && whole.is_multiple_of(*n))
+    };
     let days = match *dow {
         "*" => None,
         "1-5" => Some("weekdays".to_string()),
@@ -876,12 +873,14 @@ pub(crate) fn describe_cron(expr: &str) -> Option<String> {
             Some(NAMES[number(d, 7)? as usize % 7].to_string())
         }
     };
-    let words = match (every(minute), number(minute, 59), *hour) {
+    let words = match (every(minute, 60), number(minute, 59), *hour) {
+        _ if *minute == "*" && *hour == "*" => "every minute".to_string(),
         (Some(1), _, "*") => "every minute".to_string(),
         (Some(n), _, "*") => format!("every {n} minutes"),
         (None, Some(0), "*") => "hourly, on the hour".to_string(),
         (None, Some(m), "*") => format!("hourly at :{m:02}"),
-        (None, Some(m), h) => match (every(h), number(h, 23)) {
+        (None, Some(m), h) => match (every(h, 24), number(h, 23)) {
+            (Some(1), _) => format!("hourly at :{m:02}"),
             (Some(n), _) => format!("every {n} hours at :{m:02}"),
             (None, Some(h)) => format!("at {h:02}:{m:02} UTC"),
             _ => return None,
@@ -903,7 +902,13 @@ mod schedule_tests {
     fn common_schedules_read_in_words() {
         let said = |e: &str| describe_cron(e);
         assert_eq!(said("*/15 * * * *").as_deref(), Some("every 15 minutes"));
-        assert_eq!(said("* * * * *"), None);
+        assert_eq!(said("* * * * *").as_deref(), Some("every minute"));
+        // Steps that do not divide the hour or the day are not intervals.
+        assert_eq!(said("*/90 * * * *"), None);
+        assert_eq!(said("*/7 * * * *"), None);
+        assert_eq!(said("0 */30 * * *"), None);
+        assert_eq!(said("0 */5 * * *"), None);
+        assert_eq!(said("15 */1 * * *").as_deref(), Some("hourly at :15"));
         assert_eq!(said("*/1 * * * *").as_deref(), Some("every minute"));
         assert_eq!(said("0 * * * *").as_deref(), Some("hourly, on the hour"));
         assert_eq!(said("30 * * * *").as_deref(), Some("hourly at :30"));

@@ -116,6 +116,7 @@ impl Destination for FileConnector {
             .map_err(|e| io("schema file", e))?;
         fs::rename(&tmp_schema, self.schema_path(&schema.name)).map_err(|e| io("schema file", e))?;
         let rewrite = mode != WriteMode::Append || (widened && self.format == Format::Csv && data.exists());
+        let label = self.label(&data);
         let mut w = FileWriter {
             fields: fields.clone(),
             order: fields.iter().map(|f| f.name.clone()).collect(),
@@ -125,6 +126,7 @@ impl Destination for FileConnector {
             _lock: lock,
             positions: BTreeMap::new(),
             done: false,
+            label,
             loaded: false,
             dirty: false,
             tmp: self.place.path.join(format!(".{}.{}.tmp", schema.name, self.format.ext())),
@@ -181,6 +183,8 @@ struct FileWriter {
     positions: BTreeMap<String, String>,
     /// Finished: nothing to roll back.
     done: bool,
+    /// The data file as messages name it (under the user's path).
+    label: String,
     /// Upsert: the file's rows are in `upserts` (read at the first change).
     loaded: bool,
     /// Upsert: `upserts` changed since the last commit.
@@ -244,7 +248,7 @@ impl FileWriter {
     fn load(&mut self) -> ConnectorResult<()> {
         if !self.loaded {
             if self.data.exists() {
-                let (_, raws) = read_records(&self.data, &self.data.to_string_lossy(), self.format, None)?;
+                let (_, raws) = read_records(&self.data, &self.label, self.format, None)?;
                 for r in records_of(&self.fields, raws) {
                     let k = self.key_of(&r);
                     self.upserts.insert(k, r);
@@ -260,7 +264,9 @@ impl FileWriter {
     /// renamed over the data file; when nothing changed, only the
     /// positions held, through the manifest.
     fn flush_upserts(&mut self) -> ConnectorResult<()> {
-        if !self.dirty {
+        // A file that is not there yet is written, empty if need be, so
+        // that the entity exists once its writer finished.
+        if !self.dirty && self.data.exists() {
             if !self.positions.is_empty() {
                 let len = fs::metadata(&self.data).map(|m| m.len()).unwrap_or(0);
                 self.files.commit_length(len, &self.positions, false)?;
