@@ -81,14 +81,9 @@ impl FileConnector {
     /// this directory (a frozen process's writer; see the module doc):
     /// answers how many it waited for, or a timeout after [`LOCK_WAIT`].
     pub(super) async fn wait_for_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
-        let suffix = format!(".{}.lock", self.format.ext());
-        let Ok(entries) = fs::read_dir(&self.place.path) else { return Ok(0) };
+        let Ok(entities) = self.hidden_entities("lock") else { return Ok(0) };
         let mut waited = 0;
-        for entity in entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str()?.strip_prefix('.')?.strip_suffix(&suffix).map(str::to_string))
-            .filter(|n| super::check_entity(n).is_ok())
-        {
+        for entity in entities {
             let files = self.files(&entity)?;
             let mark = fs::read_to_string(files.hidden("lock")).unwrap_or_default();
             if !mark.starts_with(&attempt.run_mark()) || mark == attempt.mark() || files.try_lock()?.is_some() {
@@ -103,9 +98,14 @@ impl FileConnector {
     /// The entities of this directory (in this connection's format) that
     /// have a manifest.
     pub(super) fn manifested(&self) -> ConnectorResult<Vec<String>> {
-        let suffix = format!(".{}.manifest.json", self.format.ext());
-        let mut out: Vec<String> = fs::read_dir(&self.place.path)
-            .map_err(|e| io(&format!("directory {}", self.place.label), e))?
+        self.hidden_entities("manifest.json").map_err(|e| io(&format!("directory {}", self.place.label), e))
+    }
+
+    /// The entities of this directory (in this connection's format) that
+    /// have a file `.<entity>.<ext>.<what>`, sorted.
+    fn hidden_entities(&self, what: &str) -> std::io::Result<Vec<String>> {
+        let suffix = format!(".{}.{what}", self.format.ext());
+        let mut out: Vec<String> = fs::read_dir(&self.place.path)?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str()?.strip_prefix('.')?.strip_suffix(&suffix).map(str::to_string))
             .filter(|n| super::check_entity(n).is_ok())
@@ -267,11 +267,7 @@ impl EntityFiles {
     /// file's length as it is now (changed by hand, it is taken as it is)
     /// committed, and the manifest marked `writing`.
     pub fn start_appending(&self, length: u64) -> ConnectorResult<()> {
-        let mut m = self.manifest()?.unwrap_or_default();
-        m.length = length;
-        m.writing = true;
-        m.redo = None;
-        self.write_manifest(&m)
+        self.commit_length(length, &BTreeMap::new(), true)
     }
 
     /// Commits `file` (written and synced, in the entity's directory) as the

@@ -275,9 +275,17 @@ impl FileWriter {
             return Ok(());
         }
         let mut out = self.start(&self.tmp.clone(), false)?;
-        for rows in self.upserts.values().cloned().collect::<Vec<_>>().chunks(10_000) {
-            out.write_all(&self.encode(rows)).map_err(|e| io("file", e))?;
+        // Encoded 10,000 rows at a time, each chunk copied alone (not the
+        // whole map at once).
+        let mut chunk = Vec::with_capacity(10_000);
+        for row in self.upserts.values() {
+            chunk.push(row.clone());
+            if chunk.len() == 10_000 {
+                out.write_all(&self.encode(&chunk)).map_err(|e| io("file", e))?;
+                chunk.clear();
+            }
         }
+        out.write_all(&self.encode(&chunk)).map_err(|e| io("file", e))?;
         let f = out.into_inner().map_err(|e| io("file", e.into_error()))?;
         f.sync_all().map_err(|e| io("file", e))?;
         self.files.commit_rename(&self.tmp, &self.positions)?;
