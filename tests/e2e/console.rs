@@ -60,6 +60,46 @@ impl<'a> Browser<'a> {
         (status, res.text().await.unwrap(), headers)
     }
 
+    /// Posts a form whose action answers with a redirect (post/redirect/
+    /// get), and follows it as a browser does, with the notice the action
+    /// left in its cookie: the page it lands on.
+    async fn post_and_follow(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> (StatusCode, String, reqwest::header::HeaderMap) {
+        let (status, html, headers) = self.post(path, form, origin).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "an action answers with a redirect: {html}");
+        let to = headers["location"].to_str().unwrap().to_string();
+        let said = headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix("sluice_said="))
+            .map(|v| v.split(';').next().unwrap().to_string());
+        let mut req = self.client.get(format!("{}{to}", self.app.base));
+        let mut cookies = vec![];
+        if let Some(c) = &self.cookie {
+            cookies.push(format!("sluice_session={c}"));
+        }
+        if let Some(said) = &said {
+            cookies.push(format!("sluice_said={said}"));
+        }
+        req = req.header("Cookie", cookies.join("; "));
+        let res = req.send().await.unwrap();
+        let (status, headers) = (res.status(), res.headers().clone());
+        if said.is_some() {
+            // Said once: the page that said it clears the cookie.
+            let cleared = headers
+                .get_all("set-cookie")
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| v.starts_with("sluice_said=;") && v.contains("Max-Age=0")));
+            assert!(cleared, "{headers:?}");
+        }
+        (status, res.text().await.unwrap(), headers)
+    }
+
     /// Signs in with a pasted token; keeps the cookie the server sets.
     pub(crate) async fn sign_in(&mut self, token: &str) {
         let origin = self.origin();
@@ -331,7 +371,7 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     // a common expression said in words where the flow is shown.
     assert!(html.contains(r#"<option value="0 2 * * *">daily at 02:00 UTC</option>"#), "{html}");
     let (status, html, _) = admin
-        .post(
+        .post_and_follow(
             &format!("/o/{org}/flows/{flow}"),
             &[("csrf", &csrf), ("name", "items"), ("schedule", "*/15 * * * *"), ("config", config)],
             Some(&admin.origin()),
@@ -343,7 +383,7 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     assert!(html.contains(r#"<code>*/15 * * * *</code> <span class="muted">every 15 minutes</span>"#), "{html}");
     // Back to manual runs, so that no scheduled run starts under the test.
     let (status, html, _) = admin
-        .post(
+        .post_and_follow(
             &format!("/o/{org}/flows/{flow}"),
             &[("csrf", &csrf), ("name", "items"), ("schedule", ""), ("config", config)],
             Some(&admin.origin()),
@@ -418,10 +458,17 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     let ann_id = check!(app.get("/v1/users/me", &ann).await, 200).id();
     let csrf = admin.csrf(&format!("/o/{org}/settings")).await;
     let (status, html, _) = admin
-        .post(&format!("/o/{org}/members/{vic_id}/role"), &[("csrf", &csrf), ("role", "Editor")], Some(&origin))
+        .post_and_follow(
+            &format!("/o/{org}/members/{vic_id}/role"),
+            &[("csrf", &csrf), ("role", "Editor")],
+            Some(&origin),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert!(html.contains("vic@example.com is now Editor"), "{html}");
+    // Said once: a reload shows the page without it.
+    let (_, html, _) = admin.get(&format!("/o/{org}/settings")).await;
+    assert!(!html.contains("is now Editor"), "{html}");
     let (status, html, _) = admin
         .post(&format!("/o/{org}/members/{ann_id}/role"), &[("csrf", &csrf), ("role", "Viewer")], Some(&origin))
         .await;
@@ -535,7 +582,7 @@ async fn integrations_and_long_lists(app: TestApp) {
     // Renamed, with the placeholder keeping the stored password.
     let csrf = admin.csrf(&at).await;
     let form = [("csrf", csrf.as_str()), ("name", "warehouse-2"), ("credentials", r#"{"password": "***"}"#)];
-    let (status, html, _) = admin.post(&at, &form, Some(&origin)).await;
+    let (status, html, _) = admin.post_and_follow(&at, &form, Some(&origin)).await;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert!(html.contains("Saved.") && html.contains("warehouse-2"), "{html}");
     let details = check!(app.get(&format!("{base}/integrations/{id}/details"), &ann).await, 200);
@@ -822,7 +869,7 @@ async fn connections_are_edited_from_their_page(app: TestApp) {
     };
     let mut form = fields("other", "5432", "");
     form.push(("csrf", &csrf));
-    let (status, html, _) = admin.post(&page, &form, Some(&origin)).await;
+    let (status, html, _) = admin.post_and_follow(&page, &form, Some(&origin)).await;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert!(html.contains("Saved."), "{html}");
     let got = check!(app.get(&format!("{conns}/{id}"), &ann).await, 200).body;
@@ -844,8 +891,8 @@ async fn connections_are_edited_from_their_page(app: TestApp) {
     // As JSON, where "***" keeps the stored credential.
     let json_form =
         [("csrf", csrf.as_str()), ("mode", "json"), ("config", r#"{"database": "test", "password": "***"}"#)];
-    let (status, html, _) = admin.post(&page, &json_form, Some(&origin)).await;
-    assert_eq!(status, StatusCode::OK, "{html}");
+    let (status, html, _) = admin.post_and_follow(&page, &json_form, Some(&origin)).await;
+    assert!(status == StatusCode::OK && html.contains("Saved."), "{html}");
     let got = check!(app.get(&format!("{conns}/{id}"), &ann).await, 200).body;
     assert_eq!((&got["config"]["database"], &got["config"]["password"]), (&json!("test"), &json!("***")), "{got}");
     let audit = check!(app.get(&format!("/v1/organizations/{org}/audit-logs?resource_id={id}"), &ann).await, 200);
@@ -925,6 +972,49 @@ async fn rules_are_disabled_and_enabled(app: TestApp) {
         assert!(!audit.body.to_string().contains(secret), "the signing secret stays out of the audit log");
     }
 
+    // The rule's page: a test sent through it, listed with its
+    // deliveries; the rule edited, its secret kept; disabled from there.
+    let page = format!("/o/{org}/rules/{id}");
+    let (_, html, _) = admin.get(&settings).await;
+    assert!(html.contains(&format!("<a href=\"{page}\">runs</a>")), "{html}");
+    let (status, html, _) = admin.get(&page).await;
+    assert!(status == StatusCode::OK && html.contains("Nothing delivered yet."), "{html}");
+    let (status, html, _) = admin.post_and_follow(&format!("{page}/test"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert!(status == StatusCode::OK && html.contains("Test queued"), "{html}");
+    assert!(html.contains("<code>rule.test</code>"), "listed at once: {html}");
+    let listed = check!(app.get(&format!("{rules}/{id}/deliveries"), &ann).await, 200).body;
+    assert_eq!(listed["data"][0]["event_type"], "rule.test", "{listed}");
+    let (status, html, _) = admin
+        .post(&page, &[("csrf", &csrf), ("name", "runs"), ("event", "run.failed"), ("url", "ftp://x")], Some(&origin))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains(r#"aria-invalid="true" aria-describedby="rule-url-error""#), "{html}");
+    assert!(html.contains(r#"value="ftp://x""#), "the input kept: {html}");
+    let edit = [
+        ("csrf", csrf.as_str()),
+        ("name", "runs-2"),
+        ("event", "run.succeeded"),
+        ("url", "https://hooks.example.com/2"),
+    ];
+    let (status, html, _) = admin.post_and_follow(&page, &edit, Some(&origin)).await;
+    assert!(status == StatusCode::OK && html.contains("Saved.") && html.contains("Rule runs-2"), "{html}");
+    let got = check!(app.get(&format!("{rules}/{id}"), &ann).await, 200).body;
+    assert_eq!(
+        (&got["event"], &got["enabled"], &got["channel"]["secret"]),
+        (&json!("run.succeeded"), &json!(true), &json!("***")),
+        "{got}"
+    );
+    let (status, _, headers) =
+        admin.post(&format!("{page}/disable"), &[("csrf", &csrf), ("from", "rule")], Some(&origin)).await;
+    assert_eq!((status, headers["location"].to_str().unwrap()), (StatusCode::SEE_OTHER, page.as_str()));
+    let (status, _, _) = admin.post(&format!("{page}/enable"), &[("csrf", &csrf)], Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    // A Viewer reads the page, sends nothing; the API says the same.
+    let (status, html, _) = viewer.get(&page).await;
+    assert!(status == StatusCode::OK && !html.contains("Send a test"), "{html}");
+    let vic = app.token("vic@example.com");
+    check!(app.post(&format!("{rules}/{id}/test"), &vic, json!({})).await, 403);
+
     // A Viewer may not; another organization's Admin finds nothing.
     let csrf_v = viewer.csrf(&settings).await;
     let (status, _, _) =
@@ -933,10 +1023,15 @@ async fn rules_are_disabled_and_enabled(app: TestApp) {
     let (other, stranger) = stranger(&app).await;
     let csrf_e = stranger.csrf(&format!("/o/{other}/settings")).await;
     for o in [&other, &org] {
-        let path = format!("/o/{o}/rules/{id}/disable");
-        let (status, _, _) = stranger.post(&path, &[("csrf", &csrf_e)], Some(&origin)).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        for action in ["disable", "test"] {
+            let path = format!("/o/{o}/rules/{id}/{action}");
+            let (status, _, _) = stranger.post(&path, &[("csrf", &csrf_e)], Some(&origin)).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        }
+        assert_eq!(stranger.get(&format!("/o/{o}/rules/{id}")).await.0, StatusCode::NOT_FOUND);
     }
+    let eve = app.token("eve@example.com");
+    check!(app.post(&format!("{rules}/{id}/test"), &eve, json!({})).await, 404);
     assert_eq!(check!(app.get(&format!("{rules}/{id}"), &ann).await, 200).body["enabled"], true);
 }
 
@@ -1060,7 +1155,10 @@ sluice_tests::on_both_backends!(
     failures_say_why_and_the_audit_log_pages,
     flows_are_repointed_and_never_into_themselves,
     an_invitation_link_is_followed_and_accepted,
-    assets_are_deleted_and_the_gateway_shows_its_quota
+    assets_are_deleted_and_the_gateway_shows_its_quota,
+    tables_are_picked_from_the_source,
+    connections_are_created_from_their_spec,
+    contracts_are_made_and_edited_in_the_catalog
 );
 
 /// A failed run says why on its page and in the flows list; a full
@@ -1228,7 +1326,7 @@ async fn flows_are_repointed_and_never_into_themselves(app: TestApp) {
     };
     let f = form(&lake);
     let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (status, html, _) = admin.post(&flow_page, &f, Some(&origin)).await;
+    let (status, html, _) = admin.post_and_follow(&flow_page, &f, Some(&origin)).await;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert!(html.contains("Saved."), "{html}");
     let saved = check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 200).body;
@@ -1334,4 +1432,296 @@ async fn assets_are_deleted_and_the_gateway_shows_its_quota(app: TestApp) {
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers["location"], format!("/o/{org}/catalog").as_str());
     check!(app.get(&format!("{base}/data-assets/{asset}"), &ann).await, 404);
+}
+
+/// The new flow's schema tab: the source's tables listed with the key the
+/// source declares and a cursor picked from its change time; the ticked
+/// tables (and columns) become one flow; problems land on their rows.
+async fn tables_are_picked_from_the_source(app: TestApp) {
+    let Team { org, ann, admin, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("a-shop", "shop.db")).await, 201).id();
+    let wh = check!(app.post(&format!("{base}/connections"), &ann, lite("b-wh", "wh.db")).await, 201).id();
+    {
+        use sqlx::Connection;
+        let file = app.org_files(&org).join("shop.db");
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+        for ddl in [
+            "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, secret TEXT, created_at TIMESTAMP, updated_at TIMESTAMP)",
+            "CREATE TABLE notes (body TEXT)",
+            "INSERT INTO items VALUES (1, 'a', 's', '2026-01-01 00:00:00', '2026-01-02 00:00:00')",
+        ] {
+            sqlx::query(ddl).execute(&mut c).await.unwrap();
+        }
+    }
+    let origin = admin.origin();
+    let csrf = admin.csrf(&format!("/o/{org}/flows/new")).await;
+    let basics = [
+        ("csrf", csrf.clone()),
+        ("name", "shop".to_string()),
+        ("source", shop.clone()),
+        ("destination", wh.clone()),
+        ("schedule", "0 * * * *".to_string()),
+        ("entity", "items".to_string()),
+    ];
+    let pairs = |extra: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+        basics.iter().cloned().chain(extra.iter().map(|(k, v)| (*k, v.to_string()))).collect()
+    };
+    let post = |path: String, f: Vec<(&'static str, String)>| {
+        let origin = origin.clone();
+        let admin = &admin;
+        async move {
+            let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            admin.post(&path, &f, Some(&origin)).await
+        }
+    };
+    // Step two: both tables, items ticked (it came from "Sync this
+    // entity…"), keyed by id, incremental on updated_at.
+    let (status, html, _) = post(format!("/o/{org}/flows/new"), pairs(&[])).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    let row = |html: &str, table: &str| {
+        let at = html.find(&format!("<tr data-entity=\"{table}\"")).unwrap_or_else(|| panic!("{table}: {html}"));
+        html[at..at + html[at..].find("</tr>").unwrap()].to_string()
+    };
+    let items = row(&html, "items");
+    assert!(items.contains("name=\"e0.sync\" value=\"on\" checked"), "{items}");
+    assert!(items.contains("<option value=\"incremental_deduped\" selected>Incremental · deduped by key"), "{items}");
+    assert!(items.contains("<option value=\"updated_at\" selected>"), "{items}");
+    assert!(items.contains("<option value=\"created_at\">"), "a creation time is offered: {items}");
+    assert!(!items.contains("<option value=\"name\""), "text is no cursor: {items}");
+    assert!(items.contains("name=\"e0.key\" value=\"id\""), "{items}");
+    let notes = row(&html, "notes");
+    assert!(!notes.contains("checked aria-label=\"Sync notes\""), "{notes}");
+    assert!(notes.contains("<option value=\"full_refresh_overwrite\" selected>"), "{notes}");
+    // Nothing ticked: said on the page, nothing created.
+    let (status, html, _) =
+        post(format!("/o/{org}/flows/build"), pairs(&[("e0.entity", "items"), ("e0.mode", "full_refresh_overwrite")]))
+            .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains("Tables: tick at least one table to sync"), "{html}");
+    // The service's refusal on the row it concerns, the choices kept.
+    let refused = [
+        ("e0.entity", "items"),
+        ("e0.sync", "on"),
+        ("e0.mode", "incremental_append"),
+        ("e0.cursor", ""),
+        ("e0.key", "id"),
+        ("e1.entity", "notes"),
+        ("e1.sync", "on"),
+        ("e1.mode", "full_refresh_append"),
+        ("e1.dest", "notes_log"),
+    ];
+    let (status, html, _) = post(format!("/o/{org}/flows/build"), pairs(&refused)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    let items = row(&html, "items");
+    assert!(items.contains("aria-invalid=\"true\" aria-describedby=\"e0-cursor-error\""), "{items}");
+    assert!(items.contains("id=\"e0-cursor-error\""), "{items}");
+    assert!(items.contains("<option value=\"incremental_append\" selected>"), "the pick is kept: {items}");
+    assert!(row(&html, "notes").contains("value=\"notes_log\""), "{html}");
+    let listed = check!(app.get(&format!("{base}/flows"), &ann).await, 200).body;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 0, "{listed}");
+    // Two tables, one column left out: one flow.
+    let mut picked = refused.to_vec();
+    picked[2] = ("e0.mode", "incremental_deduped");
+    picked[3] = ("e0.cursor", "updated_at");
+    picked.extend([
+        ("e0.col", "id"),
+        ("e0.col", "name"),
+        ("e0.col", "updated_at"),
+        ("e0.col", "created_at"),
+        ("e0.all", "id"),
+        ("e0.all", "name"),
+        ("e0.all", "secret"),
+        ("e0.all", "created_at"),
+        ("e0.all", "updated_at"),
+    ]);
+    let (status, _, headers) = post(format!("/o/{org}/flows/build"), pairs(&picked)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let flow = headers["location"].to_str().unwrap().rsplit('/').next().unwrap().to_string();
+    let f = check!(app.get(&format!("{base}/flows/{flow}"), &ann).await, 200).body;
+    assert_eq!(f["name"], "shop");
+    assert_eq!(f["schedule"], "0 * * * *");
+    assert_eq!(f["destination_connection_id"], wh.as_str());
+    let m = &f["config"]["mappings"];
+    assert_eq!(m[0]["source_entity"], "items", "{f}");
+    assert_eq!(m[0]["sync_mode"], "incremental_deduped");
+    assert_eq!(m[0]["cursor_field"], "updated_at");
+    assert_eq!(m[0]["primary_key"], "id");
+    assert_eq!(m[0]["transform"], json!([{"op": "drop", "field": "secret"}]));
+    assert_eq!(m[1]["source_entity"], "notes");
+    assert_eq!(m[1]["dest_entity"], "notes_log");
+    assert_eq!(m[1]["sync_mode"], "full_refresh_append");
+    // It runs: the secret column never reaches the destination.
+    let done = sluice_tests::run_flow(&app, &ann, &org, &flow).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let wh_file = app.org_files(&org).join("wh.db");
+    use sqlx::Connection;
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", wh_file.display())).await.unwrap();
+    let cols: Vec<(String,)> =
+        sqlx::query_as("SELECT name FROM pragma_table_info('items') ORDER BY cid").fetch_all(&mut c).await.unwrap();
+    let cols: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    assert!(cols.contains(&"updated_at") && !cols.contains(&"secret"), "{cols:?}");
+}
+
+/// A new connection is a form built from its type's spec (typed inputs,
+/// password inputs for credentials, each field's help); a refusal is
+/// shown next to each field by its label, the field marked invalid, the
+/// input kept (but never a typed credential); a saved edit redirects.
+async fn connections_are_created_from_their_spec(app: TestApp) {
+    let Team { org, ann, admin, .. } = team(&app).await;
+    let origin = admin.origin();
+    let list = format!("/o/{org}/connections");
+    let (status, html, _) = admin.get(&format!("{list}?type=postgres")).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains(r#"<option value="postgres" selected>"#), "{html}");
+    assert!(html.contains(r#"id="conn-password" name="cfg.password" type="password""#), "{html}");
+    assert!(html.contains(r#"id="conn-port" name="cfg.port" type="number""#), "{html}");
+    let (_, html, _) = admin.get(&format!("{list}?type=sqlite")).await;
+    assert!(html.contains(r#"<option value="sqlite" selected>"#) && html.contains(r#"id="conn-path""#), "{html}");
+    assert!(!html.contains("conn-password"), "{html}");
+    assert!(html.contains("database file, relative to the file root"), "the field's help: {html}");
+
+    let csrf = admin.csrf(&list).await;
+    let post = |form: Vec<(&'static str, &'static str)>| {
+        let mut f = form;
+        f.push(("csrf", Box::leak(csrf.clone().into_boxed_str())));
+        let origin = origin.clone();
+        let admin = &admin;
+        let path = list.clone();
+        async move { admin.post(&path, &f, Some(&origin)).await }
+    };
+    // Refused: each problem next to its field, marked, the input kept.
+    let (status, html, _) = post(vec![
+        ("connector_type", "postgres"),
+        ("name", "warehouse"),
+        ("cfg.host", "127.0.0.1"),
+        ("cfg.port", "not-a-port"),
+        ("cfg.user", "postgres"),
+        ("cfg.password", "typed-secret"),
+        ("action", "create"),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains(r#"aria-invalid="true" aria-describedby="conn-port-error conn-port-hint""#), "{html}");
+    assert!(html.contains(r#"<span class="field-error" id="conn-port-error">"#), "{html}");
+    assert!(
+        html.contains(r#"aria-invalid="true" aria-describedby="conn-database-error conn-database-hint""#),
+        "{html}"
+    );
+    assert!(html.contains("<li>Port: ") && !html.contains("<code>config.port</code>"), "labels, not paths: {html}");
+    assert!(html.contains(r#"value="not-a-port""#) && html.contains(r#"value="127.0.0.1""#), "kept: {html}");
+    assert!(!html.contains("typed-secret"), "a typed credential is not sent back: {html}");
+    let listed = check!(app.get(&format!("/v1/organizations/{org}/connections"), &ann).await, 200).body;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 0, "nothing created: {listed}");
+    // Created from the fields.
+    let (status, html, headers) =
+        post(vec![("connector_type", "sqlite"), ("name", "lite"), ("cfg.path", "lite.db"), ("action", "create")]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let at = headers["location"].to_str().unwrap().to_string();
+    let id = at.rsplit('/').next().unwrap();
+    let c = check!(app.get(&format!("/v1/organizations/{org}/connections/{id}"), &ann).await, 200).body;
+    assert_eq!((&c["type"], &c["config"]["path"]), (&json!("sqlite"), &json!("lite.db")), "{c}");
+    // JSON, when written, wins over the fields.
+    let (status, html, _) = post(vec![
+        ("connector_type", "sqlite"),
+        ("name", "lite-2"),
+        ("cfg.path", "ignored.db"),
+        ("config", r#"{"path": "json.db"}"#),
+        ("action", "create"),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let listed = check!(app.get(&format!("/v1/organizations/{org}/connections"), &ann).await, 200).body;
+    let json_one = listed["data"].as_array().unwrap().iter().find(|c| c["name"] == "lite-2").cloned().unwrap();
+    assert_eq!(json_one["config"]["path"], "json.db", "{json_one}");
+    // An edit refused on its page: the field marked; then saved, and
+    // redirected to the page, which says so once.
+    let csrf = admin.csrf(&at).await;
+    let (status, html, _) =
+        admin.post(&at, &[("csrf", csrf.as_str()), ("name", ""), ("cfg.path", "lite.db")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains(r#"aria-invalid="true" aria-describedby="edit-name-error""#), "{html}");
+    let (status, html, _) = admin
+        .post_and_follow(&at, &[("csrf", csrf.as_str()), ("name", "lite-1"), ("cfg.path", "lite.db")], Some(&origin))
+        .await;
+    assert!(status == StatusCode::OK && html.contains("Saved.") && html.contains("lite-1"), "{html}");
+}
+
+/// A contract made by hand in the catalog, then edited: tags and required
+/// per field in a table (a new version only when the fields change), all
+/// fields as JSON (a removed field is a breaking version); problems shown
+/// at their field.
+async fn contracts_are_made_and_edited_in_the_catalog(app: TestApp) {
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
+    let origin = admin.origin();
+    let catalog = format!("/o/{org}/catalog");
+    let csrf = admin.csrf(&catalog).await;
+    let (status, html, _) = admin
+        .post(&catalog, &[("csrf", &csrf), ("name", "orders"), ("fields", "[{\"name\": \"id\"")], Some(&origin))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains(r#"aria-invalid="true" aria-describedby="contract-fields-error""#), "{html}");
+    let fields = r#"[{"name": "id", "type": "integer", "required": true}, {"name": "email", "type": "string"}]"#;
+    let form = [("csrf", csrf.as_str()), ("name", "orders"), ("description", ""), ("fields", fields)];
+    let (status, _, headers) = admin.post(&catalog, &form, Some(&origin)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let page = headers["location"].to_str().unwrap().to_string();
+    let id = page.rsplit('/').next().unwrap().to_string();
+    let api = format!("/v1/organizations/{org}/data-assets/{id}");
+    assert_eq!(check!(app.get(&api, &ann).await, 200).body["version"], 1);
+
+    // The table: tags and a description; a new version for the tags.
+    let table = |description: &'static str, tags: &'static str| {
+        vec![
+            ("csrf", csrf.clone()),
+            ("name", "orders".to_string()),
+            ("description", description.to_string()),
+            ("f0.type", "integer".to_string()),
+            ("f0.required", "on".to_string()),
+            ("f0.tags", String::new()),
+            ("f1.type", "string".to_string()),
+            ("f1.tags", tags.to_string()),
+        ]
+    };
+    let send = |f: Vec<(&'static str, String)>| {
+        let (admin, origin, page) = (&admin, origin.clone(), page.clone());
+        async move {
+            let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            admin.post_and_follow(&page, &f, Some(&origin)).await
+        }
+    };
+    let (status, html, _) = send(table("Orders of the shop", "sensitive, pii")).await;
+    assert!(status == StatusCode::OK && html.contains("Saved as version 2."), "{html}");
+    let got = check!(app.get(&api, &ann).await, 200).body;
+    assert_eq!(got["fields"][1]["tags"], json!(["sensitive", "pii"]), "{got}");
+    assert_eq!(got["description"], "Orders of the shop");
+    // The description alone: no new version.
+    let (_, html, _) = send(table("Orders", "sensitive, pii")).await;
+    assert!(html.contains("Saved.") && !html.contains("version 3"), "{html}");
+    assert_eq!(check!(app.get(&api, &ann).await, 200).body["version"], 2);
+    // As JSON: a wrong type is shown at the JSON; a removed field is a
+    // breaking version.
+    let (status, html, _) = admin
+        .post(
+            &page,
+            &[("csrf", &csrf), ("mode", "json"), ("fields", r#"[{"name": "id", "type": "int"}]"#)],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains(r#"aria-invalid="true" aria-describedby="asset-fields-error""#), "{html}");
+    let just_id = r#"[{"name": "id", "type": "integer", "required": true}]"#;
+    let (status, html, _) =
+        admin.post_and_follow(&page, &[("csrf", &csrf), ("mode", "json"), ("fields", just_id)], Some(&origin)).await;
+    assert!(status == StatusCode::OK && html.contains("Saved as version 3."), "{html}");
+    let versions = check!(app.get(&format!("{api}/versions"), &ann).await, 200).body;
+    assert_eq!(versions["data"][2]["change"], "breaking", "{versions}");
+
+    // A Viewer sees no edit, and is refused one.
+    let (_, html, _) = viewer.get(&page).await;
+    assert!(!html.contains("Edit the fields as JSON") && !html.contains("New contract"), "{html}");
+    let csrf_v = viewer.csrf(&catalog).await;
+    let (status, _, _) = viewer.post(&page, &[("csrf", &csrf_v), ("name", "mine")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
 }

@@ -3,8 +3,8 @@
 //! from the connector's fields, or the JSON).
 
 use crate::page::{
-    Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, csrf, error_box, json_block,
-    notice, page, pager, redirect, urlencode, when_opt,
+    Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Problems, Session, badge, button, csrf, error_box,
+    json_block, notice, page, pager, redirect, urlencode, when_opt,
 };
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
@@ -33,9 +33,24 @@ fn template(spec: &ConnectorSpec) -> String {
 }
 
 /// `GET /o/{org}/connections`.
-pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<Paging>) -> PageResult {
+pub async fn list(
+    state: Data<AppState>,
+    s: Session,
+    org: Path<Uuid>,
+    q: Query<Paging>,
+    picked: Query<TypeQuery>,
+) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
-    list_page(&state, &s, &ctx, &q, Said::Nothing, None).await
+    let form = picked.connector_type.clone().map(|t| ConnectionForm { connector_type: t, ..Default::default() });
+    list_page(&state, &s, &ctx, &q, Said::Nothing, form.as_ref()).await
+}
+
+/// `?type=`: the connector type whose fields the new-connection form
+/// shows.
+#[derive(Deserialize)]
+pub struct TypeQuery {
+    #[serde(rename = "type")]
+    connector_type: Option<String>,
 }
 
 async fn list_page(
@@ -53,9 +68,15 @@ async fn list_page(
     let picked_integration = form.and_then(|f| f.integration_id);
     let specs = state.sluice.connect.connector_specs();
     let picked = form.map_or("postgres", |f| f.connector_type.as_str());
-    let config = form.map(|f| f.config.clone()).unwrap_or_else(|| {
-        specs.iter().find(|sp| sp.connector_type == picked).map(template).unwrap_or_else(|| "{}".into())
-    });
+    let spec = specs.iter().find(|sp| sp.connector_type == picked);
+    let problems = match &said {
+        Said::Problem(e) => Problems::of(Some(e)),
+        _ => Problems::default(),
+    };
+    // Refused as JSON: the problems go with the JSON, not the fields.
+    let as_json = form.is_some_and(|f| !f.config.trim().is_empty());
+    let none = Problems::default();
+    let (field_problems, json_problems) = if as_json { (&none, &problems) } else { (&problems, &none) };
     let body = html! {
         (crate::integrations::tabs(ctx, "/connections"))
         @if connections.is_empty() { p.muted { "No connections yet." } } @else {
@@ -76,15 +97,24 @@ async fn list_page(
                 Said::Notice(text) => (notice(&text)),
                 Said::Problem(e) => (error_box(e)),
             }
+            // The type first: the form below shows its fields.
+            form.grid.pick method="get" action=(format!("{}#new", ctx.at("/connections"))) {
+                label for="conn-type" { "Type" }
+                select #conn-type name="type" data-autosubmit {
+                    @for sp in &specs {
+                        option value=(sp.connector_type) selected[sp.connector_type == picked] { (sp.title) }
+                    }
+                }
+                noscript { span {} button { "Show its fields" } }
+            }
             form.grid method="post" action=(ctx.at("/connections")) {
                 (csrf(s))
+                input type="hidden" name="connector_type" value=(picked);
                 label for="conn-name" { "Name" }
-                input #conn-name name="name" required maxlength="100" value=[form.map(|f| f.name.as_str())];
-                label for="conn-type" { "Type" }
-                select #conn-type name="connector_type" data-templates {
-                    @for sp in &specs {
-                        option value=(sp.connector_type) data-template=(template(sp)) selected[sp.connector_type == picked] { (sp.title) }
-                    }
+                span {
+                    input #conn-name name="name" required maxlength="100" value=[form.map(|f| f.name.as_str())]
+                        aria-invalid=[problems.invalid("name")] aria-describedby=[problems.described("name", "conn-name")];
+                    (problems.note("name", "conn-name"))
                 }
                 label for="conn-integration" { "Integration" }
                 select #conn-integration name="integration_id" {
@@ -93,22 +123,28 @@ async fn list_page(
                         option value=(i.id) selected[picked_integration == Some(i.id.as_uuid())] { (i.name) " (" (i.integration_type) ")" }
                     }
                 }
-                label for="conn-config" { "Configuration (JSON)" }
-                textarea #conn-config name="config" rows="9" spellcheck="false" { (config) }
+                @if let Some(spec) = spec {
+                    (spec_fields(spec, "conn", |name| form.and_then(|f| f.fields.get(name).cloned()), |_| false, field_problems))
+                }
+                details.wide open[as_json] {
+                    summary { "Or write the configuration as JSON" }
+                    div.grid {
+                        label for="conn-config" { "Configuration (JSON)" }
+                        span {
+                            textarea #conn-config name="config" rows="9" spellcheck="false"
+                                placeholder=(spec.map(template).unwrap_or_default())
+                                aria-invalid=[json_problems.invalid("config")] aria-describedby=[json_problems.described("config", "conn-config")] {
+                                (form.map_or("", |f| f.config.as_str()))
+                            }
+                            (json_problems.note("config", "conn-config"))
+                            br; small.hint { "Written here, it is used instead of the fields above." }
+                        }
+                    }
+                }
                 span {}
                 div.row {
                     button.primary name="action" value="create" { "Create" }
                     button name="action" value="test" { "Test without saving" }
-                }
-            }
-            details {
-                summary { "Configuration fields of each type" }
-                @for sp in &specs {
-                    h4 { (sp.title) " " code { (sp.connector_type) } }
-                    table.compact { tbody { @for f in &sp.config_fields { tr {
-                        td { code { (f.name) } } td { @if f.required { "required" } @else { "optional" } }
-                        td { @if f.credential { "secret" } } td { (f.description) }
-                    } } } }
                 }
             }
         }
@@ -116,22 +152,59 @@ async fn list_page(
     Ok(page(ctx, s, "/connections", "Connections", body))
 }
 
-#[derive(Deserialize)]
+/// The new-connection form: its type, name and integration, the
+/// configuration as the spec's fields (`cfg.<name>`) or as JSON.
+#[derive(Default)]
 pub struct ConnectionForm {
     name: String,
     connector_type: String,
+    /// The JSON, when written; it wins over the fields.
     config: String,
-    /// Empty for none.
-    #[serde(default, deserialize_with = "empty_as_none")]
+    /// The spec's fields by name, as typed.
+    fields: BTreeMap<String, String>,
     integration_id: Option<Uuid>,
-    #[serde(default)]
     action: String,
 }
 
-/// A `<select>`'s empty option as no value.
-fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Uuid>, D::Error> {
-    let s = String::deserialize(d)?;
-    if s.is_empty() { Ok(None) } else { Uuid::parse_str(&s).map(Some).map_err(serde::de::Error::custom) }
+impl ConnectionForm {
+    fn from_pairs(pairs: BTreeMap<String, String>) -> Result<Self, ApiError> {
+        let mut f = ConnectionForm::default();
+        for (k, v) in pairs {
+            match k.as_str() {
+                "name" => f.name = v,
+                "connector_type" => f.connector_type = v,
+                "config" => f.config = v,
+                "action" => f.action = v,
+                "integration_id" if v.is_empty() => {}
+                "integration_id" => {
+                    f.integration_id = Some(Uuid::parse_str(&v).map_err(|_| {
+                        ApiError::validation(vec![FieldError::new("integration_id", "pick an integration")])
+                    })?)
+                }
+                other => {
+                    if let Some(name) = other.strip_prefix("cfg.") {
+                        f.fields.insert(name.to_string(), v);
+                    }
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    /// The configuration: the JSON if written, else the fields typed in.
+    fn configuration(&self, spec: Option<&ConnectorSpec>) -> Result<BTreeMap<String, Value>, ApiError> {
+        if !self.config.trim().is_empty() {
+            return parse_config(&self.config);
+        }
+        let mut config = BTreeMap::new();
+        for f in spec.iter().flat_map(|sp| &sp.config_fields) {
+            let raw = self.fields.get(f.name).map_or("", String::as_str);
+            if let Some(v) = typed(f.field_type, raw) {
+                config.insert(f.name.to_string(), v);
+            }
+        }
+        Ok(config)
+    }
 }
 
 fn parse_config(text: &str) -> Result<BTreeMap<String, Value>, ApiError> {
@@ -140,15 +213,78 @@ fn parse_config(text: &str) -> Result<BTreeMap<String, Value>, ApiError> {
         .map_err(|e| ApiError::validation(vec![FieldError::new("config", format!("must be a JSON object: {e}"))]))
 }
 
+/// A field's typed-in text as its type's value; `None` when left empty
+/// (a checkbox left unticked is `false`).
+fn typed(t: ConfigFieldType, raw: &str) -> Option<Value> {
+    match t {
+        ConfigFieldType::Boolean => Some(Value::Bool(raw == "true")),
+        _ if raw.trim().is_empty() => None,
+        // Not a number: sent as text, and refused as the field's type.
+        ConfigFieldType::Integer => {
+            Some(raw.trim().parse::<i64>().map_or_else(|_| Value::String(raw.into()), Value::from))
+        }
+        ConfigFieldType::String => Some(Value::String(raw.into())),
+    }
+}
+
+/// A connector's settings as a form: one input per field of its spec,
+/// typed (numbers, a checkbox, password inputs for credentials), with its
+/// help and its problem. `value` is a field's shown value, `stored`
+/// whether a credential is stored (left empty, it is kept).
+fn spec_fields(
+    spec: &ConnectorSpec,
+    prefix: &str,
+    value: impl Fn(&str) -> Option<String>,
+    stored: impl Fn(&str) -> bool,
+    problems: &Problems,
+) -> Markup {
+    html! {
+        @for f in &spec.config_fields {
+            @let id = format!("{prefix}-{}", f.name);
+            @let name = format!("cfg.{}", f.name);
+            @let path = format!("config.{}", f.name);
+            @let hint = format!("{id}-hint");
+            @let described = problems.described(&path, &id).unwrap_or_default();
+            @let described = format!("{described} {hint}").trim().to_string();
+            label for=(id) { (f.name.replace('_', " ")) @if f.required && f.default.is_none() { " *" } }
+            span {
+                @if f.credential {
+                    input id=(id) name=(name) type="password" autocomplete="new-password"
+                        placeholder=(if stored(f.name) { "stored: leave empty to keep it" } else { "" })
+                        aria-invalid=[problems.invalid(&path)] aria-describedby=(described);
+                } @else if f.field_type == ConfigFieldType::Boolean {
+                    @let on = value(f.name).or_else(|| f.default.as_ref().map(|d| d.to_string()));
+                    input id=(id) name=(name) type="checkbox" value="true" checked[on.as_deref() == Some("true")]
+                        aria-invalid=[problems.invalid(&path)] aria-describedby=(described);
+                } @else {
+                    @let default = f.default.as_ref().map(|d| match d { Value::String(s) => s.clone(), other => other.to_string() });
+                    input id=(id) name=(name) type=(if f.field_type == ConfigFieldType::Integer { "number" } else { "text" })
+                        value=[value(f.name)] placeholder=[default]
+                        aria-invalid=[problems.invalid(&path)] aria-describedby=(described);
+                }
+                (problems.note(&path, &id))
+                small.hint.block id=(hint) { (f.description) }
+            }
+        }
+    }
+}
+
 /// `POST /o/{org}/connections`: creates it, or tests it unsaved.
-pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path<Uuid>) -> PageResult {
+pub async fn create(state: Data<AppState>, post: Post<BTreeMap<String, String>>, org: Path<Uuid>) -> PageResult {
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
-    let f = &post.form;
+    let mut f = ConnectionForm::from_pairs(post.form.clone())?;
+    // A credential typed in is never written back into the page.
+    let spec = state.sluice.connect.connector_spec(&f.connector_type);
+    let config = f.configuration(spec.as_ref());
+    for c in spec.iter().flat_map(|sp| sp.credential_fields()) {
+        f.fields.remove(c);
+    }
+    let f = &f;
     let q = Paging::default();
-    let config = match parse_config(&f.config) {
+    let config = match config {
         Ok(c) => c,
-        Err(e) => return list_page(&state, s, &ctx, &q, Said::Problem(&e), Some(f)).await,
+        Err(e) => return crate::page::failed(list_page(&state, s, &ctx, &q, Said::Problem(&e), Some(f)).await, &e),
     };
     let new = NewConnection {
         name: f.name.clone(),
@@ -175,7 +311,10 @@ pub async fn create(state: Data<AppState>, post: Post<ConnectionForm>, org: Path
     }
     match state.sluice.connect.create_connection(&s.caller.principal, ctx.id(), new).await {
         Ok(c) => Ok(redirect(&ctx.at(&format!("/connections/{}", c.id)))),
-        Err(e) => list_page(&state, s, &ctx, &q, Said::Problem(&e.into()), Some(f)).await,
+        Err(e) => {
+            let e: ApiError = e.into();
+            crate::page::failed(list_page(&state, s, &ctx, &q, Said::Problem(&e), Some(f)).await, &e)
+        }
     }
 }
 
@@ -190,8 +329,6 @@ enum Said<'a> {
 /// What a connection's page shows below its facts.
 enum Panel {
     None,
-    /// The settings were saved.
-    Saved,
     /// The edit was refused: why, with the form as sent.
     Refused(ApiError, BTreeMap<String, String>),
     /// The delete was refused: why, and the flows that use the connection
@@ -222,8 +359,11 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
         }
         details { summary { "Configuration" } (json_block(&config)) p.hint { "Credentials are stored encrypted and never shown." } }
         @if ctx.can_write() {
-            @let sent = match &panel { Panel::Refused(_, sent) => Some(sent), _ => None };
-            (edit_form(state, s, &at, &c, sent))
+            @let (sent, problems) = match &panel {
+                Panel::Refused(e, sent) => (Some(sent), Problems::of(Some(e))),
+                _ => (None, Problems::default()),
+            };
+            (edit_form(state, s, &at, &c, sent, &problems))
         }
         div.row {
             @if ctx.can_write() { (button(s, &format!("{at}/test"), "Test", "primary", None)) }
@@ -234,7 +374,6 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
         }
         @match panel {
             Panel::None => {}
-            Panel::Saved => { (notice("Saved. Test the connection to check the new settings.")) }
             Panel::Refused(e, _) => { (error_box(&e)) }
             Panel::InUse(e, users) => {
                 (error_box(&e))
@@ -304,6 +443,7 @@ fn edit_form(
     at: &str,
     c: &Connection,
     sent: Option<&BTreeMap<String, String>>,
+    problems: &Problems,
 ) -> Markup {
     let spec = state.sluice.connect.connector_spec(&c.connector_type);
     let shown = |name: &str| -> Option<String> {
@@ -316,44 +456,40 @@ fn edit_form(
         }
     };
     let public = serde_json::to_string_pretty(&c.public_config()).unwrap_or_default();
+    // Refused as JSON: the problems go with the JSON, not the fields.
+    let json = sent.is_some_and(|f| f.get("mode").map(String::as_str) == Some("json"));
+    let none = Problems::default();
+    let problems = if json { &none } else { problems };
     html! {
         details.edit open[sent.is_some()] {
             summary { "Edit settings" }
             form.grid method="post" action=(at) {
                 (csrf(s))
                 label for="edit-name" { "Name" }
-                input #edit-name name="name" required maxlength="100"
-                    value=(sent.and_then(|f| f.get("name")).cloned().unwrap_or_else(|| c.name.clone()));
-                @for f in spec.iter().flat_map(|sp| &sp.config_fields) {
-                    @let id = format!("edit-{}", f.name);
-                    @let name = format!("cfg.{}", f.name);
-                    label for=(id) { (f.name) @if f.required { " *" } }
-                    span {
-                        @if f.credential {
-                            @let stored = c.secrets.0.contains_key(f.name);
-                            input id=(id) name=(name) type="password" autocomplete="new-password"
-                                placeholder=(if stored { "stored: leave empty to keep it" } else { "" });
-                        } @else if f.field_type == ConfigFieldType::Boolean {
-                            input id=(id) name=(name) type="checkbox" value="true" checked[shown(f.name).as_deref() == Some("true")];
-                        } @else if f.field_type == ConfigFieldType::Integer {
-                            input id=(id) name=(name) type="number" value=[shown(f.name)];
-                        } @else {
-                            input id=(id) name=(name) type="text" value=[shown(f.name)];
-                        }
-                        @if !f.description.is_empty() { br; small.hint { (f.description) } }
-                    }
+                span {
+                    input #edit-name name="name" required maxlength="100"
+                        value=(sent.and_then(|f| f.get("name")).cloned().unwrap_or_else(|| c.name.clone()))
+                        aria-invalid=[problems.invalid("name")] aria-describedby=[problems.described("name", "edit-name")];
+                    (problems.note("name", "edit-name"))
+                }
+                @if let Some(spec) = &spec {
+                    (spec_fields(spec, "edit", shown, |name| c.secrets.0.contains_key(name), problems))
                 }
                 span {}
                 div.row { button.primary { "Save" } }
             }
-            details {
+            details open[json] {
                 summary { "Edit as JSON" }
                 form.grid method="post" action=(at) {
                     (csrf(s))
                     input type="hidden" name="mode" value="json";
                     label for="edit-json" { "Configuration (JSON; \"***\" keeps a stored credential)" }
-                    textarea #edit-json name="config" rows="9" spellcheck="false" {
-                        (sent.and_then(|f| f.get("config")).cloned().unwrap_or(public))
+                    span {
+                        textarea #edit-json name="config" rows="9" spellcheck="false"
+                            aria-invalid=[problems.invalid("config").filter(|_| json)] aria-describedby=[problems.described("config", "edit-json").filter(|_| json)] {
+                            (sent.and_then(|f| f.get("config")).cloned().unwrap_or(public))
+                        }
+                        @if json { (problems.note("config", "edit-json")) }
                     }
                     span {}
                     div.row { button.primary { "Save" } }
@@ -374,17 +510,11 @@ fn update_of(spec: Option<&ConnectorSpec>, form: &BTreeMap<String, String>) -> R
     let mut config = BTreeMap::new();
     for f in spec.iter().flat_map(|sp| &sp.config_fields) {
         let raw = form.get(&format!("cfg.{}", f.name)).map_or("", String::as_str);
-        let value = match f.field_type {
-            _ if f.credential && raw.is_empty() => continue,
-            ConfigFieldType::Boolean => Value::Bool(raw == "true"),
-            _ if raw.trim().is_empty() => Value::Null,
-            // Not a number: sent as text, and refused as the field's type.
-            ConfigFieldType::Integer => {
-                raw.trim().parse::<i64>().map_or_else(|_| Value::String(raw.into()), Value::from)
-            }
-            ConfigFieldType::String => Value::String(raw.into()),
-        };
-        config.insert(f.name.to_string(), value);
+        if f.credential && raw.is_empty() {
+            continue;
+        }
+        // Emptied: the setting is cleared (its default applies).
+        config.insert(f.name.to_string(), typed(f.field_type, raw).unwrap_or(Value::Null));
     }
     Ok(ConnectionUpdate {
         name: form.get("name").cloned(),
@@ -420,7 +550,10 @@ pub async fn update(
         Err(e) => Err(e),
     };
     match saved {
-        Ok(c) => detail_page(&state, s, &ctx, c, Panel::Saved).await,
+        Ok(c) => Ok(crate::page::redirect_saying(
+            &ctx.at(&format!("/connections/{}", c.id)),
+            "Saved. Test the connection to check the new settings.",
+        )),
         Err(e) => {
             let status = e.status();
             let mut res = detail_page(&state, s, &ctx, c, Panel::Refused(e, sent)).await?;

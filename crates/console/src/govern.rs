@@ -2,14 +2,15 @@
 //! with the activity feed.
 
 use crate::page::{
-    OrgCtx, PageResult, Paging, Post, Session, audit_changes, audit_resource, badge, button, count, csrf, json_block,
-    page, pager, urlencode, when,
+    OrgCtx, PageResult, Paging, Post, Problems, Session, audit_changes, audit_resource, badge, button, count, csrf,
+    json_block, page, pager, urlencode, when,
 };
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
 use serde::Deserialize;
-use sluice_domain::catalog::asset::DataAsset;
-use sluice_domain::catalog::contract::ContractField;
+use serde_json::Value;
+use sluice_domain::catalog::asset::{AssetUpdate, DataAsset, NewAsset};
+use sluice_domain::catalog::contract::{ContractField, fields_to_json};
 use sluice_domain::gateway::service::GatewayResult;
 use sluice_domain::gateway::validate::Outcome;
 use sluice_domain::iac::Action;
@@ -17,8 +18,10 @@ use sluice_domain::iac::service::ApplyOutcome;
 use sluice_domain::shared::audit::AuditFilter;
 use sluice_domain::shared::ids::AssetId;
 use sluice_domain::shared::page::PageRequest;
+use sluice_domain::shared::record::FieldType;
 use sluice_http::AppState;
 use sluice_http::error::ApiError;
+use std::collections::BTreeMap;
 use uuid::Uuid;
 
 const ALL: PageRequest = PageRequest { limit: 200, after: None };
@@ -47,7 +50,26 @@ fn field_row(f: &ContractField, depth: usize) -> Markup {
 /// `GET /o/{org}/catalog`.
 pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<Paging>) -> PageResult {
     let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
+    catalog_page(&state, &s, &ctx, &q, None).await
+}
+
+/// A contract to start from: every field a type, `sensitive` masks one.
+const CONTRACT_TEMPLATE: &str = r#"[
+  {"name": "id", "type": "integer", "required": true},
+  {"name": "email", "type": "string", "tags": ["sensitive"]},
+  {"name": "created_at", "type": "timestamp"}
+]"#;
+
+async fn catalog_page(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    q: &Paging,
+    refused: Option<(&ApiError, &NewAssetForm)>,
+) -> PageResult {
     let listed = state.sluice.catalog.list_assets(&s.caller.principal, ctx.id(), q.request()).await?;
+    let problems = Problems::of(refused.map(|(e, _)| e));
+    let sent = refused.map(|(_, f)| f);
     let assets = listed.items;
     let body = html! {
         @if assets.is_empty() { p.muted { "No assets yet: discovery and runs catalogue what they see, and contracts can be added through the API or IaC." } } @else {
@@ -63,8 +85,39 @@ pub async fn catalog(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Quer
             }
             (pager(&ctx.at("/catalog"), q.after, listed.next_cursor.as_deref()))
         }
+        @if ctx.can_write() {
+            details #new-contract open[refused.is_some()] {
+                summary { "New contract" }
+                @if let Some((e, _)) = refused { (crate::page::error_box(e)) }
+                form.grid method="post" action=(ctx.at("/catalog")) {
+                    (csrf(s))
+                    label for="contract-name" { "Name" }
+                    span {
+                        input #contract-name name="name" required value=[sent.map(|f| f.name.as_str())]
+                            aria-invalid=[problems.invalid("name")] aria-describedby=[problems.described("name", "contract-name")];
+                        (problems.note("name", "contract-name"))
+                    }
+                    label for="contract-description" { "Description" }
+                    input #contract-description name="description" value=[sent.map(|f| f.description.as_str())];
+                    label for="contract-fields" { "Fields (JSON)" }
+                    span {
+                        textarea #contract-fields name="fields" rows="8" spellcheck="false"
+                            aria-invalid=[problems.invalid("fields")] aria-describedby=[problems.described("fields", "contract-fields")] {
+                            (sent.map_or(CONTRACT_TEMPLATE, |f| f.fields.as_str()))
+                        }
+                        (problems.note("fields", "contract-fields"))
+                    }
+                    span {} button.primary { "Create contract" }
+                }
+                p.hint { "Types: " (FieldType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) ". The gateway validates model output against a contract." }
+            }
+        }
     };
-    Ok(page(&ctx, &s, "/catalog", "Catalog", body))
+    let mut res = page(ctx, s, "/catalog", "Catalog", body);
+    if let Some((e, _)) = refused {
+        *res.status_mut() = e.status();
+    }
+    Ok(res)
 }
 
 fn tags(a: &DataAsset) -> Vec<String> {
@@ -78,9 +131,19 @@ fn tags(a: &DataAsset) -> Vec<String> {
 pub async fn asset(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
     let ctx = OrgCtx::load(&state, &s, org).await?;
+    let a = state.sluice.catalog.get_asset(&s.caller.principal, ctx.id(), AssetId::from(id)).await?;
+    asset_page(&state, &s, &ctx, a, None).await
+}
+
+async fn asset_page(
+    state: &AppState,
+    s: &Session,
+    ctx: &OrgCtx,
+    a: DataAsset,
+    refused: Option<(&ApiError, &BTreeMap<String, String>)>,
+) -> PageResult {
     let p = &s.caller.principal;
-    let id = AssetId::from(id);
-    let a = state.sluice.catalog.get_asset(p, ctx.id(), id).await?;
+    let id = a.id;
     let versions = state.sluice.catalog.asset_versions(p, ctx.id(), id).await?;
     let dependents = state.sluice.catalog.asset_dependencies(p, ctx.id(), id).await?;
     let body = html! {
@@ -110,16 +173,197 @@ pub async fn asset(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) 
             ul { @for d in &dependents { li { a href=(ctx.at(&format!("/flows/{}", d.flow_id))) { (d.flow_name) } " — " (d.relation) } } }
         }
         p { a.button href=(ctx.at(&format!("/gateway?asset={}", a.id))) { "Try it in the gateway playground" } }
+        @if ctx.can_write() { (asset_edit(s, ctx, &a, refused)) }
         @if ctx.can_write() {
             @let question = if dependents.is_empty() {
                 "Delete this asset and its versions?".to_string()
             } else {
                 format!("Flows depend on this asset ({}). Delete it and its versions anyway?", dependents.len())
             };
-            (button(&s, &ctx.at(&format!("/catalog/{}/delete", a.id)), "Delete asset", "danger", Some(&question)))
+            (button(s, &ctx.at(&format!("/catalog/{}/delete", a.id)), "Delete asset", "danger", Some(&question)))
         }
     };
-    Ok(page(&ctx, &s, "/catalog", &a.name.clone(), body))
+    let mut res = page(ctx, s, "/catalog", &a.name.clone(), body);
+    if let Some((e, _)) = refused {
+        *res.status_mut() = e.status();
+    }
+    Ok(res)
+}
+
+/// An asset's edit: its name and description, and each field's type,
+/// whether it is required and its tags (`sensitive` masks it in the
+/// gateway); or all its fields as JSON (nested ones included).
+fn asset_edit(
+    s: &Session,
+    ctx: &OrgCtx,
+    a: &DataAsset,
+    refused: Option<(&ApiError, &BTreeMap<String, String>)>,
+) -> Markup {
+    let at = ctx.at(&format!("/catalog/{}", a.id));
+    let problems = Problems::of(refused.map(|(e, _)| e));
+    let sent = refused.map(|(_, f)| f);
+    let as_json = sent.is_some_and(|f| f.get("mode").map(String::as_str) == Some("json"));
+    let none = Problems::default();
+    let (table_problems, json_problems) = if as_json { (&none, &problems) } else { (&problems, &none) };
+    let value = |key: &str, current: String| sent.and_then(|f| f.get(key).cloned()).unwrap_or(current);
+    let json_text = value("fields", serde_json::to_string_pretty(&fields_to_json(&a.fields)).unwrap_or_default());
+    html! {
+        details.edit open[refused.is_some()] {
+            summary { "Edit" }
+            @if let Some((e, _)) = refused { (crate::page::error_box(e)) }
+            form method="post" action=(at) {
+                (csrf(s))
+                div.grid {
+                    label for="asset-name" { "Name" }
+                    span {
+                        input #asset-name name="name" required value=(value("name", a.name.clone()))
+                            aria-invalid=[table_problems.invalid("name")] aria-describedby=[table_problems.described("name", "asset-name")];
+                        (table_problems.note("name", "asset-name"))
+                    }
+                    label for="asset-description" { "Description" }
+                    textarea #asset-description name="description" rows="2" { (value("description", a.description.clone().unwrap_or_default())) }
+                }
+                div.scroll {
+                    table.compact {
+                        thead { tr { th { "Field" } th { "Type" } th { "Required" } th { "Tags (comma-separated)" } } }
+                        tbody { @for (i, f) in a.fields.iter().enumerate() {
+                            @let key = |k: &str| format!("f{i}.{k}");
+                            @let path = |k: &str| format!("fields[{i}].{k}");
+                            @let type_now = value(&key("type"), f.field_type.as_str().to_string());
+                            @let tags_now = value(&key("tags"), f.tags.join(", "));
+                            @let required_now = sent.map_or(f.required, |x| x.contains_key(&key("required")));
+                            tr {
+                                td { code { (f.name) } @if !f.fields.is_empty() { " " span.muted { "(" (f.fields.len()) " nested: edit as JSON)" } } }
+                                td {
+                                    select name=(key("type")) aria-label=(format!("Type of {}", f.name))
+                                        aria-invalid=[table_problems.invalid(&path("type"))] {
+                                        @for t in FieldType::ALL { option selected[t.as_str() == type_now] { (t.as_str()) } }
+                                    }
+                                }
+                                td { input type="checkbox" name=(key("required")) value="on" checked[required_now] aria-label=(format!("{} required", f.name)); }
+                                td {
+                                    input name=(key("tags")) value=(tags_now) aria-label=(format!("Tags of {}", f.name))
+                                        aria-invalid=[table_problems.invalid(&path("tags"))] aria-describedby=[table_problems.described(&path("tags"), &key("tags"))];
+                                    (table_problems.note(&path("tags"), &key("tags")))
+                                }
+                            }
+                        } }
+                    }
+                }
+                div.row { button.primary { "Save" } }
+            }
+            details open[as_json] {
+                summary { "Edit the fields as JSON" }
+                form.stack method="post" action=(at) {
+                    (csrf(s))
+                    input type="hidden" name="mode" value="json";
+                    label for="asset-fields" { "Fields (JSON): " code { "[{name, type, required, tags, fields}]" } }
+                    textarea #asset-fields name="fields" rows="12" spellcheck="false"
+                        aria-invalid=[json_problems.invalid("fields")] aria-describedby=[json_problems.described("fields", "asset-fields")] { (json_text) }
+                    (json_problems.note("fields", "asset-fields"))
+                    button.primary { "Save fields" }
+                }
+            }
+            p.hint { "A change of fields makes a new version, marked breaking when a field is removed or retyped." }
+        }
+    }
+}
+
+/// The fields of `a` as the table form left them: each top-level field's
+/// type, required and tags; nested fields as they are.
+fn edited_fields(a: &DataAsset, form: &BTreeMap<String, String>) -> Value {
+    let mut fields = a.fields.clone();
+    for (i, f) in fields.iter_mut().enumerate() {
+        if let Some(t) = form.get(&format!("f{i}.type")).and_then(|t| FieldType::parse(t)) {
+            f.field_type = t;
+        }
+        f.required = form.contains_key(&format!("f{i}.required"));
+        if let Some(tags) = form.get(&format!("f{i}.tags")) {
+            f.tags = tags.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_string).collect();
+        }
+    }
+    fields_to_json(&fields)
+}
+
+/// `POST /o/{org}/catalog/{id}`: the edit, as the table or as JSON.
+pub async fn update_asset(
+    state: Data<AppState>,
+    post: Post<BTreeMap<String, String>>,
+    path: Path<(Uuid, Uuid)>,
+) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let a = state.sluice.catalog.get_asset(&s.caller.principal, ctx.id(), AssetId::from(id)).await?;
+    let f = &post.form;
+    let update = if f.get("mode").map(String::as_str) == Some("json") {
+        match serde_json::from_str::<Value>(f.get("fields").map_or("", String::as_str)) {
+            Ok(v) => Ok(AssetUpdate { fields: Some(v), ..AssetUpdate::default() }),
+            Err(e) => {
+                Err(ApiError::validation(vec![sluice_domain::FieldError::new("fields", format!("is not JSON: {e}"))]))
+            }
+        }
+    } else {
+        let description = f.get("description").map(|d| d.trim().to_string()).filter(|d| !d.is_empty());
+        let fields = edited_fields(&a, f);
+        Ok(AssetUpdate {
+            name: f.get("name").cloned(),
+            // Unchanged fields make no new version.
+            fields: (fields != fields_to_json(&a.fields)).then_some(fields),
+            description: (description != a.description).then_some(description),
+        })
+    };
+    let saved = match update {
+        Ok(u) => {
+            state.sluice.catalog.update_asset(&s.caller.principal, ctx.id(), a.id, u).await.map_err(ApiError::from)
+        }
+        Err(e) => Err(e),
+    };
+    match saved {
+        Ok(after) => {
+            let said = if after.version > a.version {
+                format!("Saved as version {}.", after.version)
+            } else {
+                "Saved.".into()
+            };
+            Ok(crate::page::redirect_saying(&ctx.at(&format!("/catalog/{}", after.id)), &said))
+        }
+        Err(e) => asset_page(&state, s, &ctx, a, Some((&e, f))).await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct NewAssetForm {
+    name: String,
+    #[serde(default)]
+    description: String,
+    fields: String,
+}
+
+/// `POST /o/{org}/catalog`: a contract made by hand.
+pub async fn create_asset(state: Data<AppState>, post: Post<NewAssetForm>, org: Path<Uuid>) -> PageResult {
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    let f = &post.form;
+    let created = match serde_json::from_str::<Value>(&f.fields) {
+        Ok(fields) => {
+            let new = NewAsset {
+                name: f.name.clone(),
+                fields,
+                description: Some(f.description.trim().to_string()).filter(|d| !d.is_empty()),
+            };
+            state.sluice.catalog.create_asset(&s.caller.principal, ctx.id(), new).await.map_err(ApiError::from)
+        }
+        Err(e) => {
+            Err(ApiError::validation(vec![sluice_domain::FieldError::new("fields", format!("is not JSON: {e}"))]))
+        }
+    };
+    match created {
+        Ok(a) => {
+            Ok(crate::page::redirect_saying(&ctx.at(&format!("/catalog/{}", a.id)), "Contract created at version 1."))
+        }
+        Err(e) => catalog_page(&state, s, &ctx, &Paging::default(), Some((&e, f))).await,
+    }
 }
 
 /// `POST /o/{org}/catalog/{id}/delete`: deletes the asset (the page asked

@@ -4,7 +4,7 @@
 //! never shown here, except to an Admin who asks to reveal them.
 
 use crate::page::{
-    Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Session, button, csrf, error_box, notice, page, pager,
+    Empty, LOOKUP, OrgCtx, PageError, PageResult, Paging, Post, Session, button, csrf, error_box, page, pager,
     redirect, when,
 };
 use actix_web::web::{Data, Path, Query};
@@ -177,7 +177,6 @@ pub async fn create(state: Data<AppState>, post: Post<IntegrationForm>, org: Pat
 /// What an integration's page shows under its facts.
 enum Panel {
     None,
-    Saved,
     Failed(ApiError, String),
     /// The decrypted credentials, for an Admin who asked.
     Revealed(BTreeMap<String, String>),
@@ -199,7 +198,6 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, i: Integration
             dt { "Updated" } dd { (when(i.updated_at)) }
         }
         @match &panel {
-            Panel::Saved => { (notice("Saved.")) }
             Panel::Failed(e, _) => { (error_box(e)) }
             Panel::Revealed(values) => {
                 div.secret role="status" {
@@ -272,7 +270,7 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
         Err(e) => return detail_page(&state, s, &ctx, i, Panel::Failed(e, f.credentials.clone())).await,
     };
     match state.sluice.connect.update_integration(&s.caller.principal, ctx.id(), i.id, update).await {
-        Ok(after) => detail_page(&state, s, &ctx, after, Panel::Saved).await,
+        Ok(after) => Ok(crate::page::redirect_saying(&ctx.at(&format!("/integrations/{}", after.id)), "Saved.")),
         Err(e) => detail_page(&state, s, &ctx, i, Panel::Failed(e.into(), f.credentials.clone())).await,
     }
 }

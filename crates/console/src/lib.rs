@@ -14,11 +14,13 @@
 //! This file is the map of the console's routes; `page` holds what every
 //! page is made of, and each other module one area's pages.
 
+mod builder;
 mod connect;
 mod govern;
 mod integrations;
 mod orgs;
 mod page;
+mod rules;
 mod signin;
 mod svg;
 mod sync;
@@ -87,6 +89,9 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/billing/checkout", web::post().to(orgs::checkout))
                 .route("/billing/portal", web::post().to(orgs::portal))
                 .route("/rules", web::post().to(orgs::create_rule))
+                .route("/rules/{id}", read().to(rules::detail))
+                .route("/rules/{id}", web::post().to(rules::update))
+                .route("/rules/{id}/test", web::post().to(rules::send_test))
                 .route("/rules/{id}/delete", web::post().to(orgs::delete_rule))
                 .route("/rules/{id}/{action:enable|disable}", web::post().to(orgs::enable_rule))
                 .route("/integrations", read().to(integrations::list))
@@ -104,8 +109,10 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/connections/{id}/preview", web::post().to(connect::preview))
                 .route("/connections/{id}/delete", web::post().to(connect::delete))
                 .route("/flows", read().to(sync::list))
-                .route("/flows", web::post().to(sync::create))
-                .route("/flows/new", read().to(sync::new_flow))
+                .route("/flows", web::post().to(builder::create))
+                .route("/flows/new", read().to(builder::new_flow))
+                .route("/flows/new", web::post().to(builder::tables))
+                .route("/flows/build", web::post().to(builder::build))
                 .route("/flows/{id}", read().to(sync::detail))
                 .route("/flows/{id}", web::post().to(sync::update))
                 .route("/flows/{id}/run", web::post().to(sync::run))
@@ -121,7 +128,9 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/topology", read().to(sync::topology))
                 .route("/traces/{id}", read().to(sync::trace))
                 .route("/catalog", read().to(govern::catalog))
+                .route("/catalog", web::post().to(govern::create_asset))
                 .route("/catalog/{id}", read().to(govern::asset))
+                .route("/catalog/{id}", web::post().to(govern::update_asset))
                 .route("/catalog/{id}/delete", web::post().to(govern::delete_asset))
                 .route("/gateway", read().to(govern::gateway))
                 .route("/gateway", web::post().to(govern::gateway_validate))

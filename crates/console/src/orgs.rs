@@ -393,7 +393,7 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
                 table {
                     thead { tr { th { "Name" } th { "Event" } th { "Channel" } th { "Enabled" } th { "" } } }
                     tbody { @for r in &rules { tr {
-                        td { (r.name) } td { code { (r.event) } } td { (r.channel.kind.as_str()) }
+                        td { (crate::rules::link(&ctx, r)) } td { code { (r.event) } } td { (r.channel.kind.as_str()) }
                         td { (if r.enabled { "yes" } else { "no" }) }
                         td { @if ctx.can_write() {
                             div.row {
@@ -517,7 +517,7 @@ pub async fn member_role(state: Data<AppState>, post: Post<RoleForm>, path: Path
     let role: Role = post.form.role.parse()?;
     let m = state.sluice.identity.update_member_role(&s.caller.principal, ctx.id(), UserId::from(user), role).await?;
     let who = m.email.clone().or(m.name.clone()).unwrap_or_else(|| "The member".into());
-    settings_page(&state, s, ctx, Some(notice(&format!("{who} is now {}.", m.role.as_str())))).await
+    Ok(crate::page::redirect_saying(&ctx.at("/settings"), &format!("{who} is now {}.", m.role.as_str())))
 }
 
 /// `POST /o/{org}/members/{user}/remove` (Admin; the last Admin stays).
@@ -526,7 +526,7 @@ pub async fn remove_member(state: Data<AppState>, post: Post<Empty>, path: Path<
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org).await?;
     state.sluice.identity.remove_member(&s.caller.principal, ctx.id(), UserId::from(user)).await?;
-    Ok(redirect(&ctx.at("/settings")))
+    Ok(crate::page::redirect_saying(&ctx.at("/settings"), "Member removed."))
 }
 
 /// `POST /o/{org}/api-keys`: shows the key once.
@@ -656,7 +656,7 @@ pub async fn delete(state: Data<AppState>, post: Post<Empty>, org: Path<Uuid>) -
 
 /// `POST /o/{org}/rules/{id}/enable` and `…/disable`: a rule turned on
 /// or off, nothing else changed.
-pub async fn enable_rule(state: Data<AppState>, post: Post<Empty>, path: Path<(Uuid, Uuid, String)>) -> PageResult {
+pub async fn enable_rule(state: Data<AppState>, post: Post<FromForm>, path: Path<(Uuid, Uuid, String)>) -> PageResult {
     let (org, id, action) = path.into_inner();
     let ctx = OrgCtx::load(&state, &post.session, org).await?;
     let enabled = action == "enable";
@@ -665,7 +665,17 @@ pub async fn enable_rule(state: Data<AppState>, post: Post<Empty>, path: Path<(U
         .monitoring
         .set_rule_enabled(&post.session.caller.principal, ctx.id(), RuleId::from(id), enabled)
         .await?;
-    Ok(redirect(&ctx.at("/settings")))
+    let said = if enabled { "Rule enabled." } else { "Rule disabled: it delivers nothing until enabled." };
+    let back = if post.form.from == "rule" { format!("/rules/{id}") } else { "/settings".to_string() };
+    Ok(crate::page::redirect_saying(&ctx.at(&back), said))
+}
+
+/// Which page a form was sent from, to go back to: `rule` (its page), or
+/// the settings.
+#[derive(Deserialize)]
+pub struct FromForm {
+    #[serde(default)]
+    from: String,
 }
 
 /// `POST /o/{org}/rules/{id}/delete`.
@@ -673,7 +683,7 @@ pub async fn delete_rule(state: Data<AppState>, post: Post<Empty>, path: Path<(U
     let (org, id) = path.into_inner();
     let ctx = OrgCtx::load(&state, &post.session, org).await?;
     state.sluice.monitoring.delete_rule(&post.session.caller.principal, ctx.id(), RuleId::from(id)).await?;
-    Ok(redirect(&ctx.at("/settings")))
+    Ok(crate::page::redirect_saying(&ctx.at("/settings"), "Rule deleted, with its deliveries."))
 }
 
 #[cfg(test)]

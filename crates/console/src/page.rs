@@ -92,7 +92,13 @@ pub(crate) fn urlencode(s: &str) -> String {
 pub struct Session {
     pub caller: Caller,
     pub csrf: String,
+    /// What the action before this page did, from [`redirect_saying`].
+    pub said: Option<String>,
 }
+
+/// The cookie that carries what an action did to the page it redirects
+/// to (post/redirect/get): read once, by that page.
+const SAID_COOKIE: &str = "sluice_said";
 
 /// The CSRF token of a session: a hash of the cookie, which a page of
 /// another site can neither read nor compute.
@@ -117,7 +123,12 @@ impl FromRequest for Session {
             _ => return std::future::ready(Err(PageError::SignIn(next))),
         };
         let csrf = req.extensions().get::<CookieSession>().map(|c| csrf_of(&c.0)).unwrap_or_default();
-        std::future::ready(Ok(Session { caller, csrf }))
+        let said = req.cookie(SAID_COOKIE).and_then(|c| {
+            let text: Vec<(String, String)> = serde_urlencoded::from_str(&format!("s={}", c.value())).ok()?;
+            let text = text.into_iter().next()?.1;
+            (!text.is_empty()).then(|| text.chars().take(MAX_SAID).collect())
+        });
+        std::future::ready(Ok(Session { caller, csrf, said }))
     }
 }
 
@@ -275,10 +286,20 @@ pub fn page(ctx: &OrgCtx, s: &Session, section: &str, title: &str, body: Markup)
                     }
                 }
             }
-            main #main tabindex="-1" { h1 { (title) } (body) }
+            main #main tabindex="-1" {
+                h1 { (title) }
+                @if let Some(text) = &s.said { (notice(text)) }
+                (body)
+            }
         },
     );
-    html_response(markup)
+    let mut res = html_response(markup);
+    if s.said.is_some() {
+        // Said once: a reload or a later page does not say it again.
+        let gone = actix_web::cookie::Cookie::build(SAID_COOKIE, "").path("/").finish();
+        let _ = res.add_removal_cookie(&gone);
+    }
+    res
 }
 
 pub fn html_response(markup: Markup) -> HttpResponse {
@@ -482,13 +503,80 @@ pub fn failed(shown: PageResult, e: &ApiError) -> PageResult {
 }
 
 pub fn error_box(e: &ApiError) -> Markup {
+    let problems = Problems::of(Some(e));
     html! {
         div.error role="alert" {
             p { (e.message) }
-            @if let Some(errors) = e.details.get("errors").and_then(|v| v.as_array()) {
-                ul { @for x in errors { li { code { (x["field"].as_str().unwrap_or("")) } " " (x["message"].as_str().unwrap_or("")) } } }
+            @if !problems.fields.is_empty() {
+                ul { @for (field, message) in &problems.fields { li { (field_label(field)) ": " (message) } } }
             }
         }
+    }
+}
+
+/// A field's API path as a person reads it: `config.mappings[0].cursor_field`
+/// is "mappings #1 › cursor field".
+pub fn field_label(path: &str) -> String {
+    let path = path.strip_prefix("config.").unwrap_or(path);
+    let mut out = String::new();
+    for (i, part) in path.split('.').enumerate() {
+        if i > 0 {
+            out.push_str(" › ");
+        }
+        let (name, index) = match part.split_once('[') {
+            Some((name, rest)) => (name, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        out.push_str(&name.replace('_', " "));
+        if let Some(i) = index {
+            out.push_str(&format!(" #{}", i + 1));
+        }
+    }
+    let mut chars = out.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// A refused form's problems by field (the API's paths), each shown next
+/// to its input: the input marked `aria-invalid` and described by the
+/// message.
+#[derive(Default)]
+pub struct Problems {
+    pub fields: Vec<(String, String)>,
+}
+
+impl Problems {
+    pub fn of(e: Option<&ApiError>) -> Self {
+        let listed = e.and_then(|e| e.details.get("errors")).and_then(|v| v.as_array());
+        let fields = listed
+            .into_iter()
+            .flatten()
+            .map(|x| (x["field"].as_str().unwrap_or("").to_string(), x["message"].as_str().unwrap_or("").to_string()))
+            .collect();
+        Problems { fields }
+    }
+
+    /// The problem of `field`, or of a field under it (`config` has
+    /// `config.port`'s).
+    pub fn on(&self, field: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(f, _)| f == field || f.strip_prefix(field).is_some_and(|r| r.starts_with(['.', '['])))
+            .map(|(_, m)| m.as_str())
+    }
+
+    /// `aria-invalid` of the input of `field`.
+    pub fn invalid(&self, field: &str) -> Option<&'static str> {
+        self.on(field).map(|_| "true")
+    }
+
+    /// `aria-describedby` of the input `id` of `field`: its message.
+    pub fn described(&self, field: &str, id: &str) -> Option<String> {
+        self.on(field).map(|_| format!("{id}-error"))
+    }
+
+    /// The message of `field`, next to its input `id`.
+    pub fn note(&self, field: &str, id: &str) -> Markup {
+        html! { @if let Some(m) = self.on(field) { span.field-error id=(format!("{id}-error")) { (m) } } }
     }
 }
 
@@ -540,6 +628,23 @@ pub(crate) fn redirect(to: &str) -> HttpResponse {
     HttpResponse::SeeOther().insert_header((header::LOCATION, to.to_string())).finish()
 }
 
+/// The longest notice an action leaves for the next page.
+const MAX_SAID: usize = 500;
+
+/// An action's answer: to the page `to`, which says `text` once (in a
+/// short-lived cookie: reload, back and bookmarks show the page, never
+/// the action again).
+pub(crate) fn redirect_saying(to: &str, text: &str) -> HttpResponse {
+    let text: String = text.chars().take(MAX_SAID).collect();
+    let cookie = actix_web::cookie::Cookie::build(SAID_COOKIE, urlencode(&text))
+        .path("/")
+        .http_only(true)
+        .same_site(actix_web::cookie::SameSite::Strict)
+        .max_age(actix_web::cookie::time::Duration::seconds(60))
+        .finish();
+    HttpResponse::SeeOther().cookie(cookie).insert_header((header::LOCATION, to.to_string())).finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,6 +654,19 @@ mod tests {
         assert_eq!(count(0), "0");
         assert_eq!(count(999), "999");
         assert_eq!(count(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn field_paths_read_as_words() {
+        assert_eq!(field_label("config.mappings[0].cursor_field"), "Mappings #1 › cursor field");
+        assert_eq!(field_label("name"), "Name");
+        assert_eq!(field_label("config.port"), "Port");
+        let e = ApiError::validation(vec![sluice_domain::FieldError::new("config.port", "must be an integer")]);
+        let p = Problems::of(Some(&e));
+        assert_eq!(p.on("config"), Some("must be an integer"));
+        assert_eq!(p.on("config.port"), Some("must be an integer"));
+        assert_eq!(p.on("config.po"), None);
+        assert_eq!(p.invalid("name"), None);
     }
 
     #[test]

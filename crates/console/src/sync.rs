@@ -3,7 +3,7 @@
 use crate::orgs::{duration, runs_table};
 use crate::page::{
     Empty, OrgCtx, PageError, PageResult, Paging, Post, Session, badge, button, bytes, count, csrf, error_box, failed,
-    json_block, notice, page, pager, redirect, when, when_opt,
+    json_block, notice, page, pager, redirect, redirect_saying, when, when_opt,
 };
 use crate::svg;
 use actix_web::web::{Data, Path, Query};
@@ -13,9 +13,8 @@ use sluice_domain::FieldError;
 use sluice_domain::connect::connection::Connection;
 use sluice_domain::shared::ids::{ConnectionId, FlowId, RunId};
 use sluice_domain::shared::page::PageRequest;
-use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, LogLevel, Mapping, Run, RunStatus, Trigger};
-use sluice_domain::sync::mode::SyncMode;
-use sluice_domain::sync::service::{FlowUpdate, NewFlow};
+use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, LogLevel, Run, RunStatus, Trigger};
+use sluice_domain::sync::service::FlowUpdate;
 use sluice_domain::sync::verify::{KeyList, Verification, verifiable};
 use sluice_http::AppState;
 use sluice_http::error::ApiError;
@@ -23,7 +22,12 @@ use uuid::Uuid;
 
 const ALL: PageRequest = PageRequest { limit: 200, after: None };
 
-async fn connections(state: &AppState, s: &Session, ctx: &OrgCtx) -> Result<Vec<Connection>, PageError> {
+pub(crate) fn nonempty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+pub(crate) async fn connections(state: &AppState, s: &Session, ctx: &OrgCtx) -> Result<Vec<Connection>, PageError> {
     Ok(state.sluice.connect.list_connections(&s.caller.principal, ctx.id(), ALL).await?.items)
 }
 
@@ -75,139 +79,6 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<P
         }
     };
     Ok(page(&ctx, &s, "/flows", "Flows", body))
-}
-
-#[derive(Deserialize, Default)]
-pub struct NewFlowQuery {
-    source: Option<Uuid>,
-    entity: Option<String>,
-}
-
-/// `GET /o/{org}/flows/new`.
-pub async fn new_flow(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<NewFlowQuery>) -> PageResult {
-    let ctx = OrgCtx::load(&state, &s, org.into_inner()).await?;
-    let form = FlowForm {
-        source: q.source.map(|u| u.to_string()).unwrap_or_default(),
-        source_entity: q.entity.clone().unwrap_or_default(),
-        name: q.entity.clone().map(|e| format!("sync {e}")).unwrap_or_default(),
-        sync_mode: "full_refresh_overwrite".into(),
-        ..Default::default()
-    };
-    new_flow_page(&state, &s, &ctx, &form, None).await
-}
-
-async fn new_flow_page(
-    state: &AppState,
-    s: &Session,
-    ctx: &OrgCtx,
-    f: &FlowForm,
-    error: Option<&ApiError>,
-) -> PageResult {
-    let conns = connections(state, s, ctx).await?;
-    let modes: Vec<&str> = sluice_domain::sync::SyncMode::ALL.iter().map(|m| m.as_str()).collect();
-    // Source and destination never start as one connection: unless picked,
-    // the destination is the first connection other than the source.
-    let source = match f.source.as_str() {
-        "" => conns.first().map(|c| c.id.to_string()).unwrap_or_default(),
-        picked => picked.to_string(),
-    };
-    let destination = match f.destination.as_str() {
-        "" => conns.iter().map(|c| c.id.to_string()).find(|id| *id != source).unwrap_or_else(|| source.clone()),
-        picked => picked.to_string(),
-    };
-    let body = html! {
-        @if let Some(e) = error { (error_box(e)) }
-        form.grid method="post" action=(ctx.at("/flows")) {
-            (csrf(s))
-            label for="flow-name" { "Name" } input #flow-name name="name" required value=(f.name);
-            label for="flow-source" { "Source" }
-            select #flow-source name="source" required {
-                @for c in &conns { option value=(c.id) selected[c.id.to_string() == source] { (c.name) " (" (c.connector_type) ")" } }
-            }
-            label for="flow-destination" { "Destination" }
-            select #flow-destination name="destination" required {
-                @for c in &conns { option value=(c.id) selected[c.id.to_string() == destination] { (c.name) " (" (c.connector_type) ")" } }
-            }
-            label for="flow-entity" { "Source entity" } input #flow-entity name="source_entity" required value=(f.source_entity) placeholder="public.orders";
-            label for="flow-dest-entity" { "Destination entity" } input #flow-dest-entity name="dest_entity" value=(f.dest_entity) placeholder="same as the source";
-            label for="flow-mode" { "Sync mode" }
-            select #flow-mode name="sync_mode" { @for m in modes { option value=(m) selected[m == f.sync_mode] { (m) } } }
-            label for="flow-cursor" { "Cursor field" } input #flow-cursor name="cursor_field" value=(f.cursor_field) placeholder="updated_at (incremental modes)";
-            label for="flow-pk" { "Primary key" } input #flow-pk name="primary_key" value=(f.primary_key) placeholder="id (deduped mode)";
-            (schedule_field("flow-schedule", "Schedule", &f.schedule, true))
-            span {} button.primary { "Create flow" }
-        }
-        p.hint { "More entities, transforms and dependencies can be added on the flow's page, or with IaC." }
-    };
-    Ok(page(ctx, s, "/flows", "New flow", body))
-}
-
-#[derive(Deserialize, Default)]
-pub struct FlowForm {
-    name: String,
-    source: String,
-    #[serde(default)]
-    destination: String,
-    source_entity: String,
-    #[serde(default)]
-    dest_entity: String,
-    sync_mode: String,
-    #[serde(default)]
-    cursor_field: String,
-    #[serde(default)]
-    primary_key: String,
-    #[serde(default)]
-    schedule: String,
-}
-
-fn nonempty(s: &str) -> Option<String> {
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_string())
-}
-
-fn connection_id(field: &str, s: &str) -> Result<ConnectionId, ApiError> {
-    s.parse::<Uuid>()
-        .map(ConnectionId::from)
-        .map_err(|_| ApiError::validation(vec![FieldError::new(field, "pick a connection")]))
-}
-
-/// `POST /o/{org}/flows`.
-pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>) -> PageResult {
-    let s = &post.session;
-    let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
-    let f = &post.form;
-    let built = (|| {
-        let sync_mode = SyncMode::parse(&f.sync_mode)
-            .ok_or_else(|| ApiError::validation(vec![FieldError::new("sync_mode", "pick a sync mode")]))?;
-        let mapping = Mapping {
-            source_entity: f.source_entity.trim().to_string(),
-            dest_entity: nonempty(&f.dest_entity),
-            sync_mode,
-            cursor_field: nonempty(&f.cursor_field),
-            primary_key: nonempty(&f.primary_key),
-            transform: vec![],
-            schema_policy: Default::default(),
-            asset: None,
-            cursor_lookback: None,
-            delete_mode: None,
-        };
-        Ok::<_, ApiError>(NewFlow {
-            name: f.name.clone(),
-            source_connection_id: connection_id("source", &f.source)?,
-            destination_connection_id: connection_id("destination", &f.destination)?,
-            schedule: nonempty(&f.schedule),
-            config: FlowConfig { mappings: vec![mapping], depends_on: vec![], continuous: false, verify: None },
-            status: FlowStatus::Active,
-        })
-    })();
-    let result = match built {
-        Ok(new) => state.sluice.sync.create_flow(&s.caller.principal, ctx.id(), new).await.map_err(ApiError::from),
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(flow) => Ok(redirect(&ctx.at(&format!("/flows/{}", flow.id)))),
-        Err(e) => new_flow_page(&state, s, &ctx, f, Some(&e)).await,
-    }
 }
 
 async fn flow_page(state: &AppState, s: &Session, ctx: &OrgCtx, flow: Flow, shown: Option<Markup>) -> PageResult {
@@ -468,12 +339,15 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
     };
     let repointed = update.source_connection_id.is_some() || update.destination_connection_id.is_some();
     match state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), flow.id, update).await {
-        Ok(saved) if repointed && saved.config.mappings.iter().any(|m| m.sync_mode.incremental()) => {
-            let said = "Saved. The flow now uses other connections and keeps its cursors: reset a cursor below \
-                        to read that table from the start.";
-            flow_page(&state, s, &ctx, saved, Some(notice(said))).await
+        Ok(saved) => {
+            let said = if repointed && saved.config.mappings.iter().any(|m| m.sync_mode.incremental()) {
+                "Saved. The flow now uses other connections and keeps its cursors: reset a cursor below \
+                 to read that table from the start."
+            } else {
+                "Saved."
+            };
+            Ok(redirect_saying(&ctx.at(&format!("/flows/{}", saved.id)), said))
         }
-        Ok(saved) => flow_page(&state, s, &ctx, saved, Some(notice("Saved."))).await,
         Err(e) => flow_page_with(&state, s, &ctx, flow, Some(error_box(&e.into())), Some(f)).await,
     }
 }
@@ -501,7 +375,11 @@ pub async fn set_status(state: Data<AppState>, post: Post<StatusForm>, path: Pat
         .ok_or_else(|| ApiError::validation(vec![FieldError::new("status", "must be active or paused")]))?;
     let update = FlowUpdate { status: Some(status), ..FlowUpdate::default() };
     state.sluice.sync.update_flow(&s.caller.principal, ctx.id(), FlowId::from(id), update).await?;
-    Ok(redirect(&ctx.at(&format!("/flows/{id}"))))
+    let said = match status {
+        FlowStatus::Paused => "Paused: no scheduled run starts until it is resumed.",
+        _ => "Resumed.",
+    };
+    Ok(redirect_saying(&ctx.at(&format!("/flows/{id}")), said))
 }
 
 #[derive(Deserialize)]
@@ -518,8 +396,8 @@ pub async fn set_cursor(state: Data<AppState>, post: Post<CursorForm>, path: Pat
     let (ctx, flow) = load(&state, s, org, id).await?;
     let f = &post.form;
     let c = state.sluice.sync.set_cursor(&s.caller.principal, ctx.id(), flow.id, &f.entity, &f.value).await?;
-    let shown = notice(&format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default()));
-    flow_page(&state, s, &ctx, flow, Some(shown)).await
+    let said = format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default());
+    Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
 }
 
 /// `POST /o/{org}/flows/{id}/cursors/reset`.
@@ -528,8 +406,8 @@ pub async fn reset_cursor(state: Data<AppState>, post: Post<CursorForm>, path: P
     let s = &post.session;
     let (ctx, flow) = load(&state, s, org, id).await?;
     state.sluice.sync.reset_cursor(&s.caller.principal, ctx.id(), flow.id, &post.form.entity).await?;
-    let shown = notice(&format!("Cursor of {} reset; the next run reads from the start.", post.form.entity));
-    flow_page(&state, s, &ctx, flow, Some(shown)).await
+    let said = format!("Cursor of {} reset; the next run reads from the start.", post.form.entity);
+    Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
 }
 
 /// Whether any mapping of `entity` keeps a cursor (or a change stream's
@@ -821,7 +699,7 @@ const SCHEDULE_PRESETS: [(&str, &str); 7] = [
 /// named in words), and a hint saying what the saved expression means.
 /// `grid`: in a two-column form, where the hint takes the next row's
 /// second column.
-fn schedule_field(id: &str, label: &str, value: &str, grid: bool) -> Markup {
+pub(crate) fn schedule_field(id: &str, label: &str, value: &str, grid: bool) -> Markup {
     let list = format!("{id}-presets");
     let hint = format!("{id}-hint");
     html! {
@@ -839,7 +717,7 @@ fn schedule_field(id: &str, label: &str, value: &str, grid: bool) -> Markup {
 
 /// A flow's schedule as lists and pages show it: the expression, and in
 /// words what it means when it is a common one.
-fn schedule_text(schedule: Option<&str>) -> Markup {
+pub(crate) fn schedule_text(schedule: Option<&str>) -> Markup {
     match schedule {
         None => html! { "manual" },
         Some(cron) => html! {

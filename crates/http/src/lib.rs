@@ -158,6 +158,7 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(rules::replace)
         .service(rules::remove)
         .service(rules::deliveries)
+        .service(rules::test)
         .service(rules::notify)
         .service(billing::status)
         .service(billing::checkout)

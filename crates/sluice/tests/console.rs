@@ -154,6 +154,15 @@ impl Browser {
             .to_string()
     }
 
+    /// Whether a checkbox is ticked.
+    async fn checked(&self, css: &str) -> bool {
+        let id = self.find(css).await;
+        self.call(reqwest::Method::GET, &format!("/element/{id}/property/checked"), None)
+            .await
+            .as_bool()
+            .unwrap_or(false)
+    }
+
     /// Waits up to `secs` for `css`'s text to contain `want`.
     async fn wait_text(&self, css: &str, want: &str, secs: u64) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -330,14 +339,23 @@ async fn a_user_syncs_postgres_from_the_console_and_watches_the_run() {
     browser.screenshot("preview").await;
 
     // A flow from the discovered entity.
+    // Its tables are picked like Airbyte's schema tab: the discovered
+    // table ticked, its cursor picked from its columns.
     browser.click("a.sync-entity").await;
     browser.wait_text("h1", "New flow", 10).await;
-    assert!(browser.value("#flow-entity").await.ends_with("orders"));
     browser.click(&format!("#flow-destination option[value='{dst}']")).await;
-    browser.click("#flow-mode option[value='incremental_append']").await;
-    browser.type_into("#flow-cursor", "updated_at").await;
     browser.type_into("#flow-name", "orders").await;
-    browser.click("form[action$='/flows'] button.primary").await;
+    browser.click("#choose-tables").await;
+    browser.wait_text("h1", "Choose tables", 20).await;
+    let row = "tr[data-entity$='orders']";
+    assert!(
+        browser.checked(&format!("{row} input[type=checkbox][name$='.sync']")).await,
+        "the table from discovery is ticked"
+    );
+    assert_eq!(browser.value(&format!("{row} select.cursor")).await, "updated_at");
+    browser.click(&format!("{row} select.mode option[value='incremental_append']")).await;
+    browser.screenshot("tables").await;
+    browser.click("form[action$='/flows/build'] button.primary").await;
     browser.wait_text("h1", "orders", 10).await;
     let flow = id_after(&browser.url().await, "flows");
 

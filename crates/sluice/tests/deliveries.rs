@@ -1,6 +1,7 @@
 //! A notification delivery that fails is retried after the process is
 //! killed and started again: the outbox is in the metadata store, and the
-//! retry carries the same `webhook-id`.
+//! retry carries the same `webhook-id`. A test sent through a rule is
+//! delivered like any event.
 
 mod common;
 
@@ -14,12 +15,16 @@ use std::time::{Duration, Instant};
 struct Receiver {
     /// The `webhook-id` of each request, in order.
     ids: Mutex<Vec<String>>,
+    /// The `webhook-signature` of each request.
+    signed: Mutex<Vec<String>>,
     accept: Mutex<bool>,
 }
 
 async fn receive(r: web::Data<Arc<Receiver>>, req: HttpRequest) -> HttpResponse {
     let id = req.headers().get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     r.ids.lock().unwrap().push(id);
+    let signature = req.headers().get("webhook-signature").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    r.signed.lock().unwrap().push(signature.to_string());
     if *r.accept.lock().unwrap() {
         HttpResponse::NoContent().finish()
     } else {
@@ -116,6 +121,28 @@ async fn a_failed_delivery_is_retried_after_a_restart() {
             break;
         }
         assert!(Instant::now() < deadline, "not recorded as delivered: {d}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A test sent through the rule, disabled: delivered, signed as any
+    // delivery, and listed with the rule's deliveries.
+    let at = format!("/v1/organizations/{org}/rules/{rule}");
+    let body =
+        json!({"name": "r", "event": "run.failed", "channel": {"type": "webhook", "url": hook}, "enabled": false});
+    let (status, b) = api.call(reqwest::Method::PUT, &at, Some(body)).await;
+    assert_eq!(status, 200, "{b}");
+    let test = api.post(&format!("{at}/test"), json!({})).await;
+    assert_eq!(test["event_type"], "rule.test", "{test}");
+    wait("the test's delivery", 20, || rx.ids.lock().unwrap().len() == 3).await;
+    assert!(rx.signed.lock().unwrap().iter().all(|s| s.starts_with("v1,")), "every attempt signed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = api.get(&deliveries).await;
+        if d["data"][0]["event_type"] == "rule.test" && d["data"][0]["status"] == "delivered" {
+            assert_eq!(d["data"][0]["event_id"], test["event_id"], "{d}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the test not listed as delivered: {d}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let _ = std::fs::remove_dir_all(&data);

@@ -22,6 +22,41 @@ use time::OffsetDateTime;
 #[async_trait]
 impl sluice_domain::monitoring::ports::ActivityRepository for Store {
     async fn record_event(&self, e: &ActivityEvent) -> Result<()> {
+        self.record(e, None).await
+    }
+
+    async fn record_test(&self, e: &ActivityEvent, rule: RuleId) -> Result<()> {
+        self.record(e, Some(rule)).await
+    }
+
+    async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>> {
+        let mut q = activity_events::Entity::find().filter(activity_events::Column::OrgId.eq(org.as_uuid()));
+        if let Some(s) = since {
+            q = q.filter(activity_events::Column::CreatedAt.gte(s.to_offset(time::UtcOffset::UTC)));
+        }
+        Ok(q.order_by_desc(activity_events::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .map_err(db_err)?
+            .into_iter()
+            .map(|m| ActivityEvent {
+                id: m.id,
+                org_id: m.org_id.into(),
+                event_type: sluice_domain::monitoring::activity::EventType::parse(&m.event_type),
+                severity: m.severity,
+                message: m.message,
+                data: m.data,
+                created_at: m.created_at,
+            })
+            .collect())
+    }
+}
+
+impl Store {
+    /// Records `e` and, in the same transaction, queues a delivery per
+    /// enabled rule matching it (the outbox), or to the rule `only` alone.
+    async fn record(&self, e: &ActivityEvent, only: Option<RuleId>) -> Result<()> {
         written!(self, |tx| {
             activity_events::Entity::insert(activity_events::ActiveModel {
                 id: Set(e.id),
@@ -37,16 +72,18 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
             .map_err(db_err)?;
             // The outbox: a delivery per matching rule, in this transaction.
             let mut queued = false;
-            let rules = notification_rules::Entity::find()
-                .filter(notification_rules::Column::OrgId.eq(e.org_id.as_uuid()))
-                .filter(notification_rules::Column::Event.eq(e.event_type.as_str()))
-                .filter(notification_rules::Column::Enabled.eq(true))
-                .all(tx.c())
-                .await
-                .map_err(db_err)?;
+            let rules =
+                notification_rules::Entity::find().filter(notification_rules::Column::OrgId.eq(e.org_id.as_uuid()));
+            let rules = match only {
+                Some(id) => rules.filter(notification_rules::Column::Id.eq(id.as_uuid())),
+                None => rules
+                    .filter(notification_rules::Column::Event.eq(e.event_type.as_str()))
+                    .filter(notification_rules::Column::Enabled.eq(true)),
+            };
+            let rules = rules.all(tx.c()).await.map_err(db_err)?;
             for m in rules {
                 let r = self.rule_from(m)?;
-                if !r.matches(e) {
+                if only.is_none() && !r.matches(e) {
                     continue;
                 }
                 let body = match r.channel.kind {
@@ -81,29 +118,6 @@ impl sluice_domain::monitoring::ports::ActivityRepository for Store {
             }
             Ok(())
         })
-    }
-
-    async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>> {
-        let mut q = activity_events::Entity::find().filter(activity_events::Column::OrgId.eq(org.as_uuid()));
-        if let Some(s) = since {
-            q = q.filter(activity_events::Column::CreatedAt.gte(s.to_offset(time::UtcOffset::UTC)));
-        }
-        Ok(q.order_by_desc(activity_events::Column::Id)
-            .limit(limit)
-            .all(&self.db)
-            .await
-            .map_err(db_err)?
-            .into_iter()
-            .map(|m| ActivityEvent {
-                id: m.id,
-                org_id: m.org_id.into(),
-                event_type: sluice_domain::monitoring::activity::EventType::parse(&m.event_type),
-                severity: m.severity,
-                message: m.message,
-                data: m.data,
-                created_at: m.created_at,
-            })
-            .collect())
     }
 }
 

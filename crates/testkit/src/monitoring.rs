@@ -5,39 +5,15 @@ use super::*;
 #[async_trait]
 impl sluice_domain::monitoring::ports::ActivityRepository for InMemoryFlows {
     async fn record_event(&self, e: &sluice_domain::monitoring::activity::ActivityEvent) -> Result<()> {
-        use sluice_domain::monitoring::delivery::{Delivery, DeliveryStatus};
-        use sluice_domain::monitoring::rule::{self, ChannelKind};
-        let mut s = self.s();
-        s.events.push(e.clone());
-        let queued: Vec<Queued> = s
-            .rules
-            .iter()
-            .filter(|r| r.matches(e))
-            .map(|r| Queued {
-                delivery: Delivery {
-                    id: sluice_domain::shared::ids::DeliveryId::new(),
-                    org_id: e.org_id,
-                    rule_id: r.id,
-                    event_id: e.id,
-                    event_type: e.event_type.to_string(),
-                    status: DeliveryStatus::Pending,
-                    attempts: 0,
-                    response_code: None,
-                    error: None,
-                    next_attempt_at: Some(e.created_at),
-                    created_at: e.created_at,
-                    updated_at: e.created_at,
-                },
-                body: match r.channel.kind {
-                    ChannelKind::Webhook => rule::webhook_body(e),
-                    ChannelKind::Slack => rule::slack_body(e),
-                },
-                message_id: rule::message_id(e),
-                claim: None,
-            })
-            .collect();
-        s.deliveries.extend(queued);
-        Ok(())
+        self.record(e, None)
+    }
+
+    async fn record_test(
+        &self,
+        e: &sluice_domain::monitoring::activity::ActivityEvent,
+        rule: sluice_domain::shared::ids::RuleId,
+    ) -> Result<()> {
+        self.record(e, Some(rule))
     }
 
     async fn events(
@@ -254,5 +230,50 @@ impl sluice_domain::monitoring::ports::WebhookSender for RecordingSender {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .unwrap_or(sluice_domain::monitoring::delivery::AttemptResult::Delivered(200))
+    }
+}
+
+impl InMemoryFlows {
+    fn record(
+        &self,
+        e: &sluice_domain::monitoring::activity::ActivityEvent,
+        only: Option<sluice_domain::shared::ids::RuleId>,
+    ) -> Result<()> {
+        use sluice_domain::monitoring::delivery::{Delivery, DeliveryStatus};
+        use sluice_domain::monitoring::rule::{self, ChannelKind};
+        let mut s = self.s();
+        s.events.push(e.clone());
+        let queued: Vec<Queued> = s
+            .rules
+            .iter()
+            .filter(|r| match only {
+                Some(id) => r.id == id && r.org_id == e.org_id,
+                None => r.matches(e),
+            })
+            .map(|r| Queued {
+                delivery: Delivery {
+                    id: sluice_domain::shared::ids::DeliveryId::new(),
+                    org_id: e.org_id,
+                    rule_id: r.id,
+                    event_id: e.id,
+                    event_type: e.event_type.to_string(),
+                    status: DeliveryStatus::Pending,
+                    attempts: 0,
+                    response_code: None,
+                    error: None,
+                    next_attempt_at: Some(e.created_at),
+                    created_at: e.created_at,
+                    updated_at: e.created_at,
+                },
+                body: match r.channel.kind {
+                    ChannelKind::Webhook => rule::webhook_body(e),
+                    ChannelKind::Slack => rule::slack_body(e),
+                },
+                message_id: rule::message_id(e),
+                claim: None,
+            })
+            .collect();
+        s.deliveries.extend(queued);
+        Ok(())
     }
 }

@@ -562,10 +562,11 @@ impl ConnectorSpec {
                     if !ok {
                         errors.push(crate::FieldError::new(
                             format!("config.{}", f.name),
-                            format!(
-                                "must be a {}",
-                                serde_json::to_value(f.field_type).unwrap_or_default().as_str().unwrap_or("value")
-                            ),
+                            match f.field_type {
+                                ConfigFieldType::Integer => "must be an integer",
+                                ConfigFieldType::String => "must be a string",
+                                ConfigFieldType::Boolean => "must be a boolean",
+                            },
                         ));
                     }
                 }

@@ -20,6 +20,9 @@ pub trait ActivityRepository: Send + Sync {
     /// for every enabled rule of its organization that
     /// [matches](NotificationRule::matches) it (the outbox).
     async fn record_event(&self, event: &ActivityEvent) -> Result<()>;
+    /// Records `event` and queues its delivery to `rule` alone, whatever
+    /// event the rule names and whether it is enabled: a test of the rule.
+    async fn record_test(&self, event: &ActivityEvent, rule: crate::shared::ids::RuleId) -> Result<()>;
     /// The organization's events, newest first, at or after `since`.
     async fn events(&self, org: OrgId, since: Option<OffsetDateTime>, limit: u64) -> Result<Vec<ActivityEvent>>;
 }

@@ -191,6 +191,31 @@ pub async fn remove(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uui
     Ok(HttpResponse::NoContent().finish())
 }
 
+/// What a rule's test queued.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RuleTestResponse {
+    /// The test's activity event (`rule.test`); its delivery is listed
+    /// under the rule's deliveries, with this `event_id`.
+    pub event_id: Uuid,
+    pub event_type: String,
+    pub message: String,
+}
+
+/// Sends a test event through this rule alone, enabled or not (Editor):
+/// its delivery follows within seconds, under the rule's deliveries.
+#[utoipa::path(tag = "rules", params(("orgId" = Uuid, Path), ("ruleId" = Uuid, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 202, body = RuleTestResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[post("/organizations/{orgId}/rules/{ruleId}/test")]
+pub async fn test(state: Data<AppState>, caller: Caller, path: Path<(Uuid, Uuid)>) -> ApiResult<HttpResponse> {
+    let (org, id) = path.into_inner();
+    let e = state.sluice.monitoring.send_test(&caller.principal, org.into(), RuleId::from(id)).await?;
+    Ok(HttpResponse::Accepted().json(RuleTestResponse {
+        event_id: e.id,
+        event_type: e.event_type.to_string(),
+        message: e.message,
+    }))
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryResponse {
     pub id: Uuid,
