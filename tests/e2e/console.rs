@@ -1158,7 +1158,8 @@ sluice_tests::on_both_backends!(
     assets_are_deleted_and_the_gateway_shows_its_quota,
     tables_are_picked_from_the_source,
     connections_are_created_from_their_spec,
-    contracts_are_made_and_edited_in_the_catalog
+    contracts_are_made_and_edited_in_the_catalog,
+    runs_are_listed_by_status_and_day
 );
 
 /// A failed run says why on its page and in the flows list; a full
@@ -1562,6 +1563,21 @@ async fn tables_are_picked_from_the_source(app: TestApp) {
         sqlx::query_as("SELECT name FROM pragma_table_info('items') ORDER BY cid").fetch_all(&mut c).await.unwrap();
     let cols: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
     assert!(cols.contains(&"updated_at") && !cols.contains(&"secret"), "{cols:?}");
+
+    // Clear data and resync, from the flow's page: to the run it queued.
+    let flow_page = format!("/o/{org}/flows/{flow}");
+    let (_, html, _) = admin.get(&flow_page).await;
+    assert!(
+        html.contains(&format!("action=\"{flow_page}/resync\"")) && html.contains("Clear data and resync"),
+        "{html}"
+    );
+    let csrf = admin.csrf(&flow_page).await;
+    let (status, html, _) = admin
+        .post_and_follow(&format!("{flow_page}/resync"), &[("csrf", &csrf), ("entity", "notes")], Some(&origin))
+        .await;
+    assert!(status == StatusCode::OK && html.contains("Clearing notes") && html.contains("<h1>Run "), "{html}");
+    let audit = check!(app.get(&format!("{base}/audit-logs?resource_id={flow}"), &ann).await, 200).body;
+    assert!(audit.to_string().contains("flow.entity.cleared"), "{audit}");
 }
 
 /// A new connection is a form built from its type's spec (typed inputs,
@@ -1724,4 +1740,51 @@ async fn contracts_are_made_and_edited_in_the_catalog(app: TestApp) {
     let csrf_v = viewer.csrf(&catalog).await;
     let (status, _, _) = viewer.post(&page, &[("csrf", &csrf_v), ("name", "mine")], Some(&origin)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+/// Every run of a flow on its runs page, filtered by status and by days
+/// (UTC); a day that is no date is said on the page.
+async fn runs_are_listed_by_status_and_day(app: TestApp) {
+    let Team { org, ann, admin, .. } = team(&app).await;
+    let base = format!("/v1/organizations/{org}");
+    let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
+    let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("shop", "shop.db")).await, 201).id();
+    let wh = check!(app.post(&format!("{base}/connections"), &ann, lite("wh", "wh.db")).await, 201).id();
+    {
+        use sqlx::Connection;
+        let file = app.org_files(&org).join("shop.db");
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+        sqlx::query("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)").execute(&mut c).await.unwrap();
+    }
+    let body = json!({"name": "items", "source_connection_id": shop, "destination_connection_id": wh,
+        "config": {"mappings": [{"source_entity": "items", "sync_mode": "full_refresh_overwrite"}]}});
+    let flow = check!(app.post(&format!("{base}/flows"), &ann, body).await, 201).id();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = sluice_tests::run_flow(&app, &ann, &org, &flow).await;
+        assert_eq!(r["status"], "succeeded", "{r}");
+        ids.push(r["id"].as_str().unwrap().to_string());
+    }
+    let page = format!("/o/{org}/flows/{flow}/runs");
+    let (_, html, _) = admin.get(&format!("/o/{org}/flows/{flow}")).await;
+    assert!(html.contains(&format!("href=\"{page}\"")), "linked from the flow: {html}");
+    let shown = |html: &str| ids.iter().filter(|id| html.contains(&format!("/runs/{id}\""))).count();
+    let (status, html, _) = admin.get(&page).await;
+    assert_eq!((status, shown(&html)), (StatusCode::OK, 3), "{html}");
+    let today = time::OffsetDateTime::now_utc().date();
+    let d = |d: time::Date| format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day());
+    let (yesterday, tomorrow) = (today.previous_day().unwrap(), today.next_day().unwrap());
+    for (query, want) in [
+        (format!("status=succeeded&since={}&until={}", d(yesterday), d(tomorrow)), 3),
+        ("status=failed".to_string(), 0),
+        (format!("until={}", d(yesterday)), 0),
+        (format!("since={}", d(tomorrow)), 0),
+        (format!("since={}", d(yesterday)), 3),
+    ] {
+        let (status, html, _) = admin.get(&format!("{page}?{query}")).await;
+        assert_eq!((status, shown(&html)), (StatusCode::OK, want), "{query}: {html}");
+    }
+    let (status, html, _) = admin.get(&format!("{page}?until=soon")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains("YYYY-MM-DD"), "{html}");
 }

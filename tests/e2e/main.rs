@@ -14,6 +14,7 @@ mod limits;
 mod monitoring;
 mod oauth;
 mod organizations;
+mod resync;
 mod rules;
 mod sso;
 mod verify;

@@ -120,6 +120,8 @@ fn pages(cfg: &mut web::ServiceConfig, config: ConsoleConfig) {
                 .route("/flows/{id}/status", web::post().to(sync::set_status))
                 .route("/flows/{id}/cursors/set", web::post().to(sync::set_cursor))
                 .route("/flows/{id}/cursors/reset", web::post().to(sync::reset_cursor))
+                .route("/flows/{id}/resync", web::post().to(sync::resync))
+                .route("/flows/{id}/runs", read().to(sync::runs_page))
                 .route("/flows/{id}/delete", web::post().to(sync::delete))
                 .route("/runs/{id}", read().to(sync::run_page))
                 .route("/runs/{id}/log.txt", read().to(sync::run_log_text))

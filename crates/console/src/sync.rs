@@ -101,6 +101,7 @@ async fn flow_page_with(
     let stream = state.sluice.sync.stream_health(p, ctx.id(), flow.id).await?;
     let runs = details.runs;
     let snapshots: Vec<_> = details.state.iter().map(|e| e.snapshot).collect();
+    let clearing: Vec<bool> = details.state.iter().map(|e| e.clearing).collect();
     let captures = snapshots.iter().any(Option::is_some);
     let cursors: Vec<_> = details.state.into_iter().map(|e| e.cursor).collect();
     let neighbours = |list: &[sluice_domain::sync::views::Neighbour]| {
@@ -147,6 +148,7 @@ async fn flow_page_with(
         }
         h2 { "Runs" }
         (runs_table(ctx, &runs, |_| name.clone()))
+        p { a href=(format!("{at}/runs")) { "All runs, by status and date →" } }
         h2 { "Verification" }
         (verification_summary(last_check.as_ref()))
         @if ctx.can_write() && flow.config.mappings.iter().any(verifiable) {
@@ -168,19 +170,25 @@ async fn flow_page_with(
                 }
             }
         }
-        h2 { "Cursors" }
-        @if cursors.is_empty() { p.muted { "No incremental entities." } } @else {
+        h2 { "Entities and cursors" }
+        @if cursors.is_empty() { p.muted { "No entities." } } @else {
             table {
                 thead { tr { th { "Entity" } th { "Field" } th { "Value" } th { "Updated" } @if captures { th { "Snapshot" } } @if ctx.can_write() { th { "Change" } } } }
-                tbody { @for (c, snapshot) in cursors.iter().zip(&snapshots) { tr {
+                tbody { @for ((c, snapshot), clear) in cursors.iter().zip(&snapshots).zip(&clearing) { tr {
                     td { code { (c.entity) } } td { (c.cursor_field.clone().unwrap_or_default()) }
-                    td { code.cursor { (c.cursor_value.clone().unwrap_or_else(|| "— (from the start)".into())) } }
+                    td {
+                        code.cursor { (c.cursor_value.clone().unwrap_or_else(|| "— (from the start)".into())) }
+                        @if *clear { " " (badge("clear pending")) }
+                    }
                     td { (when(c.updated_at)) }
                     @if captures { td { @if let Some(s) = snapshot {
                         (badge(s.state))
                         @if s.state == "running" && s.chunks_done > 0 { " " span.muted { (s.chunks_done) " of about " (s.chunks_total) " chunks" } }
                     } } }
-                    @if ctx.can_write() && !keeps_cursor(&flow, &c.entity) { td.muted { "full refresh: no cursor" } }
+                    @if ctx.can_write() && !keeps_cursor(&flow, &c.entity) { td {
+                        span.muted { "full refresh: no cursor" } " "
+                        (resync_button(s, &at, &flow, &c.entity))
+                    } }
                     @else if ctx.can_write() { td {
                         form.inline method="post" action=(format!("{at}/cursors/set")) data-confirm="Set this cursor? The next run reads from the new value." {
                             (csrf(s))
@@ -192,6 +200,7 @@ async fn flow_page_with(
                         form.inline method="post" action=(format!("{at}/cursors/reset")) data-confirm="Reset this cursor? The next run reads everything again." {
                             (csrf(s)) input type="hidden" name="entity" value=(c.entity); button.danger { "Reset" }
                         }
+                        (resync_button(s, &at, &flow, &c.entity))
                     } }
                 } } }
             }
@@ -410,6 +419,34 @@ pub async fn reset_cursor(state: Data<AppState>, post: Post<CursorForm>, path: P
     Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
 }
 
+/// "Clear data and resync" for `entity`: confirmed, naming the table it
+/// replaces.
+fn resync_button(s: &Session, at: &str, flow: &Flow, entity: &str) -> Markup {
+    let tables: Vec<&str> =
+        flow.config.mappings.iter().filter(|m| m.source_entity == entity).map(|m| m.destination()).collect();
+    let question = format!(
+        "Clear {} and sync {entity} again? A run starts now and replaces the table with a full copy of the source \
+         when the copy commits; until then the table stays as it is.",
+        tables.join(", ")
+    );
+    html! {
+        form.inline method="post" action=(format!("{at}/resync")) data-confirm=(question) {
+            (csrf(s)) input type="hidden" name="entity" value=(entity); button.danger { "Clear data and resync" }
+        }
+    }
+}
+
+/// `POST /o/{org}/flows/{id}/resync`: the run that clears and reloads.
+pub async fn resync(state: Data<AppState>, post: Post<CursorForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let s = &post.session;
+    let ctx = OrgCtx::load(&state, s, org).await?;
+    let r =
+        state.sluice.sync.clear_and_resync(&s.caller.principal, ctx.id(), FlowId::from(id), &post.form.entity).await?;
+    let said = format!("Clearing {}: this run replaces its table with a full copy of the source.", post.form.entity);
+    Ok(redirect_saying(&ctx.at(&format!("/runs/{}", r.id)), &said))
+}
+
 /// Whether any mapping of `entity` keeps a cursor (or a change stream's
 /// position): a full refresh reads everything every time.
 fn keeps_cursor(flow: &Flow, entity: &str) -> bool {
@@ -473,6 +510,101 @@ fn rank(l: LogLevel) -> u8 {
         LogLevel::Warn => 1,
         LogLevel::Error => 2,
     }
+}
+
+/// The runs page's filters: a status, and days from and to (both
+/// included, UTC, as YYYY-MM-DD).
+#[derive(Deserialize, Default)]
+pub struct RunsQuery {
+    status: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    /// The last run of the page before (older runs follow it).
+    after: Option<Uuid>,
+}
+
+impl RunsQuery {
+    /// The query string of the filters (not the page), for the pager.
+    fn filters(&self) -> String {
+        [("status", &self.status), ("since", &self.since), ("until", &self.until)]
+            .iter()
+            .filter_map(|(k, v)| {
+                v.as_deref().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", crate::page::urlencode(v)))
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// A day of a filter: its first instant, or (`end`) the next day's; an
+/// error names the field.
+fn day(field: &str, value: &Option<String>, end: bool) -> Result<Option<time::OffsetDateTime>, ApiError> {
+    let Some(v) = value.as_deref().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    let d = sluice_domain::shared::record::parse_date(v)
+        .ok_or_else(|| ApiError::validation(vec![FieldError::new(field, "a day, as YYYY-MM-DD")]))?;
+    let d = if end { d.next_day().unwrap_or(d) } else { d };
+    Ok(Some(d.midnight().assume_utc()))
+}
+
+/// The smallest run id made at `t` or later: ids are UUIDv7, ordered by
+/// their time, so the runs before `t` are those below it.
+fn first_id_at(t: time::OffsetDateTime) -> Uuid {
+    let millis = u64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10]).into_uuid()
+}
+
+/// `GET /o/{org}/flows/{id}/runs`: every run of the flow, newest first,
+/// paged, by status and days.
+pub async fn runs_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>, q: Query<RunsQuery>) -> PageResult {
+    let (org, id) = path.into_inner();
+    let (ctx, flow) = load(&state, &s, org, id).await?;
+    let p = &s.caller.principal;
+    let status = match q.status.as_deref().filter(|v| !v.is_empty()) {
+        None => None,
+        Some(v) => Some(
+            RunStatus::parse(v)
+                .ok_or_else(|| ApiError::validation(vec![FieldError::new("status", "is not a run status")]))?,
+        ),
+    };
+    let since = day("since", &q.since, false)?;
+    let until = day("until", &q.until, true)?;
+    // Up to a day: the page starts below that day's end.
+    let after = q.after.or_else(|| until.map(first_id_at));
+    let request = PageRequest { limit: crate::page::PAGE_SIZE, after };
+    let listed = state.sluice.sync.list_runs(p, ctx.id(), flow.id, status, request).await?;
+    // From a day: the list ends at the first run before it.
+    let mut runs = listed.items;
+    let before_since = runs.iter().position(|r| since.is_some_and(|t| r.queued_at < t));
+    let next = match before_since {
+        Some(i) => {
+            runs.truncate(i);
+            None
+        }
+        None => listed.next_cursor,
+    };
+    let at = ctx.at(&format!("/flows/{}/runs", flow.id));
+    let filters = q.filters();
+    let base = if filters.is_empty() { at.clone() } else { format!("{at}?{filters}") };
+    let name = flow.name.clone();
+    let body = html! {
+        p { a href=(ctx.at(&format!("/flows/{}", flow.id))) { "← " (flow.name) } }
+        form.row method="get" action=(at) {
+            label for="r-status" { "Status" }
+            select #r-status name="status" {
+                option value="" { "any" }
+                @for st in RunStatus::ALL { option value=(st.as_str()) selected[status == Some(st)] { (st.as_str()) } }
+            }
+            label for="r-since" { "From" }
+            input #r-since type="date" name="since" value=[q.since.as_deref()];
+            label for="r-until" { "to" }
+            input #r-until type="date" name="until" value=[q.until.as_deref()];
+            button { "Filter" }
+            span.muted { "Days in UTC." }
+        }
+        @if runs.is_empty() { p.muted { "No runs." } } @else { (runs_table(&ctx, &runs, |_| name.clone())) }
+        (pager(&base, q.after, next.as_deref()))
+    };
+    Ok(page(&ctx, &s, "/flows", &format!("Runs of {}", flow.name), body))
 }
 
 /// `GET /o/{org}/runs/{id}`: the run with live progress and log.

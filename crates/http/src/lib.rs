@@ -139,6 +139,7 @@ fn v1(cfg: &mut ServiceConfig) {
         .service(flows::get_state)
         .service(flows::set_state)
         .service(flows::reset_state)
+        .service(flows::resync_entity)
         .service(verifications::verify)
         .service(verifications::list_verifications)
         .service(verifications::get_verification)

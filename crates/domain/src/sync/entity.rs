@@ -58,6 +58,10 @@ struct Read {
     /// The start of the oldest transaction writing to the source when the
     /// read began: never stored past it.
     horizon: Option<time::OffsetDateTime>,
+    /// A clear and resync is pending: this run replaces the destination's
+    /// table with a full copy (no checkpoint: the copy replaces the table
+    /// whole, or not at all), then stores the cursor it reached.
+    clearing: bool,
 }
 
 impl Read {
@@ -129,7 +133,7 @@ impl SyncService {
             return Ok(EntityOutcome::Drift);
         }
         let step = Step { run, flow, m, prior, started: Instant::now(), progress, index };
-        if self.first_load(run, m, dest, &schema, &source_fields, stats).await? {
+        if !read.clearing && self.first_load(run, m, dest, &schema, &source_fields, stats).await? {
             // The target is not there yet: loaded like a full refresh (a
             // fresh table, keys built after), when both sides can; else,
             // or when that cannot begin, the checkpointed way below.
@@ -141,11 +145,13 @@ impl SyncService {
                 Err(e) => tracing::warn!(run = %run.id, entity, error = %e, "no fresh table for a first load"),
             }
         }
-        let writer = dest.open_for(&schema, m.sync_mode.write_mode(), Some(&attempt_of(run))).await?;
+        let mode = if read.clearing { WriteMode::Overwrite } else { m.sync_mode.write_mode() };
+        let writer = dest.open_for(&schema, mode, Some(&attempt_of(run))).await?;
         // Same engine on both sides and nothing to transform: the source's
         // bulk stream goes straight in, undecoded (a fresh table, or a
         // stage merged at each checkpoint).
         if m.transform.is_empty()
+            && !read.clearing
             && let Some(format) = writer.bulk_format()
         {
             let cursor = match m.sync_mode {
@@ -209,7 +215,13 @@ impl SyncService {
             None
         };
         let stored = self.cursors.get(flow.id, entity).await?;
-        stats.cursor_before = stored.as_ref().and_then(|c| c.cursor_value.clone());
+        let clearing = stored.as_ref().is_some_and(|c| c.cursor_field.as_deref() == Some(super::mode::CLEAR_FIELD));
+        stats.cursor_before = stored.as_ref().filter(|_| !clearing).and_then(|c| c.cursor_value.clone());
+        if clearing {
+            let what = "clear and resync: the destination's table is replaced by a full copy of the source when this \
+                        copy commits (nothing is removed before)";
+            self.log(run, LogLevel::Info, Some(entity), what.to_string()).await;
+        }
         let cursor: Option<Value> = match (cursor_idx, &stats.cursor_before) {
             (Some(i), Some(text)) => {
                 Some(parse_cursor(text, source_fields[i].field_type).map_err(|e| format!("stored cursor: {e:?}"))?)
@@ -273,7 +285,7 @@ impl SyncService {
             };
             self.log(run, LogLevel::Info, Some(entity), from).await;
         }
-        Ok(Read { cursor_idx, floor: cursor.clone(), cursor, bound, horizon })
+        Ok(Read { cursor_idx, floor: cursor.clone(), cursor, bound, horizon, clearing })
     }
 
     /// Whether `schema_policy: block_on_new_column` stops the entity: the
@@ -514,7 +526,7 @@ impl SyncService {
                 writer.abort().await;
                 return Err(e.into());
             }
-            if incremental && since_checkpoint >= CHECKPOINT_ROWS {
+            if incremental && !read.clearing && since_checkpoint >= CHECKPOINT_ROWS {
                 let (_, canceled) = self.checkpoint(step, &mut writer, &read.capped(), stats).await?;
                 since_checkpoint = 0;
                 if canceled {
@@ -526,7 +538,13 @@ impl SyncService {
             }
         }
         self.commit(step, writer, stats).await?;
-        self.end_cursor(step, if incremental { read.capped() } else { None }, stats).await?;
+        let cursor = if incremental { read.capped() } else { None };
+        if read.clearing {
+            // The clear is done: its mark gives way to the cursor the copy
+            // reached (none when it read nothing, or keeps none).
+            self.replace_cursor(step.run, step.flow, step.m, &cursor).await?;
+        }
+        self.end_cursor(step, cursor, stats).await?;
         Ok(EntityOutcome::Done)
     }
 
@@ -601,11 +619,18 @@ impl SyncService {
     }
 
     async fn store_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {
-        let Some(v) = cursor else { return Ok(()) };
+        if cursor.is_none() {
+            return Ok(());
+        }
+        self.replace_cursor(run, flow, m, cursor).await
+    }
+
+    /// Stores `cursor` as the entity's, none included (fenced by the run).
+    async fn replace_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {
         let c = Cursor {
             entity: m.source_entity.clone(),
             cursor_field: m.cursor_field.clone(),
-            cursor_value: cursor_text(v),
+            cursor_value: cursor.as_ref().and_then(cursor_text),
             updated_at: self.clock.now(),
         };
         if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }

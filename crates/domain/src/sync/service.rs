@@ -479,6 +479,10 @@ impl SyncService {
             {
                 c.cursor_value = Some(crate::sync::chunks::parse_held(v).0);
             }
+            // A pending clear shows as no cursor.
+            if c.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD) {
+                c.cursor_field = None;
+            }
         }
         Ok(cursors)
     }
@@ -583,6 +587,34 @@ impl SyncService {
         self.cursors.write_by_user(id, entity, None, audit).await
     }
 
+    /// Clears an entity's destination table and syncs it again (Editor;
+    /// audited `flow.entity.cleared`): the run queued now replaces the
+    /// table with a full copy of the source, atomically when the copy
+    /// commits (nothing is removed before, and a copy that fails leaves the
+    /// table as it was and the clear pending for the next run), then
+    /// stores the cursor the copy reached. A CDC entity is copied again in
+    /// a snapshot, as a cursor reset does. Refused while a run of the flow
+    /// is running.
+    pub async fn clear_and_resync(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str) -> Result<Run> {
+        self.identity.access(p, org, Permission::Write).await?;
+        let (_, m) = self.mapping_for(org, id, entity).await?;
+        if m.sync_mode.cdc() {
+            self.reset_cursor(p, org, id, entity).await?;
+        } else {
+            let now = self.clock.now();
+            let audit = AuditEntry::new(Some(org), p.actor(), "flow.entity.cleared", "flow", id, now)
+                .with_details(json!({"entity": entity, "destination": m.destination()}));
+            let mark = Cursor {
+                entity: entity.to_string(),
+                cursor_field: Some(crate::sync::mode::CLEAR_FIELD.into()),
+                cursor_value: None,
+                updated_at: now,
+            };
+            self.cursors.write_by_user(id, entity, Some(mark), audit).await?;
+        }
+        self.trigger_run(p, org, id, Trigger::Manual).await
+    }
+
     /// Each mapped entity's state: its cursor, and for a CDC entity its
     /// copy's progress (`pending` until its first copy, or a copy asked for
     /// again, commits; `running` while a run of the flow executes then, or
@@ -596,6 +628,11 @@ impl SyncService {
             .into_iter()
             .zip(entity_mappings(&f))
             .map(|(mut cursor, m)| {
+                let clearing = cursor.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD);
+                if clearing {
+                    cursor.cursor_field = m.cursor_field.clone();
+                    cursor.cursor_value = None;
+                }
                 let snapshot = m.sync_mode.cdc().then(|| {
                     if cursor.cursor_field.is_none() {
                         cursor.cursor_field = Some(crate::sync::mode::POSITION_FIELD.into());
@@ -617,7 +654,7 @@ impl SyncService {
                         (None, false) => SnapshotProgress { state: "pending", chunks_done: 0, chunks_total: 1 },
                     }
                 });
-                EntityState { cursor, snapshot }
+                EntityState { cursor, snapshot, clearing }
             })
             .collect())
     }
@@ -723,6 +760,9 @@ pub struct SnapshotProgress {
 pub struct EntityState {
     pub cursor: Cursor,
     pub snapshot: Option<SnapshotProgress>,
+    /// A clear and resync is pending: the next run replaces the
+    /// destination's table with a full copy.
+    pub clearing: bool,
 }
 
 /// A connector's failure reaching a flow's `side` as a 422 that says so.

@@ -532,6 +532,10 @@ pub struct CursorResponse {
     /// A CDC entity's copy (absent for other entities).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotResponse>,
+    /// `true` while a clear and resync is pending: the next run replaces
+    /// the destination's table with a full copy (absent otherwise).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub clear_pending: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -550,6 +554,7 @@ impl From<Cursor> for CursorResponse {
             cursor_value: c.cursor_value,
             updated_at: c.updated_at,
             snapshot: None,
+            clear_pending: false,
         }
     }
 }
@@ -561,7 +566,7 @@ impl From<EntityState> for CursorResponse {
             chunks_done: p.chunks_done,
             chunks_total: p.chunks_total,
         });
-        CursorResponse { snapshot, ..s.cursor.into() }
+        CursorResponse { snapshot, clear_pending: s.clearing, ..s.cursor.into() }
     }
 }
 
@@ -585,6 +590,28 @@ pub async fn get_state(
     let (org, id) = path.into_inner();
     let states = state.sluice.sync.state(&caller.principal, org.into(), FlowId::from(id)).await?;
     Ok(Json(StateResponse { flow_id: id, data: states.into_iter().map(Into::into).collect() }))
+}
+
+/// Clears the entity's destination table and syncs it again (Editor;
+/// audited): answers 202 with the run queued, which replaces the table
+/// with a full copy of the source when the copy commits, then stores the
+/// cursor it reached. A CDC entity is copied again in a snapshot.
+/// 409 `run_in_progress` while a run of the flow is running.
+#[utoipa::path(tag = "flows", params(("orgId" = Uuid, Path), ("flowId" = Uuid, Path), ("entity" = String, Path)), security(("bearer" = []), ("api_key" = [])),
+    responses((status = 202, body = RunResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    (status = 409, body = ErrorBody)))]
+#[post("/organizations/{orgId}/flows/{flowId}/state/{entity}/resync")]
+pub async fn resync_entity(
+    state: Data<AppState>,
+    caller: Caller,
+    path: Path<(Uuid, Uuid, String)>,
+) -> ApiResult<HttpResponse> {
+    let (org, id, entity) = path.into_inner();
+    let r = state.sluice.sync.clear_and_resync(&caller.principal, org.into(), FlowId::from(id), &entity).await?;
+    let rid = r.id;
+    Ok(HttpResponse::Accepted()
+        .insert_header((actix_web::http::header::LOCATION, format!("/v1/organizations/{org}/runs/{rid}")))
+        .json(RunResponse::from(r)))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
