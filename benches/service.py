@@ -26,6 +26,7 @@ After each Sluice run the destination is checked equal to the source
     benches/service.py                 # both tables, 1,000,000 rows, 3 rounds
     benches/service.py --shape events --two-databases   # issue 32's setup
     benches/service.py --rows 200000 --rounds 1
+    benches/service.py --shape events --perf /tmp/perf   # and where the time goes
 
 Sling (PyPI `sling-linux-amd64`, or $SLING) and ingestr (PyPI
 `ingestr==1.1.22`) run on the same table, pair and checks when installed
@@ -42,6 +43,7 @@ import argparse
 import glob
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -184,6 +186,9 @@ def main():
     ap.add_argument("--two-databases", action="store_true",
                     help="write into another database of the cluster (issue 32's setup), not another schema")
     ap.add_argument("--no-peers", action="store_true", help="skip Sling and ingestr even when installed")
+    ap.add_argument("--perf", metavar="DIR",
+                    help="after the timed rounds, profile one more pipe, full refresh and first load system-wide "
+                         "with `perf record -a -g` into DIR, and print where the CPU time went")
     args = ap.parse_args()
     if not os.access(BIN, os.X_OK):
         sys.exit(f"no release binary at {BIN}: cargo build --release")
@@ -203,6 +208,55 @@ def main():
         if pg:
             pg.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def perf_record(out, fn):
+    """Runs `fn` under a system-wide `perf record` into `out`: its seconds."""
+    rec = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o", out, "--", "sleep", "3600"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # perf is recording
+    try:
+        return fn()
+    finally:
+        rec.send_signal(signal.SIGINT)
+        rec.wait()
+
+
+def perf_summary(out, what):
+    """Where the CPU time of a recording went: by thread name (postgres
+    backends, Sluice's tokio workers, psql), then Sluice's own hottest
+    functions."""
+    def report(*extra):
+        r = subprocess.run(["perf", "report", "-i", out, "--stdio", "--no-children", "--percent-limit", "1.5", *extra],
+                           capture_output=True, text=True)
+        return [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    print(f"\nperf, {what}: CPU samples by thread name", flush=True)
+    for line in report("--sort", "comm")[:12]:
+        print("   " + line.strip())
+    print(f"perf, {what}: Sluice's hottest functions (self time, % of all samples)")
+    lines = report("--sort", "dso,symbol", "--comm", "tokio-runtime-w,sluice", "-g", "none")
+    for line in lines[:25]:
+        print("   " + line.strip())
+
+
+def profile(pg, api, org, shape, args, src_db, dst_db, ddl, full_flow, flow, inc, checkpoint):
+    """One more pipe, full refresh and first load, each under `perf record`
+    (untimed: the recording costs CPU of its own)."""
+    os.makedirs(args.perf, exist_ok=True)
+    name = shape["name"]
+    pg.psql(f"DROP TABLE IF EXISTS dst.pipe; {ddl}", db=dst_db)
+    checkpoint()
+    pipe_cmd = (f"{pg.q('COPY t TO STDOUT (FORMAT binary)', src_db)} | "
+                f"{pg.q('COPY dst.pipe FROM STDIN (FORMAT binary)', dst_db)}")
+    for what, fn in [
+        ("pipe", lambda: pg.shell(pipe_cmd)),
+        ("full", lambda: api.run(org, full_flow)[0]),
+        ("first", lambda: api.run(org, flow("first-perf", dict(inc, dest_entity="inc_perf")))[0]),
+    ]:
+        checkpoint()
+        out = os.path.join(args.perf, f"{name}-{what}.data")
+        secs = perf_record(out, fn)
+        perf_summary(out, f"{name} {what} ({secs:.2f} s under perf)")
 
 
 def bench(pg, api, shape, args):
@@ -344,6 +398,8 @@ def bench(pg, api, shape, args):
             extra = {"start": frm_iso} if n == "ingestr" else {}
             peer_inc[n].append(run(f"{n.lower()}_inc_0", True, **extra))
             same(f"{n.lower()}_inc_0")
+    if args.perf:
+        profile(pg, api, org, shape, args, src_db, dst_db, ddl, full_flow, flow, inc, checkpoint)
     log = api.call("GET", f"/v1/organizations/{org}/logs/{r['id']}")
     protection = [l["message"] for l in log["data"] if "lookback" in l["message"] or "protection" in l["message"]]
 

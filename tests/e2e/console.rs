@@ -1439,7 +1439,7 @@ async fn assets_are_deleted_and_the_gateway_shows_its_quota(app: TestApp) {
 /// source declares and a cursor picked from its change time; the ticked
 /// tables (and columns) become one flow; problems land on their rows.
 async fn tables_are_picked_from_the_source(app: TestApp) {
-    let Team { org, ann, admin, .. } = team(&app).await;
+    let Team { org, ann, admin, viewer, .. } = team(&app).await;
     let base = format!("/v1/organizations/{org}");
     let lite = |name: &str, path: &str| json!({"name": name, "type": "sqlite", "capability": "both", "config": {"path": path}});
     let shop = check!(app.post(&format!("{base}/connections"), &ann, lite("a-shop", "shop.db")).await, 201).id();
@@ -1522,6 +1522,13 @@ async fn tables_are_picked_from_the_source(app: TestApp) {
     assert!(row(&html, "notes").contains("value=\"notes_log\""), "{html}");
     let listed = check!(app.get(&format!("{base}/flows"), &ann).await, 200).body;
     assert_eq!(listed["data"].as_array().unwrap().len(), 0, "{listed}");
+    // A Viewer is refused before any work.
+    let csrf_v = viewer.csrf(&format!("/o/{org}/flows")).await;
+    for step in ["new", "build"] {
+        let f = [("csrf", csrf_v.as_str()), ("name", "x"), ("source", shop.as_str()), ("e0.entity", "items")];
+        let (status, _, _) = viewer.post(&format!("/o/{org}/flows/{step}"), &f, Some(&origin)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{step}");
+    }
     // Two tables, one column left out: one flow.
     let mut picked = refused.to_vec();
     picked[2] = ("e0.mode", "incremental_deduped");
@@ -1638,6 +1645,17 @@ async fn connections_are_created_from_their_spec(app: TestApp) {
     let id = at.rsplit('/').next().unwrap();
     let c = check!(app.get(&format!("/v1/organizations/{org}/connections/{id}"), &ann).await, 200).body;
     assert_eq!((&c["type"], &c["config"]["path"]), (&json!("sqlite"), &json!("lite.db")), "{c}");
+    // Refused as JSON: the JSON comes back, its credentials blanked.
+    let (status, html, _) = post(vec![
+        ("connector_type", "postgres"),
+        ("name", "wh-json"),
+        ("config", r#"{"host": "127.0.0.1", "port": "x", "database": "d", "user": "u", "password": "json-secret"}"#),
+        ("action", "create"),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(!html.contains("json-secret") && html.contains("&quot;password&quot;: &quot;&quot;"), "{html}");
+    assert!(html.contains(r#"aria-describedby="conn-config-error""#), "the problem at the JSON: {html}");
     // JSON, when written, wins over the fields.
     let (status, html, _) = post(vec![
         ("connector_type", "sqlite"),
@@ -1733,6 +1751,13 @@ async fn contracts_are_made_and_edited_in_the_catalog(app: TestApp) {
     assert!(status == StatusCode::OK && html.contains("Saved as version 3."), "{html}");
     let versions = check!(app.get(&format!("{api}/versions"), &ann).await, 200).body;
     assert_eq!(versions["data"][2]["change"], "breaking", "{versions}");
+
+    // An edit of a version the page no longer shows is refused.
+    let stale = [("csrf", csrf.as_str()), ("version", "2"), ("name", "orders"), ("f0.type", "string")];
+    let (status, html, _) = admin.post(&page, &stale, Some(&origin)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert!(html.contains("it is now version 3"), "{html}");
+    assert_eq!(check!(app.get(&api, &ann).await, 200).body["version"], 3);
 
     // A Viewer sees no edit, and is refused one.
     let (_, html, _) = viewer.get(&page).await;

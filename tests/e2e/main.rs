@@ -14,6 +14,7 @@ mod limits;
 mod monitoring;
 mod oauth;
 mod organizations;
+mod progress;
 mod resync;
 mod rules;
 mod sso;

@@ -1,8 +1,9 @@
-//! Clear data and resync: an entity's destination table is replaced by a
-//! full copy of the source in the run the request queues (rows deleted at
-//! the source and stray rows go, the cursor is the copy's), atomically: a
-//! copy that fails leaves the table as it was and the clear pending. Into
-//! PostgreSQL (incremental by key) and SQLite (full refresh appended).
+//! Clear data and resync: an entity's destination table is emptied and
+//! loaded with a full copy of the source in the run the request queues
+//! (rows deleted at the source and stray rows go, the cursor is the
+//! copy's), in one transaction: a copy that fails midway leaves the table
+//! as it was and the clear pending. Into PostgreSQL (incremental by key,
+//! repeated keys merged) and SQLite (full refresh appended).
 
 use serde_json::json;
 use sluice_tests::run_flow as run;
@@ -71,17 +72,18 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
     ))
     .await;
 
-    // A clear whose copy fails leaves the table as it was, the clear
-    // pending.
-    pg_exec(format!("ALTER TABLE {s}.items RENAME TO items_away")).await;
+    // A clear whose copy fails midway (the destination refuses a row)
+    // leaves the table as it was, the clear pending.
+    pg_exec(format!("ALTER TABLE {d}.items ADD CONSTRAINT no_item_9 CHECK (name <> 'item 9') NOT VALID")).await;
     let state = format!("{base}/flows/{keyed}/state");
     let queued = check!(app.post(&format!("{state}/items/resync"), &ann, json!({})).await, 202);
     let failed = wait(&app, &ann, &org, &queued.id()).await;
     assert_eq!(failed["status"], "failed", "{failed}");
-    assert!(pg_ids(d, "items").await.contains(&999), "untouched by the failed copy");
+    let kept = pg_ids(d, "items").await;
+    assert!(kept.contains(&999) && kept.contains(&3) && !kept.contains(&7), "untouched by the failed copy: {kept:?}");
     let st = check!(app.get(&state, &ann).await, 200).body;
     assert_eq!((&st["data"][0]["clear_pending"], &st["data"][0]["cursor_value"]), (&json!(true), &json!(null)), "{st}");
-    pg_exec(format!("ALTER TABLE {s}.items_away RENAME TO items")).await;
+    pg_exec(format!("ALTER TABLE {d}.items DROP CONSTRAINT no_item_9")).await;
 
     // The next run makes the copy: the table is the source's, exactly.
     let done = run(&app, &ann, &org, &keyed).await;
@@ -93,10 +95,41 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
     assert!(st["data"][0]["cursor_value"].as_str().unwrap().starts_with("2026-01-01T00:50:00"), "{st}");
     let log = check!(app.get(&format!("{base}/logs/{}", done["id"].as_str().unwrap()), &ann).await, 200).body;
     assert!(log.to_string().contains("clear and resync"), "{log}");
-    // Incremental again after it: nothing new read twice.
+    // Incremental again after it: nothing read again but the row at the
+    // cursor (read from it, inclusive).
     let again = run(&app, &ann, &org, &keyed).await;
     assert_eq!(again["status"], "succeeded");
+    assert!(again["entities"][0]["rows_read"].as_u64().unwrap() <= 1, "{again}");
     assert_eq!(pg_ids(d, "items").await, want);
+
+    // A key the source repeats (a table without a primary key, its rows
+    // across several batches) merges, as every incremental run does.
+    pg_exec(format!(
+        "CREATE TABLE {s}.events (id bigint NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO {s}.events SELECT i % 12000, TIMESTAMPTZ '2026-01-01T00:00:00Z' + i * INTERVAL '1 second'
+           FROM generate_series(1, 25000) i;"
+    ))
+    .await;
+    let dupes = flow(
+        "dupes",
+        &warehouse,
+        json!({"source_entity": "events", "sync_mode": "incremental_deduped", "cursor_field": "at", "primary_key": "id"}),
+    );
+    let dupes = check!(app.post(&format!("{base}/flows"), &ann, dupes).await, 201).id();
+    assert_eq!(run(&app, &ann, &org, &dupes).await["status"], "succeeded");
+    let queued = check!(app.post(&format!("{base}/flows/{dupes}/state/events/resync"), &ann, json!({})).await, 202);
+    let cleared = wait(&app, &ann, &org, &queued.id()).await;
+    assert_eq!(cleared["status"], "succeeded", "{cleared}");
+    assert_eq!(pg_ids(d, "events").await.len(), 12_000);
+
+    // An entity mapped twice shares one cursor: refused.
+    let twice = json!({"name": "twice", "source_connection_id": source, "destination_connection_id": warehouse,
+        "config": {"mappings": [
+            {"source_entity": "items", "dest_entity": "items_a", "sync_mode": "full_refresh_overwrite"},
+            {"source_entity": "items", "dest_entity": "items_b", "sync_mode": "full_refresh_append"}]}});
+    let twice = check!(app.post(&format!("{base}/flows"), &ann, twice).await, 201).id();
+    let refused = check!(app.post(&format!("{base}/flows/{twice}/state/items/resync"), &ann, json!({})).await, 422);
+    assert!(refused.body.to_string().contains("several mappings"), "{}", refused.body);
 
     // A full refresh appended: one copy, not a third.
     let queued = check!(app.post(&format!("{base}/flows/{appended}/state/items/resync"), &ann, json!({})).await, 202);

@@ -9,7 +9,7 @@
 //! lists its tables; that posts to `POST …/flows/build`, which creates the
 //! flow, or shows the tables again with each problem on its row.
 
-use crate::page::{OrgCtx, PageError, PageResult, Post, Session, csrf, error_box, page, redirect, urlencode};
+use crate::page::{OrgCtx, PageError, PageResult, Post, Problems, Session, csrf, error_box, page, redirect, urlencode};
 use crate::sync::{connections, nonempty, schedule_field, schedule_text};
 use actix_web::web::Query;
 use actix_web::web::{Data, Path};
@@ -98,6 +98,10 @@ pub struct BuilderForm {
 
 impl BuilderForm {
     fn from_pairs(pairs: &[(String, String)]) -> Self {
+        // Rows and columns past what any page lists are not read (the form
+        // is bounded in bytes; these bound the work on it).
+        const MAX_ROWS: usize = 10_000;
+        const MAX_COLUMNS: usize = 4_000;
         let mut f = BuilderForm::default();
         let mut rows: BTreeMap<usize, (String, Choice)> = BTreeMap::new();
         for (k, v) in pairs {
@@ -110,6 +114,9 @@ impl BuilderForm {
                 _ => {
                     let Some((row, field)) = k.strip_prefix('e').and_then(|r| r.split_once('.')) else { continue };
                     let Ok(row) = row.parse::<usize>() else { continue };
+                    if row >= MAX_ROWS {
+                        continue;
+                    }
                     let (entity, c) = rows.entry(row).or_default();
                     match field {
                         "entity" => *entity = v.clone(),
@@ -118,8 +125,8 @@ impl BuilderForm {
                         "cursor" => c.cursor = v.clone(),
                         "key" => c.key = v.clone(),
                         "dest" => c.dest = v.clone(),
-                        "col" => c.columns.push(v.clone()),
-                        "all" => c.listed.push(v.clone()),
+                        "col" if c.columns.len() < MAX_COLUMNS => c.columns.push(v.clone()),
+                        "all" if c.listed.len() < MAX_COLUMNS => c.listed.push(v.clone()),
                         _ => {}
                     }
                 }
@@ -145,10 +152,11 @@ impl BuilderForm {
                 continue;
             }
             // An unticked column is dropped before the write.
+            let ticked: std::collections::HashSet<&String> = c.columns.iter().collect();
             let transform = c
                 .listed
                 .iter()
-                .filter(|col| !c.columns.contains(col))
+                .filter(|col| !ticked.contains(col))
                 .map(|col| Step::Drop { field: col.clone() })
                 .collect();
             let nonempty = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
@@ -178,10 +186,20 @@ impl BuilderForm {
     }
 }
 
+/// Refused before any work for a caller who may not create flows.
+fn writer_only(ctx: &OrgCtx) -> Result<(), PageError> {
+    if ctx.can_write() {
+        Ok(())
+    } else {
+        Err(ApiError::new(sluice_domain::shared::error::Code::Forbidden, "creating flows needs the Editor role").into())
+    }
+}
+
 /// `POST /o/{org}/flows/new`: the source's tables to pick from.
 pub async fn tables(state: Data<AppState>, post: Post<Vec<(String, String)>>, org: Path<Uuid>) -> PageResult {
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    writer_only(&ctx)?;
     let f = BuilderForm::from_pairs(&post.form);
     tables_page(&state, s, &ctx, &f, None).await
 }
@@ -190,6 +208,7 @@ pub async fn tables(state: Data<AppState>, post: Post<Vec<(String, String)>>, or
 pub async fn build(state: Data<AppState>, post: Post<Vec<(String, String)>>, org: Path<Uuid>) -> PageResult {
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
+    writer_only(&ctx)?;
     let f = BuilderForm::from_pairs(&post.form);
     // The page's order of rows is the order of the flow's mappings.
     let order: Vec<String> = {
@@ -202,7 +221,8 @@ pub async fn build(state: Data<AppState>, post: Post<Vec<(String, String)>>, org
             })
             .collect();
         rows.sort();
-        rows.into_iter().map(|(_, e)| e).collect()
+        let mut seen = std::collections::HashSet::new();
+        rows.into_iter().map(|(_, e)| e).filter(|e| seen.insert(e.clone())).collect()
     };
     let built = f.mappings(&order).and_then(|picked| {
         let (names, mappings): (Vec<String>, Vec<Mapping>) = picked.into_iter().unzip();
@@ -236,7 +256,7 @@ async fn refused(
     e: &ApiError,
     names: &[String],
 ) -> PageResult {
-    let shown = Problems::of(e, names);
+    let shown = RowProblems::of(e, names);
     let mut res = tables_page(state, s, ctx, f, Some((e, &shown))).await?;
     *res.status_mut() = e.status();
     Ok(res)
@@ -244,12 +264,12 @@ async fn refused(
 
 /// A refused flow's problems: by table and field where one is named,
 /// the rest for the top of the page.
-struct Problems {
+struct RowProblems {
     rows: HashMap<(String, String), String>,
     rest: Vec<(String, String)>,
 }
 
-impl Problems {
+impl RowProblems {
     fn of(e: &ApiError, names: &[String]) -> Self {
         let mut rows = HashMap::new();
         let mut rest = Vec::new();
@@ -280,7 +300,7 @@ impl Problems {
                 None => rest.push((path.to_string(), message)),
             }
         }
-        Problems { rows, rest }
+        RowProblems { rows, rest }
     }
 
     fn on(&self, table: &str, field: &str) -> Option<&str> {
@@ -305,7 +325,7 @@ async fn tables_page(
     s: &Session,
     ctx: &OrgCtx,
     f: &BuilderForm,
-    problem: Option<(&ApiError, &Problems)>,
+    problem: Option<(&ApiError, &RowProblems)>,
 ) -> PageResult {
     let p = &s.caller.principal;
     let source = connection_id("source", &f.source).map_err(PageError::from)?;
@@ -394,7 +414,7 @@ async fn tables_page(
     Ok(res)
 }
 
-fn table_row(i: usize, e: &EntitySchema, f: &BuilderForm, offered: &[SyncMode], shown: Option<&Problems>) -> Markup {
+fn table_row(i: usize, e: &EntitySchema, f: &BuilderForm, offered: &[SyncMode], shown: Option<&RowProblems>) -> Markup {
     let sent = f.choices.get(&e.name);
     let keys = e.primary_key().join(",");
     let sync = sent.map_or(f.entity == e.name, |c| c.sync);
@@ -443,8 +463,8 @@ fn table_row(i: usize, e: &EntitySchema, f: &BuilderForm, offered: &[SyncMode], 
                 (note("dest"))
             }
             td {
-                details.cols {
-                    summary aria-invalid=[invalid("columns")] { (kept) " of " (e.fields.len()) }
+                details.cols open[problem("columns").is_some()] {
+                    summary { (kept) " of " (e.fields.len()) }
                     @for fl in &e.fields {
                         label.check {
                             input type="checkbox" name=(format!("{id}.col")) value=(fl.name) checked[ticked(&fl.name)];
@@ -510,11 +530,18 @@ async fn new_flow_page(
     };
     let modes = sluice_domain::sync::SyncMode::ALL;
     let by_hand = error.is_some();
+    let problems = Problems::of(error);
+    let m = |field: &str| format!("config.mappings[0].{field}");
     let body = html! {
         @if let Some(e) = error { (error_box(e)) }
         form.grid method="post" action=(ctx.at("/flows/new")) {
             (csrf(s))
-            label for="flow-name" { "Name" } input #flow-name name="name" required value=(f.name);
+            label for="flow-name" { "Name" }
+            span {
+                input #flow-name name="name" required value=(f.name)
+                    aria-invalid=[problems.invalid("name")] aria-describedby=[problems.described("name", "flow-name")];
+                (problems.note("name", "flow-name"))
+            }
             label for="flow-source" { "Source" }
             select #flow-source name="source" required {
                 @for c in &conns { option value=(c.id) selected[c.id.to_string() == source] { (c.name) " (" (c.connector_type) ")" } }
@@ -529,14 +556,18 @@ async fn new_flow_page(
             details.by-hand.wide open[by_hand] {
                 summary { "Or name one entity by hand" }
                 div.grid {
-                    label for="flow-entity" { "Source entity" } input #flow-entity name="source_entity" value=(f.source_entity) placeholder="public.orders";
-                    label for="flow-dest-entity" { "Destination entity" } input #flow-dest-entity name="dest_entity" value=(f.dest_entity) placeholder="same as the source";
+                    label for="flow-entity" { "Source entity" }
+                    (problems.input("flow-entity", "source_entity", &f.source_entity, "public.orders", &m("source_entity")))
+                    label for="flow-dest-entity" { "Destination entity" }
+                    (problems.input("flow-dest-entity", "dest_entity", &f.dest_entity, "same as the source", &m("dest_entity")))
                     label for="flow-mode" { "Sync mode" }
                     select #flow-mode name="sync_mode" {
-                        @for m in modes { option value=(m.as_str()) selected[m.as_str() == f.sync_mode] { (mode_label(m)) } }
+                        @for mode in modes { option value=(mode.as_str()) selected[mode.as_str() == f.sync_mode] { (mode_label(mode)) } }
                     }
-                    label for="flow-cursor" { "Cursor field" } input #flow-cursor name="cursor_field" value=(f.cursor_field) placeholder="updated_at (incremental modes)";
-                    label for="flow-pk" { "Primary key" } input #flow-pk name="primary_key" value=(f.primary_key) placeholder="id (deduped mode)";
+                    label for="flow-cursor" { "Cursor field" }
+                    (problems.input("flow-cursor", "cursor_field", &f.cursor_field, "updated_at (incremental modes)", &m("cursor_field")))
+                    label for="flow-pk" { "Primary key" }
+                    (problems.input("flow-pk", "primary_key", &f.primary_key, "id (deduped mode)", &m("primary_key")))
                     span {} button #create-by-hand formaction=(ctx.at("/flows")) { "Create flow" }
                 }
             }
@@ -605,7 +636,7 @@ pub async fn create(state: Data<AppState>, post: Post<FlowForm>, org: Path<Uuid>
     };
     match result {
         Ok(flow) => Ok(redirect(&ctx.at(&format!("/flows/{}", flow.id)))),
-        Err(e) => new_flow_page(&state, s, &ctx, f, Some(&e)).await,
+        Err(e) => crate::page::failed(new_flow_page(&state, s, &ctx, f, Some(&e)).await, &e),
     }
 }
 
@@ -696,7 +727,7 @@ mod tests {
             ("e0.all", "id"),
         ]));
         let e = bare.mappings(&["a".into()]).unwrap_err();
-        let shown = Problems::of(&e, &[]);
+        let shown = RowProblems::of(&e, &[]);
         assert_eq!(shown.on("a", "columns"), Some("tick at least one column"));
     }
 
@@ -706,7 +737,7 @@ mod tests {
             FieldError::new("config.mappings[1].cursor_field", "is required by incremental_append"),
             FieldError::new("name", "must not be empty"),
         ]);
-        let shown = Problems::of(&e, &["a".into(), "b".into()]);
+        let shown = RowProblems::of(&e, &["a".into(), "b".into()]);
         assert_eq!(shown.on("b", "cursor"), Some("is required by incremental_append"));
         assert_eq!(shown.rest, vec![("name".to_string(), "must not be empty".to_string())]);
     }

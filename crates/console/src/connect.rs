@@ -213,6 +213,22 @@ fn parse_config(text: &str) -> Result<BTreeMap<String, Value>, ApiError> {
         .map_err(|e| ApiError::validation(vec![FieldError::new("config", format!("must be a JSON object: {e}"))]))
 }
 
+/// Configuration JSON as sent back into a page: every credential's value
+/// replaced by `placeholder` (a typed secret never returns to the page).
+/// Text that is no JSON object is returned as it is, for the user to fix
+/// the error the page names.
+fn without_credentials(spec: Option<&ConnectorSpec>, text: &str, placeholder: &str) -> String {
+    let Ok(serde_json::Value::Object(mut map)) = serde_json::from_str::<Value>(text) else { return text.to_string() };
+    let mut hidden = false;
+    for c in spec.iter().flat_map(|sp| sp.credential_fields()) {
+        if let Some(v) = map.get_mut(c) {
+            *v = Value::String(placeholder.to_string());
+            hidden = true;
+        }
+    }
+    if hidden { serde_json::to_string_pretty(&map).unwrap_or_default() } else { text.to_string() }
+}
+
 /// A field's typed-in text as its type's value; `None` when left empty
 /// (a checkbox left unticked is `false`).
 fn typed(t: ConfigFieldType, raw: &str) -> Option<Value> {
@@ -280,6 +296,7 @@ pub async fn create(state: Data<AppState>, post: Post<BTreeMap<String, String>>,
     for c in spec.iter().flat_map(|sp| sp.credential_fields()) {
         f.fields.remove(c);
     }
+    f.config = without_credentials(spec.as_ref(), &f.config, "");
     let f = &f;
     let q = Paging::default();
     let config = match config {
@@ -539,6 +556,10 @@ pub async fn update(
     // A credential typed in is never written back into the page.
     for f in spec.iter().flat_map(|sp| &sp.config_fields).filter(|f| f.credential) {
         sent.remove(&format!("cfg.{}", f.name));
+    }
+    if let Some(json) = sent.get_mut("config") {
+        // "***" keeps the stored credential when the form is sent again.
+        *json = without_credentials(spec.as_ref(), json, crate::page::REDACTED);
     }
     let saved = match update_of(spec.as_ref(), &post.form) {
         Ok(update) => state

@@ -213,6 +213,7 @@ fn asset_edit(
             @if let Some((e, _)) = refused { (crate::page::error_box(e)) }
             form method="post" action=(at) {
                 (csrf(s))
+                input type="hidden" name="version" value=(a.version);
                 div.grid {
                     label for="asset-name" { "Name" }
                     span {
@@ -235,14 +236,16 @@ fn asset_edit(
                             tr {
                                 td { code { (f.name) } @if !f.fields.is_empty() { " " span.muted { "(" (f.fields.len()) " nested: edit as JSON)" } } }
                                 td {
-                                    select name=(key("type")) aria-label=(format!("Type of {}", f.name))
-                                        aria-invalid=[table_problems.invalid(&path("type"))] {
+                                    select id=(key("type")) name=(key("type")) aria-label=(format!("Type of {}", f.name))
+                                        aria-invalid=[table_problems.invalid(&path("type"))]
+                                        aria-describedby=[table_problems.described(&path("type"), &key("type"))] {
                                         @for t in FieldType::ALL { option selected[t.as_str() == type_now] { (t.as_str()) } }
                                     }
+                                    (table_problems.note(&path("type"), &key("type")))
                                 }
                                 td { input type="checkbox" name=(key("required")) value="on" checked[required_now] aria-label=(format!("{} required", f.name)); }
                                 td {
-                                    input name=(key("tags")) value=(tags_now) aria-label=(format!("Tags of {}", f.name))
+                                    input id=(key("tags")) name=(key("tags")) value=(tags_now) aria-label=(format!("Tags of {}", f.name))
                                         aria-invalid=[table_problems.invalid(&path("tags"))] aria-describedby=[table_problems.described(&path("tags"), &key("tags"))];
                                     (table_problems.note(&path("tags"), &key("tags")))
                                 }
@@ -257,6 +260,7 @@ fn asset_edit(
                 form.stack method="post" action=(at) {
                     (csrf(s))
                     input type="hidden" name="mode" value="json";
+                    input type="hidden" name="version" value=(a.version);
                     label for="asset-fields" { "Fields (JSON): " code { "[{name, type, required, tags, fields}]" } }
                     textarea #asset-fields name="fields" rows="12" spellcheck="false"
                         aria-invalid=[json_problems.invalid("fields")] aria-describedby=[json_problems.described("fields", "asset-fields")] { (json_text) }
@@ -296,7 +300,18 @@ pub async fn update_asset(
     let ctx = OrgCtx::load(&state, s, org).await?;
     let a = state.sluice.catalog.get_asset(&s.caller.principal, ctx.id(), AssetId::from(id)).await?;
     let f = &post.form;
-    let update = if f.get("mode").map(String::as_str) == Some("json") {
+    // Edits are made to the version the page showed: the fields are
+    // matched by their place in it.
+    let seen = f.get("version").and_then(|v| v.parse::<i32>().ok());
+    let update = if seen.is_some_and(|v| v != a.version) {
+        Err(ApiError::new(
+            sluice_domain::shared::error::Code::Conflict,
+            format!(
+                "the asset changed since this page was loaded (it is now version {}): reload it and edit again",
+                a.version
+            ),
+        ))
+    } else if f.get("mode").map(String::as_str) == Some("json") {
         match serde_json::from_str::<Value>(f.get("fields").map_or("", String::as_str)) {
             Ok(v) => Ok(AssetUpdate { fields: Some(v), ..AssetUpdate::default() }),
             Err(e) => {

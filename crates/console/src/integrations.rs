@@ -66,6 +66,7 @@ async fn list_page(
     let credentials = form.map(|f| f.credentials.clone()).unwrap_or_else(|| {
         specs.iter().find(|sp| sp.connector_type == picked).map(template).unwrap_or_else(|| "{}".into())
     });
+    let problems = crate::page::Problems::of(error);
     let body = html! {
         (tabs(ctx, "/integrations"))
         p.hint { "An integration holds credentials that several connections share; a connection's own settings override them." }
@@ -88,7 +89,11 @@ async fn list_page(
             form.grid method="post" action=(ctx.at("/integrations")) {
                 (csrf(s))
                 label for="int-name" { "Name" }
-                input #int-name name="name" required maxlength="100" value=[form.map(|f| f.name.as_str())];
+                span {
+                    input #int-name name="name" required maxlength="100" value=[form.map(|f| f.name.as_str())]
+                        aria-invalid=[problems.invalid("name")] aria-describedby=[problems.described("name", "int-name")];
+                    (problems.note("name", "int-name"))
+                }
                 label for="int-type" { "Type" }
                 select #int-type name="integration_type" data-templates data-target="int-credentials" {
                     @for sp in &specs {
@@ -96,7 +101,11 @@ async fn list_page(
                     }
                 }
                 label for="int-credentials" { "Credentials (JSON)" }
-                textarea #int-credentials name="credentials" rows="5" spellcheck="false" autocomplete="off" { (credentials) }
+                span {
+                    textarea #int-credentials name="credentials" rows="5" spellcheck="false" autocomplete="off"
+                        aria-invalid=[problems.invalid("credentials")] aria-describedby=[problems.described("credentials", "int-credentials")] { (credentials) }
+                    (problems.note("credentials", "int-credentials"))
+                }
                 span {}
                 p.hint { "Each value is the secret itself, or a reference resolved when used: " code { "env:NAME" } " or " code { "aws:secretsmanager:ARN" } ", for names the operator granted to this organization." }
                 span {}

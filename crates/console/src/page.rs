@@ -574,6 +574,18 @@ impl Problems {
         self.on(field).map(|_| format!("{id}-error"))
     }
 
+    /// A text input `name` (id `id`) holding `value`, marked and described
+    /// by the problem of `field`, with the problem next to it.
+    pub fn input(&self, id: &str, name: &str, value: &str, placeholder: &str, field: &str) -> Markup {
+        html! {
+            span {
+                input id=(id) name=(name) value=(value) placeholder=(placeholder)
+                    aria-invalid=[self.invalid(field)] aria-describedby=[self.described(field, id)];
+                (self.note(field, id))
+            }
+        }
+    }
+
     /// The message of `field`, next to its input `id`.
     pub fn note(&self, field: &str, id: &str) -> Markup {
         html! { @if let Some(m) = self.on(field) { span.field-error id=(format!("{id}-error")) { (m) } } }
@@ -628,15 +640,25 @@ pub(crate) fn redirect(to: &str) -> HttpResponse {
     HttpResponse::SeeOther().insert_header((header::LOCATION, to.to_string())).finish()
 }
 
-/// The longest notice an action leaves for the next page.
+/// The longest notice an action leaves for the next page, in characters,
+/// and its cookie's value, encoded (browsers drop cookies past 4 KB).
 const MAX_SAID: usize = 500;
+const MAX_SAID_ENCODED: usize = 1500;
+
+/// What a stored secret reads as in a form: sent back, it keeps the secret.
+pub(crate) const REDACTED: &str = sluice_domain::shared::audit::REDACTED;
 
 /// An action's answer: to the page `to`, which says `text` once (in a
 /// short-lived cookie: reload, back and bookmarks show the page, never
 /// the action again).
 pub(crate) fn redirect_saying(to: &str, text: &str) -> HttpResponse {
-    let text: String = text.chars().take(MAX_SAID).collect();
-    let cookie = actix_web::cookie::Cookie::build(SAID_COOKIE, urlencode(&text))
+    let mut text: String = text.chars().take(MAX_SAID).collect();
+    let mut value = urlencode(&text);
+    while value.len() > MAX_SAID_ENCODED {
+        text.pop();
+        value = urlencode(&text);
+    }
+    let cookie = actix_web::cookie::Cookie::build(SAID_COOKIE, value)
         .path("/")
         .http_only(true)
         .same_site(actix_web::cookie::SameSite::Strict)

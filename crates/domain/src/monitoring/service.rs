@@ -51,10 +51,10 @@ pub struct SavedRule {
     pub generated_secret: Option<Secret>,
 }
 
-/// The JSON form of a rule in the audit log (the secret as `***`).
 /// The event a rule's test sends.
 pub const TEST_EVENT: &str = "rule.test";
 
+/// The JSON form of a rule in the audit log (the secret as `***`).
 fn rule_json(r: &NotificationRule) -> Value {
     json!({
         "name": r.name,

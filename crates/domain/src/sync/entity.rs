@@ -31,6 +31,54 @@ pub const BATCH_ROWS: usize = 10_000;
 /// is split unless the service is told otherwise.
 pub const DEFAULT_READ_RANGES: usize = 2;
 
+/// How often a load without checkpoints (a bulk first load, a full
+/// refresh in bulk) shows the bytes it has read so far, or after how many.
+const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+const REPORT_BYTES: u64 = 64 << 20;
+
+/// A bulk stream that shows the bytes read so far in the run's progress
+/// every [`REPORT_EVERY`] (or [`REPORT_BYTES`]), so that a long load that
+/// commits once is seen working, not stalled. Only the bytes move: rows
+/// written stay those committed, which a later attempt counts on.
+struct Reporting<'a> {
+    inner: &'a mut dyn crate::connect::connector::BulkStream,
+    service: &'a SyncService,
+    step: &'a Step<'a>,
+    stats: EntityStats,
+    reported: (Instant, u64),
+}
+
+#[async_trait::async_trait]
+impl crate::connect::connector::BulkStream for Reporting<'_> {
+    async fn next_chunk(&mut self) -> crate::connect::connector::ConnectorResult<Option<Vec<u8>>> {
+        let chunk = self.inner.next_chunk().await?;
+        if let Some(c) = &chunk {
+            self.stats.bytes += c.len() as u64;
+            let (at, bytes) = self.reported;
+            if at.elapsed() >= REPORT_EVERY || self.stats.bytes - bytes >= REPORT_BYTES {
+                self.reported = (Instant::now(), self.stats.bytes);
+                self.stats.duration_ms = self.step.started.elapsed().as_millis() as u64;
+                let (held, all) = self.step.progress.set(self.step.index, &self.stats).await;
+                // Shown only: the commit checks that this attempt still
+                // holds the run.
+                if let Err(e) = self.service.runs.progress(self.step.run.fence(), &all).await {
+                    tracing::debug!(run = %self.step.run.id, error = %e, "bulk progress not stored");
+                }
+                drop(held);
+            }
+        }
+        Ok(chunk)
+    }
+
+    fn records(&self) -> Option<u64> {
+        self.inner.records()
+    }
+
+    fn last_cursor(&self) -> Option<Value> {
+        self.inner.last_cursor()
+    }
+}
+
 /// What one entity's sync works on, whatever path it takes.
 struct Step<'a> {
     run: &'a Run,
@@ -145,8 +193,23 @@ impl SyncService {
                 Err(e) => tracing::warn!(run = %run.id, entity, error = %e, "no fresh table for a first load"),
             }
         }
-        let mode = if read.clearing { WriteMode::Overwrite } else { m.sync_mode.write_mode() };
-        let writer = dest.open_for(&schema, mode, Some(&attempt_of(run))).await?;
+        // A clear of a table kept by key empties it in the copy's own
+        // transaction (its indexes, grants and views stay; repeated keys
+        // merge as ever); a table of appended rows is replaced by a fresh
+        // one. Either commits once, at the end.
+        let mode = match (read.clearing, m.sync_mode.write_mode()) {
+            (true, WriteMode::Upsert) => WriteMode::Upsert,
+            (true, _) => WriteMode::Overwrite,
+            (false, mode) => mode,
+        };
+        let mut writer = dest.open_for(&schema, mode, Some(&attempt_of(run))).await?;
+        if read.clearing
+            && mode == WriteMode::Upsert
+            && let Err(e) = writer.clear(&crate::connect::connector::KeyRange::all(), None).await
+        {
+            writer.abort().await;
+            return Err(e.into());
+        }
         // Same engine on both sides and nothing to transform: the source's
         // bulk stream goes straight in, undecoded (a fresh table, or a
         // stage merged at each checkpoint).
@@ -428,7 +491,14 @@ impl SyncService {
         mut stream: Box<dyn crate::connect::connector::BulkStream>,
         stats: &mut EntityStats,
     ) -> Result<EntityOutcome, Failure> {
-        let loaded = match writer.write_bulk(&mut *stream, None).await {
+        let mut reporting = Reporting {
+            inner: &mut *stream,
+            service: self,
+            step,
+            stats: EntityStats { bytes: 0, ..stats.clone() },
+            reported: (Instant::now(), 0),
+        };
+        let loaded = match writer.write_bulk(&mut reporting, None).await {
             Ok(n) => n,
             Err(e) => {
                 writer.abort().await;
@@ -525,6 +595,24 @@ impl SyncService {
             if let Err(e) = writer.write(&out).await {
                 writer.abort().await;
                 return Err(e.into());
+            }
+            // A clear commits once: a cancel or a stop between its batches
+            // rolls it back whole, the clear still pending.
+            if read.clearing && since_checkpoint >= CHECKPOINT_ROWS {
+                since_checkpoint = 0;
+                let why = if self.canceled(step.run).await {
+                    Some((EntityOutcome::Canceled, "canceled"))
+                } else if self.stopping() {
+                    Some((EntityOutcome::Stopped, "paused: the process is stopping"))
+                } else {
+                    None
+                };
+                if let Some((outcome, why)) = why {
+                    writer.abort().await;
+                    let said = format!("{why}; the clear's copy is rolled back and the clear stays pending");
+                    self.log(step.run, LogLevel::Info, Some(&m.source_entity), said).await;
+                    return Ok(outcome);
+                }
             }
             if incremental && !read.clearing && since_checkpoint >= CHECKPOINT_ROWS {
                 let (_, canceled) = self.checkpoint(step, &mut writer, &read.capped(), stats).await?;

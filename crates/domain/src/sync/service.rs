@@ -597,9 +597,33 @@ impl SyncService {
     /// is running.
     pub async fn clear_and_resync(&self, p: &Principal, org: OrgId, id: FlowId, entity: &str) -> Result<Run> {
         self.identity.access(p, org, Permission::Write).await?;
-        let (_, m) = self.mapping_for(org, id, entity).await?;
+        let (f, m) = self.mapping_for(org, id, entity).await?;
+        // Mappings of one entity share its cursor, so one clear would
+        // serve only the first to finish.
+        if f.config.mappings.iter().filter(|x| x.source_entity == entity).count() > 1 {
+            return Err(Error::invalid(
+                "entity",
+                format!(
+                    "'{entity}' has several mappings in this flow, which share its cursor: clear and resync works \
+                         on an entity with one mapping"
+                ),
+            ));
+        }
+        if m.sync_mode == SyncMode::CdcAppend {
+            return Err(Error::invalid(
+                "entity",
+                format!(
+                    "'{entity}' is a change log (cdc_append), which keeps its history: reset its cursor to copy \
+                         the table again as inserts, or drop the log's table first"
+                ),
+            ));
+        }
         if m.sync_mode.cdc() {
+            // A mirror's copy again empties it in the copy's transaction.
             self.reset_cursor(p, org, id, entity).await?;
+            let audit = AuditEntry::new(Some(org), p.actor(), "flow.entity.cleared", "flow", id, self.clock.now())
+                .with_details(json!({"entity": entity, "destination": m.destination()}));
+            self.audit.append(&audit).await?;
         } else {
             let now = self.clock.now();
             let audit = AuditEntry::new(Some(org), p.actor(), "flow.entity.cleared", "flow", id, now)
