@@ -20,7 +20,9 @@ Timed, each the median of --rounds after a CHECKPOINT, in one run:
     incremental through the API, with the defaults a user gets (no
     lookback where the source holds the cursor at its oldest writer).
 After each Sluice run the destination is checked equal to the source
-(count, distinct keys, sums of two columns).
+(count, distinct keys, sums of two columns). Each step begins after a
+CHECKPOINT on a quiet machine: at least 90% idle over a second (the
+autovacuum a large load leaves behind done), or flagged NOISY after 180 s.
 
     cargo build --release
     benches/service.py                 # both tables, 1,000,000 rows, 3 rounds
@@ -50,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from sluicebench import BIN, free_port, peak_rss, serve, stop
+from sluicebench import BIN, free_port, peak_rss, serve, stop, wait_quiet
 
 
 def sling_binary():
@@ -224,19 +226,19 @@ def perf_record(out, fn):
 
 def perf_summary(out, what):
     """Where the CPU time of a recording went: by thread name (postgres
-    backends, Sluice's tokio workers, psql), then Sluice's own hottest
-    functions."""
-    def report(*extra):
-        r = subprocess.run(["perf", "report", "-i", out, "--stdio", "--no-children", "--percent-limit", "1.5", *extra],
-                           capture_output=True, text=True)
-        return [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
-    print(f"\nperf, {what}: CPU samples by thread name", flush=True)
-    for line in report("--sort", "comm")[:12]:
+    backends, psql, Sluice's tokio workers, `swapper` for idle), then the
+    hottest functions of PostgreSQL and of Sluice's workers."""
+    def report(limit, *extra):
+        r = subprocess.run(["perf", "report", "-i", out, "--stdio", "--no-children", "-g", "none",
+                            "--percent-limit", limit, *extra], capture_output=True, text=True)
+        return [l.rstrip() for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    print(f"\nperf, {what}: share of all CPU samples (2 cores) by thread name", flush=True)
+    for line in report("0.3", "--sort", "comm")[:10]:
         print("   " + line.strip())
-    print(f"perf, {what}: Sluice's hottest functions (self time, % of all samples)")
-    lines = report("--sort", "dso,symbol", "--comm", "tokio-runtime-w,sluice", "-g", "none")
-    for line in lines[:25]:
-        print("   " + line.strip())
+    for comm, title in [("postgres", "PostgreSQL's backends"), ("tokio-rt-worker", "Sluice's workers")]:
+        print(f"perf, {what}: {title}' hottest functions (% of all samples)")
+        for line in report("0.4", "--comm", comm, "--sort", "dso,symbol")[:12]:
+            print("   " + " ".join(line.split()[:4])[:110])
 
 
 def profile(pg, api, org, shape, args, src_db, dst_db, ddl, full_flow, flow, inc, checkpoint):
@@ -253,7 +255,7 @@ def profile(pg, api, org, shape, args, src_db, dst_db, ddl, full_flow, flow, inc
         ("full", lambda: api.run(org, full_flow)[0]),
         ("first", lambda: api.run(org, flow("first-perf", dict(inc, dest_entity="inc_perf")))[0]),
     ]:
-        checkpoint()
+        checkpoint(f"perf {what}")
         out = os.path.join(args.perf, f"{name}-{what}.data")
         secs = perf_record(out, fn)
         perf_summary(out, f"{name} {what} ({secs:.2f} s under perf)")
@@ -279,15 +281,21 @@ def bench(pg, api, shape, args):
         if want != got:
             sys.exit(f"dst.{table} differs from the source: {got} against {want}")
 
-    def checkpoint():
+    noisy = []
+
+    def checkpoint(step="a step"):
+        # Each step on a quiet machine: the CHECKPOINT, then what a load
+        # left behind (autovacuum of a fresh table) done, or flagged.
         pg.psql("CHECKPOINT", db="postgres")
+        if not wait_quiet():
+            noisy.append(step)
 
     # The raw pipe, into an empty table with its key.
     pipe = []
     ddl = shape["create"].replace("CREATE TABLE t", "CREATE TABLE dst.pipe")
     for i in range(rounds):
         pg.psql(f"DROP TABLE IF EXISTS dst.pipe; {ddl}", db=dst_db)
-        checkpoint()
+        checkpoint("pipe")
         pipe.append(pg.shell(f"{pg.q('COPY t TO STDOUT (FORMAT binary)', src_db)} | "
                              f"{pg.q('COPY dst.pipe FROM STDIN (FORMAT binary)', dst_db)}"))
     same("pipe")
@@ -341,7 +349,7 @@ def bench(pg, api, shape, args):
     full_flow = flow("full", {"source_entity": "t", "dest_entity": "full", "sync_mode": "full_refresh_overwrite"})
     full = []
     for _ in range(rounds):
-        checkpoint()
+        checkpoint("full refresh")
         secs, _ = api.run(org, full_flow)
         full.append(secs)
         same("full")
@@ -352,7 +360,7 @@ def bench(pg, api, shape, args):
     for i in range(rounds):
         f = flow(f"first-{i}", dict(inc, dest_entity=f"inc_{i}"))
         inc_flow = inc_flow or f
-        checkpoint()
+        checkpoint("first load")
         secs, _ = api.run(org, f)
         first.append(secs)
         same(f"inc_{i}")
@@ -360,11 +368,11 @@ def bench(pg, api, shape, args):
     # on this 2-core machine, which the next measurement shares).
     for n, run in peers:
         for i in range(rounds):
-            checkpoint()
+            checkpoint(f"{n} full refresh")
             peer_full[n].append(run(f"{n.lower()}_full", False))
             same(f"{n.lower()}_full")
             pg.psql(f"DROP TABLE IF EXISTS dst.{n.lower()}_inc_{i}", db=dst_db)
-            checkpoint()
+            checkpoint(f"{n} first load")
             peer_first[n].append(run(f"{n.lower()}_inc_{i}", True))
             same(f"{n.lower()}_inc_{i}")
     raw, ours, reread = [], [], []
@@ -373,7 +381,7 @@ def bench(pg, api, shape, args):
         frm_iso = pg.psql(f"SELECT to_char(max({cursor}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM t",
                           db=src_db)
         pg.psql(shape["update"].format(frm=frm), db=src_db)
-        checkpoint()
+        checkpoint("raw incremental")
         stage = os.path.join(pg.dir, "..", "stage.bin")
         since = f"{cursor} > timestamptz {chr(39)}{frm}{chr(39)}"
         raw.append(pg.shell(
@@ -381,7 +389,7 @@ def bench(pg, api, shape, args):
             f"psql -q -h 127.0.0.1 -p {pg.port} -U postgres -d {dst_db} -v ON_ERROR_STOP=1 "
             f"-c 'CREATE TEMP TABLE stage (LIKE dst.pipe)' -c \"\\\\copy stage FROM '{stage}' (FORMAT binary)\" "
             f"-c 'INSERT INTO dst.pipe SELECT * FROM stage ON CONFLICT (id) DO UPDATE SET {shape['merge']}'"))
-        checkpoint()
+        checkpoint("1% incremental")
         secs, r = api.run(org, inc_flow)
         e = r["entities"][0]
         if e["rows_written"] < changed:
@@ -392,7 +400,7 @@ def bench(pg, api, shape, args):
         same("inc_0")
         same("pipe")
         for n, run in peers:
-            checkpoint()
+            checkpoint(f"{n} 1% incremental")
             # ingestr is handed the cursor (its state would re-read all);
             # Sling finds it in its target.
             extra = {"start": frm_iso} if n == "ingestr" else {}
@@ -421,6 +429,10 @@ def bench(pg, api, shape, args):
     elif not peers:
         print("(Sling and ingestr are not installed: pip install sling-linux-amd64 'ingestr==1.1.22')")
     print(f"rows the 1% incremental read beyond those changed, per round: {reread}")
+    if noisy:
+        print(f"NOISY: the machine was still busy (under 90% idle after 180 s) before: {', '.join(noisy)}")
+    else:
+        print("every step began on a quiet machine (at least 90% idle over a second, after its CHECKPOINT)")
     print(f"1% incremental per round: raw {', '.join(f'{t:.3f}' for t in raw)} s; "
           f"Sluice {', '.join(f'{t:.3f}' for t in ours)} s")
     for m in protection:

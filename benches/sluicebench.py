@@ -89,6 +89,28 @@ def serve(work):
     return sluice, Api(base, token)
 
 
+def cpu_times():
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def wait_quiet(limit=180, idle=0.9):
+    """Waits until the machine is at least `idle` idle over a second (the
+    work a step left behind, such as autovacuum after a large load, done),
+    for at most `limit` seconds. Answers whether it got quiet: a step
+    timed on a busy machine is flagged."""
+    deadline = time.time() + limit
+    while True:
+        i0, t0 = cpu_times()
+        time.sleep(1.0)
+        i1, t1 = cpu_times()
+        if t1 > t0 and (i1 - i0) / (t1 - t0) >= idle:
+            return True
+        if time.time() > deadline:
+            return False
+
+
 def peak_rss(proc):
     """The process's peak resident set (`VmHWM`), as /proc shows it."""
     return open(f"/proc/{proc.pid}/status").read().split("VmHWM:")[1].split("\n")[0].strip()

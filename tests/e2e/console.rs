@@ -318,6 +318,23 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
     .id();
     let run = check!(app.post(&format!("{base}/flows/{flow}/run"), &ann, json!({})).await, 202).id();
 
+    // A preview is a page of its own (read-only, so a Viewer's too).
+    for b in [&admin, &viewer] {
+        let (status, html, _) = b.get(&format!("/o/{org}/connections/{src}?preview=items")).await;
+        assert!(status == StatusCode::OK && html.contains("table class=\"compact preview\""), "{html}");
+        assert!(html.contains("2 sample rows."), "{html}");
+    }
+    let csrf = admin.csrf(&format!("/o/{org}/connections/{src}")).await;
+    let (status, _, headers) = admin
+        .post(
+            &format!("/o/{org}/connections/{src}/preview"),
+            &[("csrf", &csrf), ("entity", "items")],
+            Some(&admin.origin()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(headers["location"].to_str().unwrap().ends_with(&format!("/connections/{src}?preview=items")));
+
     let pages = [
         String::new(),
         "/connections".into(),
@@ -1056,6 +1073,20 @@ async fn an_organization_is_renamed_and_deleted(app: TestApp) {
         admin.post(&format!("/o/{org}/rename"), &[("csrf", &csrf), ("name", "  ")], Some(&origin)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
     assert!(html.contains("role=\"alert\""), "{html}");
+    assert!(html.contains(r#"aria-invalid="true" aria-describedby="org-name-error""#), "at its field: {html}");
+    // An invitation refused: at its field, the address kept.
+    let (status, html, _) = admin
+        .post(
+            &format!("/o/{org}/invitations"),
+            &[("csrf", &csrf), ("email", "not-an-address"), ("role", "Viewer")],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(
+        html.contains(r#"value="not-an-address" aria-invalid="true" aria-describedby="inv-email-error""#),
+        "{html}"
+    );
 
     // Nobody else: a Viewer is refused, another organization's Admin finds nothing.
     let csrf_v = viewer.csrf(&settings).await;

@@ -426,9 +426,8 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
                                 td { (if fl.nullable { "yes" } else { "" }) } td { (if fl.primary_key { "primary" } else { "" }) }
                             } } }
                         }
-                        form.inline method="post" action=(format!("{at}/preview")) {
-                            (csrf(s))
-                            input type="hidden" name="entity" value=(e.name);
+                        form.inline.preview method="get" action=(at) {
+                            input type="hidden" name="preview" value=(e.name);
                             button { "Preview rows" }
                         }
                         @if ctx.can_write() { (sync_link(ctx, &c, &e.name)) }
@@ -606,10 +605,26 @@ async fn load(state: &AppState, s: &Session, org: Uuid, id: Uuid) -> Result<(Org
 }
 
 /// `GET /o/{org}/connections/{id}`.
-pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>) -> PageResult {
+pub async fn detail(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid)>, q: Query<DetailQuery>) -> PageResult {
     let (org, id) = path.into_inner();
     let (ctx, c) = load(&state, &s, org, id).await?;
-    detail_page(&state, &s, &ctx, c, Panel::None).await
+    // `?preview=<entity>`: sample rows, read-only, so a page of its own
+    // that reloads and bookmarks.
+    let panel = match q.preview.as_deref().filter(|e| !e.is_empty()) {
+        Some(entity) => {
+            let request = PreviewRequest { connection: c.id, entity: entity.to_string(), limit: Some(20) };
+            let p = state.sluice.connect.preview(&s.caller.principal, ctx.id(), &request).await;
+            Panel::Preview(p.map_err(Into::into))
+        }
+        None => Panel::None,
+    };
+    detail_page(&state, &s, &ctx, c, panel).await
+}
+
+/// A connection page's query: the entity to preview.
+#[derive(Deserialize)]
+pub struct DetailQuery {
+    preview: Option<String>,
 }
 
 /// `POST /o/{org}/connections/{id}/test`.
@@ -637,14 +652,12 @@ pub struct PreviewForm {
     entity: String,
 }
 
-/// `POST /o/{org}/connections/{id}/preview`.
+/// `POST /o/{org}/connections/{id}/preview` (older pages): to the
+/// connection's page with `?preview=`.
 pub async fn preview(state: Data<AppState>, post: Post<PreviewForm>, path: Path<(Uuid, Uuid)>) -> PageResult {
     let (org, id) = path.into_inner();
-    let s = &post.session;
-    let (ctx, c) = load(&state, s, org, id).await?;
-    let request = PreviewRequest { connection: c.id, entity: post.form.entity.clone(), limit: Some(20) };
-    let p = state.sluice.connect.preview(&s.caller.principal, ctx.id(), &request).await;
-    detail_page(&state, s, &ctx, c, Panel::Preview(p.map_err(Into::into))).await
+    let (ctx, c) = load(&state, &post.session, org, id).await?;
+    Ok(redirect(&ctx.at(&format!("/connections/{}?preview={}", c.id, urlencode(&post.form.entity)))))
 }
 
 /// `POST /o/{org}/connections/{id}/delete`.

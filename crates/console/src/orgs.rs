@@ -261,7 +261,34 @@ pub async fn settings(state: Data<AppState>, s: Session, org: Path<Uuid>) -> Pag
     settings_page(&state, &s, ctx, None).await
 }
 
+/// A settings form refused: which (`rename`, `invite`, `key`, `rule`), why,
+/// and what it held.
+pub(crate) struct Refused {
+    form: &'static str,
+    error: sluice_http::error::ApiError,
+    sent: std::collections::BTreeMap<&'static str, String>,
+}
+
 async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option<Markup>) -> PageResult {
+    settings_page_with(state, s, ctx, shown, None).await
+}
+
+async fn settings_page_with(
+    state: &AppState,
+    s: &Session,
+    ctx: OrgCtx,
+    shown: Option<Markup>,
+    refused: Option<&Refused>,
+) -> PageResult {
+    // The refused form's problems, each next to its field, its input kept.
+    let problems_of = |form: &str| match refused.filter(|r| r.form == form) {
+        Some(r) => crate::page::Problems::of(Some(&r.error)),
+        None => crate::page::Problems::default(),
+    };
+    let sent = |form: &str, key: &str| refused.filter(|r| r.form == form).and_then(|r| r.sent.get(key).cloned());
+    let (rename_p, invite_p, key_p, rule_p) =
+        (problems_of("rename"), problems_of("invite"), problems_of("key"), problems_of("rule"));
+
     let p = &s.caller.principal;
     let id = ctx.id();
     let members = state.sluice.identity.list_members(p, id, ALL).await?.items;
@@ -272,6 +299,7 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
     let rules = state.sluice.monitoring.list_rules(p, id, ALL).await?.items;
     let body = html! {
         @if let Some(m) = shown { (m) }
+        @if let Some(r) = refused { (crate::page::error_box(&r.error)) }
         @if ctx.is_admin() {
             section {
                 h2 { "Organization" }
@@ -279,8 +307,10 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
                     form.inline method="post" action=(ctx.at("/rename")) {
                         (csrf(s))
                         label.sr for="org-name" { "Name" }
-                        input #org-name name="name" required maxlength="100" value=(ctx.org.name);
+                        input #org-name name="name" required maxlength="100" value=(sent("rename", "name").unwrap_or_else(|| ctx.org.name.clone()))
+                            aria-invalid=[rename_p.invalid("name")] aria-describedby=[rename_p.described("name", "org-name")];
                         button { "Rename" }
+                        (rename_p.note("name", "org-name"))
                     }
                     (button(s, &ctx.at("/delete"), "Delete organization", "danger",
                         Some("Delete this organization, its connections, flows and runs? This cannot be undone.")))
@@ -329,7 +359,9 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
                 form.row method="post" action=(ctx.at("/invitations")) {
                     (csrf(s))
                     label.sr for="inv-email" { "E-mail" }
-                    input #inv-email name="email" type="email" placeholder="colleague@example.com" required;
+                    input #inv-email name="email" type="email" placeholder="colleague@example.com" required value=[sent("invite", "email")]
+                        aria-invalid=[invite_p.invalid("email")] aria-describedby=[invite_p.described("email", "inv-email")];
+                    (invite_p.note("email", "inv-email"))
                     (role_select("inv-role", "role"))
                     button { "Invite" }
                 }
@@ -354,7 +386,9 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
                 form.row method="post" action=(ctx.at("/api-keys")) {
                     (csrf(s))
                     label.sr for="key-name" { "Key name" }
-                    input #key-name name="name" placeholder="ci-deploy" required;
+                    input #key-name name="name" placeholder="ci-deploy" required value=[sent("key", "name")]
+                        aria-invalid=[key_p.invalid("name")] aria-describedby=[key_p.described("name", "key-name")];
+                    (key_p.note("name", "key-name"))
                     (role_select("key-role", "role"))
                     button { "Create key" }
                 }
@@ -411,14 +445,24 @@ async fn settings_page(state: &AppState, s: &Session, ctx: OrgCtx, shown: Option
             @if ctx.can_write() {
                 form.grid method="post" action=(ctx.at("/rules")) {
                     (csrf(s))
-                    label for="rule-name" { "Name" } input #rule-name name="name" required;
+                    label for="rule-name" { "Name" }
+                    span {
+                        input #rule-name name="name" required value=[sent("rule", "name")]
+                            aria-invalid=[rule_p.invalid("name")] aria-describedby=[rule_p.described("name", "rule-name")];
+                        (rule_p.note("name", "rule-name"))
+                    }
                     label for="rule-event" { "Event" }
                     select #rule-event name="event" {
                         @for e in sluice_domain::monitoring::rule::EVENTS { option { (e) } }
                     }
                     label for="rule-channel" { "Channel" }
                     select #rule-channel name="channel_type" { option value="webhook" { "Webhook" } option value="slack" { "Slack" } }
-                    label for="rule-url" { "URL" } input #rule-url name="url" type="url" required placeholder="https://hooks.example.com/sluice";
+                    label for="rule-url" { "URL" }
+                    span {
+                        input #rule-url name="url" type="url" required placeholder="https://hooks.example.com/sluice" value=[sent("rule", "url")]
+                            aria-invalid=[rule_p.invalid("channel.url")] aria-describedby=[rule_p.described("channel.url", "rule-url")];
+                        (rule_p.note("channel.url", "rule-url"))
+                    }
                     span {} button { "Add rule" }
                 }
             }
@@ -450,9 +494,10 @@ pub async fn invite(
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     let role: Role = post.form.role.parse()?;
-    let created =
-        state.sluice.identity.create_invitation(&s.caller.principal, ctx.id(), &post.form.email, role).await?;
-    settings_page(&state, s, ctx, Some(invitation_token(&state, &req, &created))).await
+    match state.sluice.identity.create_invitation(&s.caller.principal, ctx.id(), &post.form.email, role).await {
+        Ok(created) => settings_page(&state, s, ctx, Some(invitation_token(&state, &req, &created))).await,
+        Err(e) => refused(&state, s, ctx, "invite", e, [("email", post.form.email.clone())]).await,
+    }
 }
 
 /// `POST /o/{org}/invitations/{id}/resend`: shows the new token once.
@@ -534,7 +579,11 @@ pub async fn create_key(state: Data<AppState>, post: Post<KeyForm>, org: Path<Uu
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     let role: Role = post.form.role.parse()?;
-    let created = state.sluice.identity.create_api_key(&s.caller.principal, ctx.id(), &post.form.name, &[role]).await?;
+    let created =
+        match state.sluice.identity.create_api_key(&s.caller.principal, ctx.id(), &post.form.name, &[role]).await {
+            Ok(c) => c,
+            Err(e) => return refused(&state, s, ctx, "key", e, [("name", post.form.name.clone())]).await,
+        };
     let shown = html! {
         div.once role="status" {
             p { "API key " strong { (created.key.name) } " created. Copy it now; it is shown once:" }
@@ -605,7 +654,10 @@ pub async fn create_rule(state: Data<AppState>, post: Post<RuleForm>, org: Path<
         secret: None,
         enabled: Some(true),
     };
-    let saved = state.sluice.monitoring.create_rule(&s.caller.principal, ctx.id(), input).await?;
+    let saved = match state.sluice.monitoring.create_rule(&s.caller.principal, ctx.id(), input).await {
+        Ok(saved) => saved,
+        Err(e) => return refused(&state, s, ctx, "rule", e, [("name", f.name.clone()), ("url", f.url.clone())]).await,
+    };
     let shown = match saved.generated_secret {
         Some(secret) => html! {
             div.once role="status" {
@@ -621,6 +673,24 @@ pub async fn create_rule(state: Data<AppState>, post: Post<RuleForm>, org: Path<
 #[derive(Deserialize)]
 pub struct RenameForm {
     name: String,
+}
+
+/// The settings page with form `form` refused by `e`: the problem next to
+/// its field, the input kept, answered with `e`'s status.
+async fn refused<const N: usize>(
+    state: &AppState,
+    s: &Session,
+    ctx: OrgCtx,
+    form: &'static str,
+    e: sluice_domain::Error,
+    sent: [(&'static str, String); N],
+) -> PageResult {
+    let error = sluice_http::error::ApiError::from(e);
+    let status = error.status();
+    let r = Refused { form, error, sent: sent.into_iter().collect() };
+    let mut res = settings_page_with(state, s, ctx, None, Some(&r)).await?;
+    *res.status_mut() = status;
+    Ok(res)
 }
 
 /// The settings page with `e` above it, answered with `e`'s status.
@@ -639,8 +709,8 @@ pub async fn rename(state: Data<AppState>, post: Post<RenameForm>, org: Path<Uui
     let update =
         sluice_domain::identity::service::OrganizationUpdate { name: Some(post.form.name.clone()), slug: None };
     match state.sluice.identity.update_organization(&s.caller.principal, ctx.id(), update).await {
-        Ok(_) => Ok(redirect(&ctx.at("/settings"))),
-        Err(e) => settings_refused(&state, s, ctx, e).await,
+        Ok(_) => Ok(crate::page::redirect_saying(&ctx.at("/settings"), "Renamed.")),
+        Err(e) => refused(&state, s, ctx, "rename", e, [("name", post.form.name.clone())]).await,
     }
 }
 

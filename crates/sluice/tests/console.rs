@@ -333,7 +333,7 @@ async fn a_user_syncs_postgres_from_the_console_and_watches_the_run() {
     browser.wait_text("details.entity summary", "orders", 20).await;
     browser.click("details.entity summary").await;
     browser.screenshot("discover").await;
-    browser.click("details.entity form[action$='/preview'] button").await;
+    browser.click("details.entity form.preview button").await;
     let preview = browser.wait_text("table.preview", "customer", 20).await;
     assert!(preview.contains("customer 1"), "{preview}");
     browser.screenshot("preview").await;
