@@ -379,7 +379,7 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
             Some(&admin.origin()),
         )
         .await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a refused save answers with its status");
     assert!(
         html.contains(r#"value="every tuesday""#) && html.contains(r#"<div class="error" role="alert">"#),
         "{html}"
@@ -1074,6 +1074,10 @@ async fn an_organization_is_renamed_and_deleted(app: TestApp) {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
     assert!(html.contains("role=\"alert\""), "{html}");
     assert!(html.contains(r#"aria-invalid="true" aria-describedby="org-name-error""#), "at its field: {html}");
+    // A new organization refused: on the organizations' page, at its field.
+    let (status, html, _) = admin.post("/orgs", &[("csrf", &csrf), ("name", "  ")], Some(&origin)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains("<h1>Organizations</h1>") && html.contains(r#"aria-describedby="org-name-error""#), "{html}");
     // An invitation refused: at its field, the address kept.
     let (status, html, _) = admin
         .post(
@@ -1602,8 +1606,21 @@ async fn tables_are_picked_from_the_source(app: TestApp) {
     let cols: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
     assert!(cols.contains(&"updated_at") && !cols.contains(&"secret"), "{cols:?}");
 
-    // Clear data and resync, from the flow's page: to the run it queued.
+    // A cursor value that is not the column's type: at the entity's
+    // input, the value kept.
     let flow_page = format!("/o/{org}/flows/{flow}");
+    let csrf = admin.csrf(&flow_page).await;
+    let (status, html, _) = admin
+        .post(
+            &format!("{flow_page}/cursors/set"),
+            &[("csrf", &csrf), ("entity", "items"), ("value", "soon")],
+            Some(&origin),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{html}");
+    assert!(html.contains(r#"value="soon" aria-invalid="true" aria-describedby="cursor-items-error""#), "{html}");
+
+    // Clear data and resync, from the flow's page: to the run it queued.
     let (_, html, _) = admin.get(&flow_page).await;
     assert!(
         html.contains(&format!("action=\"{flow_page}/resync\"")) && html.contains("Clear data and resync"),

@@ -21,10 +21,7 @@ async fn a_bulk_load_shows_its_bytes_before_it_commits(app: TestApp) {
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
     let base = format!("/v1/organizations/{org}");
-    let pg = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
+    let pg = sluice_tests::pg_connection;
     let source = check!(app.post(&format!("{base}/connections"), &ann, pg("src", s)).await, 201).id();
     let dest = check!(app.post(&format!("{base}/connections"), &ann, pg("dst", &dst.name)).await, 201).id();
     let flow = json!({"name": "blobs", "source_connection_id": source, "destination_connection_id": dest,

@@ -32,10 +32,7 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
     let base = format!("/v1/organizations/{org}");
-    let pg = |name: &str, schema: &str| {
-        json!({"name": name, "type": "postgres", "capability": "both",
-        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
-    };
+    let pg = sluice_tests::pg_connection;
     let source = check!(app.post(&format!("{base}/connections"), &ann, pg("shop", s)).await, 201).id();
     let warehouse = check!(app.post(&format!("{base}/connections"), &ann, pg("warehouse", d)).await, 201).id();
     let lite = json!({"name": "lite", "type": "sqlite", "capability": "both", "config": {"path": "lake.db"}});

@@ -46,6 +46,13 @@ pub async fn mariadb() -> Option<sqlx::MySqlConnection> {
 }
 
 /// Runs SQL on the `test` database.
+/// A connection's body for schema `schema` of the shared test server's
+/// `test` database, usable both ways.
+pub fn pg_connection(name: &str, schema: &str) -> Value {
+    serde_json::json!({"name": name, "type": "postgres", "capability": "both",
+        "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": schema, "sslmode": "disable"}})
+}
+
 pub async fn pg_exec(sql: String) {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(PG_TEST_URL).await.expect("PostgreSQL");

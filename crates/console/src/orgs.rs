@@ -32,10 +32,22 @@ pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> Pag
     if let Some(org) = q.org {
         return Ok(redirect(&format!("/o/{org}")));
     }
-    let paging = Paging { after: q.after };
+    home_page(&state, &s, q.after, None).await
+}
+
+/// The organizations' page; `refused`: a new organization refused, why and
+/// the name sent.
+async fn home_page(
+    state: &AppState,
+    s: &Session,
+    after: Option<Uuid>,
+    refused: Option<(&sluice_http::error::ApiError, &str)>,
+) -> PageResult {
+    let problems = crate::page::Problems::of(refused.map(|(e, _)| e));
+    let paging = Paging { after };
     let listed = state.sluice.identity.list_organizations(&s.caller.principal, paging.request()).await?;
     let orgs = listed.items;
-    Ok(html_response(bare(
+    let markup = bare(
         "Organizations",
         html! {
             main.narrow {
@@ -46,18 +58,26 @@ pub async fn home(state: Data<AppState>, s: Session, q: Query<HomeQuery>) -> Pag
                         li { a href=(format!("/o/{}", o.id)) { strong { (o.name) } span.muted { " " (o.slug) } } }
                     }
                 }
-                (pager("/", q.after, listed.next_cursor.as_deref()))
+                (pager("/", after, listed.next_cursor.as_deref()))
                 h2 { "New organization" }
+                @if let Some((e, _)) = refused { (crate::page::error_box(e)) }
                 form.stack method="post" action="/orgs" {
-                    (csrf(&s))
+                    (csrf(s))
                     label for="org-name" { "Name" }
-                    input #org-name name="name" required maxlength="100";
+                    input #org-name name="name" required maxlength="100" value=[refused.map(|(_, name)| name)]
+                        aria-invalid=[problems.invalid("name")] aria-describedby=[problems.described("name", "org-name")];
+                    (problems.note("name", "org-name"))
                     button.primary { "Create" }
                 }
-                form method="post" action="/logout" { (csrf(&s)) button.link { "Sign out" } }
+                form method="post" action="/logout" { (csrf(s)) button.link { "Sign out" } }
             }
         },
-    )))
+    );
+    let mut res = html_response(markup);
+    if let Some((e, _)) = refused {
+        *res.status_mut() = e.status();
+    }
+    Ok(res)
 }
 
 #[derive(Deserialize)]
@@ -101,8 +121,13 @@ pub async fn accept_invitation(state: Data<AppState>, post: Post<InvitationToken
 /// `POST /orgs`.
 pub async fn create(state: Data<AppState>, post: Post<NameForm>) -> PageResult {
     let new = NewOrganization { name: post.form.name.clone(), slug: None };
-    let org = state.sluice.identity.create_organization(&post.session.caller.principal, new).await?;
-    Ok(redirect(&format!("/o/{}", org.id)))
+    match state.sluice.identity.create_organization(&post.session.caller.principal, new).await {
+        Ok(org) => Ok(redirect(&format!("/o/{}", org.id))),
+        Err(e) => {
+            let e = sluice_http::error::ApiError::from(e);
+            home_page(&state, &post.session, None, Some((&e, &post.form.name))).await
+        }
+    }
 }
 
 /// How far back the overview looks, and how many runs it reads at most.

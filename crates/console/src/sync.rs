@@ -82,19 +82,37 @@ pub async fn list(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<P
 }
 
 async fn flow_page(state: &AppState, s: &Session, ctx: &OrgCtx, flow: Flow, shown: Option<Markup>) -> PageResult {
-    flow_page_with(state, s, ctx, flow, shown, None).await
+    flow_page_with(state, s, ctx, flow, shown, Draft::None).await
 }
 
-/// A flow's page; `draft` refills the edit form with what the user sent
-/// when saving it failed.
+/// What a refused form of a flow's page sent, to show again.
+enum Draft<'a> {
+    None,
+    /// The edit form.
+    Edit(&'a EditForm),
+    /// A cursor's new value, refused: the entity's input keeps it and
+    /// says why.
+    Cursor(&'a CursorForm, &'a ApiError),
+}
+
+/// A flow's page; `draft` refills the form that was refused with what the
+/// user sent.
 async fn flow_page_with(
     state: &AppState,
     s: &Session,
     ctx: &OrgCtx,
     flow: Flow,
     shown: Option<Markup>,
-    draft: Option<&EditForm>,
+    draft: Draft<'_>,
 ) -> PageResult {
+    let cursor_sent = match &draft {
+        Draft::Cursor(f, e) => Some((f, crate::page::Problems::of(Some(e)), e.message.clone())),
+        _ => None,
+    };
+    let draft = match draft {
+        Draft::Edit(f) => Some(f),
+        _ => None,
+    };
     let p = &s.caller.principal;
     let conns = connections(state, s, ctx).await?;
     let details = state.sluice.sync.flow_details(p, ctx.id(), flow.id).await?;
@@ -194,8 +212,17 @@ async fn flow_page_with(
                             (csrf(s))
                             input type="hidden" name="entity" value=(c.entity);
                             label.sr for=(format!("cursor-{}", c.entity)) { "New value" }
-                            input.cursorinput id=(format!("cursor-{}", c.entity)) name="value" required placeholder="new value" value=[c.cursor_value.as_deref()];
+                            @let id = format!("cursor-{}", c.entity);
+                            @let refused = cursor_sent.as_ref().filter(|(f, _, _)| f.entity == c.entity);
+                            input.cursorinput id=(id) name="value" required placeholder="new value"
+                                value=[refused.map_or(c.cursor_value.as_deref(), |(f, _, _)| Some(f.value.as_str()))]
+                                aria-invalid=[refused.map(|_| "true")] aria-describedby=[refused.map(|_| format!("{id}-error"))];
                             button { "Set" }
+                            @if let Some((_, problems, message)) = refused {
+                                span.field-error id=(format!("{id}-error")) {
+                                    (problems.fields.first().map_or(message.as_str(), |(_, m)| m.as_str()))
+                                }
+                            }
                         }
                         form.inline method="post" action=(format!("{at}/cursors/reset")) data-confirm="Reset this cursor? The next run reads everything again." {
                             (csrf(s)) input type="hidden" name="entity" value=(c.entity); button.danger { "Reset" }
@@ -330,7 +357,8 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
         Ok(c) => c,
         Err(e) => {
             let shown = html! { p.error role="alert" { "The configuration is not valid JSON of a flow: " (e) } };
-            return flow_page_with(&state, s, &ctx, flow, Some(shown), Some(f)).await;
+            let e = ApiError::validation(vec![FieldError::new("config", "is not valid JSON of a flow")]);
+            return crate::page::failed(flow_page_with(&state, s, &ctx, flow, Some(shown), Draft::Edit(f)).await, &e);
         }
     };
     // A connection picked other than the flow's re-points it (checked as
@@ -357,7 +385,10 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
             };
             Ok(redirect_saying(&ctx.at(&format!("/flows/{}", saved.id)), said))
         }
-        Err(e) => flow_page_with(&state, s, &ctx, flow, Some(error_box(&e.into())), Some(f)).await,
+        Err(e) => {
+            let e: ApiError = e.into();
+            crate::page::failed(flow_page_with(&state, s, &ctx, flow, Some(error_box(&e)), Draft::Edit(f)).await, &e)
+        }
     }
 }
 
@@ -404,9 +435,19 @@ pub async fn set_cursor(state: Data<AppState>, post: Post<CursorForm>, path: Pat
     let s = &post.session;
     let (ctx, flow) = load(&state, s, org, id).await?;
     let f = &post.form;
-    let c = state.sluice.sync.set_cursor(&s.caller.principal, ctx.id(), flow.id, &f.entity, &f.value).await?;
-    let said = format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default());
-    Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
+    match state.sluice.sync.set_cursor(&s.caller.principal, ctx.id(), flow.id, &f.entity, &f.value).await {
+        Ok(c) => {
+            let said = format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default());
+            Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
+        }
+        // Refused (a value that is not the column's type, a run in
+        // progress): at the entity's input, the value kept.
+        Err(e) => {
+            let e: ApiError = e.into();
+            let shown = error_box(&e);
+            crate::page::failed(flow_page_with(&state, s, &ctx, flow, Some(shown), Draft::Cursor(f, &e)).await, &e)
+        }
+    }
 }
 
 /// `POST /o/{org}/flows/{id}/cursors/reset`.
