@@ -90,7 +90,7 @@ def main():
     pg, sluice, made_dbs = None, None, False
     try:
         pg = Cluster(work)
-        pg.bench_table(rows)
+        pg.schemas_table(rows)
         pg.psql("VACUUM ANALYZE src.t")
         want = norm(*pg.psql("SELECT count(*), count(DISTINCT id), sum(a), sum(n) FROM src.t").split("|"))
 

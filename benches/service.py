@@ -124,7 +124,16 @@ class Cluster:
             self.psql("CREATE SCHEMA dst", db=db)
         return db, dst
 
-    def psql(self, sql, db):
+    def schemas_table(self, rows):
+        """Database `bench`, schemas `src` and `dst`, and the `current`
+        table as `src.t` of `rows` rows (times made in UTC): the setup
+        `pairs.py` and `verify.py` read with `psql(sql)` and `q(sql)`."""
+        create = SHAPES["current"]["create"].replace("CREATE TABLE t", "CREATE TABLE src.t")
+        self.psql("CREATE DATABASE bench", db="postgres")
+        self.psql(f"SET TimeZone = 'UTC'; CREATE SCHEMA src; CREATE SCHEMA dst; {create}; "
+                  f"INSERT INTO src.t {SHAPES['current']['rows'].format(rows=rows)}")
+
+    def psql(self, sql, db="bench"):
         out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", db,
                               "-v", "ON_ERROR_STOP=1", "-qAtc", sql], check=True, capture_output=True, text=True)
         return out.stdout.strip()
@@ -135,7 +144,7 @@ class Cluster:
         subprocess.run(["bash", "-o", "pipefail", "-c", script], check=True)
         return time.perf_counter() - start
 
-    def q(self, sql, db):
+    def q(self, sql, db="bench"):
         return f'psql -q -h 127.0.0.1 -p {self.port} -U postgres -d {db} -c "{sql}"'
 
 

@@ -61,7 +61,7 @@ def main():
     pg, sluice, made_db = None, None, False
     try:
         pg = Cluster(work)
-        pg.bench_table(ROWS)
+        pg.schemas_table(ROWS)
         pg.psql("CREATE TABLE dst.t (LIKE src.t INCLUDING ALL); INSERT INTO dst.t SELECT * FROM src.t")
         pg.psql("VACUUM ANALYZE src.t")
         pg.psql("VACUUM ANALYZE dst.t")
