@@ -250,6 +250,13 @@ pub fn check_mapping(
         match cursor_field {
             None | Some("") => errors
                 .push(FieldError::new(format!("{path}.cursor_field"), format!("is required by {}", mode.as_str()))),
+            // Stored cursors whose field starts with '$' are Sluice's own
+            // marks (a CDC position, a pending clear): a column named so
+            // would be read as one.
+            Some(c) if c.starts_with('$') => errors.push(FieldError::new(
+                format!("{path}.cursor_field"),
+                format!("'{c}' starts with '$', which Sluice keeps for its own marks: pick another cursor column"),
+            )),
             Some(c) => {
                 if let Some(s) = schema {
                     match s.field(c) {
@@ -385,6 +392,15 @@ pub fn check_capture_keys(path: &str, m: &super::flow::Mapping, schema: &EntityS
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_cursor_column_named_like_a_mark_is_refused() {
+        let errors = check_mapping("m", SyncMode::IncrementalAppend, Some("$clear"), None, None);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "m.cursor_field");
+        assert!(errors[0].message.contains("its own marks"), "{}", errors[0].message);
+        assert!(check_mapping("m", SyncMode::IncrementalAppend, Some("updated_at"), None, None).is_empty());
+    }
     use super::*;
     use crate::shared::record::{Field, FieldType};
 
