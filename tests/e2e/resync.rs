@@ -6,10 +6,9 @@
 //! repeated keys merged) and SQLite (full refresh appended).
 
 use serde_json::json;
-use sluice_tests::run_flow as run;
 use sluice_tests::{Backend, TestApp, check, on_both_backends, pg_exec, spawn_app};
+use sluice_tests::{run_flow as run, wait_run};
 use sqlx::Connection;
-use std::time::{Duration, Instant};
 
 on_both_backends!(a_cleared_entity_is_replaced_by_a_full_copy);
 
@@ -74,7 +73,7 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
     pg_exec(format!("ALTER TABLE {d}.items ADD CONSTRAINT no_item_9 CHECK (name <> 'item 9') NOT VALID")).await;
     let state = format!("{base}/flows/{keyed}/state");
     let queued = check!(app.post(&format!("{state}/items/resync"), &ann, json!({})).await, 202);
-    let failed = wait(&app, &ann, &org, &queued.id()).await;
+    let failed = wait_run(&app, &ann, &org, &queued.id()).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     let kept = pg_ids(d, "items").await;
     assert!(kept.contains(&999) && kept.contains(&3) && !kept.contains(&7), "untouched by the failed copy: {kept:?}");
@@ -115,7 +114,7 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
     let dupes = check!(app.post(&format!("{base}/flows"), &ann, dupes).await, 201).id();
     assert_eq!(run(&app, &ann, &org, &dupes).await["status"], "succeeded");
     let queued = check!(app.post(&format!("{base}/flows/{dupes}/state/events/resync"), &ann, json!({})).await, 202);
-    let cleared = wait(&app, &ann, &org, &queued.id()).await;
+    let cleared = wait_run(&app, &ann, &org, &queued.id()).await;
     assert_eq!(cleared["status"], "succeeded", "{cleared}");
     assert_eq!(pg_ids(d, "events").await.len(), 12_000);
 
@@ -130,7 +129,7 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
 
     // A full refresh appended: one copy, not a third.
     let queued = check!(app.post(&format!("{base}/flows/{appended}/state/items/resync"), &ann, json!({})).await, 202);
-    assert_eq!(wait(&app, &ann, &org, &queued.id()).await["status"], "succeeded");
+    assert_eq!(wait_run(&app, &ann, &org, &queued.id()).await["status"], "succeeded");
     assert_eq!(lake_count().await, 49);
 
     // Audited; a Viewer is refused, another organization finds nothing,
@@ -148,16 +147,4 @@ async fn a_cleared_entity_is_replaced_by_a_full_copy(app: TestApp) {
     check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201);
     check!(app.post(&format!("{state}/items/resync"), &eve, json!({})).await, 404);
     check!(app.post(&format!("{state}/nothing/resync"), &ann, json!({})).await, 404);
-}
-
-async fn wait(app: &TestApp, auth: &sluice_tests::Auth, org: &str, run: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{run}"), auth).await, 200).body;
-        if !["queued", "running"].contains(&r["status"].as_str().unwrap()) {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "run {run} unfinished: {r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

@@ -494,7 +494,11 @@ macro_rules! check {
 pub async fn run_flow(app: &TestApp, auth: &Auth, org: &str, flow: &str) -> Value {
     let queued = check!(app.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), auth, json!({})).await, 202);
     assert_eq!(queued.body["status"], "queued");
-    let id = queued.id();
+    wait_run(app, auth, org, &queued.id()).await
+}
+
+/// Waits (up to 60 s) for run `id` to end: the run as it ended.
+pub async fn wait_run(app: &TestApp, auth: &Auth, org: &str, id: &str) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{id}"), auth).await, 200);

@@ -94,6 +94,9 @@ pub struct BuilderForm {
     /// entity…").
     entity: String,
     choices: BTreeMap<String, Choice>,
+    /// The tables in the page's order (rows by number, each table once):
+    /// the order of the flow's mappings.
+    order: Vec<String>,
 }
 
 impl BuilderForm {
@@ -132,16 +135,18 @@ impl BuilderForm {
                 }
             }
         }
+        let mut seen = std::collections::HashSet::new();
+        f.order = rows.values().map(|(e, _)| e.clone()).filter(|e| !e.is_empty() && seen.insert(e.clone())).collect();
         f.choices = rows.into_values().filter(|(e, _)| !e.is_empty()).collect();
         f
     }
 
     /// The ticked tables' mappings, in the page's order, each with the
     /// name of its table.
-    fn mappings(&self, order: &[String]) -> Result<Vec<(String, Mapping)>, ApiError> {
+    fn mappings(&self) -> Result<Vec<(String, Mapping)>, ApiError> {
         let mut out = Vec::new();
         let mut errors = Vec::new();
-        for entity in order {
+        for entity in &self.order {
             let Some(c) = self.choices.get(entity).filter(|c| c.sync) else { continue };
             let Some(sync_mode) = SyncMode::parse(&c.mode) else {
                 errors.push(FieldError::new(format!("{entity}\0mode"), "pick a sync mode"));
@@ -210,21 +215,7 @@ pub async fn build(state: Data<AppState>, post: Post<Vec<(String, String)>>, org
     let ctx = OrgCtx::load(&state, s, org.into_inner()).await?;
     writer_only(&ctx)?;
     let f = BuilderForm::from_pairs(&post.form);
-    // The page's order of rows is the order of the flow's mappings.
-    let order: Vec<String> = {
-        let mut rows: Vec<(usize, String)> = post
-            .form
-            .iter()
-            .filter_map(|(k, v)| {
-                let row = k.strip_prefix('e')?.strip_suffix(".entity")?.parse::<usize>().ok()?;
-                Some((row, v.clone()))
-            })
-            .collect();
-        rows.sort();
-        let mut seen = std::collections::HashSet::new();
-        rows.into_iter().map(|(_, e)| e).filter(|e| seen.insert(e.clone())).collect()
-    };
-    let built = f.mappings(&order).and_then(|picked| {
+    let built = f.mappings().and_then(|picked| {
         let (names, mappings): (Vec<String>, Vec<Mapping>) = picked.into_iter().unzip();
         let new = NewFlow {
             name: f.name.clone(),
@@ -700,8 +691,7 @@ mod tests {
             ("e2.cursor", "updated_at"),
             ("e2.dest", "c_copy"),
         ]));
-        let order = ["a".to_string(), "b".to_string(), "c".to_string()];
-        let m = f.mappings(&order).unwrap();
+        let m = f.mappings().unwrap();
         assert_eq!(m.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["b", "c"]);
         let b = &m[0].1;
         assert_eq!(
@@ -718,7 +708,7 @@ mod tests {
     #[test]
     fn nothing_ticked_or_no_column_kept_is_said_on_the_form() {
         let none = BuilderForm::from_pairs(&pairs(&[("e0.entity", "a"), ("e0.mode", "full_refresh_overwrite")]));
-        let e = none.mappings(&["a".into()]).unwrap_err();
+        let e = none.mappings().unwrap_err();
         assert_eq!(e.details["errors"][0]["field"], "tables");
         let bare = BuilderForm::from_pairs(&pairs(&[
             ("e0.entity", "a"),
@@ -726,7 +716,7 @@ mod tests {
             ("e0.mode", "full_refresh_overwrite"),
             ("e0.all", "id"),
         ]));
-        let e = bare.mappings(&["a".into()]).unwrap_err();
+        let e = bare.mappings().unwrap_err();
         let shown = RowProblems::of(&e, &[]);
         assert_eq!(shown.on("a", "columns"), Some("tick at least one column"));
     }

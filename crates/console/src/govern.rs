@@ -3,7 +3,7 @@
 
 use crate::page::{
     OrgCtx, PageResult, Paging, Post, Problems, Session, audit_changes, audit_resource, badge, button, count, csrf,
-    json_block, page, pager, urlencode, when,
+    json_block, page, pager, when,
 };
 use actix_web::web::{Data, Path, Query};
 use maud::{Markup, html};
@@ -600,30 +600,15 @@ pub struct AuditQuery {
 impl AuditQuery {
     /// The query string of the filters (not the page), for the pager.
     fn filters(&self) -> String {
-        let pairs = [
+        crate::page::filters_query(&[
             ("action", &self.action),
             ("resource_type", &self.resource_type),
             ("event", &self.event),
             ("severity", &self.severity),
             ("since", &self.since),
             ("until", &self.until),
-        ];
-        pairs
-            .iter()
-            .filter_map(|(k, v)| v.as_deref().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", urlencode(v))))
-            .collect::<Vec<_>>()
-            .join("&")
+        ])
     }
-}
-
-/// A day of the audit filter: its first instant, or (`end`) the first
-/// instant of the day after, in UTC; an error names the field.
-fn audit_day(field: &str, value: &Option<String>, end: bool) -> Result<Option<time::OffsetDateTime>, ApiError> {
-    let Some(v) = value.as_deref().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
-    let day = sluice_domain::shared::record::parse_date(v)
-        .ok_or_else(|| ApiError::validation(vec![sluice_domain::FieldError::new(field, "a day, as YYYY-MM-DD")]))?;
-    let day = if end { day.next_day().unwrap_or(day) } else { day };
-    Ok(Some(day.midnight().assume_utc()))
 }
 
 /// Audit entries a page.
@@ -638,8 +623,8 @@ pub async fn audit(state: Data<AppState>, s: Session, org: Path<Uuid>, q: Query<
     let filter = AuditFilter {
         action: nonempty(&q.action),
         resource_type: nonempty(&q.resource_type),
-        since: audit_day("since", &q.since, false)?,
-        until: audit_day("until", &q.until, true)?,
+        since: crate::page::day_bound("since", &q.since, false)?,
+        until: crate::page::day_bound("until", &q.until, true)?,
         ..AuditFilter::default()
     };
     let listed = state

@@ -536,6 +536,25 @@ pub fn field_label(path: &str) -> String {
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
+/// A day of a list's filter (YYYY-MM-DD, UTC): its first instant, or
+/// (`end`) the first instant of the day after; an error names the field.
+pub fn day_bound(field: &str, value: &Option<String>, end: bool) -> Result<Option<OffsetDateTime>, ApiError> {
+    let Some(v) = value.as_deref().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    let day = sluice_domain::shared::record::parse_date(v)
+        .ok_or_else(|| ApiError::validation(vec![sluice_domain::FieldError::new(field, "a day, as YYYY-MM-DD")]))?;
+    let day = if end { day.next_day().unwrap_or(day) } else { day };
+    Ok(Some(day.midnight().assume_utc()))
+}
+
+/// A list's filters as a query string (those set), for its pager.
+pub fn filters_query(pairs: &[(&str, &Option<String>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_deref().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", urlencode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 /// A refused form's problems by field (the API's paths), each shown next
 /// to its input: the input marked `aria-invalid` and described by the
 /// message.

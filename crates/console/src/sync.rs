@@ -567,24 +567,8 @@ pub struct RunsQuery {
 impl RunsQuery {
     /// The query string of the filters (not the page), for the pager.
     fn filters(&self) -> String {
-        [("status", &self.status), ("since", &self.since), ("until", &self.until)]
-            .iter()
-            .filter_map(|(k, v)| {
-                v.as_deref().filter(|v| !v.trim().is_empty()).map(|v| format!("{k}={}", crate::page::urlencode(v)))
-            })
-            .collect::<Vec<_>>()
-            .join("&")
+        crate::page::filters_query(&[("status", &self.status), ("since", &self.since), ("until", &self.until)])
     }
-}
-
-/// A day of a filter: its first instant, or (`end`) the next day's; an
-/// error names the field.
-fn day(field: &str, value: &Option<String>, end: bool) -> Result<Option<time::OffsetDateTime>, ApiError> {
-    let Some(v) = value.as_deref().filter(|v| !v.trim().is_empty()) else { return Ok(None) };
-    let d = sluice_domain::shared::record::parse_date(v)
-        .ok_or_else(|| ApiError::validation(vec![FieldError::new(field, "a day, as YYYY-MM-DD")]))?;
-    let d = if end { d.next_day().unwrap_or(d) } else { d };
-    Ok(Some(d.midnight().assume_utc()))
 }
 
 /// The smallest run id made at `t` or later: ids are UUIDv7, ordered by
@@ -607,8 +591,8 @@ pub async fn runs_page(state: Data<AppState>, s: Session, path: Path<(Uuid, Uuid
                 .ok_or_else(|| ApiError::validation(vec![FieldError::new("status", "is not a run status")]))?,
         ),
     };
-    let since = day("since", &q.since, false)?;
-    let until = day("until", &q.until, true)?;
+    let since = crate::page::day_bound("since", &q.since, false)?;
+    let until = crate::page::day_bound("until", &q.until, true)?;
     // Up to a day: the page starts below that day's end.
     let after = q.after.or_else(|| until.map(first_id_at));
     let request = PageRequest { limit: crate::page::PAGE_SIZE, after };

@@ -631,8 +631,10 @@ impl SyncService {
             // The clear is done: its mark gives way to the cursor the copy
             // reached (none when it read nothing, or keeps none).
             self.replace_cursor(step.run, step.flow, step.m, &cursor).await?;
+            stats.cursor_after = cursor.as_ref().and_then(cursor_text);
+        } else {
+            self.end_cursor(step, cursor, stats).await?;
         }
-        self.end_cursor(step, cursor, stats).await?;
         Ok(EntityOutcome::Done)
     }
 
