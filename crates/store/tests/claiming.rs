@@ -386,9 +386,34 @@ async fn verifications_are_held_by_one_worker_at_a_time(store: &Store) {
     done.finished_at = Some(later);
     assert!(!store.renew_verification(v.id, first, later + lease).await.unwrap());
     assert!(!store.save_verification(&done, first).await.unwrap(), "the first worker's outcome is refused");
-    assert!(store.save_verification(&done, other).await.unwrap());
+    // A repair is queued with its audit entry in one transaction: nothing
+    // of it is written by the worker that lost the claim.
+    let repair = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), later);
+    let triggered = AuditEntry::new(Some(org), Actor::system(), "run.triggered", "run", repair.id, later);
+    let mut repaired = done.clone();
+    repaired.status = VerificationStatus::Mismatched;
+    repaired.repair_run_id = Some(repair.id);
+    let audited = || {
+        let filter = sluice_domain::shared::audit::AuditFilter {
+            resource_id: Some(repair.id.to_string()),
+            ..Default::default()
+        };
+        let page = sluice_domain::shared::page::PageRequest { limit: 10, after: None };
+        async move {
+            use sluice_domain::shared::audit::AuditRepository;
+            AuditRepository::list(store, org, &filter, page).await.unwrap().items.len()
+        }
+    };
+    assert!(!store.queue_repair(&repaired, &repair, first, &triggered).await.unwrap(), "refused");
+    assert!(RunRepository::get(store, org, repair.id).await.unwrap().is_none(), "no run queued by the lost claim");
+    assert_eq!(audited().await, 0, "no audit entry from the lost claim");
+    assert!(store.queue_repair(&repaired, &repair, other, &triggered).await.unwrap());
+    assert!(RunRepository::get(store, org, repair.id).await.unwrap().is_some(), "the repair is queued");
+    assert_eq!(audited().await, 1, "with its audit entry");
+    assert_eq!(store.repaired_by(repair.id).await.unwrap().map(|r| r.id), Some(v.id));
+    assert!(!store.save_verification(&done, other).await.unwrap(), "its outcome is stored once");
     let stored = store.get_verification(org, v.id).await.unwrap().unwrap();
-    assert_eq!((stored.status, stored.entities.clone()), (VerificationStatus::Matched, done.entities));
+    assert_eq!((stored.status, stored.entities.clone()), (VerificationStatus::Mismatched, done.entities));
     assert!(
         store.claim_verification(first, later + lease * 10, later + lease * 11).await.unwrap().is_none(),
         "finished"

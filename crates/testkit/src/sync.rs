@@ -446,11 +446,12 @@ impl VerificationRepository for InMemoryFlows {
             .is_some())
     }
 
-    async fn queue_repair(&self, v: &Verification, run: &Run, worker: &str) -> Result<bool> {
+    async fn queue_repair(&self, v: &Verification, run: &Run, worker: &str, audit: &AuditEntry) -> Result<bool> {
         if !self.save_verification(v, worker).await? {
             return Ok(false);
         }
         self.s().runs.push(run.clone());
+        self.audit.s().audit.push(audit.clone());
         Ok(true)
     }
 

@@ -123,7 +123,7 @@ pub fn text_value(s: String, t: FieldType) -> Value {
         },
         FieldType::Timestamp => parse_timestamp(&s).map(Value::Timestamp).unwrap_or(Value::String(s)),
         FieldType::Date => parse_date(&s).map(Value::Date).unwrap_or(Value::String(s)),
-        FieldType::Object | FieldType::Array => serde_json::from_str(&s).map(Value::Json).unwrap_or(Value::String(s)),
+        FieldType::Object | FieldType::Array => Value::json_text(s),
         FieldType::Binary => Value::Bytes(s.into_bytes()),
         FieldType::String => Value::String(s),
     }

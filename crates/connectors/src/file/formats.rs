@@ -121,9 +121,6 @@ pub(super) fn to_value(v: &serde_json::Value, t: FieldType) -> Value {
     match (v, t) {
         (J::Null, _) => Value::Null,
         (J::String(s), FieldType::Binary) => B64.decode(s).map(Value::Bytes).unwrap_or(Value::String(s.clone())),
-        (J::String(s), FieldType::Object | FieldType::Array) => {
-            serde_json::from_str(s).map(Value::Json).unwrap_or(Value::String(s.clone()))
-        }
         (J::String(s), t) => text_value(s.clone(), t),
         (J::Number(n), FieldType::Integer) => {
             n.as_i64().map(Value::Int).unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN)))
@@ -146,7 +143,7 @@ pub(super) fn to_json(v: &Value) -> serde_json::Value {
 pub(super) fn to_text(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
-        Value::String(s) | Value::Decimal(s) => s.clone(),
+        Value::String(s) | Value::Decimal(s) | Value::RawJson(s) => s.clone(),
         Value::Json(j) => j.to_string(),
         other => match other.to_json() {
             serde_json::Value::String(s) => s,

@@ -217,7 +217,7 @@ pub(super) fn bind<'q>(q: MyQuery<'q>, v: &Value) -> MyQuery<'q> {
         Value::Bool(b) => q.bind(*b),
         Value::Int(i) => q.bind(*i),
         Value::Float(f) => q.bind(*f),
-        Value::Decimal(s) | Value::String(s) => q.bind(s.clone()),
+        Value::Decimal(s) | Value::String(s) | Value::RawJson(s) => q.bind(s.clone()),
         Value::Timestamp(t) => {
             let t = t.to_offset(time::UtcOffset::UTC);
             q.bind(time::PrimitiveDateTime::new(t.date(), t.time()))

@@ -99,9 +99,7 @@ impl Wire {
                 let s = std::str::from_utf8(b).map_err(|_| "text that is not UTF-8".to_string())?;
                 match t {
                     FieldType::Decimal => Value::Decimal(s.to_string()),
-                    FieldType::Object | FieldType::Array => {
-                        serde_json::from_str(s).map(Value::Json).unwrap_or_else(|_| Value::String(s.to_string()))
-                    }
+                    FieldType::Object | FieldType::Array => Value::json_text(s.to_string()),
                     _ => Value::String(s.to_string()),
                 }
             }
@@ -374,13 +372,14 @@ fn text(v: &Value) -> String {
         Value::Timestamp(t) => format_timestamp(*t),
         Value::Date(d) => sluice_domain::shared::record::format_date(*d),
         Value::Json(j) => j.to_string(),
+        Value::RawJson(t) => t.clone(),
         Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
     }
 }
 
 fn write_text(out: &mut Vec<u8>, v: &Value) {
     match v {
-        Value::String(s) | Value::Decimal(s) => out.extend_from_slice(s.as_bytes()),
+        Value::String(s) | Value::Decimal(s) | Value::RawJson(s) => out.extend_from_slice(s.as_bytes()),
         Value::Json(j) => {
             let _ = serde_json::to_writer(&mut *out, j); // into a Vec: cannot fail
         }
@@ -543,6 +542,13 @@ mod tests {
         let mut out = Vec::new();
         Column::Jsonb.encode(&mut out, &Value::Json(serde_json::json!({"a": 1}))).unwrap();
         assert_eq!(&out[4..], b"\x01{\"a\":1}");
+        // A document read as text goes out as it came, never parsed.
+        let raw = Wire::Text(FieldType::Object).decode(b"{\"a\":  [1, 2.50]}").unwrap();
+        assert!(matches!(&raw, Value::RawJson(t) if t == "{\"a\":  [1, 2.50]}"), "{raw:?}");
+        let mut out = Vec::new();
+        Column::Jsonb.encode(&mut out, &raw).unwrap();
+        assert_eq!(&out[4..], b"\x01{\"a\":  [1, 2.50]}");
+        assert_eq!(Wire::Text(FieldType::Object).decode(b"{oops").unwrap(), Value::String("{oops".into()));
         let mut out = Vec::new();
         Column::Text.encode(&mut out, &Value::Null).unwrap();
         assert_eq!(out, (-1i32).to_be_bytes());

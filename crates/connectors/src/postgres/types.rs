@@ -114,9 +114,7 @@ pub(super) fn decode(row: &PgRow, i: usize, t: FieldType) -> Result<Value, sqlx:
         FieldType::Timestamp => row.try_get::<Option<time::OffsetDateTime>, _>(i)?.map(Value::Timestamp),
         FieldType::Decimal => row.try_get::<Option<String>, _>(i)?.map(Value::Decimal),
         FieldType::String => row.try_get::<Option<String>, _>(i)?.map(Value::String),
-        FieldType::Object | FieldType::Array => row
-            .try_get::<Option<String>, _>(i)?
-            .map(|s| serde_json::from_str(&s).map(Value::Json).unwrap_or(Value::String(s))),
+        FieldType::Object | FieldType::Array => row.try_get::<Option<String>, _>(i)?.map(Value::json_text),
     }
     .unwrap_or(Value::Null))
 }
@@ -128,7 +126,7 @@ pub(super) fn literal(v: &Value) -> Option<String> {
         Value::Bool(b) => Some(if *b { "t".into() } else { "f".into() }),
         Value::Int(i) => Some(i.to_string()),
         Value::Float(f) => Some(float_text(*f)),
-        Value::Decimal(s) | Value::String(s) => Some(s.clone()),
+        Value::Decimal(s) | Value::String(s) | Value::RawJson(s) => Some(s.clone()),
         Value::Timestamp(t) => Some(format_timestamp(*t)),
         Value::Date(d) => Some(format_date(*d)),
         Value::Json(j) => Some(j.to_string()),
@@ -184,7 +182,7 @@ pub fn csv_row(out: &mut Vec<u8>, row: &[Value]) {
                 out.push(b'"');
                 Ok(())
             }
-            Value::String(text) => {
+            Value::String(text) | Value::RawJson(text) => {
                 out.push(b'"');
                 let r = Quoted(out).write_all(text.as_bytes());
                 out.push(b'"');

@@ -93,7 +93,7 @@ pub(super) fn param(v: &Value) -> rusqlite::types::Value {
         Value::Bool(b) => P::Integer(i64::from(*b)),
         Value::Int(i) => P::Integer(*i),
         Value::Float(f) => P::Real(*f),
-        Value::Decimal(s) | Value::String(s) => P::Text(s.clone()),
+        Value::Decimal(s) | Value::String(s) | Value::RawJson(s) => P::Text(s.clone()),
         Value::Timestamp(t) => P::Text(format_timestamp(*t)),
         Value::Date(d) => P::Text(format_date(*d)),
         Value::Json(j) => P::Text(j.to_string()),

@@ -108,7 +108,7 @@ impl EntitySchema {
 }
 
 /// One value of a record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Value {
     Null,
     Bool(bool),
@@ -121,12 +121,58 @@ pub enum Value {
     Date(Date),
     /// Objects and arrays.
     Json(serde_json::Value),
+    /// A JSON document's text as a source sent it, checked to be JSON but
+    /// not parsed: a destination that stores JSON text takes it as is, and
+    /// whatever needs the document parses it ([`Value::to_json`]). Equal
+    /// to the [`Value::Json`] it parses to.
+    RawJson(String),
     Bytes(Vec<u8>),
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        use Value::*;
+        match (self, other) {
+            (Null, Null) => true,
+            (Bool(a), Bool(b)) => a == b,
+            (Int(a), Int(b)) => a == b,
+            (Float(a), Float(b)) => a == b,
+            (Decimal(a), Decimal(b)) | (String(a), String(b)) => a == b,
+            (Timestamp(a), Timestamp(b)) => a == b,
+            (Date(a), Date(b)) => a == b,
+            (Json(a), Json(b)) => a == b,
+            (RawJson(a), RawJson(b)) => a == b || parse_json(a) == parse_json(b),
+            (RawJson(t), Json(j)) | (Json(j), RawJson(t)) => parse_json(t).as_ref() == Some(j),
+            (Bytes(a), Bytes(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+fn parse_json(text: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(text).ok()
 }
 
 impl Value {
     pub fn is_null(&self) -> bool {
         matches!(self, Value::Null)
+    }
+
+    /// A source's JSON text as a value: kept as [`Value::RawJson`] when it
+    /// is JSON (checked without building the document), a string when not.
+    pub fn json_text(text: String) -> Value {
+        let mut de = serde_json::Deserializer::from_str(&text);
+        let valid = serde::de::IgnoredAny::deserialize(&mut de).is_ok() && de.end().is_ok();
+        if valid { Value::RawJson(text) } else { Value::String(text) }
+    }
+
+    /// [`Value::RawJson`] parsed into [`Value::Json`]; every other value as
+    /// it is.
+    pub fn parsed(self) -> Value {
+        match self {
+            Value::RawJson(t) => parse_json(&t).map_or(Value::String(t), Value::Json),
+            v => v,
+        }
     }
 
     /// An approximation of the value's size, for the bytes counters.
@@ -138,6 +184,7 @@ impl Value {
             Value::Date(_) => 4,
             Value::Decimal(s) | Value::String(s) => s.len(),
             Value::Json(j) => json_size(j),
+            Value::RawJson(t) => t.len(),
             Value::Bytes(b) => b.len(),
         }
     }
@@ -157,6 +204,7 @@ impl Value {
             Value::Timestamp(t) => J::String(format_timestamp(*t)),
             Value::Date(d) => J::String(format_date(*d)),
             Value::Json(j) => j.clone(),
+            Value::RawJson(t) => parse_json(t).unwrap_or_else(|| J::String(t.clone())),
             Value::Bytes(b) => J::String(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b)),
         }
     }
@@ -344,5 +392,31 @@ impl RecordBatch {
             .iter()
             .map(|row| self.fields.iter().zip(row).map(|(f, v)| (f.name.clone(), v.to_json())).collect())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_text_is_kept_as_read_and_equals_its_document() {
+        let raw = Value::json_text("{\"k\": 1, \"tag\": [\"x\", null]}".into());
+        assert!(matches!(&raw, Value::RawJson(t) if t == "{\"k\": 1, \"tag\": [\"x\", null]}"), "as read: {raw:?}");
+        let tree = Value::Json(json!({"tag": ["x", null], "k": 1}));
+        assert_eq!(raw, tree, "equal to the document it parses to");
+        assert_eq!(tree, raw);
+        assert_eq!(raw, Value::RawJson("{\"tag\":[\"x\",null],\"k\":1}".into()), "whatever its spacing and order");
+        assert_ne!(raw, Value::Json(json!({"k": 2})));
+        assert_ne!(raw, Value::String("{\"k\": 1, \"tag\": [\"x\", null]}".into()), "a string is not a document");
+        assert_eq!(raw.to_json(), json!({"k": 1, "tag": ["x", null]}));
+        assert_eq!(raw.clone().parsed(), tree);
+        assert_eq!(raw.approx_size(), 28, "its text's length");
+        // Text that is not JSON stays a string, as before.
+        for bad in ["{\"k\": 1", "{} {}", "", "nope"] {
+            assert_eq!(Value::json_text(bad.into()), Value::String(bad.into()), "{bad:?}");
+        }
+        assert_eq!(Value::json_text(" [1, 2] ".into()).parsed(), Value::Json(json!([1, 2])));
     }
 }

@@ -173,6 +173,8 @@ pub(crate) fn key_hash(row: &[Value], key_idx: &[usize]) -> u64 {
             Value::Timestamp(t) => (6u8, t.unix_timestamp_nanos()).hash(&mut h),
             Value::Date(d) => (7u8, d.to_julian_day()).hash(&mut h),
             Value::Json(j) => (8u8, j.to_string()).hash(&mut h),
+            // As the document it is equal to.
+            raw @ Value::RawJson(_) => (8u8, raw.to_json().to_string()).hash(&mut h),
             Value::Bytes(b) => (9u8, b).hash(&mut h),
         }
     }

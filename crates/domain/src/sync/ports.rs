@@ -155,8 +155,15 @@ pub trait VerificationRepository: Send + Sync {
     async fn save_verification(&self, verification: &Verification, worker: &str) -> Result<bool>;
     /// Stores the outcome like [`Self::save_verification`] and queues
     /// `run`, its repair, in the same transaction; `false`, storing and
-    /// queueing nothing, when `worker` no longer holds it.
-    async fn queue_repair(&self, verification: &Verification, run: &Run, worker: &str) -> Result<bool>;
+    /// queueing nothing, when `worker` no longer holds it. `audit`, the
+    /// run's trigger, is written in that transaction too.
+    async fn queue_repair(
+        &self,
+        verification: &Verification,
+        run: &Run,
+        worker: &str,
+        audit: &AuditEntry,
+    ) -> Result<bool>;
     /// The verification whose repair `run` is, if it is one.
     async fn repaired_by(&self, run: RunId) -> Result<Option<Verification>>;
 }

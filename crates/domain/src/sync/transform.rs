@@ -271,6 +271,7 @@ pub fn cast(v: Value, to: FieldType) -> Value {
     if v.is_null() {
         return v;
     }
+    let v = v.parsed();
     let s = display(&v);
     match to {
         FieldType::String => Value::String(s),

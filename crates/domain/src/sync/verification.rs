@@ -156,20 +156,16 @@ impl SyncService {
         v.finished_at = Some(self.clock.now());
         let stored = match self.repair_run(&mut v).await? {
             Some(run) => {
-                let queued = self.verifications.queue_repair(&v, &run, worker).await?;
-                if queued {
-                    let audit = AuditEntry::new(
-                        Some(v.org_id),
-                        crate::shared::audit::Actor::system(),
-                        "run.triggered",
-                        "run",
-                        run.id,
-                        run.queued_at,
-                    )
-                    .with_details(json!({"flow_id": v.flow_id, "trigger": run.trigger.as_str(), "repair_of": v.id}));
-                    self.audit.append(&audit).await?;
-                }
-                queued
+                let audit = AuditEntry::new(
+                    Some(v.org_id),
+                    crate::shared::audit::Actor::system(),
+                    "run.triggered",
+                    "run",
+                    run.id,
+                    run.queued_at,
+                )
+                .with_details(json!({"flow_id": v.flow_id, "trigger": run.trigger.as_str(), "repair_of": v.id}));
+                self.verifications.queue_repair(&v, &run, worker, &audit).await?
             }
             None => self.verifications.save_verification(&v, worker).await?,
         };

@@ -229,7 +229,7 @@ pub fn key_order(a: &[Value], b: &[Value]) -> Ordering {
             Value::Timestamp(_) | Value::Date(_) => 3,
             Value::String(_) => 4,
             Value::Bytes(_) => 5,
-            Value::Json(_) => 6,
+            Value::Json(_) | Value::RawJson(_) => 6,
         }
     }
     fn number(v: &Value) -> f64 {

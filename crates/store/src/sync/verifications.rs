@@ -157,13 +157,14 @@ impl VerificationRepository for Store {
         written!(self, |tx| { saved(tx.c(), v, worker).await })
     }
 
-    async fn queue_repair(&self, v: &Verification, run: &Run, worker: &str) -> Result<bool> {
+    async fn queue_repair(&self, v: &Verification, run: &Run, worker: &str, audit: &AuditEntry) -> Result<bool> {
         let tx = self.write().await?;
         let r = async {
             if !saved(tx.c(), v, worker).await? {
                 return Ok(false);
             }
             runs::Entity::insert(super::queued_model(run)?).exec_without_returning(tx.c()).await.map_err(db_err)?;
+            crate::insert_audit(tx.c(), audit).await?;
             tx.queues(crate::wake::Work::Runs).await?;
             Ok(true)
         }
