@@ -190,7 +190,7 @@ fn text_value(s: String, t: FieldType) -> Value {
             }
             parse_timestamp(&iso).map(Value::Timestamp).unwrap_or(Value::String(s))
         }
-        FieldType::Object | FieldType::Array => serde_json::from_str(&s).map(Value::Json).unwrap_or(Value::String(s)),
+        FieldType::Object | FieldType::Array => Value::json_text(s),
         FieldType::Binary => match s.strip_prefix("\\x").and_then(super::binary::unhex) {
             Some(b) => Value::Bytes(b),
             None => Value::String(s),
@@ -1166,6 +1166,7 @@ mod tests {
         assert_eq!(text_value("t".into(), FieldType::Boolean), Value::Bool(true));
         assert_eq!(text_value("12.50".into(), FieldType::Decimal), Value::Decimal("12.50".into()));
         assert_eq!(text_value("{\"a\": 1}".into(), FieldType::Object), Value::Json(serde_json::json!({"a": 1})));
+        assert!(matches!(text_value("{\"a\": 1}".into(), FieldType::Object), Value::RawJson(t) if t == "{\"a\": 1}"));
         assert!(matches!(text_value("NaN".into(), FieldType::Number), Value::Float(f) if f.is_nan()));
         assert_eq!(text_value("x".into(), FieldType::Integer), Value::String("x".into()));
         assert_eq!(pg_time(0), OffsetDateTime::from_unix_timestamp(946_684_800).unwrap());
