@@ -100,6 +100,13 @@ impl<'a> Browser<'a> {
         (status, res.text().await.unwrap(), headers)
     }
 
+    /// A page requested with the notice cookie `said` beside the session.
+    async fn get_saying(&self, path: &str, said: &str) -> String {
+        let cookie = format!("sluice_session={}; sluice_said={said}", self.cookie.as_deref().unwrap_or_default());
+        let res = self.client.get(format!("{}{path}", self.app.base)).header("Cookie", cookie).send().await.unwrap();
+        res.text().await.unwrap()
+    }
+
     /// Signs in with a pasted token; keeps the cookie the server sets.
     pub(crate) async fn sign_in(&mut self, token: &str) {
         let origin = self.origin();
@@ -396,6 +403,29 @@ async fn every_page_renders_and_a_viewer_cannot_write(app: TestApp) {
         .await;
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("Saved.") && html.contains("Saved: every 15 minutes."), "{html}");
+    // A notice is its session's own: one planted in the cookie (unsigned,
+    // altered, or left for another member's session) is shown to nobody.
+    let form = [("csrf", csrf.as_str()), ("name", "items"), ("schedule", "*/15 * * * *"), ("config", config)];
+    let (status, _, headers) = admin.post(&format!("/o/{org}/flows/{flow}"), &form, Some(&admin.origin())).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let said = headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("sluice_said="))
+        .map(|v| v.split(';').next().unwrap().to_string())
+        .expect("a notice cookie");
+    let page = format!("/o/{org}/flows/{flow}");
+    let shown = r#"<p class="notice" role="status">"#;
+    let html = admin.get_saying(&page, &said).await;
+    assert!(html.contains(&format!("{shown}Saved.</p>")), "its own session's: {html}");
+    let (tag, _) = said.split_once('.').expect("a tagged notice");
+    for planted in ["Planted%20notice".to_string(), format!("{tag}.Planted%20notice"), format!("0{}", &said[1..])] {
+        let html = admin.get_saying(&page, &planted).await;
+        assert!(!html.contains(shown) && !html.contains("Planted"), "{planted}: {html}");
+    }
+    let html = viewer.get_saying(&page, &said).await;
+    assert!(html.contains("<h1>items</h1>") && !html.contains(shown), "another member's session: {html}");
     let (_, html, _) = admin.get(&format!("/o/{org}/flows")).await;
     assert!(html.contains(r#"<code>*/15 * * * *</code> <span class="muted">every 15 minutes</span>"#), "{html}");
     // Back to manual runs, so that no scheduled run starts under the test.

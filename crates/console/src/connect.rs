@@ -571,6 +571,7 @@ pub async fn update(
     };
     match saved {
         Ok(c) => Ok(crate::page::redirect_saying(
+            &post.session,
             &ctx.at(&format!("/connections/{}", c.id)),
             "Saved. Test the connection to check the new settings.",
         )),

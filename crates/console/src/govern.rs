@@ -341,7 +341,7 @@ pub async fn update_asset(
             } else {
                 "Saved.".into()
             };
-            Ok(crate::page::redirect_saying(&ctx.at(&format!("/catalog/{}", after.id)), &said))
+            Ok(crate::page::redirect_saying(&post.session, &ctx.at(&format!("/catalog/{}", after.id)), &said))
         }
         Err(e) => asset_page(&state, s, &ctx, a, Some((&e, f))).await,
     }
@@ -374,9 +374,11 @@ pub async fn create_asset(state: Data<AppState>, post: Post<NewAssetForm>, org: 
         }
     };
     match created {
-        Ok(a) => {
-            Ok(crate::page::redirect_saying(&ctx.at(&format!("/catalog/{}", a.id)), "Contract created at version 1."))
-        }
+        Ok(a) => Ok(crate::page::redirect_saying(
+            &post.session,
+            &ctx.at(&format!("/catalog/{}", a.id)),
+            "Contract created at version 1.",
+        )),
         Err(e) => catalog_page(&state, s, &ctx, &Paging::default(), Some((&e, f))).await,
     }
 }

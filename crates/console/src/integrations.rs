@@ -279,7 +279,9 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
         Err(e) => return detail_page(&state, s, &ctx, i, Panel::Failed(e, f.credentials.clone())).await,
     };
     match state.sluice.connect.update_integration(&s.caller.principal, ctx.id(), i.id, update).await {
-        Ok(after) => Ok(crate::page::redirect_saying(&ctx.at(&format!("/integrations/{}", after.id)), "Saved.")),
+        Ok(after) => {
+            Ok(crate::page::redirect_saying(&post.session, &ctx.at(&format!("/integrations/{}", after.id)), "Saved."))
+        }
         Err(e) => detail_page(&state, s, &ctx, i, Panel::Failed(e.into(), f.credentials.clone())).await,
     }
 }

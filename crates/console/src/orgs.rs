@@ -587,7 +587,7 @@ pub async fn member_role(state: Data<AppState>, post: Post<RoleForm>, path: Path
     let role: Role = post.form.role.parse()?;
     let m = state.sluice.identity.update_member_role(&s.caller.principal, ctx.id(), UserId::from(user), role).await?;
     let who = m.email.clone().or(m.name.clone()).unwrap_or_else(|| "The member".into());
-    Ok(crate::page::redirect_saying(&ctx.at("/settings"), &format!("{who} is now {}.", m.role.as_str())))
+    Ok(crate::page::redirect_saying(&post.session, &ctx.at("/settings"), &format!("{who} is now {}.", m.role.as_str())))
 }
 
 /// `POST /o/{org}/members/{user}/remove` (Admin; the last Admin stays).
@@ -596,7 +596,7 @@ pub async fn remove_member(state: Data<AppState>, post: Post<Empty>, path: Path<
     let s = &post.session;
     let ctx = OrgCtx::load(&state, s, org).await?;
     state.sluice.identity.remove_member(&s.caller.principal, ctx.id(), UserId::from(user)).await?;
-    Ok(crate::page::redirect_saying(&ctx.at("/settings"), "Member removed."))
+    Ok(crate::page::redirect_saying(&post.session, &ctx.at("/settings"), "Member removed."))
 }
 
 /// `POST /o/{org}/api-keys`: shows the key once.
@@ -734,7 +734,7 @@ pub async fn rename(state: Data<AppState>, post: Post<RenameForm>, org: Path<Uui
     let update =
         sluice_domain::identity::service::OrganizationUpdate { name: Some(post.form.name.clone()), slug: None };
     match state.sluice.identity.update_organization(&s.caller.principal, ctx.id(), update).await {
-        Ok(_) => Ok(crate::page::redirect_saying(&ctx.at("/settings"), "Renamed.")),
+        Ok(_) => Ok(crate::page::redirect_saying(&post.session, &ctx.at("/settings"), "Renamed.")),
         Err(e) => refused(&state, s, ctx, "rename", e, [("name", post.form.name.clone())]).await,
     }
 }
@@ -762,7 +762,7 @@ pub async fn enable_rule(state: Data<AppState>, post: Post<FromForm>, path: Path
         .await?;
     let said = if enabled { "Rule enabled." } else { "Rule disabled: it delivers nothing until enabled." };
     let back = if post.form.from == "rule" { format!("/rules/{id}") } else { "/settings".to_string() };
-    Ok(crate::page::redirect_saying(&ctx.at(&back), said))
+    Ok(crate::page::redirect_saying(&post.session, &ctx.at(&back), said))
 }
 
 /// Which page a form was sent from, to go back to: `rule` (its page), or
@@ -778,7 +778,7 @@ pub async fn delete_rule(state: Data<AppState>, post: Post<Empty>, path: Path<(U
     let (org, id) = path.into_inner();
     let ctx = OrgCtx::load(&state, &post.session, org).await?;
     state.sluice.monitoring.delete_rule(&post.session.caller.principal, ctx.id(), RuleId::from(id)).await?;
-    Ok(crate::page::redirect_saying(&ctx.at("/settings"), "Rule deleted, with its deliveries."))
+    Ok(crate::page::redirect_saying(&post.session, &ctx.at("/settings"), "Rule deleted, with its deliveries."))
 }
 
 #[cfg(test)]

@@ -100,6 +100,14 @@ pub struct Session {
 /// to (post/redirect/get): read once, by that page.
 const SAID_COOKIE: &str = "sluice_said";
 
+/// A notice's tag: a hash of its text and of the session it was left for
+/// (through the session's CSRF token), so that a notice cookie planted by
+/// someone who does not hold the session (another site, a sibling
+/// subdomain) is shown to nobody.
+fn said_tag(csrf: &str, text: &str) -> String {
+    sha256_hex(format!("sluice console notice\0{csrf}\0{text}").as_bytes())[..32].to_string()
+}
+
 /// The CSRF token of a session: a hash of the cookie, which a page of
 /// another site can neither read nor compute.
 fn csrf_of(cookie: &str) -> String {
@@ -124,9 +132,12 @@ impl FromRequest for Session {
         };
         let csrf = req.extensions().get::<CookieSession>().map(|c| csrf_of(&c.0)).unwrap_or_default();
         let said = req.cookie(SAID_COOKIE).and_then(|c| {
-            let text: Vec<(String, String)> = serde_urlencoded::from_str(&format!("s={}", c.value())).ok()?;
+            let (tag, encoded) = c.value().split_once('.')?;
+            let text: Vec<(String, String)> = serde_urlencoded::from_str(&format!("s={encoded}")).ok()?;
             let text = text.into_iter().next()?.1;
-            (!text.is_empty()).then(|| text.chars().take(MAX_SAID).collect())
+            // Left for this session by this server, or shown to nobody.
+            (!text.is_empty() && !csrf.is_empty() && tag == said_tag(&csrf, &text))
+                .then(|| text.chars().take(MAX_SAID).collect())
         });
         std::future::ready(Ok(Session { caller, csrf, said }))
     }
@@ -670,13 +681,14 @@ pub(crate) const REDACTED: &str = sluice_domain::shared::audit::REDACTED;
 /// An action's answer: to the page `to`, which says `text` once (in a
 /// short-lived cookie: reload, back and bookmarks show the page, never
 /// the action again).
-pub(crate) fn redirect_saying(to: &str, text: &str) -> HttpResponse {
+pub(crate) fn redirect_saying(s: &Session, to: &str, text: &str) -> HttpResponse {
     let mut text: String = text.chars().take(MAX_SAID).collect();
     let mut value = urlencode(&text);
     while value.len() > MAX_SAID_ENCODED {
         text.pop();
         value = urlencode(&text);
     }
+    let value = format!("{}.{value}", said_tag(&s.csrf, &text));
     let cookie = actix_web::cookie::Cookie::build(SAID_COOKIE, value)
         .path("/")
         .http_only(true)

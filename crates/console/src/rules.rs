@@ -161,7 +161,7 @@ pub async fn update(state: Data<AppState>, post: Post<RuleForm>, path: Path<(Uui
         enabled: Some(r.enabled),
     };
     match state.sluice.monitoring.replace_rule(&s.caller.principal, ctx.id(), r.id, input).await {
-        Ok(saved) => Ok(redirect_saying(&ctx.at(&format!("/rules/{}", saved.rule.id)), "Saved.")),
+        Ok(saved) => Ok(redirect_saying(&post.session, &ctx.at(&format!("/rules/{}", saved.rule.id)), "Saved.")),
         Err(e) => {
             let e = ApiError::from(e);
             crate::page::failed(rule_page(&state, s, &ctx, r, &Paging::default(), Some((&e, f))).await, &e)
@@ -176,7 +176,7 @@ pub async fn send_test(state: Data<AppState>, post: Post<crate::page::Empty>, pa
     let (ctx, r) = load(&state, s, org, id).await?;
     state.sluice.monitoring.send_test(&s.caller.principal, ctx.id(), r.id).await?;
     let said = "Test queued: its delivery shows below within seconds (reload to follow it).";
-    Ok(redirect_saying(&ctx.at(&format!("/rules/{}", r.id)), said))
+    Ok(redirect_saying(&post.session, &ctx.at(&format!("/rules/{}", r.id)), said))
 }
 
 /// A rule's name linking to its page, for lists.

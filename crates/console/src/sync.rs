@@ -383,7 +383,7 @@ pub async fn update(state: Data<AppState>, post: Post<EditForm>, path: Path<(Uui
             } else {
                 "Saved."
             };
-            Ok(redirect_saying(&ctx.at(&format!("/flows/{}", saved.id)), said))
+            Ok(redirect_saying(&post.session, &ctx.at(&format!("/flows/{}", saved.id)), said))
         }
         Err(e) => {
             let e: ApiError = e.into();
@@ -419,7 +419,7 @@ pub async fn set_status(state: Data<AppState>, post: Post<StatusForm>, path: Pat
         FlowStatus::Paused => "Paused: no scheduled run starts until it is resumed.",
         _ => "Resumed.",
     };
-    Ok(redirect_saying(&ctx.at(&format!("/flows/{id}")), said))
+    Ok(redirect_saying(&post.session, &ctx.at(&format!("/flows/{id}")), said))
 }
 
 #[derive(Deserialize)]
@@ -438,7 +438,7 @@ pub async fn set_cursor(state: Data<AppState>, post: Post<CursorForm>, path: Pat
     match state.sluice.sync.set_cursor(&s.caller.principal, ctx.id(), flow.id, &f.entity, &f.value).await {
         Ok(c) => {
             let said = format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default());
-            Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
+            Ok(redirect_saying(&post.session, &ctx.at(&format!("/flows/{}", flow.id)), &said))
         }
         // Refused (a value that is not the column's type, a run in
         // progress): at the entity's input, the value kept.
@@ -457,7 +457,7 @@ pub async fn reset_cursor(state: Data<AppState>, post: Post<CursorForm>, path: P
     let (ctx, flow) = load(&state, s, org, id).await?;
     state.sluice.sync.reset_cursor(&s.caller.principal, ctx.id(), flow.id, &post.form.entity).await?;
     let said = format!("Cursor of {} reset; the next run reads from the start.", post.form.entity);
-    Ok(redirect_saying(&ctx.at(&format!("/flows/{}", flow.id)), &said))
+    Ok(redirect_saying(&post.session, &ctx.at(&format!("/flows/{}", flow.id)), &said))
 }
 
 /// "Clear data and resync" for `entity`: confirmed, naming the table it
@@ -485,7 +485,7 @@ pub async fn resync(state: Data<AppState>, post: Post<CursorForm>, path: Path<(U
     let r =
         state.sluice.sync.clear_and_resync(&s.caller.principal, ctx.id(), FlowId::from(id), &post.form.entity).await?;
     let said = format!("Clearing {}: this run replaces its table with a full copy of the source.", post.form.entity);
-    Ok(redirect_saying(&ctx.at(&format!("/runs/{}", r.id)), &said))
+    Ok(redirect_saying(&post.session, &ctx.at(&format!("/runs/{}", r.id)), &said))
 }
 
 /// Whether any mapping of `entity` keeps a cursor (or a change stream's
