@@ -141,7 +141,7 @@ impl PartialEq for Value {
             (Timestamp(a), Timestamp(b)) => a == b,
             (Date(a), Date(b)) => a == b,
             (Json(a), Json(b)) => a == b,
-            (RawJson(a), RawJson(b)) => a == b || parse_json(a) == parse_json(b),
+            (RawJson(a), RawJson(b)) => a == b || parse_json(a).is_some_and(|x| parse_json(b) == Some(x)),
             (RawJson(t), Json(j)) | (Json(j), RawJson(t)) => parse_json(t).as_ref() == Some(j),
             (Bytes(a), Bytes(b)) => a == b,
             _ => false,
@@ -409,6 +409,7 @@ mod tests {
         assert_eq!(tree, raw);
         assert_eq!(raw, Value::RawJson("{\"tag\":[\"x\",null],\"k\":1}".into()), "whatever its spacing and order");
         assert_ne!(raw, Value::Json(json!({"k": 2})));
+        assert_ne!(Value::RawJson("x".into()), Value::RawJson("y".into()), "two texts that are not JSON differ");
         assert_ne!(raw, Value::String("{\"k\": 1, \"tag\": [\"x\", null]}".into()), "a string is not a document");
         assert_eq!(raw.to_json(), json!({"k": 1, "tag": ["x", null]}));
         assert_eq!(raw.clone().parsed(), tree);
