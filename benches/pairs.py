@@ -9,7 +9,9 @@ through the API, timed from the call that triggers the run to the run's
 record saying it finished.
 
 Pairs: PostgreSQL → MariaDB, SQLite, CSV, JSON Lines, and each of those →
-PostgreSQL. Each timing is the median of --rounds; after every load the
+PostgreSQL. Each timing is the median of --rounds, each round begun after
+a CHECKPOINT on a quiet machine (at least 90% idle over a second, or
+flagged NOISY after 180 s); after every load the
 destination is checked equal to the source (count, distinct keys, sum of a
 bigint column, sum of the numeric one). The peers run the same pairs when
 installed (Sling from PyPI `sling-linux-amd64` or $SLING, ingestr from PyPI
@@ -38,7 +40,7 @@ import tempfile
 import time
 
 from service import Cluster, sling_binary
-from sluicebench import BIN, peak_rss, reset_peak_rss, serve, stop
+from sluicebench import BIN, peak_rss, reset_peak_rss, serve, stop, wait_quiet
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
 COLUMNS = ["id", "a", "s", "j", "n", "ts1", "updated"]
@@ -260,6 +262,16 @@ def main():
                          "--dest-table", dtable, "--yes"], {})
 
         results = []
+        noisy = []
+
+        def settle(step):
+            """Each timed run begins after a CHECKPOINT on a quiet machine
+            (what the run before left behind, in either server, done), as in
+            `service.py`; one that found the machine still busy is flagged."""
+            pg.psql("CHECKPOINT")
+            if not wait_quiet():
+                noisy.append(step)
+
         for name, p in pairs.items():
             entity = "t_" + p["src"].split("_")[0] + ("_x" if "transform" in p else "")
             mapping = {"source_entity": p["entity"], "dest_entity": entity, "sync_mode": "full_refresh_overwrite"}
@@ -271,7 +283,7 @@ def main():
             ours = []
             reset_peak_rss(sluice)
             for _ in range(rounds):
-                pg.psql("CHECKPOINT")
+                settle(f"Sluice {name}")
                 secs, _ = api.run(org, flow)
                 ours.append(secs)
                 got = p["check"](entity)
@@ -287,7 +299,7 @@ def main():
                     continue
                 times = []
                 for _ in range(rounds):
-                    pg.psql("CHECKPOINT")
+                    settle(f"{peer_name} {name}")
                     secs, failed = run(spec)
                     if failed:
                         times = f"failed: {failed[0][:120] if failed else ''}"
@@ -328,6 +340,10 @@ def main():
                     print(f"  {n} on {name}: {t}")
         if args.no_peers:
             print("(Sling and ingestr skipped: --no-peers)")
+        if noisy:
+            print(f"NOISY: the machine was still busy (under 90% idle after 180 s) before: {', '.join(sorted(set(noisy)))}")
+        else:
+            print("every run began on a quiet machine (at least 90% idle over a second, after a CHECKPOINT)")
         print("\nevery Sluice destination equals the source (count, distinct keys, sum(a), sum(n)); "
               "n/a: the peer has no such source or destination")
         print("peak RSS: of sluice serve during the pair's own runs (the peak reset before each pair)")

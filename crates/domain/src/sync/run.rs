@@ -324,11 +324,13 @@ impl SyncService {
         };
         self.log(run, if run.status == RunStatus::Succeeded { LogLevel::Info } else { LogLevel::Warn }, None, summary)
             .await;
-        if let Err(e) = self.runs.save(run).await {
-            tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
-        }
+        // Before the outcome is stored: whoever sees the run succeeded
+        // sees its connections healthy too.
         if run.status == RunStatus::Succeeded {
             self.record_working_connections(run).await;
+        }
+        if let Err(e) = self.runs.save(run).await {
+            tracing::error!(run = %run.id, error = %e, "storing the outcome of a run failed");
         }
         // The stored status wins (a cancellation recorded meanwhile).
         if let Ok(Some(s)) = self.runs.status(run.id).await {
