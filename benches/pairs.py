@@ -20,6 +20,7 @@ installed (Sling from PyPI `sling-linux-amd64` or $SLING, ingestr from PyPI
     cargo build --release
     benches/pairs.py                        # 1,000,000 rows, 3 rounds
     benches/pairs.py --rows 200000 --rounds 1 --only mariadb
+    benches/pairs.py --only mariadb --cpu   # and each program's CPU seconds per run, and the floor they set
 
 The target (issue 18): Sluice at least 2× the rows/s of the faster peer on
 every pair. Needs what `service.py` needs, and MariaDB at 127.0.0.1:3306
@@ -40,10 +41,13 @@ import tempfile
 import time
 
 from service import Cluster, sling_binary
-from sluicebench import BIN, peak_rss, reset_peak_rss, serve, stop, wait_quiet
+from sluicebench import BIN, CpuMeter, peak_rss, reset_peak_rss, serve, stop, wait_quiet
 
 MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
 COLUMNS = ["id", "a", "s", "j", "n", "ts1", "updated"]
+PAIRS = ["PostgreSQL → MariaDB", "PostgreSQL → SQLite", "PostgreSQL → CSV", "PostgreSQL → JSON Lines", "MariaDB → PostgreSQL",
+         "SQLite → PostgreSQL", "CSV → PostgreSQL", "PostgreSQL → PostgreSQL", "PostgreSQL → PostgreSQL, transformed",
+         "JSON Lines → PostgreSQL"]
 
 
 def mariadb(sql, db=None):
@@ -81,6 +85,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true", help="skip Sling and ingestr even when installed")
     ap.add_argument("--only", help="only the pairs whose name contains this (e.g. mariadb, csv)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also the CPU seconds each program took per run, its busiest thread's, and the floor they set")
     args = ap.parse_args()
     if not os.access(BIN, os.X_OK):
         sys.exit(f"no release binary at {BIN}: cargo build --release")
@@ -107,8 +113,10 @@ def main():
         made_dbs = True
         mariadb("""CREATE TABLE t (id bigint PRIMARY KEY, a bigint NOT NULL, s text, j json, n decimal(12,2),
                    ts1 datetime(6), updated datetime(6) NOT NULL)""", db=src_db)
-        need = lambda kind: not args.only or kind in args.only.lower()
-        if need("mariadb"):  # (--only builds only the sources its pairs read)
+        # (--only builds only the sources its pairs read.)
+        chosen = [n for n in PAIRS if not args.only or args.only.lower() in n.lower()]
+        need = lambda kind: any(kind in n.split(" → ")[0].lower() for n in chosen)
+        if need("mariadb"):
             mariadb(f"""LOAD DATA LOCAL INFILE '{plain_csv}' INTO TABLE t FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '"'
                         IGNORE 1 LINES (id, a, s, j, n, @ts1, @up)
                         SET ts1 = STR_TO_DATE(@ts1, '%Y-%m-%dT%H:%i:%s.%fZ'), updated = STR_TO_DATE(@up, '%Y-%m-%dT%H:%i:%s.%fZ')""",
@@ -231,8 +239,8 @@ def main():
                 sling=((None, None, f"file://{in_jsonl}"), ("PG", pg_uri, "dst.sling_jsonl"), lambda: check_pg("sling_jsonl")),
                 ingestr=None),
         }
-        if args.only:
-            pairs = {k: v for k, v in pairs.items() if args.only.lower() in k.lower()}
+        assert list(pairs) == PAIRS, "PAIRS names every pair, in order"
+        pairs = {k: pairs[k] for k in chosen}
 
         sling = None if args.no_peers else sling_binary()
         ingestr = None if args.no_peers else shutil.which("ingestr")
@@ -263,6 +271,16 @@ def main():
 
         results = []
         noisy = []
+        cpu = {}  # (pair, program) -> [CpuMeter.summary() of each round]
+
+        def metered(pair, program, fn):
+            """fn(), under a CpuMeter when --cpu asks for one."""
+            if not args.cpu:
+                return fn()
+            with CpuMeter(every=0.1) as m:
+                out = fn()
+            cpu.setdefault((pair, program), []).append(m.summary())
+            return out
 
         def settle(step):
             """Each timed run begins after a CHECKPOINT on a quiet machine
@@ -284,7 +302,7 @@ def main():
             reset_peak_rss(sluice)
             for _ in range(rounds):
                 settle(f"Sluice {name}")
-                secs, _ = api.run(org, flow)
+                secs, _ = metered(name, "Sluice", lambda: api.run(org, flow))
                 ours.append(secs)
                 got = p["check"](entity)
                 if got != want:
@@ -300,7 +318,7 @@ def main():
                 times = []
                 for _ in range(rounds):
                     settle(f"{peer_name} {name}")
-                    secs, failed = run(spec)
+                    secs, failed = metered(name, peer_name, lambda: run(spec))
                     if failed:
                         times = f"failed: {failed[0][:120] if failed else ''}"
                         break
@@ -334,6 +352,23 @@ def main():
                     cells.append("—" if t is None else ("n/a" if t == "cannot" else "fails"))
             ratio = f"{best / o:.2f}×" if best else "—"
             print(f"{name:<26} {o:>9.2f} {rows / o:>11,.0f} {cells[0]:>9} {cells[1]:>10} {ratio:>14} {rss:>12}")
+        if cpu:
+            print("\nCPU seconds per run (mean of the rounds), by program, and the busiest single thread; on "
+                  f"{os.cpu_count()} cores a run cannot end sooner than the floor, max(all / cores, busiest thread)")
+            print(f"{'pair':<26} {'program':<8} {'wall s':>7} {'PostgreSQL':>10} {'MariaDB':>8} {'itself':>7} "
+                  f"{'all':>6} {'busiest thread':>22} {'floor s':>8}")
+            for name, ours, peers, _ in results:
+                for program, times in [("Sluice", ours)] + list(peers.items()):
+                    runs = cpu.get((name, program))
+                    if not runs or not isinstance(times, list):
+                        continue
+                    mean = lambda key: statistics.mean(r.get(key, 0.0) for r in runs)
+                    busy = max((r["busiest"] for r in runs), key=lambda b: b[1])
+                    busy_mean = statistics.mean(r["busiest"][1] for r in runs)
+                    floor = max(mean("all") / os.cpu_count(), busy_mean)
+                    print(f"{name:<26} {program:<8} {statistics.median(times):>7.2f} {mean('PostgreSQL'):>10.2f} "
+                          f"{mean('MariaDB'):>8.2f} {mean(program):>7.2f} {mean('all'):>6.2f} "
+                          f"{busy[0] + f' {busy_mean:.2f}':>22} {floor:>8.2f}")
         for name, _, peers, _ in results:
             for n, t in peers.items():
                 if isinstance(t, str) and t != "cannot":

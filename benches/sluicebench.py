@@ -130,3 +130,96 @@ def stop(proc):
         proc.wait(timeout=40)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _program(pid):
+    """The program a process belongs to, by name: PostgreSQL, MariaDB,
+    Sluice, Sling, ingestr, or other."""
+    try:
+        comm = open(f"/proc/{pid}/comm").read().strip()
+        if comm in ("postgres", "postmaster"):
+            return "PostgreSQL"
+        if comm in ("mariadbd", "mysqld"):
+            return "MariaDB"
+        if comm.startswith("sluice"):
+            return "Sluice"
+        if comm.startswith("sling"):
+            return "Sling"
+        if "ingestr" in open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"):
+            return "ingestr"
+    except OSError:
+        pass
+    return "other"
+
+
+def _threads(programs):
+    """{(pid, tid): (program, CPU ticks so far)} of every thread of the
+    programs named (`programs` caches each process's program by pid)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        if pid not in programs:
+            programs[pid] = _program(pid)
+        program = programs[pid]
+        if program == "other":
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])  # utime + stime
+            out[(pid, tid)] = (program, ticks)
+    return out
+
+
+class CpuMeter:
+    """The CPU seconds each program's threads take during a step, read from
+    /proc every `every` seconds (a thread that ends between two readings
+    loses at most that much), and the busiest single thread's: with two
+    cores, a step cannot end sooner than max(all / 2, busiest thread).
+    The benchmark's own processes and anything else count as none."""
+
+    def __init__(self, every=0.2):
+        import threading
+        self.every, self.stop, self.threading = every, threading.Event(), threading
+
+    def __enter__(self):
+        self.programs = {}
+        self.first = _threads(self.programs)
+        self.last = dict(self.first)
+
+        def sample():
+            while not self.stop.wait(self.every):
+                self.last.update(_threads(self.programs))
+
+        self.worker = self.threading.Thread(target=sample, daemon=True)
+        self.worker.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.worker.join()
+        self.last.update(_threads(self.programs))
+        self.by_program, self.busiest = {}, ("", 0.0)
+        for key, (program, ticks) in self.last.items():
+            secs = (ticks - self.first.get(key, (program, 0))[1]) / TICK
+            if secs <= 0:
+                continue
+            self.by_program[program] = self.by_program.get(program, 0.0) + secs
+            if secs > self.busiest[1]:
+                self.busiest = (program, secs)
+        return False
+
+    def summary(self):
+        """{'PostgreSQL': s, ..., 'all': s, 'busiest': (program, s)}."""
+        return dict(self.by_program, all=sum(self.by_program.values()), busiest=self.busiest)

@@ -483,7 +483,7 @@ impl EntityWriter for FileWriter {
                 let at = self.places(&[Field::new(c, FieldType::Timestamp)])?[0];
                 let now = Value::Timestamp(time::OffsetDateTime::now_utc());
                 for row in self.upserts.values_mut() {
-                    if row[at] == Value::Null && within(row) {
+                    if row[at].is_null() && within(row) {
                         row[at] = now.clone();
                     }
                 }

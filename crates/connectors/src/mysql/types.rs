@@ -188,10 +188,12 @@ fn temporal(b: &[u8], t: FieldType) -> Result<Value, sqlx::Error> {
     };
     // A date no calendar has (`2024-02-31`, stored under
     // ALLOW_INVALID_DATES) is kept as the text the server prints for it.
-    let day = format!("{year:04}-{:02}-{:02}", parts[2], parts[3]);
-    Ok(value.unwrap_or_else(|| match t {
-        FieldType::Date => Value::String(day),
-        _ => Value::String(format!("{day}T{h:02}:{m:02}:{sec:02}.{micro:06}Z")),
+    Ok(value.unwrap_or_else(|| {
+        let day = format!("{year:04}-{:02}-{:02}", parts[2], parts[3]);
+        match t {
+            FieldType::Date => Value::String(day),
+            _ => Value::String(format!("{day}T{h:02}:{m:02}:{sec:02}.{micro:06}Z")),
+        }
     }))
 }
 

@@ -264,7 +264,7 @@ impl Column {
     /// # Errors
     /// A value this column's type cannot hold, told as PostgreSQL would.
     pub fn encode(self, out: &mut Vec<u8>, v: &Value) -> Result<(), String> {
-        if *v == Value::Null {
+        if v.is_null() {
             out.extend_from_slice(&(-1i32).to_be_bytes());
             return Ok(());
         }
@@ -423,11 +423,15 @@ pub(super) fn unhex(h: &str) -> Option<Vec<u8>> {
 /// base-10000 digits. `None` when the text is not a number.
 pub fn numeric(out: &mut Vec<u8>, s: &str) -> Option<()> {
     const NEG: u16 = 0x4000;
-    let special = match s.to_ascii_lowercase().as_str() {
-        "nan" => Some(0xC000u16),
-        "infinity" | "+infinity" | "inf" => Some(0xD000),
-        "-infinity" | "-inf" => Some(0xF000),
-        _ => None,
+    let is = |names: &[&str]| names.iter().any(|n| s.eq_ignore_ascii_case(n));
+    let special = if is(&["nan"]) {
+        Some(0xC000u16)
+    } else if is(&["infinity", "+infinity", "inf"]) {
+        Some(0xD000)
+    } else if is(&["-infinity", "-inf"]) {
+        Some(0xF000)
+    } else {
+        None
     };
     if let Some(sign) = special {
         out.extend_from_slice(&[0, 0, 0, 0]);
@@ -448,55 +452,60 @@ pub fn numeric(out: &mut Vec<u8>, s: &str) -> Option<()> {
     if int.is_empty() && frac.is_empty() {
         return None;
     }
-    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+    let (int, frac) = (int.as_bytes(), frac.as_bytes());
+    if !int.iter().chain(frac).all(u8::is_ascii_digit) {
         return None;
     }
-    // All the digits, and where the point falls among them.
-    let mut digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
-    let mut point = i64::try_from(int.len()).ok()? + i64::from(exp);
-    if point < 0 {
-        let pad = usize::try_from(-point).ok()?;
-        digits.splice(0..0, std::iter::repeat_n(0, pad));
-        point = 0;
-    }
-    let point = usize::try_from(point).ok()?;
-    if point > digits.len() {
-        digits.resize(point, 0);
-    }
-    let dscale = digits.len() - point;
+    // The digits are int then frac, the point `point` digits from their
+    // start (before the first when negative, past the last beyond them);
+    // zeros stand outside them. `dscale` digits follow the point.
+    let len = (int.len() + frac.len()) as i64;
+    let point = int.len() as i64 + i64::from(exp);
+    let dscale = (len - point).max(0);
     if dscale > 0x3FFF || point > 131_072 {
         return None;
     }
-    // Groups of four around the point: pad the integer part on the left
-    // and the fraction on the right.
-    let lead = (4 - point % 4) % 4;
-    let mut padded = vec![0u8; lead];
-    padded.extend_from_slice(&digits);
-    while !padded.len().is_multiple_of(4) {
-        padded.push(0);
-    }
-    let mut groups: Vec<i16> =
-        padded.chunks(4).map(|c| c.iter().fold(0i16, |acc, d| acc * 10 + i16::from(*d))).collect();
-    let mut weight = i32::try_from((point + lead) / 4).ok()? - 1;
-    let first = groups.iter().position(|g| *g != 0);
-    let Some(first) = first else {
-        // Zero: no digits, keeping the scale.
-        out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
-        out.extend_from_slice(&u16::try_from(dscale).ok()?.to_be_bytes());
-        return Some(());
+    let digit = |j: i64| -> i16 {
+        match usize::try_from(j) {
+            Ok(j) if j < int.len() => i16::from(int[j] - b'0'),
+            Ok(j) if j < len as usize => i16::from(frac[j - int.len()] - b'0'),
+            _ => 0,
+        }
     };
-    groups.drain(..first);
-    weight -= i32::try_from(first).ok()?;
-    while groups.last() == Some(&0) {
-        groups.pop();
+    // Groups of four digits aligned on the point: group g holds the digits
+    // from point + 4g, and weighs -1 - g (the one just before the point
+    // weighs 0). Leading and trailing zero groups are left out.
+    let header = out.len();
+    out.extend_from_slice(&[0; 8]);
+    let (mut weight, mut ndigits, mut kept, mut written) = (None, 0usize, out.len(), 0usize);
+    for g in -((point.max(0) + 3) / 4)..(dscale + 3) / 4 {
+        let at = point + 4 * g;
+        let group = (at..at + 4).fold(0i16, |acc, j| acc * 10 + digit(j));
+        if weight.is_none() {
+            if group == 0 {
+                continue;
+            }
+            weight = Some(-1 - g);
+        }
+        out.extend_from_slice(&group.to_be_bytes());
+        written += 1;
+        if group != 0 {
+            (kept, ndigits) = (out.len(), written);
+        }
     }
-    out.extend_from_slice(&i16::try_from(groups.len()).ok()?.to_be_bytes());
-    out.extend_from_slice(&i16::try_from(weight).ok()?.to_be_bytes());
-    out.extend_from_slice(&(if neg { NEG } else { 0 }).to_be_bytes());
-    out.extend_from_slice(&u16::try_from(dscale).ok()?.to_be_bytes());
-    for g in groups {
-        out.extend_from_slice(&g.to_be_bytes());
-    }
+    out.truncate(kept);
+    // More than 32,767 groups: more digits than a numeric holds.
+    let (Ok(ndigits), Ok(weight)) = (i16::try_from(ndigits), i16::try_from(weight.unwrap_or(0))) else {
+        out.truncate(header);
+        return None;
+    };
+    // Zero: no digits, no sign, keeping the scale.
+    let sign = if neg && ndigits > 0 { NEG } else { 0 };
+    let dscale = dscale as u16; // at most 0x3FFF, checked above
+    out[header..header + 2].copy_from_slice(&ndigits.to_be_bytes());
+    out[header + 2..header + 4].copy_from_slice(&weight.to_be_bytes());
+    out[header + 4..header + 6].copy_from_slice(&sign.to_be_bytes());
+    out[header + 6..header + 8].copy_from_slice(&dscale.to_be_bytes());
     Some(())
 }
 
@@ -525,7 +534,23 @@ mod tests {
         assert_eq!(num("1e5"), (1, 1, 0, 0, vec![10]));
         assert_eq!(num("1.5E-3"), (1, -1, 0, 4, vec![15]));
         assert_eq!(num(".5"), (1, -1, 0, 1, vec![5000]));
+        assert_eq!(num("000123.4500"), (2, 0, 0, 4, vec![123, 4500]));
+        assert_eq!(num("-0"), (0, 0, 0, 0, vec![]));
+        assert_eq!(num("-12e-2"), (1, -1, 0x4000, 2, vec![1200]));
+        assert_eq!(num("1e-16383"), (1, -4096, 0, 16383, vec![10]));
+        assert!(numeric(&mut Vec::new(), "1e-16384").is_none(), "scale beyond PostgreSQL's");
+        assert_eq!(num("5e131071").1, 32767);
+        assert!(numeric(&mut Vec::new(), "1e131072").is_none(), "digits before the point beyond PostgreSQL's");
+        let mut out = vec![9];
+        let many = format!("{}.{}", "1".repeat(131_072), "1".repeat(16_383));
+        assert!(numeric(&mut out, &many).is_none(), "36,864 groups of digits");
+        assert_eq!(out, [9], "nothing written for a value refused");
+        // Appended after what the buffer held.
+        let mut out = vec![9];
+        numeric(&mut out, "1.5").unwrap();
+        assert_eq!(out, [9, 0, 2, 0, 0, 0, 0, 0, 1, 0, 1, 19, 136]);
         assert_eq!(num("NaN").2, 0xC000);
+        assert_eq!(num("INF").2, 0xD000);
         assert_eq!(num("-Infinity").2, 0xF000);
         for bad in ["", "-", "1.2.3", "12a", "1e", "--1", "."] {
             assert!(numeric(&mut Vec::new(), bad).is_none(), "{bad:?} is not a number");
