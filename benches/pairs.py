@@ -277,7 +277,7 @@ def main():
             """fn(), under a CpuMeter when --cpu asks for one."""
             if not args.cpu:
                 return fn()
-            with CpuMeter(every=0.1) as m:
+            with CpuMeter() as m:
                 out = fn()
             cpu.setdefault((pair, program), []).append(m.summary())
             return out

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -189,9 +190,8 @@ class CpuMeter:
     cores, a step cannot end sooner than max(all / 2, busiest thread).
     The benchmark's own processes and anything else count as none."""
 
-    def __init__(self, every=0.2):
-        import threading
-        self.every, self.stop, self.threading = every, threading.Event(), threading
+    def __init__(self, every=0.1):
+        self.every, self.stop = every, threading.Event()
 
     def __enter__(self):
         self.programs = {}
@@ -202,7 +202,7 @@ class CpuMeter:
             while not self.stop.wait(self.every):
                 self.last.update(_threads(self.programs))
 
-        self.worker = self.threading.Thread(target=sample, daemon=True)
+        self.worker = threading.Thread(target=sample, daemon=True)
         self.worker.start()
         return self
 

@@ -477,7 +477,7 @@ pub fn numeric(out: &mut Vec<u8>, s: &str) -> Option<()> {
     // weighs 0). Leading and trailing zero groups are left out.
     let header = out.len();
     out.extend_from_slice(&[0; 8]);
-    let (mut weight, mut ndigits, mut kept, mut written) = (None, 0usize, out.len(), 0usize);
+    let (mut weight, mut kept) = (None, out.len());
     for g in -((point.max(0) + 3) / 4)..(dscale + 3) / 4 {
         let at = point + 4 * g;
         let group = (at..at + 4).fold(0i16, |acc, j| acc * 10 + digit(j));
@@ -488,14 +488,14 @@ pub fn numeric(out: &mut Vec<u8>, s: &str) -> Option<()> {
             weight = Some(-1 - g);
         }
         out.extend_from_slice(&group.to_be_bytes());
-        written += 1;
         if group != 0 {
-            (kept, ndigits) = (out.len(), written);
+            kept = out.len();
         }
     }
     out.truncate(kept);
     // More than 32,767 groups: more digits than a numeric holds.
-    let (Ok(ndigits), Ok(weight)) = (i16::try_from(ndigits), i16::try_from(weight.unwrap_or(0))) else {
+    let groups = (kept - header - 8) / 2;
+    let (Ok(ndigits), Ok(weight)) = (i16::try_from(groups), i16::try_from(weight.unwrap_or(0))) else {
         out.truncate(header);
         return None;
     };

@@ -211,7 +211,7 @@ impl Source for PgConnector {
         let row = sqlx::query(AssertSqlSafe(sql)).fetch_optional(&self.pool).await.map_err(|e| self.e(&e))?;
         let Some(row) = row else { return Ok(None) };
         let v = decode(&row, 0, cursor.field_type).map_err(|e| self.e(&e))?;
-        Ok((v != Value::Null).then_some(v))
+        Ok((!v.is_null()).then_some(v))
     }
 
     async fn key_span(&self, entity: &str, key: &str) -> ConnectorResult<Option<(i64, i64)>> {
