@@ -120,3 +120,46 @@ async fn wrong_internal_keys_are_limited_like_other_failed_credentials() {
     let r = trigger(sluice_tests::INTERNAL_KEY.to_string()).await;
     assert_eq!(r.status.as_u16(), 429, "{}", r.body);
 }
+
+/// Reads one HTTP/1.1 answer (headers and a `Content-Length` body) from
+/// `stream`, and returns its status line.
+async fn answer_on(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        assert!(n > 0, "the server closed the connection: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .map_or(0, |v| v.parse::<usize>().expect("a length"));
+            if got.len() >= end + 4 + length {
+                return text.lines().next().unwrap_or_default().to_string();
+            }
+        }
+    }
+}
+
+/// A connection left idle for longer than actix's default keep-alive (5 s)
+/// still carries the next request: a client whose pool keeps connections
+/// longer than the server would otherwise send on one being closed.
+#[tokio::test]
+async fn an_idle_connection_outlives_a_short_pause() {
+    use tokio::io::AsyncWriteExt;
+    let app = spawn_app(Backend::Sqlite).await.expect("SQLite always starts");
+    let address = app.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let request = format!("GET /v1/health HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    assert_eq!(answer_on(&mut stream).await, "HTTP/1.1 200 OK");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    assert_eq!(answer_on(&mut stream).await, "HTTP/1.1 200 OK");
+}

@@ -289,7 +289,13 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         file_root,
         metadata_file,
         metadata_database,
-        client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http client"),
+        // An idle connection is dropped well before the server's keep-alive
+        // ends, so no request goes out on a connection the server is closing.
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(20))
+            .build()
+            .expect("http client"),
         backend,
         issuer: TokenIssuer::new(JWT_SECRET.as_bytes().to_vec(), "sluice", "sluice"),
         sessions,

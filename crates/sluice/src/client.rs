@@ -34,7 +34,12 @@ impl Target {
 
 fn http() -> anyhow::Result<reqwest::Client> {
     crate::install_crypto_provider();
-    Ok(reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(Duration::from_secs(120)).build()?)
+    // Idle connections go before a server's keep-alive (75 s) can end them.
+    Ok(reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(120))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()?)
 }
 
 /// Whether a failed attempt may succeed when sent again with the same

@@ -99,6 +99,9 @@ pub struct Application {
 /// it the run is left to be resumed from its last checkpoint.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long the HTTP server keeps an idle connection open.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
+
 /// Once the worker was told to stop: its run in progress pauses at the
 /// next checkpoint; a run with none inside gets [`SHUTDOWN_GRACE`].
 async fn wait_for_worker(worker: tokio::task::JoinHandle<()>) {
@@ -287,7 +290,12 @@ impl Application {
         // must outlive the run in progress, whose pooled connections may
         // have been opened on them.
         // The API and, beside it, the console's pages.
+        // An idle connection is kept 75 s (as nginx does), longer than the
+        // 60 s a load balancer keeps its own by default: a peer that reuses
+        // a connection the server has just closed sees its request fail
+        // (actix's default of 5 s made that race common).
         let server = HttpServer::new(move || sluice_http::app(state.clone(), sluice_console::routes(console.clone())))
+            .keep_alive(KEEP_ALIVE)
             .listen(listener)?
             .shutdown_timeout(10)
             .disable_signals()
