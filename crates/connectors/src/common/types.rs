@@ -116,11 +116,17 @@ pub fn text_value(s: String, t: FieldType) -> Value {
         FieldType::Integer => s.trim().parse().map(Value::Int).unwrap_or(Value::String(s)),
         FieldType::Number => s.trim().parse().map(Value::Float).unwrap_or(Value::String(s)),
         FieldType::Decimal => Value::Decimal(s),
-        FieldType::Boolean => match s.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "t" => Value::Bool(true),
-            "0" | "false" | "f" => Value::Bool(false),
-            _ => Value::String(s),
-        },
+        FieldType::Boolean => {
+            let word = s.trim();
+            let is = |words: [&str; 3]| words.iter().any(|w| word.eq_ignore_ascii_case(w));
+            if is(["1", "true", "t"]) {
+                Value::Bool(true)
+            } else if is(["0", "false", "f"]) {
+                Value::Bool(false)
+            } else {
+                Value::String(s)
+            }
+        }
         FieldType::Timestamp => parse_timestamp(&s).map(Value::Timestamp).unwrap_or(Value::String(s)),
         FieldType::Date => parse_date(&s).map(Value::Date).unwrap_or(Value::String(s)),
         FieldType::Object | FieldType::Array => Value::json_text(s),
@@ -132,6 +138,24 @@ pub fn text_value(s: String, t: FieldType) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn booleans_are_read_from_text_whatever_their_case() {
+        for (text, want) in [
+            ("1", Value::Bool(true)),
+            (" TRUE ", Value::Bool(true)),
+            ("t", Value::Bool(true)),
+            ("True", Value::Bool(true)),
+            ("0", Value::Bool(false)),
+            ("False", Value::Bool(false)),
+            (" F", Value::Bool(false)),
+            ("yes", Value::String("yes".into())),
+            ("", Value::String("".into())),
+            ("truee", Value::String("truee".into())),
+        ] {
+            assert_eq!(text_value(text.into(), FieldType::Boolean), want, "{text:?}");
+        }
+    }
 
     #[test]
     fn widenings_are_told_from_other_changes() {

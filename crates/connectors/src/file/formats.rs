@@ -6,8 +6,12 @@ use super::io;
 use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use sluice_domain::connect::connector::*;
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -66,24 +70,16 @@ pub(super) fn visit_records(
     let file = File::open(path).map_err(|e| io(what, e))?;
     let mut names: Vec<String> = Vec::new();
     match format {
-        Format::Jsonl => {
-            for (n, line) in BufReader::new(file).lines().enumerate() {
-                let line = line.map_err(|e| io(what, e))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&line)
-                    .map_err(|e| ConnectorError::Other(format!("{what} line {}: not a JSON object: {e}", n + 1)))?;
-                for k in obj.keys() {
-                    if !names.contains(k) {
-                        names.push(k.clone());
-                    }
-                }
-                if !visit(obj.into_iter().collect()) {
-                    break;
+        Format::Jsonl => each_line(file, what, |n, line| {
+            let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line)
+                .map_err(|e| ConnectorError::Other(format!("{what} line {}: not a JSON object: {e}", n + 1)))?;
+            for k in obj.keys() {
+                if !names.contains(k) {
+                    names.push(k.clone());
                 }
             }
-        }
+            Ok(visit(obj.into_iter().collect()))
+        })?,
         Format::Csv => {
             let mut rdr = csv::ReaderBuilder::new().has_headers(true).flexible(true).from_reader(BufReader::new(file));
             names = rdr
@@ -116,12 +112,15 @@ pub(super) fn visit_records(
 }
 
 /// A raw JSON value as a value of type `t`.
-pub(super) fn to_value(v: &serde_json::Value, t: FieldType) -> Value {
+pub(super) fn to_value(v: serde_json::Value, t: FieldType) -> Value {
     use serde_json::Value as J;
     match (v, t) {
         (J::Null, _) => Value::Null,
-        (J::String(s), FieldType::Binary) => B64.decode(s).map(Value::Bytes).unwrap_or(Value::String(s.clone())),
-        (J::String(s), t) => text_value(s.clone(), t),
+        (J::String(s), FieldType::Binary) => match B64.decode(&s) {
+            Ok(b) => Value::Bytes(b),
+            Err(_) => Value::String(s),
+        },
+        (J::String(s), t) => text_value(s, t),
         (J::Number(n), FieldType::Integer) => {
             n.as_i64().map(Value::Int).unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN)))
         }
@@ -129,10 +128,109 @@ pub(super) fn to_value(v: &serde_json::Value, t: FieldType) -> Value {
         (J::Number(n), FieldType::String) => Value::String(n.to_string()),
         (J::Number(n), _) => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         (J::Bool(b), FieldType::String) => Value::String(b.to_string()),
-        (J::Bool(b), _) => Value::Bool(*b),
+        (J::Bool(b), _) => Value::Bool(b),
         (j @ (J::Object(_) | J::Array(_)), FieldType::String) => Value::String(j.to_string()),
-        (j, _) => Value::Json(j.clone()),
+        (j, _) => Value::Json(j),
     }
+}
+
+/// Calls `each` with every line of a JSON Lines file that is not blank,
+/// and its number (from 0), until it answers `false`; one buffer serves
+/// every line.
+pub(super) fn each_line(
+    file: File,
+    what: &str,
+    mut each: impl FnMut(usize, &str) -> ConnectorResult<bool>,
+) -> ConnectorResult<()> {
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut line = String::new();
+    for n in 0.. {
+        line.clear();
+        if reader.read_line(&mut line).map_err(|e| io(what, e))? == 0 {
+            break;
+        }
+        let text = line.strip_suffix('\n').map_or(line.as_str(), |l| l.strip_suffix('\r').unwrap_or(l));
+        if !text.trim().is_empty() && !each(n, text)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One JSON Lines record's top-level members, in the order they come,
+/// each value as the text it is in the line: nothing nested is built (an
+/// object or array is kept as its text, as the database readers keep a
+/// JSON column's), and a name without escapes is borrowed from the line.
+pub(super) struct Members<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// The record on `line` (number `n`, from 0), or why it is not one.
+    pub(super) fn parse(line: &'a str, what: &str, n: usize) -> ConnectorResult<Self> {
+        serde_json::from_str(line)
+            .map_err(|e| ConnectorError::Other(format!("{what} line {}: not a JSON object: {e}", n + 1)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(Name(name)) = map.next_key()? {
+                    out.push((name, map.next_value()?));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+/// A member's name: borrowed from the line unless it holds an escape.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(Text)
+    }
+}
+
+/// A member's text as a value of type `t`: what [`to_value`] makes of it
+/// parsed, except that an object or array not read as a string stays the
+/// text it was ([`Value::RawJson`], equal to the document it parses to).
+/// A number out of range is an error, as it is to a whole-line parse.
+pub(super) fn raw_to_value(raw: &RawValue, t: FieldType) -> serde_json::Result<Value> {
+    let text = raw.get();
+    Ok(match text.as_bytes().first() {
+        Some(b'{' | b'[') if t != FieldType::String => Value::RawJson(text.to_owned()),
+        _ => to_value(serde_json::from_str(text)?, t),
+    })
+}
+
+/// The error of line `n`'s member `name`.
+pub(super) fn member_error(what: &str, n: usize, name: &str, e: serde_json::Error) -> ConnectorError {
+    ConnectorError::Other(format!("{what} line {}: {name}: {e}", n + 1))
 }
 
 /// A value as JSON for a file: decimals as strings (exact), bytes base64.
@@ -154,11 +252,83 @@ pub(super) fn to_text(v: &Value) -> String {
 
 pub(super) fn records_of(schema_fields: &[Field], raws: Vec<RawRecord>) -> Vec<Vec<Value>> {
     raws.into_iter()
-        .map(|r| {
+        .map(|mut r| {
             schema_fields
                 .iter()
-                .map(|f| r.get(&f.name).map(|v| to_value(v, f.field_type)).unwrap_or(Value::Null))
+                .map(|f| r.remove(&f.name).map(|v| to_value(v, f.field_type)).unwrap_or(Value::Null))
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_members_text_reads_as_the_value_it_parses_to() {
+        let texts = [
+            "null",
+            "true",
+            "false",
+            "0",
+            "-12",
+            "12.5",
+            "1e3",
+            "18446744073709551615",
+            r#""abc""#,
+            r#""12.50""#,
+            r#""42""#,
+            r#""2026-01-02""#,
+            r#""2026-01-02T03:04:05Z""#,
+            r#""TRUE""#,
+            r#"" f ""#,
+            r#""aGVsbG8=""#,
+            r#""\u00e9\n\"q\"""#,
+            r#""{\"k\": 1}""#,
+            r#"{"a": [1, {"b": null}], "c": "\u00e9"}"#,
+            r#"[1, "x", {}]"#,
+            "{}",
+            "[]",
+        ];
+        for text in texts {
+            let line = format!(r#"{{"v": {text}}}"#);
+            let members = Members::parse(&line, "t", 0).unwrap();
+            let [(name, raw)] = members.0.as_slice() else { panic!("one member in {line}") };
+            assert_eq!(name, "v");
+            for t in FieldType::ALL {
+                let fast = raw_to_value(raw, t).unwrap();
+                let parsed = to_value(serde_json::from_str(text).unwrap(), t);
+                assert_eq!(fast, parsed, "{text} as {t:?}");
+                if text.starts_with(['{', '[']) && t != FieldType::String {
+                    assert!(matches!(&fast, Value::RawJson(kept) if kept == text), "kept as written: {fast:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn members_come_in_order_with_their_names_unescaped() {
+        let line = r#"  {"a\u0062": 1, "c": {"d": [2]}, "ab": "again", "e":null}  "#;
+        let members = Members::parse(line, "t", 0).unwrap();
+        let names: Vec<&str> = members.0.iter().map(|(n, _)| n.as_ref()).collect();
+        assert_eq!(names, ["ab", "c", "ab", "e"]);
+        assert!(matches!(members.0[0].0, Cow::Owned(_)), "an escaped name is unescaped");
+        assert!(matches!(members.0[1].0, Cow::Borrowed(_)), "a plain name is borrowed");
+        let raws: Vec<&str> = members.0.iter().map(|(_, r)| r.get()).collect();
+        assert_eq!(raws, ["1", r#"{"d": [2]}"#, r#""again""#, "null"]);
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_object_or_a_number_out_of_range_is_refused() {
+        for line in ["[1, 2]", "5", r#""x""#, r#"{"a": 1"#, r#"{"a": 1} x"#, r#"{"a": tru}"#] {
+            let e = Members::parse(line, "people.jsonl", 6).err().unwrap_or_else(|| panic!("{line} refused"));
+            assert!(e.to_string().contains("people.jsonl line 7: not a JSON object"), "{e}");
+        }
+        let members = Members::parse(r#"{"big": 1e400}"#, "t", 0).unwrap();
+        for t in FieldType::ALL {
+            assert!(raw_to_value(members.0[0].1, t).is_err(), "1e400 as {t:?}");
+        }
+        assert!(serde_json::from_str::<serde_json::Value>(r#"{"big": 1e400}"#).is_err(), "as a whole-line parse");
+    }
 }

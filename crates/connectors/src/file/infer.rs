@@ -2,9 +2,12 @@
 //! its records (a sample for discovery and previews, every record for a
 //! sync).
 
-use super::formats::{Format, RawRecord, visit_records};
+use super::formats::{Format, Members, each_line, member_error, visit_records};
+use super::io;
+use serde_json::value::RawValue;
 use sluice_domain::connect::connector::*;
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::Path;
 
 pub(super) const SAMPLE: usize = 1_000;
@@ -15,41 +18,70 @@ pub(super) const SAMPLE: usize = 1_000;
 /// file declares nothing, and an empty value may come at any row.
 #[derive(Default)]
 struct Inference {
-    types: HashMap<String, FieldType>,
+    /// Field names in order of first appearance (nulls included).
+    names: Vec<String>,
+    /// Each name's place in `names` and `types`.
+    places: HashMap<String, usize>,
+    /// Each field's type so far (`None` while only nulls came).
+    types: Vec<Option<FieldType>>,
 }
 
 impl Inference {
-    fn observe(&mut self, rec: &RawRecord) {
-        for (name, v) in rec {
-            let vt = match v {
-                serde_json::Value::Null => continue,
-                serde_json::Value::Bool(_) => FieldType::Boolean,
-                serde_json::Value::Number(x) if x.is_i64() => FieldType::Integer,
-                serde_json::Value::Number(_) => FieldType::Number,
-                serde_json::Value::Object(_) => FieldType::Object,
-                serde_json::Value::Array(_) => FieldType::Array,
-                serde_json::Value::String(s) => infer_text(s),
-            };
-            let merged = match self.types.get(name) {
-                None => vt,
-                Some(t) => widen(*t, vt),
-            };
-            self.types.insert(name.clone(), merged);
+    /// A value of type `kind` (`None`: null) for field `name`.
+    fn observe(&mut self, name: &str, kind: Option<FieldType>) {
+        let at = match self.places.get(name) {
+            Some(&at) => at,
+            None => {
+                self.places.insert(name.to_owned(), self.names.len());
+                self.names.push(name.to_owned());
+                self.types.push(None);
+                self.names.len() - 1
+            }
+        };
+        if let Some(vt) = kind {
+            let t = &mut self.types[at];
+            *t = Some(t.map_or(vt, |t| widen(t, vt)));
         }
     }
 
-    fn fields(&self, names: &[String]) -> Vec<Field> {
+    /// The fields named `names` (all observed, in order, when `None`).
+    fn fields(&self, names: Option<&[String]>) -> Vec<Field> {
         names
+            .unwrap_or(&self.names)
             .iter()
             .map(|n| Field {
                 name: n.clone(),
-                field_type: self.types.get(n).copied().unwrap_or(FieldType::String),
+                field_type: self.places.get(n).and_then(|&at| self.types[at]).unwrap_or(FieldType::String),
                 nullable: true,
                 primary_key: false,
                 native_type: None,
             })
             .collect()
     }
+}
+
+/// The type of a JSON value (`None` for null).
+fn kind_of(v: &serde_json::Value) -> Option<FieldType> {
+    Some(match v {
+        serde_json::Value::Null => return None,
+        serde_json::Value::Bool(_) => FieldType::Boolean,
+        serde_json::Value::Number(x) if x.is_i64() => FieldType::Integer,
+        serde_json::Value::Number(_) => FieldType::Number,
+        serde_json::Value::Object(_) => FieldType::Object,
+        serde_json::Value::Array(_) => FieldType::Array,
+        serde_json::Value::String(s) => infer_text(s),
+    })
+}
+
+/// The type of a member's text, without building an object or array; a
+/// number out of range is an error, as it is to a whole-line parse.
+fn raw_kind(raw: &RawValue) -> serde_json::Result<Option<FieldType>> {
+    let text = raw.get();
+    Ok(match text.as_bytes().first() {
+        Some(b'{') => Some(FieldType::Object),
+        Some(b'[') => Some(FieldType::Array),
+        _ => kind_of(&serde_json::from_str(text)?),
+    })
 }
 
 /// The narrowest type both `a` and `b` values fit.
@@ -71,15 +103,33 @@ fn widen(a: FieldType, b: FieldType) -> FieldType {
 pub(super) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<usize>) -> ConnectorResult<Vec<Field>> {
     let mut inf = Inference::default();
     let mut seen = 0;
-    let names = visit_records(path, what, format, |rec| {
-        if limit.is_some_and(|l| seen >= l) {
-            return false;
+    let names = match format {
+        Format::Jsonl => {
+            let file = File::open(path).map_err(|e| io(what, e))?;
+            each_line(file, what, |n, line| {
+                if limit.is_some_and(|l| seen >= l) {
+                    return Ok(false);
+                }
+                seen += 1;
+                for (name, raw) in Members::parse(line, what, n)?.0 {
+                    inf.observe(&name, raw_kind(raw).map_err(|e| member_error(what, n, &name, e))?);
+                }
+                Ok(true)
+            })?;
+            None
         }
-        seen += 1;
-        inf.observe(&rec);
-        true
-    })?;
-    Ok(inf.fields(&names))
+        Format::Csv => Some(visit_records(path, what, format, |rec| {
+            if limit.is_some_and(|l| seen >= l) {
+                return false;
+            }
+            seen += 1;
+            for (name, v) in &rec {
+                inf.observe(name, kind_of(v));
+            }
+            true
+        })?),
+    };
+    Ok(inf.fields(names.as_deref()))
 }
 
 fn infer_text(s: &str) -> FieldType {
@@ -108,4 +158,65 @@ fn is_plain_decimal(s: &str) -> bool {
     let Some((int, frac)) = body.split_once('.') else { return false };
     let digits = int.len() + frac.len();
     digits > 0 && digits <= 38 && int.bytes().all(|b| b.is_ascii_digit()) && frac.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jsonl(name: &str, text: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("sluice-infer-{}-{name}.jsonl", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_json_lines_file_gives_its_fields_in_order_with_the_narrowest_types() {
+        let path = jsonl(
+            "types",
+            concat!(
+                r#"{"id": 1, "gone": null, "when": "2026-01-02", "doc": {"k": [1]}, "tags": ["a"], "amount": "12.50", "n": 1}"#,
+                "\n\n",
+                r#"{"id": 2, "when": "2026-01-02T03:04:05Z", "amount": "3.25", "n": 2.5, "flag": true, "na\u006de": "x"}"#,
+                "\r\n",
+                r#"{"id": 3, "doc": null, "n": "7"}"#,
+                "\n",
+            ),
+        );
+        let fields = infer_file(&path, "t", Format::Jsonl, None).unwrap();
+        let got: Vec<(&str, FieldType)> = fields.iter().map(|f| (f.name.as_str(), f.field_type)).collect();
+        use FieldType::*;
+        assert_eq!(
+            got,
+            [
+                ("id", Integer),
+                ("gone", String),
+                ("when", Timestamp),
+                ("doc", Object),
+                ("tags", Array),
+                ("amount", Decimal),
+                ("n", Number),
+                ("flag", Boolean),
+                ("name", String),
+            ]
+        );
+        let sample = infer_file(&path, "t", Format::Jsonl, Some(1)).unwrap();
+        assert_eq!(
+            sample.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["id", "gone", "when", "doc", "tags", "amount", "n"]
+        );
+        assert_eq!(sample[2].field_type, Date, "the first line alone");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        let path = jsonl("bad", "{\"id\": 1}\n{\"id\": 1e400}\n");
+        let e = infer_file(&path, "people.jsonl", Format::Jsonl, None).unwrap_err();
+        assert!(e.to_string().contains("people.jsonl line 2: id:"), "{e}");
+        std::fs::write(&path, "{\"id\": 1}\n\n[1]\n").unwrap();
+        let e = infer_file(&path, "people.jsonl", Format::Jsonl, None).unwrap_err();
+        assert!(e.to_string().contains("people.jsonl line 3: not a JSON object"), "{e}");
+        std::fs::remove_file(path).unwrap();
+    }
 }

@@ -1,12 +1,13 @@
 //! Reading a file connection: the `Source` impl, streaming a file record
 //! by record (or, for a cursor read, loading, filtering and sorting it).
 
-use super::formats::{Format, read_records, records_of, to_value};
+use super::formats::{Format, Members, each_line, member_error, raw_to_value, read_records, records_of, to_value};
 use super::{FileConnector, io};
 use crate::common::*;
 use sluice_domain::connect::connector::*;
+use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,24 +36,30 @@ fn stream_records(
     };
     match format {
         Format::Jsonl => {
-            for (n, line) in BufReader::with_capacity(1 << 20, file).lines().enumerate() {
+            // Each member goes to its field by name (the first field of a
+            // name, if two share one; the last member, if a line repeats one).
+            let mut index: HashMap<&str, usize> = HashMap::with_capacity(fields.len());
+            for (i, f) in fields.iter().enumerate() {
+                index.entry(f.name.as_str()).or_insert(i);
+            }
+            let mut stopped = false;
+            each_line(file, what, |n, line| {
                 if count >= limit {
-                    break;
+                    return Ok(false);
                 }
-                let line = line.map_err(|e| io(what, e))?;
-                if line.trim().is_empty() {
-                    continue;
+                let mut row = vec![Value::Null; fields.len()];
+                for (name, raw) in Members::parse(line, what, n)?.0 {
+                    if let Some(&i) = index.get(name.as_ref()) {
+                        row[i] =
+                            raw_to_value(raw, fields[i].field_type).map_err(|e| member_error(what, n, &name, e))?;
+                    }
                 }
-                let mut obj: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&line)
-                    .map_err(|e| ConnectorError::Other(format!("{what} line {}: not a JSON object: {e}", n + 1)))?;
-                let row = fields
-                    .iter()
-                    .map(|f| obj.remove(&f.name).map(|v| to_value(&v, f.field_type)).unwrap_or(Value::Null))
-                    .collect();
                 count += 1;
-                if !emit(row, &mut batch) {
-                    return Ok(());
-                }
+                stopped = !emit(row, &mut batch);
+                Ok(!stopped)
+            })?;
+            if stopped {
+                return Ok(());
             }
         }
         Format::Csv => {
@@ -77,7 +84,7 @@ fn stream_records(
                     .zip(&positions)
                     .map(|(f, p)| match p.and_then(|i| rec.get(i)) {
                         None | Some("") => Value::Null,
-                        Some(text) => to_value(&serde_json::Value::String(text.to_string()), f.field_type),
+                        Some(text) => to_value(serde_json::Value::String(text.to_string()), f.field_type),
                     })
                     .collect();
                 count += 1;
