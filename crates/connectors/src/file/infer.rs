@@ -2,12 +2,13 @@
 //! its records (a sample for discovery and previews, every record for a
 //! sync).
 
-use super::formats::{Format, Members, each_line, member_error, visit_records};
+use super::formats::{Format, Members, each_line, member_error};
 use super::io;
 use serde_json::value::RawValue;
 use sluice_domain::connect::connector::*;
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::BufReader;
 use std::path::Path;
 
 pub(super) const SAMPLE: usize = 1_000;
@@ -27,9 +28,9 @@ struct Inference {
 }
 
 impl Inference {
-    /// A value of type `kind` (`None`: null) for field `name`.
-    fn observe(&mut self, name: &str, kind: Option<FieldType>) {
-        let at = match self.places.get(name) {
+    /// The place of field `name`, added at the end if it is new.
+    fn place(&mut self, name: &str) -> usize {
+        match self.places.get(name) {
             Some(&at) => at,
             None => {
                 self.places.insert(name.to_owned(), self.names.len());
@@ -37,7 +38,11 @@ impl Inference {
                 self.types.push(None);
                 self.names.len() - 1
             }
-        };
+        }
+    }
+
+    /// A value of type `kind` (`None`: null) for the field at `at`.
+    fn observe(&mut self, at: usize, kind: Option<FieldType>) {
         if let Some(vt) = kind {
             let t = &mut self.types[at];
             *t = Some(t.map_or(vt, |t| widen(t, vt)));
@@ -112,22 +117,37 @@ pub(super) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<
                 }
                 seen += 1;
                 for (name, raw) in Members::parse(line, what, n)?.0 {
-                    inf.observe(&name, raw_kind(raw).map_err(|e| member_error(what, n, &name, e))?);
+                    let kind = raw_kind(raw).map_err(|e| member_error(what, n, &name, e))?;
+                    let at = inf.place(&name);
+                    inf.observe(at, kind);
                 }
                 Ok(true)
             })?;
             None
         }
-        Format::Csv => Some(visit_records(path, what, format, |rec| {
-            if limit.is_some_and(|l| seen >= l) {
-                return false;
+        Format::Csv => {
+            let file = File::open(path).map_err(|e| io(what, e))?;
+            let mut rdr = csv::ReaderBuilder::new()
+                .has_headers(true)
+                .flexible(true)
+                .from_reader(BufReader::with_capacity(1 << 20, file));
+            let bad = |e: csv::Error| ConnectorError::Other(format!("{what}: {e}"));
+            let headers: Vec<String> = rdr.headers().map_err(bad)?.iter().map(str::to_string).collect();
+            // The first column of each name, the one a sync reads.
+            let columns: Vec<(usize, usize)> = (0..headers.len())
+                .filter(|&i| !headers[..i].contains(&headers[i]))
+                .map(|i| (i, inf.place(&headers[i])))
+                .collect();
+            let mut rec = csv::StringRecord::new();
+            while limit.is_none_or(|l| seen < l) && rdr.read_record(&mut rec).map_err(bad)? {
+                seen += 1;
+                for &(i, at) in &columns {
+                    // An empty field is null.
+                    inf.observe(at, rec.get(i).filter(|v| !v.is_empty()).map(infer_text));
+                }
             }
-            seen += 1;
-            for (name, v) in &rec {
-                inf.observe(name, kind_of(v));
-            }
-            true
-        })?),
+            Some(headers)
+        }
     };
     Ok(inf.fields(names.as_deref()))
 }
@@ -206,6 +226,38 @@ mod tests {
             ["id", "gone", "when", "doc", "tags", "amount", "n"]
         );
         assert_eq!(sample[2].field_type, Date, "the first line alone");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_csv_file_gives_its_header_with_the_narrowest_types() {
+        let path = jsonl(
+            "csv",
+            "id,when,amount,n,flag,gone,id,note\n\
+             1,2026-01-02,12.50,1,true,,x,\n\
+             2,2026-01-02T03:04:05Z,3.25,2.5,false,,y,\"a, b\"\n\
+             3,,,7\n",
+        );
+        let fields = infer_file(&path, "t", Format::Csv, None).unwrap();
+        let got: Vec<(&str, FieldType)> = fields.iter().map(|f| (f.name.as_str(), f.field_type)).collect();
+        use FieldType::*;
+        assert_eq!(
+            got,
+            [
+                ("id", Integer),
+                ("when", Timestamp),
+                ("amount", Decimal),
+                // Text `2.5` is exact.
+                ("n", Decimal),
+                ("flag", Boolean),
+                ("gone", String),
+                // A repeated name is typed by its first column, the one a sync reads.
+                ("id", Integer),
+                ("note", String),
+            ]
+        );
+        let sample = infer_file(&path, "t", Format::Csv, Some(1)).unwrap();
+        assert_eq!((sample[1].field_type, sample[3].field_type), (Date, Integer), "the first row alone");
         std::fs::remove_file(path).unwrap();
     }
 
