@@ -90,18 +90,19 @@ pub(super) fn visit_records(
                 .collect();
             for rec in rdr.records() {
                 let rec = rec.map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?;
-                let raw = names
-                    .iter()
-                    .zip(rec.iter())
-                    .map(|(k, v)| {
+                // A repeated name keeps its first column, the one a
+                // streaming read takes; an empty field is null.
+                let mut raw = RawRecord::with_capacity(names.len());
+                for (k, v) in names.iter().zip(rec.iter()) {
+                    if !raw.contains_key(k) {
                         let v = if v.is_empty() {
                             serde_json::Value::Null
                         } else {
                             serde_json::Value::String(v.to_string())
                         };
-                        (k.clone(), v)
-                    })
-                    .collect();
+                        raw.insert(k.clone(), v);
+                    }
+                }
                 if !visit(raw) {
                     break;
                 }
@@ -219,17 +220,67 @@ impl<'de> Deserialize<'de> for Name<'de> {
 /// A member's text as a value of type `t`: what [`to_value`] makes of it
 /// parsed, except that an object or array not read as a string stays the
 /// text it was ([`Value::RawJson`], equal to the document it parses to).
-/// A number out of range is an error, as it is to a whole-line parse.
+/// It is checked as a parse would check it (numbers in range, escapes
+/// whole, at most 128 levels deep) without building it.
 pub(super) fn raw_to_value(raw: &RawValue, t: FieldType) -> serde_json::Result<Value> {
     let text = raw.get();
     Ok(match text.as_bytes().first() {
-        Some(b'{' | b'[') if t != FieldType::String => Value::RawJson(text.to_owned()),
+        Some(b'{' | b'[') if t != FieldType::String => {
+            serde_json::from_str::<Checked>(text)?;
+            Value::RawJson(text.to_owned())
+        }
         _ => to_value(serde_json::from_str(text)?, t),
     })
 }
 
-/// The error of line `n`'s member `name`.
+/// A JSON document read through, every value visited as a parse into a
+/// tree would visit it, nothing kept.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Checked;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+                while map.next_entry::<Checked, Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+        }
+        d.deserialize_any(Any)
+    }
+}
+
+/// The error of line `n`'s member `name` (serde's position is within the
+/// member, so it is left out).
 pub(super) fn member_error(what: &str, n: usize, name: &str, e: serde_json::Error) -> ConnectorError {
+    let e = e.to_string();
+    let e = e.rfind(" at line ").map_or(e.as_str(), |at| &e[..at]);
     ConnectorError::Other(format!("{what} line {}: {name}: {e}", n + 1))
 }
 
@@ -251,12 +302,30 @@ pub(super) fn to_text(v: &Value) -> String {
 }
 
 pub(super) fn records_of(schema_fields: &[Field], raws: Vec<RawRecord>) -> Vec<Vec<Value>> {
+    // A field whose name an earlier field has takes that field's value.
+    let mut firsts: HashMap<&str, usize> = HashMap::with_capacity(schema_fields.len());
+    let earlier: Vec<Option<usize>> = schema_fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match firsts.get(f.name.as_str()) {
+            Some(&j) => Some(j),
+            None => {
+                firsts.insert(&f.name, i);
+                None
+            }
+        })
+        .collect();
     raws.into_iter()
         .map(|mut r| {
-            schema_fields
-                .iter()
-                .map(|f| r.remove(&f.name).map(|v| to_value(v, f.field_type)).unwrap_or(Value::Null))
-                .collect()
+            let mut row: Vec<Value> = Vec::with_capacity(schema_fields.len());
+            for (f, earlier) in schema_fields.iter().zip(&earlier) {
+                let v = match earlier {
+                    Some(j) => row[*j].clone(),
+                    None => r.remove(&f.name).map(|v| to_value(v, f.field_type)).unwrap_or(Value::Null),
+                };
+                row.push(v);
+            }
+            row
         })
         .collect()
 }
@@ -330,5 +399,54 @@ mod tests {
             assert!(raw_to_value(members.0[0].1, t).is_err(), "1e400 as {t:?}");
         }
         assert!(serde_json::from_str::<serde_json::Value>(r#"{"big": 1e400}"#).is_err(), "as a whole-line parse");
+    }
+
+    #[test]
+    fn a_nested_document_is_checked_as_a_parse_would_check_it() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let fine = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        for (text, ok) in [
+            (r#"{"x": 1e400}"#, false),
+            (r#"["\ud800"]"#, false),
+            (r#"{"k": "\ud83d\ude00"}"#, true),
+            (r#"[1, -0.5e-3, "a\"b", {"c": null, "d": [true]}]"#, true),
+            (deep.as_str(), false),
+            (fine.as_str(), true),
+        ] {
+            let line = format!(r#"{{"v": {text}}}"#);
+            let members = Members::parse(&line, "t", 0).unwrap();
+            let parsed = serde_json::from_str::<serde_json::Value>(text);
+            assert_eq!(parsed.is_ok(), ok, "{text} parsed into a tree");
+            for t in FieldType::ALL {
+                assert_eq!(raw_to_value(members.0[0].1, t).is_ok(), ok, "{text} as {t:?}");
+            }
+        }
+        let e = raw_to_value(Members::parse(r#"{"v": {"x": 1e400}}"#, "t", 0).unwrap().0[0].1, FieldType::Object)
+            .unwrap_err();
+        let told = member_error("people.jsonl", 4, "v", e).to_string();
+        assert!(told.contains("people.jsonl line 5: v: number out of range"), "{told}");
+        assert!(!told.contains("column"), "no position within the member: {told}");
+    }
+
+    #[test]
+    fn fields_that_share_a_name_share_its_value() {
+        let field = |name: &str, field_type| Field {
+            name: name.into(),
+            field_type,
+            nullable: true,
+            primary_key: false,
+            native_type: None,
+        };
+        let fields =
+            [field("id", FieldType::Integer), field("note", FieldType::String), field("id", FieldType::String)];
+        let raw: RawRecord =
+            [("id".to_string(), serde_json::json!(7)), ("note".to_string(), serde_json::json!("x"))].into();
+        assert_eq!(records_of(&fields, vec![raw]), [vec![Value::Int(7), Value::String("x".into()), Value::Int(7)]]);
+        let path = std::env::temp_dir().join(format!("sluice-formats-{}-repeated.csv", std::process::id()));
+        std::fs::write(&path, "id,note,id\n1,a,2\n").unwrap();
+        let (names, raws) = read_records(&path, "t", Format::Csv, None).unwrap();
+        assert_eq!(names, ["id", "note", "id"]);
+        assert_eq!(raws[0]["id"], serde_json::json!("1"), "the first column, as a streaming read takes it");
+        std::fs::remove_file(path).unwrap();
     }
 }

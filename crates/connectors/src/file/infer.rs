@@ -111,18 +111,29 @@ pub(super) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<
     let names = match format {
         Format::Jsonl => {
             let file = File::open(path).map_err(|e| io(what, e))?;
-            each_line(file, what, |n, line| {
-                if limit.is_some_and(|l| seen >= l) {
-                    return Ok(false);
-                }
-                seen += 1;
-                for (name, raw) in Members::parse(line, what, n)?.0 {
-                    let kind = raw_kind(raw).map_err(|e| member_error(what, n, &name, e))?;
-                    let at = inf.place(&name);
-                    inf.observe(at, kind);
-                }
-                Ok(true)
-            })?;
+            // Per field, the last line that gave it a value: a name a line
+            // repeats counts once, its last value (the one a read keeps).
+            let mut given: Vec<usize> = Vec::new();
+            let mut line_kinds: Vec<(usize, Option<FieldType>)> = Vec::new();
+            if limit != Some(0) {
+                each_line(file, what, |n, line| {
+                    line_kinds.clear();
+                    for (name, raw) in Members::parse(line, what, n)?.0 {
+                        let kind = raw_kind(raw).map_err(|e| member_error(what, n, &name, e))?;
+                        line_kinds.push((inf.place(&name), kind));
+                    }
+                    given.resize(inf.names.len(), usize::MAX);
+                    for &(at, kind) in line_kinds.iter().rev() {
+                        if given[at] != n {
+                            given[at] = n;
+                            inf.observe(at, kind);
+                        }
+                    }
+                    seen += 1;
+                    // At the limit, the next line is not read.
+                    Ok(limit.is_none_or(|l| seen < l))
+                })?;
+            }
             None
         }
         Format::Csv => {
@@ -134,10 +145,12 @@ pub(super) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<
             let bad = |e: csv::Error| ConnectorError::Other(format!("{what}: {e}"));
             let headers: Vec<String> = rdr.headers().map_err(bad)?.iter().map(str::to_string).collect();
             // The first column of each name, the one a sync reads.
-            let columns: Vec<(usize, usize)> = (0..headers.len())
-                .filter(|&i| !headers[..i].contains(&headers[i]))
-                .map(|i| (i, inf.place(&headers[i])))
-                .collect();
+            let mut columns: Vec<(usize, usize)> = Vec::with_capacity(headers.len());
+            for (i, h) in headers.iter().enumerate() {
+                if !inf.places.contains_key(h) {
+                    columns.push((i, inf.place(h)));
+                }
+            }
             let mut rec = csv::StringRecord::new();
             while limit.is_none_or(|l| seen < l) && rdr.read_record(&mut rec).map_err(bad)? {
                 seen += 1;
@@ -184,16 +197,16 @@ fn is_plain_decimal(s: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn jsonl(name: &str, text: &str) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("sluice-infer-{}-{name}.jsonl", std::process::id()));
+    fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("sluice-infer-{}-{name}", std::process::id()));
         std::fs::write(&path, text).unwrap();
         path
     }
 
     #[test]
     fn a_json_lines_file_gives_its_fields_in_order_with_the_narrowest_types() {
-        let path = jsonl(
-            "types",
+        let path = temp_file(
+            "types.jsonl",
             concat!(
                 r#"{"id": 1, "gone": null, "when": "2026-01-02", "doc": {"k": [1]}, "tags": ["a"], "amount": "12.50", "n": 1}"#,
                 "\n\n",
@@ -231,8 +244,8 @@ mod tests {
 
     #[test]
     fn a_csv_file_gives_its_header_with_the_narrowest_types() {
-        let path = jsonl(
-            "csv",
+        let path = temp_file(
+            "types.csv",
             "id,when,amount,n,flag,gone,id,note\n\
              1,2026-01-02,12.50,1,true,,x,\n\
              2,2026-01-02T03:04:05Z,3.25,2.5,false,,y,\"a, b\"\n\
@@ -262,8 +275,22 @@ mod tests {
     }
 
     #[test]
+    fn a_name_a_line_repeats_counts_once_and_a_sample_reads_no_further() {
+        let path = temp_file(
+            "repeated.jsonl",
+            "{\"a\": \"x\", \"a\": 1, \"b\": 1}\n{\"a\": 2, \"b\": \"y\", \"b\": 2.5}\n\u{ff}\n",
+        );
+        let sample = infer_file(&path, "t", Format::Jsonl, Some(2)).unwrap();
+        let got: Vec<(&str, FieldType)> = sample.iter().map(|f| (f.name.as_str(), f.field_type)).collect();
+        assert_eq!(got, [("a", FieldType::Integer), ("b", FieldType::Number)], "the last value of each name");
+        assert!(infer_file(&path, "t", Format::Jsonl, None).is_err(), "the third line is not JSON");
+        assert!(infer_file(&path, "t", Format::Jsonl, Some(0)).unwrap().is_empty());
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
     fn a_bad_line_is_named() {
-        let path = jsonl("bad", "{\"id\": 1}\n{\"id\": 1e400}\n");
+        let path = temp_file("bad.jsonl", "{\"id\": 1}\n{\"id\": 1e400}\n");
         let e = infer_file(&path, "people.jsonl", Format::Jsonl, None).unwrap_err();
         assert!(e.to_string().contains("people.jsonl line 2: id:"), "{e}");
         std::fs::write(&path, "{\"id\": 1}\n\n[1]\n").unwrap();

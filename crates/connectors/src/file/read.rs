@@ -42,23 +42,23 @@ fn stream_records(
             for (i, f) in fields.iter().enumerate() {
                 index.entry(f.name.as_str()).or_insert(i);
             }
-            let mut stopped = false;
-            each_line(file, what, |n, line| {
-                if count >= limit {
-                    return Ok(false);
-                }
-                let mut row = vec![Value::Null; fields.len()];
-                for (name, raw) in Members::parse(line, what, n)?.0 {
-                    if let Some(&i) = index.get(name.as_ref()) {
-                        row[i] =
-                            raw_to_value(raw, fields[i].field_type).map_err(|e| member_error(what, n, &name, e))?;
+            let mut closed = false;
+            if limit > 0 {
+                each_line(file, what, |n, line| {
+                    let mut row = vec![Value::Null; fields.len()];
+                    for (name, raw) in Members::parse(line, what, n)?.0 {
+                        if let Some(&i) = index.get(name.as_ref()) {
+                            row[i] =
+                                raw_to_value(raw, fields[i].field_type).map_err(|e| member_error(what, n, &name, e))?;
+                        }
                     }
-                }
-                count += 1;
-                stopped = !emit(row, &mut batch);
-                Ok(!stopped)
-            })?;
-            if stopped {
+                    count += 1;
+                    closed = !emit(row, &mut batch);
+                    // At the limit, the next line is not read.
+                    Ok(!closed && count < limit)
+                })?;
+            }
+            if closed {
                 return Ok(());
             }
         }
@@ -73,8 +73,12 @@ fn stream_records(
                 .iter()
                 .map(str::to_string)
                 .collect();
-            let positions: Vec<Option<usize>> =
-                fields.iter().map(|f| headers.iter().position(|h| h == &f.name)).collect();
+            // Each field's column: the first of its name.
+            let mut columns: HashMap<&str, usize> = HashMap::with_capacity(headers.len());
+            for (i, h) in headers.iter().enumerate() {
+                columns.entry(h.as_str()).or_insert(i);
+            }
+            let positions: Vec<Option<usize>> = fields.iter().map(|f| columns.get(f.name.as_str()).copied()).collect();
             let mut rec = csv::StringRecord::new();
             while count < limit
                 && rdr.read_record(&mut rec).map_err(|e| ConnectorError::Other(format!("{what}: {e}")))?
@@ -184,5 +188,47 @@ impl Source for FileConnector {
             })
             .await;
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows `stream_records` sends for `text` read with `limit`, or its error.
+    fn stream(text: &str, limit: Option<u64>) -> ConnectorResult<Vec<Vec<Value>>> {
+        let path = std::env::temp_dir().join(format!("sluice-read-{}-{}.jsonl", std::process::id(), text.len()));
+        std::fs::write(&path, text).unwrap();
+        let field = |name: &str, field_type| Field {
+            name: name.into(),
+            field_type,
+            nullable: true,
+            primary_key: false,
+            native_type: None,
+        };
+        let fields = Arc::new(vec![field("id", FieldType::Integer), field("doc", FieldType::Object)]);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let done = stream_records(&path, "t.jsonl", Format::Jsonl, &fields, limit, 2, &tx);
+        drop(tx);
+        std::fs::remove_file(path).unwrap();
+        done?;
+        let mut rows = Vec::new();
+        while let Some(batch) = rx.blocking_recv() {
+            rows.extend(batch?.rows);
+        }
+        Ok(rows)
+    }
+
+    #[test]
+    fn a_json_lines_read_stops_at_its_limit_without_reading_further() {
+        let text =
+            "{\"id\": 1, \"doc\": {\"a\": [1]}}\n\n{\"doc\": null, \"id\": 2, \"other\": 5}\n{\"id\": 3}\nnot json\n";
+        let two = stream(text, Some(2)).unwrap();
+        assert_eq!(two, [vec![Value::Int(1), Value::RawJson("{\"a\": [1]}".into())], vec![Value::Int(2), Value::Null]]);
+        assert!(stream(text, Some(0)).unwrap().is_empty());
+        let e = stream(text, None).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl line 5: not a JSON object"), "{e}");
+        let e = stream("{\"id\": 1, \"doc\": {\"x\": 1e400}}\n", None).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl line 1: doc: number out of range"), "{e}");
     }
 }

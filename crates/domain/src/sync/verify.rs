@@ -273,6 +273,12 @@ pub fn same_meaning(a: &Value, b: &Value) -> bool {
             serde_json::from_str::<serde_json::Value>(s).is_ok_and(|p| &p == x)
         }
         (Json(x), Json(y)) => x == y,
+        (RawJson(r), String(s)) | (String(s), RawJson(r)) => {
+            match (serde_json::from_str::<serde_json::Value>(r), serde_json::from_str::<serde_json::Value>(s)) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => false,
+            }
+        }
         (Timestamp(t), String(s)) | (String(s), Timestamp(t)) => parse_timestamp(s) == Some(*t),
         (Date(d), String(s)) | (String(s), Date(d)) => parse_date(s) == Some(*d),
         (Timestamp(t), Date(d)) | (Date(d), Timestamp(t)) => {
@@ -863,6 +869,9 @@ mod tests {
         assert!(same_meaning(&Bool(true), &Int(1)));
         assert!(!same_meaning(&Bool(true), &Int(2)));
         assert!(same_meaning(&Json(serde_json::json!({"a": [1, 2]})), &String("{\"a\":[1,2]}".into())));
+        assert!(same_meaning(&RawJson("{\"a\": [1, 2]}".into()), &String("{\"a\":[1,2]}".into())));
+        assert!(same_meaning(&String("{\"a\":[1,2]}".into()), &RawJson("{ \"a\" : [1,2] }".into())));
+        assert!(!same_meaning(&RawJson("{\"a\": [1, 3]}".into()), &String("{\"a\":[1,2]}".into())));
         let t = parse_timestamp("2026-01-02T03:04:05.123456Z").unwrap();
         assert!(same_meaning(&Timestamp(t), &Timestamp(t.to_offset(time::macros::offset!(+2)))));
         assert!(same_meaning(&Timestamp(t), &String("2026-01-02T03:04:05.123456Z".into())));
