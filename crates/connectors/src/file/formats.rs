@@ -430,15 +430,11 @@ mod tests {
 
     #[test]
     fn fields_that_share_a_name_share_its_value() {
-        let field = |name: &str, field_type| Field {
-            name: name.into(),
-            field_type,
-            nullable: true,
-            primary_key: false,
-            native_type: None,
-        };
-        let fields =
-            [field("id", FieldType::Integer), field("note", FieldType::String), field("id", FieldType::String)];
+        let fields = [
+            Field::new("id", FieldType::Integer),
+            Field::new("note", FieldType::String),
+            Field::new("id", FieldType::String),
+        ];
         let raw: RawRecord =
             [("id".to_string(), serde_json::json!(7)), ("note".to_string(), serde_json::json!("x"))].into();
         assert_eq!(records_of(&fields, vec![raw]), [vec![Value::Int(7), Value::String("x".into()), Value::Int(7)]]);

@@ -54,13 +54,7 @@ impl Inference {
         names
             .unwrap_or(&self.names)
             .iter()
-            .map(|n| Field {
-                name: n.clone(),
-                field_type: self.places.get(n).and_then(|&at| self.types[at]).unwrap_or(FieldType::String),
-                nullable: true,
-                primary_key: false,
-                native_type: None,
-            })
+            .map(|n| Field::new(n, self.places.get(n).and_then(|&at| self.types[at]).unwrap_or(FieldType::String)))
             .collect()
     }
 }

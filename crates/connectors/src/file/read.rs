@@ -199,14 +199,7 @@ mod tests {
     fn stream(text: &str, limit: Option<u64>) -> ConnectorResult<Vec<Vec<Value>>> {
         let path = std::env::temp_dir().join(format!("sluice-read-{}-{}.jsonl", std::process::id(), text.len()));
         std::fs::write(&path, text).unwrap();
-        let field = |name: &str, field_type| Field {
-            name: name.into(),
-            field_type,
-            nullable: true,
-            primary_key: false,
-            native_type: None,
-        };
-        let fields = Arc::new(vec![field("id", FieldType::Integer), field("doc", FieldType::Object)]);
+        let fields = Arc::new(vec![Field::new("id", FieldType::Integer), Field::new("doc", FieldType::Object)]);
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         let done = stream_records(&path, "t.jsonl", Format::Jsonl, &fields, limit, 2, &tx);
         drop(tx);
