@@ -135,6 +135,15 @@ pub(super) fn to_value(v: serde_json::Value, t: FieldType) -> Value {
     }
 }
 
+/// Each name's first place among `names`.
+pub(super) fn first_places<'a>(names: impl IntoIterator<Item = &'a str>) -> HashMap<&'a str, usize> {
+    let mut places = HashMap::new();
+    for (i, name) in names.into_iter().enumerate() {
+        places.entry(name).or_insert(i);
+    }
+    places
+}
+
 /// Calls `each` with every line of a JSON Lines file that is not blank,
 /// and its number (from 0), until it answers `false`; one buffer serves
 /// every line.
@@ -303,18 +312,9 @@ pub(super) fn to_text(v: &Value) -> String {
 
 pub(super) fn records_of(schema_fields: &[Field], raws: Vec<RawRecord>) -> Vec<Vec<Value>> {
     // A field whose name an earlier field has takes that field's value.
-    let mut firsts: HashMap<&str, usize> = HashMap::with_capacity(schema_fields.len());
-    let earlier: Vec<Option<usize>> = schema_fields
-        .iter()
-        .enumerate()
-        .map(|(i, f)| match firsts.get(f.name.as_str()) {
-            Some(&j) => Some(j),
-            None => {
-                firsts.insert(&f.name, i);
-                None
-            }
-        })
-        .collect();
+    let firsts = first_places(schema_fields.iter().map(|f| f.name.as_str()));
+    let earlier: Vec<Option<usize>> =
+        schema_fields.iter().enumerate().map(|(i, f)| Some(firsts[f.name.as_str()]).filter(|&j| j != i)).collect();
     raws.into_iter()
         .map(|mut r| {
             let mut row: Vec<Value> = Vec::with_capacity(schema_fields.len());

@@ -1,11 +1,12 @@
 //! Reading a file connection: the `Source` impl, streaming a file record
 //! by record (or, for a cursor read, loading, filtering and sorting it).
 
-use super::formats::{Format, Members, each_line, member_error, raw_to_value, read_records, records_of, to_value};
+use super::formats::{
+    Format, Members, each_line, first_places, member_error, raw_to_value, read_records, records_of, to_value,
+};
 use super::{FileConnector, io};
 use crate::common::*;
 use sluice_domain::connect::connector::*;
-use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::BufReader;
 use std::path::Path;
@@ -38,10 +39,7 @@ fn stream_records(
         Format::Jsonl => {
             // Each member goes to its field by name (the first field of a
             // name, if two share one; the last member, if a line repeats one).
-            let mut index: HashMap<&str, usize> = HashMap::with_capacity(fields.len());
-            for (i, f) in fields.iter().enumerate() {
-                index.entry(f.name.as_str()).or_insert(i);
-            }
+            let index = first_places(fields.iter().map(|f| f.name.as_str()));
             let mut closed = false;
             if limit > 0 {
                 each_line(file, what, |n, line| {
@@ -74,10 +72,7 @@ fn stream_records(
                 .map(str::to_string)
                 .collect();
             // Each field's column: the first of its name.
-            let mut columns: HashMap<&str, usize> = HashMap::with_capacity(headers.len());
-            for (i, h) in headers.iter().enumerate() {
-                columns.entry(h.as_str()).or_insert(i);
-            }
+            let columns = first_places(headers.iter().map(String::as_str));
             let positions: Vec<Option<usize>> = fields.iter().map(|f| columns.get(f.name.as_str()).copied()).collect();
             let mut rec = csv::StringRecord::new();
             while count < limit
