@@ -1006,6 +1006,30 @@ async fn source_column_changes_evolve_block_or_stop_one_table() {
     let r = run(&app, &ann, &org, &open).await;
     assert_eq!(r["status"], "failed", "{r}");
     assert!(r["entities"][0]["error"].as_str().unwrap().contains("dropped"), "{r}");
+
+    // A column renamed while a change to it was unread (the relation shows
+    // another column at its place, of its type) is said to be renamed, with
+    // how to follow it.
+    sqlx::raw_sql(sql("CREATE TABLE named (id int PRIMARY KEY, label text); INSERT INTO named VALUES (1, 'a');"))
+        .execute(&mut src)
+        .await
+        .unwrap();
+    let named = check!(
+        app.post(&flows, &ann, flow("named", json!([{"source_entity": "named", "sync_mode": "cdc_deduped"}]))).await,
+        201
+    )
+    .id();
+    assert_eq!(run(&app, &ann, &org, &named).await["status"], "succeeded");
+    sqlx::raw_sql(sql("UPDATE named SET label = 'b' WHERE id = 1; ALTER TABLE named RENAME COLUMN label TO title;"))
+        .execute(&mut src)
+        .await
+        .unwrap();
+    let r = run(&app, &ann, &org, &named).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    let error = r["entities"][0]["error"].as_str().unwrap();
+    assert!(error.contains("renamed (label → title)"), "{r}");
+    assert!(!error.contains("dropped"), "{r}");
+    assert!(error.contains("DELETE …/state/named"), "{r}");
 }
 
 /// Waits up to `secs` for the verification at `path` to finish; answers it.

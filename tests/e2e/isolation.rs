@@ -1,8 +1,9 @@
 //! Tenancy of files and connections: each organization's file and SQLite
 //! connections live in its own directory, no path leads out of it (not
 //! `..`, not an absolute path, not a symbolic link), no connection reaches
-//! the service's own metadata store, and a failed test answers a code, not
-//! what a foreign server sent. On both metadata stores.
+//! the service's own metadata store, no file is written in place through a
+//! hard link, and a failed test answers a code, not what a foreign server
+//! sent. On both metadata stores.
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -192,7 +193,70 @@ async fn a_failed_test_reports_a_code_not_the_peers_bytes(app: TestApp) {
     }
 }
 
+/// A hard link planted in an organization's directory names another file
+/// (here another organization's): every path that writes a file in place
+/// (an append, the entity's lock and its mark, a SQLite database) refuses
+/// it, and the file it names is left as it was.
+async fn hard_links_are_never_written_through(app: TestApp) {
+    let ann = app.token("ann@example.com");
+    let bob = app.token("bob@example.com");
+    let a = org(&app, &ann, "Alpha").await;
+    let b = org(&app, &bob, "Beta").await;
+    let (a_dir, b_dir) = (app.org_files(&a), app.org_files(&b));
+    std::fs::create_dir_all(a_dir.join("exports")).unwrap();
+    let theirs = a_dir.join("exports/people.jsonl");
+    let original = "{\"id\": 1, \"secret\": \"alpha-only\"}\n";
+    std::fs::write(&theirs, original).unwrap();
+    std::fs::create_dir_all(b_dir.join("src")).unwrap();
+    std::fs::create_dir_all(b_dir.join("out")).unwrap();
+    std::fs::write(b_dir.join("src/people.jsonl"), "{\"id\": 7, \"name\": \"beta\"}\n").unwrap();
+    let conns = format!("/v1/organizations/{b}/connections");
+    let src = check!(app.post(&conns, &bob, file_conn("src", "file", "src")).await, 201).id();
+    let out = check!(app.post(&conns, &bob, file_conn("out", "file", "out")).await, 201).id();
+    let flow = check!(
+        app.post(
+            &format!("/v1/organizations/{b}/flows"),
+            &bob,
+            json!({"name": "people", "source_connection_id": src, "destination_connection_id": out,
+                "config": {"mappings": [{"source_entity": "people", "sync_mode": "full_refresh_append"}]}})
+        )
+        .await,
+        201
+    )
+    .id();
+    for planted in ["people.jsonl", ".people.jsonl.lock"] {
+        let _ = std::fs::remove_file(b_dir.join("out").join(planted));
+        std::fs::hard_link(&theirs, b_dir.join("out").join(planted)).unwrap();
+        let r = sluice_tests::run_flow(&app, &bob, &b, &flow).await;
+        assert_eq!(r["status"], "failed", "{planted}: {r}");
+        let error = r["entities"][0]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("more than one link"), "{planted}: {r}");
+        assert!(!error.contains(a_dir.to_str().unwrap()), "{error}");
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), original, "{planted} wrote through the link");
+        std::fs::remove_file(b_dir.join("out").join(planted)).unwrap();
+    }
+    // Beta's own files are written as usual.
+    let r = sluice_tests::run_flow(&app, &bob, &b, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert!(std::fs::read_to_string(b_dir.join("out/people.jsonl")).unwrap().contains("beta"));
+    assert_eq!(std::fs::read_to_string(&theirs).unwrap(), original);
+
+    // A SQLite database linked from Alpha's directory is refused.
+    let db = a_dir.join("w.db");
+    std::fs::write(&db, b"not beta's").unwrap();
+    std::fs::hard_link(&db, b_dir.join("w.db")).unwrap();
+    for path in [format!("{conns}/test"), conns.clone()] {
+        let r = app.post(&path, &bob, file_conn("w", "sqlite", "w.db")).await;
+        assert_eq!(r.status.as_u16(), 422, "{}", r.body);
+        assert_eq!(r.body["details"]["errors"][0]["field"], "config.path", "{}", r.body);
+        assert!(r.body["error"].as_str().unwrap().contains("more than one link"), "{}", r.body);
+        assert_no_server_path(&app, &r.body);
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), b"not beta's");
+}
+
 sluice_tests::on_both_backends!(
+    hard_links_are_never_written_through,
     organizations_cannot_reach_each_others_files,
     connections_to_the_metadata_store_are_refused,
     a_failed_test_reports_a_code_not_the_peers_bytes,

@@ -94,12 +94,27 @@ impl Registry {
     }
 
     /// Refuses the metadata store's SQLite file under any name (a link to
-    /// it, or a hard link: the same file on the same device).
+    /// it, or a hard link: the same file on the same device), and any file
+    /// with more than one link.
     fn guard_sqlite(&self, path: &std::path::Path) -> ConnectorResult<()> {
         use std::os::unix::fs::MetadataExt;
-        let Some(store) = &self.metadata.sqlite_file else { return Ok(()) };
-        let (Ok(a), Ok(b)) = (std::fs::metadata(path), std::fs::metadata(store)) else { return Ok(()) };
-        if a.dev() == b.dev() && a.ino() == b.ino() { Err(Self::refused()) } else { Ok(()) }
+        if let (Some(store), Ok(a)) = (&self.metadata.sqlite_file, std::fs::metadata(path))
+            && let Ok(b) = std::fs::metadata(store)
+            && a.dev() == b.dev()
+            && a.ino() == b.ino()
+        {
+            return Err(Self::refused());
+        }
+        // SQLite writes its file in place: a hard link planted in the
+        // organization's directory would write the file it names.
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.nlink() != 1) {
+            return Err(ConnectorError::InvalidConfig(
+                "the database file has more than one link (a hard link to it was made): refused, since a file \
+                 written in place must be the organization's own"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -31,6 +31,50 @@ impl Confined {
     }
 }
 
+/// Opens a file of an organization's directory to write in place (append
+/// to it, cut it back, lock and mark it), with `options`: never through a
+/// symbolic link (`O_NOFOLLOW`), and only a regular file with exactly one
+/// link, checked on the handle opened (so a file swapped in meanwhile is
+/// checked too). A hard link planted in the directory names another file,
+/// perhaps another organization's: writing through it would change that
+/// file, so it is refused (`InvalidInput`, saying so).
+///
+/// # Errors
+/// The open's error, or `InvalidInput` for a link or a file that is not
+/// regular.
+pub fn open_in_place(path: &Path, options: &std::fs::OpenOptions) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut options = options.clone();
+    options.custom_flags(libc::O_NOFOLLOW);
+    let file = options
+        .open(path)
+        .map_err(|e| if e.raw_os_error() == Some(libc::ELOOP) { linked("is a symbolic link") } else { e })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(linked("is not a regular file"));
+    }
+    if meta.nlink() != 1 {
+        return Err(linked("has more than one link (a hard link to it was made)"));
+    }
+    Ok(file)
+}
+
+/// Whether `file` (opened by [`open_in_place`]) is still the file at `path`:
+/// the same device and inode. A lock taken on a file that was then
+/// replaced under its name locks nothing that others open.
+pub fn still_at(file: &std::fs::File, path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (held, named) = (file.metadata()?, std::fs::symlink_metadata(path)?);
+    Ok(held.dev() == named.dev() && held.ino() == named.ino() && named.nlink() == 1)
+}
+
+fn linked(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("the file {what}: refused, since a file written in place must be this directory's own"),
+    )
+}
+
 fn outside(label: &str) -> ConnectorError {
     ConnectorError::InvalidConfig(format!("path '{label}' leads outside the organization's directory"))
 }
@@ -105,6 +149,35 @@ mod tests {
         std::os::unix::fs::symlink(org.join("real"), org.join("alias")).unwrap();
         let inside = confine(&org, "alias/t.db").unwrap();
         inside.check_inside(&inside.path).unwrap();
+        std::fs::remove_dir_all(&top).unwrap();
+    }
+
+    #[test]
+    fn a_file_written_in_place_is_the_directorys_own() {
+        let top = std::env::temp_dir().join(format!("sluice-inplace-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&top).unwrap();
+        let theirs = top.join("theirs.jsonl");
+        std::fs::write(&theirs, b"theirs\n").unwrap();
+        let mut append = std::fs::OpenOptions::new();
+        append.append(true);
+        // A hard link to another file, and a symbolic one, are refused; the
+        // file linked to is left as it was.
+        std::fs::hard_link(&theirs, top.join("planted.jsonl")).unwrap();
+        std::os::unix::fs::symlink(&theirs, top.join("soft.jsonl")).unwrap();
+        for name in ["planted.jsonl", "soft.jsonl"] {
+            let e = open_in_place(&top.join(name), &append).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{name}: {e}");
+            assert!(e.to_string().contains("refused"), "{e}");
+        }
+        assert!(open_in_place(&theirs, &append).is_err(), "two links now: the original is refused too");
+        std::fs::remove_file(top.join("planted.jsonl")).unwrap();
+        let own = open_in_place(&theirs, &append).unwrap();
+        assert!(still_at(&own, &theirs).unwrap());
+        // Replaced under its name: the handle no longer is the file there.
+        std::fs::rename(&theirs, top.join("moved.jsonl")).unwrap();
+        std::fs::write(&theirs, b"new").unwrap();
+        assert!(!still_at(&own, &theirs).unwrap());
+        assert_eq!(std::fs::read(top.join("moved.jsonl")).unwrap(), b"theirs\n");
         std::fs::remove_dir_all(&top).unwrap();
     }
 }

@@ -190,14 +190,16 @@ impl EntityFiles {
 
     /// The entity's lock, if no writer holds it.
     pub fn try_lock(&self) -> ConnectorResult<Option<File>> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.hidden("lock"))
+        let path = self.hidden("lock");
+        let f = crate::common::open_in_place(&path, OpenOptions::new().create(true).truncate(false).write(true))
             .map_err(|e| io("lock file", e))?;
         match f.try_lock() {
-            Ok(()) => Ok(Some(f)),
+            // The lock is on the file opened: it must still be the one of
+            // that name, or another writer would lock another file.
+            Ok(()) if crate::common::still_at(&f, &path).map_err(|e| io("lock file", e))? => Ok(Some(f)),
+            Ok(()) => {
+                Err(ConnectorError::Other(format!("lock file of {}: replaced while it was taken; refused", self.name)))
+            }
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(io("lock file", e)),
         }
@@ -245,7 +247,8 @@ impl EntityFiles {
             && let Ok(meta) = fs::metadata(&self.data)
             && meta.len() > m.length
         {
-            let f = OpenOptions::new().write(true).open(&self.data).map_err(|e| io("file", e))?;
+            let f =
+                crate::common::open_in_place(&self.data, OpenOptions::new().write(true)).map_err(|e| io("file", e))?;
             f.set_len(m.length).map_err(|e| io("file", e))?;
             f.sync_all().map_err(|e| io("file", e))?;
         }

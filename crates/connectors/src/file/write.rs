@@ -199,8 +199,9 @@ struct FileWriter {
 
 impl FileWriter {
     fn start(&self, path: &Path, append: bool) -> ConnectorResult<BufWriter<File>> {
-        let file = if append { OpenOptions::new().append(true).open(path) } else { create_new(path) }
-            .map_err(|e| io(&path.file_name().unwrap_or_default().to_string_lossy(), e))?;
+        let file =
+            if append { crate::common::open_in_place(path, OpenOptions::new().append(true)) } else { create_new(path) }
+                .map_err(|e| io(&path.file_name().unwrap_or_default().to_string_lossy(), e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         if self.format == Format::Csv && !append {
             let mut w = csv::Writer::from_writer(Vec::new());

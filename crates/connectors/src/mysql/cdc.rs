@@ -254,8 +254,8 @@ impl ChangeSource for MySqlConnector {
         }
         let tables = sqlx::query(
             "SELECT CAST(t.TABLE_NAME AS CHAR), CAST(COALESCE(t.ENGINE, '') AS CHAR), \
-             EXISTS (SELECT 1 FROM information_schema.TABLE_CONSTRAINTS c WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA \
-               AND c.TABLE_NAME = t.TABLE_NAME AND c.CONSTRAINT_TYPE = 'PRIMARY KEY') \
+             EXISTS (SELECT 1 FROM information_schema.STATISTICS s WHERE s.TABLE_SCHEMA = t.TABLE_SCHEMA \
+               AND s.TABLE_NAME = t.TABLE_NAME AND s.INDEX_NAME = 'PRIMARY') \
              FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = DATABASE() AND t.TABLE_TYPE = 'BASE TABLE' \
              ORDER BY t.TABLE_NAME",
         )

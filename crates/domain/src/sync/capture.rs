@@ -1216,11 +1216,7 @@ impl SyncService {
         let dropped: Vec<&str> =
             new.iter().filter(|n| catalog.iter().all(|f| f.name != **n)).map(String::as_str).collect();
         if !dropped.is_empty() {
-            let message = format!(
-                "source columns {} were dropped while changes to them were unread: this table stops at its position \
-                 (re-snapshots are not built yet; a new flow copies it afresh)",
-                dropped.join(", ")
-            );
+            let message = columns_gone_message(&dropped, &s.fields, &catalog, &entity);
             self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
             e.stop(Stop::Failed(message)).await;
             return Ok(());
@@ -1453,6 +1449,39 @@ fn retyped_message(retyped: &[String], entity: &str) -> String {
         "source columns changed type: {}; this table stops at its position: change the destination's columns to \
          match (it then resumes there), or copy the table again with DELETE …/state/{entity}",
         retyped.join(", ")
+    )
+}
+
+/// Why a table stops when the stream names columns (`gone`) that the
+/// source's catalog no longer has: renamed, where the stream's column and
+/// the catalog's at the same place have the same type and the catalog's is
+/// not in the stream (`stream`, `catalog`: the fields in their order);
+/// dropped otherwise.
+fn columns_gone_message(gone: &[&str], stream: &[Field], catalog: &[Field], entity: &str) -> String {
+    let mut renamed = Vec::new();
+    let mut dropped = Vec::new();
+    for name in gone {
+        let at = stream.iter().position(|f| f.name == *name);
+        let now = at.and_then(|i| Some((&stream[i], catalog.get(i)?)));
+        match now {
+            Some((was, now)) if was.field_type == now.field_type && stream.iter().all(|f| f.name != now.name) => {
+                renamed.push(format!("{} → {}", was.name, now.name));
+            }
+            _ => dropped.push(*name),
+        }
+    }
+    let mut what = Vec::new();
+    if !renamed.is_empty() {
+        what.push(format!("source columns were renamed ({}) while changes to them were unread", renamed.join(", ")));
+    }
+    if !dropped.is_empty() {
+        what.push(format!("source columns {} were dropped while changes to them were unread", dropped.join(", ")));
+    }
+    format!(
+        "{}: this table stops at its position; copy it again with DELETE …/state/{entity} to follow it (the \
+         destination then takes the source's columns as they are now{})",
+        what.join("; "),
+        if renamed.is_empty() { "" } else { "; a rename transform step keeps a column's old name there" }
     )
 }
 
