@@ -4,6 +4,7 @@
 mod billing;
 mod binlog;
 mod cancel;
+mod capture_edges;
 mod cdc;
 mod connections;
 mod console;

@@ -333,7 +333,17 @@ async fn a_publication_the_connection_names_serves_a_role_that_cannot_make_one()
     };
     let own = as_capturer(None);
     let reasons = own.readiness(&["people".into()]).await.unwrap();
-    assert_eq!(reasons, ["cannot create a publication: the role capturer does not own table \"public\".\"people\""]);
+    // Making its own publication takes CREATE on the database, and owning
+    // the tables: both are said.
+    assert_eq!(
+        reasons,
+        [
+            "the role capturer may not create in database postgres, which its publication needs: GRANT CREATE ON \
+             DATABASE \"postgres\" TO \"capturer\" (or name a publication an administrator made in the \
+             connection's publication setting)",
+            "cannot create a publication: the role capturer does not own table \"public\".\"people\""
+        ]
+    );
     assert!(own.open_stream("c1", &["people".into()]).await.is_err());
 
     let named = as_capturer(Some("shop"));

@@ -563,7 +563,7 @@ pub async fn update(
     let saved = match update_of(spec.as_ref(), &post.form) {
         Ok(update) => state
             .sluice
-            .connect
+            .sync
             .update_connection(&s.caller.principal, ctx.id(), c.id, update)
             .await
             .map_err(ApiError::from),

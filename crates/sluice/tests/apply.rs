@@ -202,7 +202,7 @@ async fn sluice_run_follow_orgs_and_logs_against_a_running_server() {
         .as_str()
         .unwrap()
         .to_string();
-    let mapping = |entity: &str| json!({"mappings": [{"source_entity": entity, "dest_entity": "copy", "sync_mode": "full_refresh_overwrite"}]});
+    let mapping = |entity: &str| json!({"mappings": [{"source_entity": entity, "dest_entity": format!("{entity}_copy"), "sync_mode": "full_refresh_overwrite"}]});
     for (name, entity) in [("copy", "items"), ("broken", "gone")] {
         api.post(
             &format!("/v1/organizations/{org}/flows"),

@@ -1553,3 +1553,232 @@ async fn binlog_capture_killed_and_frozen_applies_every_change_once_with_sqlite_
 async fn binlog_capture_killed_and_frozen_applies_every_change_once_into_mariadb_with_postgres_metadata() {
     binlog_capture_killed_and_frozen(true).await;
 }
+
+/// One writer transaction of `a_change_logs_history_survives_kills_in_its_first_run`
+/// (numbered from 1): a row of the seed updated to `i`, a row inserted, and
+/// every seventh the row the transaction before inserted deleted. As the
+/// log holds them: `(op, id, v)`, `v` null for a delete (it carries the key).
+fn history_tx(i: i64, seeded: i64) -> Vec<(String, i64, Option<i64>)> {
+    let mut out = vec![("update".to_string(), i % seeded + 1, Some(i)), ("insert".to_string(), 1_000_000 + i, Some(i))];
+    if i % 7 == 0 {
+        out.push(("delete".to_string(), 1_000_000 + i - 1, None));
+    }
+    out.sort();
+    out
+}
+
+/// A PostgreSQL LSN (`16/B374D848`) as a number, for ordering.
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').unwrap();
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+/// When a first run is killed, in `a_change_logs_history_survives_kills_in_its_first_run`.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Window {
+    /// While the first copy is written, before any table committed.
+    BeforeAnyCommit,
+    /// At the first commit of any table (before, the mirror's bulk copy
+    /// committed first and its log's copy was cut).
+    FirstCommit,
+    /// The log committed, the mirror being copied in chunks.
+    MirrorChunks,
+}
+
+async fn held_position(pg: &mut sqlx::PgConnection, schema: &str, entity: &str) -> Option<String> {
+    let sql = format!("SELECT position FROM {schema}._sluice_positions WHERE entity = '{entity}'");
+    let r: Result<Option<String>, _> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_optional(pg).await;
+    r.ok().flatten()
+}
+
+/// Two flows' first runs copy a mirror and a change log of one table
+/// while a writer commits a transaction every few milliseconds; each run is
+/// killed with SIGKILL twice: the first before any table committed, then at
+/// the first commit of the next attempt; the second at the first commit,
+/// then while the mirror is copied in chunks. Each log then holds the table
+/// as of its stream's start (the copy's inserts, every row as the writer's
+/// transactions up to then left it), then each of the writer's
+/// transactions after it, once, in commit order, and nothing else; no
+/// mirror commits before its log; each mirror equals the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_logs_history_survives_kills_in_its_first_run() {
+    const SEEDED: i64 = 150_000;
+    let Some(dst) = pg_schema().await else { return };
+    let Some(source) = tokio::task::spawn_blocking(|| {
+        sluice_testkit::services::OwnPostgres::start(
+            |_| {},
+            |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()],
+        )
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
+    exec(
+        &mut src,
+        format!(
+            "CREATE TABLE events (id bigint PRIMARY KEY, v bigint NOT NULL, pad text);
+             INSERT INTO events SELECT g, 0, repeat('h', 600) FROM generate_series(1, {SEEDED}) g"
+        ),
+    )
+    .await;
+    let (data, db, port, api) = sqlite_service("cdc-history");
+    let environment = {
+        let mut e = env(&data, &db, port);
+        e.push(("SLUICE_RUN_LEASE", "3".to_string()));
+        e
+    };
+    let mut proc = Some(serve(&["serve"], &environment, &api).await);
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "History"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api
+        .post(&conns, json!({"name": "src", "type": "postgres", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "postgres", "user": "postgres", "sslmode": "disable"}}))
+        .await);
+    let d = id(api.post(&conns, pg_conn("dst", &dst.name)).await);
+
+    // The writer: one transaction every few milliseconds until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, stop) = (source.url("postgres"), stop.clone());
+        tokio::spawn(async move {
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let mut i = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                let mut sql = format!(
+                    "BEGIN; UPDATE events SET v = {i} WHERE id = {}; INSERT INTO events VALUES ({}, {i}, NULL);",
+                    i % SEEDED + 1,
+                    1_000_000 + i
+                );
+                if i % 7 == 0 {
+                    sql.push_str(&format!(" DELETE FROM events WHERE id = {};", 1_000_000 + i - 1));
+                }
+                sql.push_str(" COMMIT;");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(4)).await;
+            }
+            i
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    let plans =
+        [("a", [Window::BeforeAnyCommit, Window::FirstCommit]), ("b", [Window::FirstCommit, Window::MirrorChunks])];
+    let mut flows = Vec::new();
+    for (name, windows) in plans {
+        let (mirror, log) = (format!("events_{name}"), format!("events_{name}_log"));
+        let flow = id(api
+            .post(
+                &format!("/v1/organizations/{org}/flows"),
+                json!({"name": name, "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                    {"source_entity": "events", "dest_entity": mirror, "sync_mode": "cdc_deduped"},
+                    {"source_entity": "events", "dest_entity": log, "sync_mode": "cdc_append"}
+                ]}}),
+            )
+            .await);
+        let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+        let logs = format!("/v1/organizations/{org}/logs/{run}");
+        for window in windows {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let (m, l) =
+                    (held_position(&mut pg, &dst.name, &mirror).await, held_position(&mut pg, &dst.name, &log).await);
+                assert!(m.is_none() || l.is_some(), "{name}: a mirror committed before its change log: {m:?}");
+                let copying = match window {
+                    Window::BeforeAnyCommit => api.get(&logs).await["data"].as_array().unwrap().iter().any(|l| {
+                        l["message"].as_str().is_some_and(|m| m.starts_with("copying the table in a snapshot"))
+                    }),
+                    _ => false,
+                };
+                let now = match window {
+                    Window::BeforeAnyCommit => copying,
+                    Window::FirstCommit => m.is_some() || l.is_some(),
+                    Window::MirrorChunks => l.is_some() && m.as_deref().is_some_and(|m| m.contains(" copy ")),
+                };
+                if now {
+                    break;
+                }
+                let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+                assert!(r["status"] != "succeeded", "{name}: the run ended before {window:?}: {r}");
+                assert!(Instant::now() < deadline, "{name}: no {window:?} within 120 s: {r}");
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            if window == Window::BeforeAnyCommit {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            drop(proc.take());
+            if window == Window::BeforeAnyCommit {
+                let (m, l) =
+                    (held_position(&mut pg, &dst.name, &mirror).await, held_position(&mut pg, &dst.name, &log).await);
+                assert_eq!((m, l), (None, None), "{name}: the kill came after a commit: seed more rows");
+            }
+            proc = Some(serve(&["serve"], &environment, &api).await);
+        }
+        succeeded(&api, &org, &run, 300, "the first run did not finish after two kills").await;
+        flows.push((flow, mirror, log));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    for (flow, mirror, log) in &flows {
+        let last = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+        succeeded(&api, &org, &last, 120, "the catch-up run did not finish").await;
+        check_history(&mut pg, &dst.name, log, SEEDED, written).await;
+        let q = "SELECT id, v FROM events ORDER BY id";
+        let source_rows: Vec<(i64, i64)> = sqlx::query_as(q).fetch_all(&mut src).await.unwrap();
+        let mirrored: Vec<(i64, i64)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(q.replace("events", &format!("{}.{mirror}", dst.name))))
+                .fetch_all(&mut pg)
+                .await
+                .unwrap();
+        assert!(mirrored == source_rows, "{mirror} equals the source");
+    }
+    drop(proc);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// The change log `schema.log` of `a_change_logs_history_survives_kills_in_its_first_run`
+/// against the writer's `written` transactions: the copy (the inserts at
+/// the log's first position) is the table after the writer's first `seen`
+/// transactions, then come transactions `seen + 1 ..= written`, each once,
+/// in commit order, and nothing else.
+async fn check_history(pg: &mut sqlx::PgConnection, schema: &str, log: &str, seeded: i64, written: i64) {
+    let rows: Vec<(i64, Option<i64>, String, String)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT id, v, _sluice_op, _sluice_position FROM {schema}.{log}")))
+            .fetch_all(pg)
+            .await
+            .unwrap();
+    let start = rows.iter().map(|r| lsn(&r.3)).min().unwrap();
+    let (copy, changes): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| lsn(&r.3) == start);
+    assert!(copy.iter().all(|r| r.2 == "insert"), "{log}: the copy is inserts");
+    let seen = copy.iter().map(|r| r.0 - 1_000_000).max().unwrap_or(0).max(0);
+    let mut state: std::collections::BTreeMap<i64, i64> = (1..=seeded).map(|k| (k, 0)).collect();
+    for i in 1..=seen {
+        for (op, k, v) in history_tx(i, seeded) {
+            match op.as_str() {
+                "delete" => state.remove(&k),
+                _ => state.insert(k, v.unwrap()),
+            };
+        }
+    }
+    let copied: std::collections::BTreeMap<i64, i64> = copy.iter().map(|r| (r.0, r.1.unwrap())).collect();
+    assert_eq!(copy.len(), copied.len(), "{log}: each row copied once");
+    assert!(copied == state, "{log}: the copy is the table as of the stream's start (after transaction {seen})");
+    let mut by_tx: std::collections::BTreeMap<u64, Vec<(String, i64, Option<i64>)>> = Default::default();
+    for (k, v, op, at) in changes {
+        by_tx.entry(lsn(&at)).or_default().push((op, k, v));
+    }
+    let got: Vec<Vec<(String, i64, Option<i64>)>> = by_tx
+        .into_values()
+        .map(|mut t| {
+            t.sort();
+            t
+        })
+        .collect();
+    let want: Vec<_> = (seen + 1..=written).map(|i| history_tx(i, seeded)).collect();
+    assert!(written > seen + 50, "{log}: the writer went on ({seen} before the start, {written} in all)");
+    assert_eq!(got.len(), want.len(), "{log}: one logged transaction per writer transaction after the start");
+    assert!(got == want, "{log}: each transaction after the start once, in commit order");
+}

@@ -529,6 +529,26 @@ impl PgConnector {
         }
     }
 
+    /// The readiness line for a role that may not create a publication in
+    /// the database (`CREATE` on it), which Sluice's own publications
+    /// need; `None` when it may.
+    async fn publication_grant(&self, user: &str) -> ConnectorResult<Option<String>> {
+        let (db, create): (String, bool) =
+            sqlx::query_as("SELECT current_database()::text, has_database_privilege(current_database(), 'CREATE')")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.e(&e))?;
+        Ok((!create).then(|| {
+            format!(
+                "the role {user} may not create in database {db}, which its publication needs: GRANT CREATE ON \
+                 DATABASE {} TO {} (or name a publication an administrator made in the connection's publication \
+                 setting)",
+                quote_dq(&db),
+                quote_dq(user)
+            )
+        }))
+    }
+
     /// Makes logical replication slot `slot` on a replication connection
     /// that exports its snapshot (held open by the answer's `hold`).
     async fn create_slot(&self, slot: &str, temporary: bool) -> ConnectorResult<StreamStart> {
@@ -638,6 +658,11 @@ impl ChangeSource for PgConnector {
         if !replication {
             reasons.push(format!("the role {user} lacks REPLICATION: ALTER ROLE {} REPLICATION", quote_dq(&user)));
         }
+        if self.publication.is_none()
+            && let Some(line) = self.publication_grant(&user).await?
+        {
+            reasons.push(line);
+        }
         let (max, used): (i32, i64) = sqlx::query_as(
             "SELECT current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)",
         )
@@ -700,7 +725,15 @@ impl ChangeSource for PgConnector {
     async fn open_stream(&self, name: &str, entities: &[String]) -> ConnectorResult<StreamStart> {
         let object = object_name(name)?;
         let version = self.check_publishable(entities).await?;
-        self.publish(self.publication_of(&object), entities, version).await?;
+        if let Err(e) = self.publish(self.publication_of(&object), entities, version).await {
+            // Name the grant a refused CREATE PUBLICATION lacks.
+            let user: String =
+                sqlx::query_scalar("SELECT current_user::text").fetch_one(&self.pool).await.map_err(|e| self.e(&e))?;
+            return Err(match self.publication_grant(&user).await {
+                Ok(Some(line)) if self.publication.is_none() => ConnectorError::InvalidConfig(line),
+                _ => e,
+            });
+        }
         if let Some(position) = self.slot_position(&object).await? {
             return Ok(StreamStart { position: position.to_string(), snapshot: None, hold: None });
         }

@@ -308,6 +308,26 @@ pub fn plan(
     if let Some(cycle) = find_cycle(&edges, &p.names.flow_names) {
         p.errors.push(FieldError::new("flows", format!("depends_on creates a cycle: {}", cycle.join(" → "))));
     }
+    // No two flows write one destination entity (unless both append): the
+    // document's against each other and against the organization's others.
+    let in_doc: BTreeSet<FlowId> = planned.iter().map(|(_, f, _)| f.id).collect();
+    let others = current.flows.iter().filter(|f| !in_doc.contains(&f.id));
+    let all: Vec<&Flow> = planned.iter().map(|(_, f, _)| f).chain(others).collect();
+    for (i, f, _) in &planned {
+        let same = all.iter().filter(|o| o.id != f.id && o.destination_connection_id == f.destination_connection_id);
+        if let Some((at, o, name)) = same
+            .filter_map(|o| {
+                crate::sync::validate::entity_written_by(&f.config, &o.config).map(|(at, m)| (at, m, &o.name))
+            })
+            .next()
+        {
+            let entity = f.config.mappings[at].destination();
+            p.errors.push(FieldError::new(
+                format!("flows[{i}].config.mappings[{at}].dest_entity"),
+                crate::sync::validate::entity_taken_message(entity, name, o),
+            ));
+        }
+    }
     if !p.errors.is_empty() {
         return Err(Error::Validation(p.errors));
     }
@@ -457,6 +477,34 @@ impl<'a> Planner<'a> {
                     continue;
                 }
             };
+            // The source of flows that capture changes through it is not
+            // moved from under their replication slots (see
+            // `SyncService::update_connection`).
+            if let Some(e) = existing {
+                let moved: Vec<&str> = ["host", "port", "database", "user"]
+                    .into_iter()
+                    .filter(|k| config.get(*k).unwrap_or(&Value::Null) != e.config.get(*k).unwrap_or(&Value::Null))
+                    .collect();
+                let capturing: Vec<String> = self
+                    .current
+                    .flows
+                    .iter()
+                    .filter(|f| !moved.is_empty() && f.captures() && f.source_connection_id == e.id)
+                    .map(|f| format!("'{}'", f.name))
+                    .collect();
+                if !capturing.is_empty() {
+                    self.errors.push(FieldError::new(
+                        format!("{path}.config.{}", moved[0]),
+                        format!(
+                            "'{}' is the source of change capture for {}, whose replication slots live on the \
+                             server it names now: delete those flows (which drops their slots) or change their \
+                             mappings away from the cdc modes first",
+                            e.name,
+                            capturing.join(", ")
+                        ),
+                    ));
+                }
+            }
             let name = d.name.trim().to_string();
             let mut item = Connection {
                 id: *id,

@@ -82,6 +82,9 @@ enum Stop {
     Failed(String),
     /// The stream no longer holds changes the entity had not read.
     Lost(String),
+    /// The destination holds a position past the source's end (edited by
+    /// hand): following it would skip every change up to it.
+    Beyond(String),
 }
 
 /// Why a CDC entity (or all of them) stopped.
@@ -620,6 +623,10 @@ impl SyncService {
                 }
                 (Ok(()), Some(Stop::Failed(message))) => Err(CaptureFailure::all(message)),
                 (Ok(()), Some(Stop::Lost(message))) => Err(CaptureFailure::position_lost(message)),
+                (Ok(()), Some(Stop::Beyond(message))) => Err(CaptureFailure {
+                    code: Some(crate::shared::error::Code::PositionNotRetained),
+                    ..CaptureFailure::all(message)
+                }),
                 (Err(f), _) => Err(CaptureFailure {
                     entity: Some(m.source_entity.clone()),
                     message: match &f.entity {
@@ -658,8 +665,15 @@ impl SyncService {
         let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
         let (held, retained) = self.reconcile_stream(scope, &stream, mappings).await?;
         let start = scope.changes.open_stream(&stream, &names).await?;
+        // A position is never past the source's end (one edited by hand
+        // would skip every change up to it).
+        let end = match held.is_empty() {
+            true => None,
+            false => Some(scope.changes.end_position().await?),
+        };
+        let bounds = (retained.as_deref(), end.as_deref());
         for (index, m) in mappings {
-            entities.push(self.capture_entity(scope, *index, m, earlier, &held, retained.as_deref()).await?);
+            entities.push(self.capture_entity(scope, *index, m, earlier, &held, bounds).await?);
         }
         self.copy_new_tables(scope, &stream, start, entities).await?;
         self.follow_stream(scope, &stream, entities).await
@@ -709,7 +723,7 @@ impl SyncService {
         m: &'a Mapping,
         earlier: &[EntityStats],
         held: &HashMap<String, String>,
-        retained: Option<&str>,
+        (retained, end): (Option<&str>, Option<&str>),
     ) -> Result<Entity<'a>, CaptureFailure> {
         let Scope { run, source, changes, dest, .. } = scope;
         let entity = m.source_entity.as_str();
@@ -757,7 +771,20 @@ impl SyncService {
             );
             self.log(run, LogLevel::Info, Some(entity), message).await;
         }
-        if let (Some(p), Some(r)) = (&position, retained)
+        let beyond = match (&position, end) {
+            (Some(p), Some(end)) => changes.after(p, end).unwrap_or(true),
+            _ => false,
+        };
+        if beyond {
+            let (p, end) = (position.as_deref().unwrap_or_default(), end.unwrap_or_default());
+            let message = format!(
+                "the destination holds {p} for {entity}, past the end of the source's log ({end}): following it \
+                 would skip every change up to it (was it edited by hand?); copy the table again with DELETE \
+                 …/state/{entity}"
+            );
+            self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
+            e.stopped = Some(Stop::Beyond(message));
+        } else if let (Some(p), Some(r)) = (&position, retained)
             && changes.after(r, p)?
         {
             // The stream was moved past what this table holds (it left
@@ -800,16 +827,15 @@ impl SyncService {
         let fresh = start.snapshot.is_some();
         let mut now: Option<String> = None;
         for e in entities.iter_mut().filter(|e| e.copy) {
-            // A new stream's change log copies in the stream's own snapshot:
-            // copied in chunks, each read later, it would also hold as
-            // inserts the rows of the changes it logs from the stream's
-            // start to each chunk. A mirror loads in bulk in one go, unless
-            // an earlier attempt of the run was lost on the way (a kill
-            // mid-copy): then in chunks, each committed, so that another
-            // kill does not begin it all again.
+            // A change log is copied whole, in one snapshot (the new
+            // stream's, or one of its own), never in chunks: each chunk,
+            // read later, would hold as inserts what the changes it logs
+            // since the log's start did too. A mirror in a new stream loads
+            // in bulk in one go, unless an earlier attempt of the run was
+            // lost on the way (a kill mid-copy): then in chunks, each
+            // committed, so that another kill does not begin it all again.
             let bulk = bulk_copies(e.m, scope.dest.as_ref()) && scope.run.attempt == 1;
-            let in_snapshot = bulk || e.m.sync_mode == SyncMode::CdcAppend;
-            if (fresh && in_snapshot) || e.chunk_key().is_none() {
+            if e.m.sync_mode == SyncMode::CdcAppend || (fresh && bulk) || e.chunk_key().is_none() {
                 continue;
             }
             let from = match (fresh, &now) {
@@ -827,6 +853,11 @@ impl SyncService {
             e.held_mark = e.mark.clone();
             e.copy = false;
         }
+        if fresh {
+            self.mark_first_logs(scope, &start.position, entities).await?;
+        } else {
+            self.stop_logs_cut_from_their_start(scope, entities).await?;
+        }
         if entities.iter().any(|e| e.copy) {
             let snap = match start.snapshot {
                 Some(_) => start,
@@ -835,13 +866,82 @@ impl SyncService {
                     changes.fresh_snapshot(stream).await?
                 }
             };
-            for e in entities.iter_mut().filter(|e| e.copy) {
+            // Change logs first: once every log of a new stream holds its
+            // copy, a kill before a mirror commits leaves a stream the
+            // mirrors can still join (in chunks, from the source's end then),
+            // and one before any commits begins afresh; a log has no such
+            // second chance (its history starts at the stream's start).
+            let mut order: Vec<usize> = (0..entities.len()).filter(|i| entities[*i].copy).collect();
+            order.sort_by_key(|i| entities[*i].m.sync_mode != SyncMode::CdcAppend);
+            for i in order {
+                let e = &mut entities[i];
                 e.position = snap.position.clone();
                 self.copy_first(scope, stream, e, snap.snapshot.as_deref()).await?;
                 e.held = e.position.clone();
             }
         } else {
             drop(start);
+        }
+        Ok(())
+    }
+
+    /// Before a new stream's first copies: each change log to copy is
+    /// marked, in the flow's stored state, as beginning at the stream's
+    /// start (`position`), until its copy commits. An attempt that finds a
+    /// log so marked without a position while the stream went on (a kill
+    /// after another log of the flow committed, before this one did) knows
+    /// that its history from the stream's start can no longer be had.
+    async fn mark_first_logs(
+        &self,
+        scope: Scope<'_>,
+        position: &str,
+        entities: &mut [Entity<'_>],
+    ) -> Result<(), CaptureFailure> {
+        let mark = CopyMark { first: true, total: 1, ..CopyMark::default() };
+        let logs: Vec<String> = entities
+            .iter()
+            .filter(|e| e.copy && e.m.sync_mode == SyncMode::CdcAppend)
+            .map(|e| e.m.source_entity.clone())
+            .collect();
+        for entity in logs {
+            self.show_position(scope.run, scope.flow, &entity, &held_text(position, Some(&mark))).await?;
+        }
+        Ok(())
+    }
+
+    /// In a stream that goes on, a change log without a position whose
+    /// first copy was to begin at the stream's start (see
+    /// [`Self::mark_first_logs`]) stops with `position_lost`: that snapshot
+    /// is gone, and a copy now would fold the changes since into inserts.
+    /// Any other log without a position (one added to the flow, or copied
+    /// again) is copied now, its history beginning at that copy.
+    async fn stop_logs_cut_from_their_start(
+        &self,
+        scope: Scope<'_>,
+        entities: &mut [Entity<'_>],
+    ) -> Result<(), CaptureFailure> {
+        if !entities.iter().any(|e| e.copy && e.m.sync_mode == SyncMode::CdcAppend) {
+            return Ok(());
+        }
+        let stored = self.cursors.list(scope.flow.id).await?;
+        for e in entities.iter_mut().filter(|e| e.copy && e.m.sync_mode == SyncMode::CdcAppend) {
+            let entity = e.m.source_entity.clone();
+            let marked = stored
+                .iter()
+                .filter(|c| c.entity == entity && c.cursor_field.as_deref() == Some(crate::sync::mode::POSITION_FIELD))
+                .filter_map(|c| c.cursor_value.as_deref())
+                .map(parse_held)
+                .find(|(_, mark)| mark.as_ref().is_some_and(|m| m.first));
+            let Some((start, _)) = marked else { continue };
+            let message = format!(
+                "this change log's first copy, at the stream's start ({start}), did not commit before the run \
+                 was stopped, while another table of the flow did: its history from the stream's start is lost \
+                 (that snapshot is gone); copy it again with DELETE …/state/{entity}, its history then begins at \
+                 that copy"
+            );
+            self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
+            e.copy = false;
+            e.stopped = Some(Stop::Lost(message));
         }
         Ok(())
     }

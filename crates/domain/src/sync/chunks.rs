@@ -34,6 +34,11 @@ pub struct CopyMark {
     pub after: Option<Vec<String>>,
     pub done: u64,
     pub total: u64,
+    /// Only in the flow's stored state, never in a destination: a change
+    /// log whose first copy is to begin at its new stream's start, not
+    /// committed yet (see `capture.rs`, `mark_first_logs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first: bool,
 }
 
 impl CopyMark {
@@ -64,6 +69,7 @@ impl CopyMark {
             after: Some(last.iter().map(|v| cursor_text(v).unwrap_or_default()).collect()),
             done,
             total: self.total.max(estimated).max(done + 1),
+            first: false,
         })
     }
 }
@@ -123,7 +129,7 @@ mod tests {
     #[test]
     fn a_held_text_carries_the_copys_progress_and_reads_back() {
         assert_eq!(parse_held("16/B374D848"), ("16/B374D848".into(), None));
-        let mark = CopyMark { after: Some(vec!["41".into(), "a b".into()]), done: 3, total: 9 };
+        let mark = CopyMark { after: Some(vec!["41".into(), "a b".into()]), done: 3, total: 9, first: false };
         let text = held_text("16/B374D848", Some(&mark));
         assert_eq!(text, r#"16/B374D848 copy {"after":["41","a b"],"done":3,"total":9}"#);
         assert_eq!(parse_held(&text), ("16/B374D848".into(), Some(mark)));

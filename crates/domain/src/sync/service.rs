@@ -254,7 +254,83 @@ impl SyncService {
         if let Some(cycle) = find_cycle(&edges, &names) {
             errors.push(FieldError::new("config.depends_on", format!("creates a cycle: {}", cycle.join(" → "))));
         }
-        if errors.is_empty() { Ok(()) } else { Err(Error::Validation(errors)) }
+        // A CDC mapping needs a source that can capture (what the
+        // connection test says), checked unless the flow captured from that
+        // source already (its stream exists; a slot of its own counts as
+        // used). A source that cannot be reached is checked when it runs.
+        let before = all.iter().find(|f| f.id == flow.id);
+        let captured = before.is_some_and(|b| b.captures() && b.source_connection_id == flow.source_connection_id);
+        if against_source && errors.is_empty() && flow.captures() && !captured {
+            errors.extend(self.check_capture(flow).await);
+        }
+        if !errors.is_empty() {
+            return Err(Error::Validation(errors));
+        }
+        match dest.as_ref().filter(|_| against_source) {
+            Some(dest) => self.check_entities_free(flow, dest, &all).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Why the flow's source cannot capture its CDC tables, at the first
+    /// CDC mapping's `sync_mode`, in the connection test's lines; nothing
+    /// when it can, or cannot be asked.
+    async fn check_capture(&self, flow: &Flow) -> Vec<FieldError> {
+        let cdc: Vec<(usize, &Mapping)> =
+            flow.config.mappings.iter().enumerate().filter(|(_, m)| m.sync_mode.cdc()).collect();
+        let Some((first, _)) = cdc.first() else { return Vec::new() };
+        let Ok(changes) = self.change_source_of(flow).await else { return Vec::new() };
+        let entities: Vec<String> = cdc.iter().map(|(_, m)| m.source_entity.clone()).collect();
+        match changes.readiness(&entities).await {
+            Ok(reasons) if !reasons.is_empty() => vec![FieldError::new(
+                format!("config.mappings[{first}].sync_mode"),
+                format!("the source cannot capture changes: {}", reasons.join("; ")),
+            )],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Refuses (409) a mapping whose destination entity another flow of the
+    /// organization writes in the same place (the same connection, or one
+    /// to the same database or directory), unless both append into it: a
+    /// second mirror, overwrite or dedup would replace the first's rows, and
+    /// the first's positions or cursor would no longer say what it holds.
+    async fn check_entities_free(&self, flow: &Flow, dest: &Connection, all: &[Flow]) -> Result<()> {
+        let place = |c: &Connection| {
+            let keys = ["host", "port", "database", "path", "schema"];
+            let at: Vec<String> =
+                keys.iter().map(|k| c.config.get(*k).map(Value::to_string).unwrap_or_default()).collect();
+            (c.connector_type.clone(), at)
+        };
+        let here = place(dest);
+        let mut places: BTreeMap<ConnectionId, bool> = BTreeMap::new();
+        for other in all.iter().filter(|f| f.id != flow.id) {
+            let same = match places.get(&other.destination_connection_id) {
+                Some(same) => *same,
+                None => {
+                    let same = other.destination_connection_id == dest.id
+                        || self
+                            .connect
+                            .connection(flow.org_id, other.destination_connection_id)
+                            .await?
+                            .is_some_and(|c| c.integration_id == dest.integration_id && place(&c) == here);
+                    places.insert(other.destination_connection_id, same);
+                    same
+                }
+            };
+            if !same {
+                continue;
+            }
+            if let Some((i, o)) = crate::sync::validate::entity_written_by(&flow.config, &other.config) {
+                let entity = flow.config.mappings[i].destination();
+                let message = crate::sync::validate::entity_taken_message(entity, &other.name, o);
+                return Err(Error::Conflict {
+                    code: crate::shared::error::Code::Conflict,
+                    message: format!("config.mappings[{i}].dest_entity: {message}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn schedule_next(&self, f: &mut Flow) {
@@ -368,6 +444,58 @@ impl SyncService {
             self.drop_stream(&before).await;
         }
         Ok(after)
+    }
+
+    /// Changes a connection ([`ConnectService::update_connection`]), but
+    /// refuses (409 `in_use`) to move the source of flows that capture
+    /// changes through it to another server, database or user: their
+    /// replication slots and publications would stay on the old server,
+    /// keeping its log, and their positions would name another server's.
+    /// The answer names the flows: delete them (which drops their slots),
+    /// or change their mappings away from the `cdc_*` modes, first.
+    pub async fn update_connection(
+        &self,
+        p: &Principal,
+        org: OrgId,
+        id: ConnectionId,
+        update: crate::connect::service::ConnectionUpdate,
+    ) -> Result<Connection> {
+        self.identity.access(p, org, Permission::Write).await?;
+        if let Some(config) = &update.config
+            && let Some(before) = self.connect.connection(org, id).await?
+        {
+            let moved: Vec<&str> = ["host", "port", "database", "user"]
+                .into_iter()
+                .filter(|k| config.get(*k).is_some_and(|v| before.config.get(*k).unwrap_or(&Value::Null) != v))
+                .collect();
+            let flows = if moved.is_empty() { Vec::new() } else { self.flows.all(org).await? };
+            let capturing: Vec<String> = flows
+                .iter()
+                .filter(|f| f.captures() && f.source_connection_id == id)
+                .map(|f| format!("'{}'", f.name))
+                .collect();
+            if !capturing.is_empty() {
+                return Err(Error::Conflict {
+                    code: crate::shared::error::Code::InUse,
+                    message: format!(
+                        "config.{}: connection '{}' is the source of change capture for flow{} {}, whose replication \
+                         slot{} and publication{} live on the server it names now: changed, they would stay there, \
+                         keeping its log; delete {} (which drops {}) or change {} mappings away from the cdc modes \
+                         first",
+                        moved.join(", config."),
+                        before.name,
+                        if capturing.len() == 1 { "" } else { "s" },
+                        capturing.join(", "),
+                        if capturing.len() == 1 { "" } else { "s" },
+                        if capturing.len() == 1 { "" } else { "s" },
+                        if capturing.len() == 1 { "it" } else { "them" },
+                        if capturing.len() == 1 { "its slot" } else { "their slots" },
+                        if capturing.len() == 1 { "its" } else { "their" },
+                    ),
+                });
+            }
+        }
+        self.connect.update_connection(p, org, id, update).await
     }
 
     pub async fn delete_flow(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<()> {

@@ -126,6 +126,35 @@ pub fn touches_source(before: Option<&super::flow::Flow>, after: &super::flow::F
     })
 }
 
+/// The first mapping of `config` (its index) whose destination entity a
+/// mapping of `other` (another flow into the same place) writes too, with
+/// that mapping; none when both append into it, by design. Any other pair
+/// (two mirrors, an overwrite, a dedup) would replace the first's rows,
+/// and its positions or cursor would no longer say what it holds.
+pub fn entity_written_by<'a>(config: &FlowConfig, other: &'a FlowConfig) -> Option<(usize, &'a super::flow::Mapping)> {
+    use crate::connect::connector::WriteMode;
+    config.mappings.iter().enumerate().find_map(|(i, m)| {
+        other
+            .mappings
+            .iter()
+            .find(|o| {
+                o.destination() == m.destination()
+                    && !(o.sync_mode.write_mode() == WriteMode::Append && m.sync_mode.write_mode() == WriteMode::Append)
+            })
+            .map(|o| (i, o))
+    })
+}
+
+/// Why a mapping may not write its entity (see [`entity_written_by`]).
+pub fn entity_taken_message(entity: &str, flow: &str, other: &super::flow::Mapping) -> String {
+    format!(
+        "the destination entity '{entity}' is written by flow '{flow}' ({} from '{}'): two flows write one entity \
+         only when both append into it; choose another dest_entity",
+        other.sync_mode.as_str(),
+        other.source_entity
+    )
+}
+
 /// A flow with one connection at both ends must not write a table it
 /// reads (a full refresh would empty its own source). Checked where a flow
 /// is made or its connections or mappings change, never for a pause.

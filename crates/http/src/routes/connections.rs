@@ -553,9 +553,11 @@ pub async fn update_connection(
             )]));
         }
     };
+    // Through the flows' context: a source that flows capture through
+    // is not moved from under their replication slots.
     let c = state
         .sluice
-        .connect
+        .sync
         .update_connection(
             &caller.principal,
             org.into(),
