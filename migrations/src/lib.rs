@@ -17,6 +17,7 @@ mod m20261123_000002_billing;
 mod m20261123_000003_notifications;
 mod m20261128_000001_verifications;
 mod m20261128_000002_verification_repairs;
+mod m20261202_000001_stream_drops;
 
 pub struct Migrator;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000003_notifications::Migration),
             Box::new(m20261128_000001_verifications::Migration),
             Box::new(m20261128_000002_verification_repairs::Migration),
+            Box::new(m20261202_000001_stream_drops::Migration),
         ]
     }
 }

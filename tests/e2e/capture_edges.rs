@@ -27,14 +27,18 @@ fn cdc_flow(name: &str, source: &str, dest: &str, mappings: Value) -> Value {
         "config": {"mappings": mappings}})
 }
 
-async fn refused_flows(app: TestApp) {
-    let Some(dst) = sluice_tests::pg_schema().await else { return };
-    let server = tokio::task::spawn_blocking(|| {
+/// A PostgreSQL server of the test's own with logical WAL.
+async fn logical_server() -> Option<OwnPostgres> {
+    tokio::task::spawn_blocking(|| {
         OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()])
     })
     .await
-    .unwrap();
-    let Some(server) = server else { return };
+    .unwrap()
+}
+
+async fn refused_flows(app: TestApp) {
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let Some(server) = logical_server().await else { return };
     let mut root = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
     sql(
         &mut root,
@@ -155,12 +159,7 @@ async fn refused_flows(app: TestApp) {
 /// value (`position_not_retained`, naming it), never skipping the changes
 /// up to it; copied again, the table is whole.
 async fn a_position_past_the_sources_end_is_refused(app: TestApp) {
-    let server = tokio::task::spawn_blocking(|| {
-        OwnPostgres::start(|_| {}, |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()])
-    })
-    .await
-    .unwrap();
-    let Some(server) = server else { return };
+    let Some(server) = logical_server().await else { return };
     let mut src = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
     sql(&mut src, "CREATE TABLE orders (id int PRIMARY KEY, note text); INSERT INTO orders VALUES (1, 'one');").await;
     let ann = app.token("ann@example.com");
@@ -202,4 +201,92 @@ async fn a_position_past_the_sources_end_is_refused(app: TestApp) {
     assert_eq!(ids.len(), 2, "{rows:?}");
 }
 
-sluice_tests::on_both_backends!(refused_flows, a_position_past_the_sources_end_is_refused);
+/// A flow deleted while its source cannot be reached leaves its slot there:
+/// recorded (`cdc.stream_left`), shown on the connection's page, and
+/// dropped by a retry once the source answers again (`cdc.stream_dropped`).
+async fn a_stream_left_on_an_unreachable_source_is_dropped_later(app: TestApp) {
+    let Some(server) = logical_server().await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let mut root = sqlx::PgConnection::connect(&server.url("postgres")).await.unwrap();
+    sql(
+        &mut root,
+        "CREATE ROLE capturer LOGIN REPLICATION; GRANT CREATE ON DATABASE postgres TO capturer;
+         CREATE TABLE items (id int PRIMARY KEY, note text); ALTER TABLE items OWNER TO capturer;
+         INSERT INTO items VALUES (1, 'one');",
+    )
+    .await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let cap = check!(app.post(&conns, &ann, pg("cap", server.port, "postgres", "capturer", "public")).await, 201).id();
+    let wh = check!(app.post(&conns, &ann, pg("wh", 5432, "test", "postgres", &dst.name)).await, 201).id();
+    let m = json!([{"source_entity": "items", "sync_mode": "cdc_deduped"}]);
+    let flows = format!("/v1/organizations/{org}/flows");
+    let flow = check!(app.post(&flows, &ann, cdc_flow("items", &cap, &wh, m)).await, 201).id();
+    assert_eq!(sluice_tests::run_flow(&app, &ann, &org, &flow).await["status"], "succeeded");
+    let slot = format!("sluice_{}", flow.replace('-', ""));
+    async fn slots(c: &mut sqlx::PgConnection, slot: &str) -> i64 {
+        let q = format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'");
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(q)).fetch_one(c).await.unwrap()
+    }
+    assert_eq!(slots(&mut root, &slot).await, 1);
+
+    // The source refuses the role (and ends its sessions): the flow is
+    // deleted all the same, and its slot stays, recorded.
+    sql(
+        &mut root,
+        "ALTER ROLE capturer NOLOGIN;
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'capturer';",
+    )
+    .await;
+    check!(app.send(Method::DELETE, &format!("{flows}/{flow}"), &ann, None, &[]).await, 204);
+    assert_eq!(slots(&mut root, &slot).await, 1, "the source could not be reached: the slot stays");
+    let events = |kind: &'static str| {
+        let (app, ann, org) = (&app, &ann, &org);
+        async move {
+            let activity = check!(app.get(&format!("/v1/organizations/{org}/activity"), ann).await, 200).body;
+            activity["data"].as_array().unwrap().iter().filter(|e| e["type"] == kind).cloned().collect::<Vec<Value>>()
+        }
+    };
+    let left = events("cdc.stream_left").await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["data"]["replication_slot"], slot.as_str(), "{left:?}");
+    let mut console = crate::console::Browser::new(&app);
+    console.sign_in(&crate::console::token_of(&ann)).await;
+    let page = format!("/o/{org}/connections/{cap}");
+    let (status, html, _) = console.get(&page).await;
+    assert_eq!(status, 200, "{html}");
+    for shown in ["Change streams left on this source", slot.as_str(), ">items<"] {
+        assert!(html.contains(shown), "{shown} on the connection's page: {html}");
+    }
+    // Another organization sees nothing of it.
+    let eve = app.token("eve@example.com");
+    let other = check!(app.post("/v1/organizations", &eve, json!({"name": "Other"})).await, 201).id();
+    let theirs = check!(app.get(&format!("/v1/organizations/{other}/activity"), &eve).await, 200).body;
+    assert!(!theirs.to_string().contains(&slot), "{theirs}");
+
+    // The source answers again: a retry drops the slot, and says so.
+    sql(&mut root, "ALTER ROLE capturer LOGIN").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    // (The slot goes first, then the publication.)
+    let publications = "SELECT count(*) FROM pg_publication";
+    while slots(&mut root, &slot).await > 0
+        || sqlx::query_scalar::<_, i64>(publications).fetch_one(&mut root).await.unwrap() > 0
+    {
+        assert!(std::time::Instant::now() < deadline, "the slot and publication were not dropped within 90 s");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while events("cdc.stream_dropped").await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no cdc.stream_dropped event");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (_, html, _) = console.get(&page).await;
+    assert!(!html.contains("Change streams left on this source"), "{html}");
+}
+
+sluice_tests::on_both_backends!(
+    refused_flows,
+    a_position_past_the_sources_end_is_refused,
+    a_stream_left_on_an_unreachable_source_is_dropped_later,
+);

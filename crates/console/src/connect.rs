@@ -363,7 +363,22 @@ async fn detail_page(state: &AppState, s: &Session, ctx: &OrgCtx, c: Connection,
         None => None,
     };
     let config = serde_json::to_value(&c.config).unwrap_or_default();
+    let left = state.sluice.sync.streams_left(&s.caller.principal, ctx.id(), c.id).await.unwrap_or_default();
     let body = html! {
+        @if !left.is_empty() {
+            section.left-streams role="alert" {
+                h2 { "Change streams left on this source" }
+                p { "These flows were deleted or moved while this source could not be reached: their replication slots \
+                     are still there, keeping its log. Sluice tries again to drop them every few seconds." }
+                table.compact {
+                    thead { tr { th { "Flow" } th { "Replication slot" } th { "Since" } th { "Tries" } th { "Last error" } } }
+                    tbody { @for d in &left { tr {
+                        td { (d.flow_name) } td { code { "sluice_" (d.stream) } } td { (when_opt(Some(d.created_at))) }
+                        td { (d.attempts) } td.error { (d.error) }
+                    } } }
+                }
+            }
+        }
         dl.facts {
             dt { "Type" } dd { (c.connector_type) }
             @if let Some(i) = &integration {

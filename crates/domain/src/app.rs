@@ -69,6 +69,7 @@ pub struct Ports {
     pub cursors: Arc<dyn CursorRepository>,
     pub queue: Arc<dyn QueueRepository>,
     pub verifications: Arc<dyn VerificationRepository>,
+    pub stream_drops: Arc<dyn crate::sync::ports::StreamDropRepository>,
     // catalog
     pub catalog: Arc<dyn CatalogRepository>,
     // iac
@@ -194,6 +195,7 @@ impl Sluice {
             cursors: p.cursors,
             queue: p.queue,
             verifications: p.verifications,
+            drops: p.stream_drops,
             audit: p.audit,
             clock: clock.clone(),
             lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::queue::LEASE),
@@ -299,6 +301,7 @@ mod tests {
             cursors: Arc::new(crate::sync::ports::MockCursorRepository::new()),
             queue: Arc::new(crate::sync::ports::MockQueueRepository::new()),
             verifications: Arc::new(crate::sync::ports::MockVerificationRepository::new()),
+            stream_drops: Arc::new(crate::sync::ports::MockStreamDropRepository::new()),
             activity: Arc::new(crate::monitoring::ports::MockActivityRepository::new()),
             iac: Arc::new(crate::iac::ports::MockIacRepository::new()),
         }

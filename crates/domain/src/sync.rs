@@ -7,6 +7,7 @@ pub mod capture;
 pub mod chunks;
 pub mod cursor;
 pub mod digest;
+pub mod drops;
 pub mod entity;
 pub mod flow;
 pub mod mode;

@@ -204,6 +204,7 @@ impl Application {
             cursors: Arc::new(store.clone()),
             queue: Arc::new(store.clone()),
             verifications: Arc::new(store.clone()),
+            stream_drops: Arc::new(store.clone()),
             activity: Arc::new(store.clone()),
             dashboard: Arc::new(store.clone()),
             rules: Arc::new(store.clone()),

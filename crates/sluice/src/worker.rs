@@ -168,6 +168,11 @@ pub async fn schedule(sluice: Sluice) {
             Ok(n) => tracing::warn!(recovered = n, "runs of lost workers recovered"),
             Err(e) => tracing::error!(error = %e, "recovering lost runs failed"),
         }
+        match sluice.sync.retry_stream_drops().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(dropped = n, "change streams left on their sources dropped"),
+            Err(e) => tracing::error!(error = %e, "dropping change streams left on their sources failed"),
+        }
         tokio::time::sleep(TICK).await;
     }
 }

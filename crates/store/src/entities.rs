@@ -286,6 +286,20 @@ table! {
 }
 
 table! {
+    /// The `stream_drops` table: change streams left on a source, to drop.
+    stream_drops = "stream_drops", key(id: Uuid);
+    org_id: Uuid,
+    connection_id: Uuid,
+    stream: String,
+    flow_id: Uuid,
+    flow_name: String,
+    error: String,
+    attempts: i32,
+    created_at: TimeDateTimeWithTimeZone,
+    tried_at: TimeDateTimeWithTimeZone,
+}
+
+table! {
     /// The `validation_counts` table: gateway validations per organization and
     /// month, on one or more rows (`shard`); the month's count is their sum.
     validation_counts = "validation_counts", key(org_id: Uuid, month: String, shard: i16);

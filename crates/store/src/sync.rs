@@ -3,6 +3,7 @@
 //! `cursors`, `queue` (and the fence every write of a run checks).
 
 mod cursors;
+mod drops;
 mod flows;
 mod queue;
 mod runs;

@@ -80,6 +80,7 @@ pub fn in_memory_ports_with(
         cursors: Arc::new(flows.clone()),
         queue: Arc::new(flows.clone()),
         verifications: Arc::new(flows.clone()),
+        stream_drops: Arc::new(flows.clone()),
         activity: Arc::new(flows.clone()),
         rules: Arc::new(flows.clone()),
         deliveries: Arc::new(flows.clone()),

@@ -20,6 +20,7 @@ pub(crate) struct FlowState {
     /// Each delivery with its body, message id and claim (worker, until).
     pub(crate) deliveries: Vec<crate::monitoring::Queued>,
     pub(crate) verifications: Vec<sluice_domain::sync::verify::Verification>,
+    pub(crate) drops: Vec<sluice_domain::sync::flow::StreamDrop>,
 }
 
 /// Flows, runs and cursors in memory.
@@ -457,5 +458,42 @@ impl VerificationRepository for InMemoryFlows {
 
     async fn repaired_by(&self, run: RunId) -> Result<Option<Verification>> {
         Ok(self.s().verifications.iter().find(|v| v.repair_run_id == Some(run)).cloned())
+    }
+}
+
+#[async_trait]
+impl sluice_domain::sync::ports::StreamDropRepository for InMemoryFlows {
+    async fn record_drop(&self, d: &sluice_domain::sync::flow::StreamDrop) -> Result<()> {
+        let mut s = self.s();
+        s.drops.retain(|x| !(x.connection_id == d.connection_id && x.stream == d.stream));
+        s.drops.push(d.clone());
+        Ok(())
+    }
+
+    async fn drops_of(
+        &self,
+        org: OrgId,
+        connection: sluice_domain::shared::ids::ConnectionId,
+    ) -> Result<Vec<sluice_domain::sync::flow::StreamDrop>> {
+        let mut out: Vec<_> =
+            self.s().drops.iter().filter(|d| d.org_id == org && d.connection_id == connection).cloned().collect();
+        out.sort_by_key(|d| d.created_at);
+        Ok(out)
+    }
+
+    async fn due_drops(
+        &self,
+        before: time::OffsetDateTime,
+        limit: u64,
+    ) -> Result<Vec<sluice_domain::sync::flow::StreamDrop>> {
+        let mut out: Vec<_> = self.s().drops.iter().filter(|d| d.tried_at < before).cloned().collect();
+        out.sort_by_key(|d| d.tried_at);
+        out.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(out)
+    }
+
+    async fn forget_drop(&self, id: uuid::Uuid) -> Result<()> {
+        self.s().drops.retain(|d| d.id != id);
+        Ok(())
     }
 }

@@ -18,6 +18,11 @@ pub enum EventType {
     /// A flow's change stream makes its source keep more log than the
     /// source connection's `cdc_max_retained` (see `docs/cdc.md`).
     CdcRetainedOverBudget,
+    /// A flow's change stream stayed on its source (unreachable when the
+    /// flow was deleted or moved): retried until it is dropped.
+    CdcStreamLeft,
+    /// A change stream left on its source was dropped at last.
+    CdcStreamDropped,
     /// A verification found the destination differing from its source.
     VerifyMismatch,
     /// A name an internal caller chose (a-z, '.', '_').
@@ -27,7 +32,7 @@ pub enum EventType {
 impl EventType {
     /// The service's own kinds (every one a rule can name but
     /// `run.canceled`).
-    pub const OWN: [EventType; 9] = [
+    pub const OWN: [EventType; 11] = [
         EventType::RunSucceeded,
         EventType::RunFailed,
         EventType::RunDriftDetected,
@@ -36,6 +41,8 @@ impl EventType {
         EventType::QuotaThreshold,
         EventType::ConnectionFailing,
         EventType::CdcRetainedOverBudget,
+        EventType::CdcStreamLeft,
+        EventType::CdcStreamDropped,
         EventType::VerifyMismatch,
     ];
 
@@ -49,6 +56,8 @@ impl EventType {
             EventType::QuotaThreshold => "quota.threshold",
             EventType::ConnectionFailing => "connection.failing",
             EventType::CdcRetainedOverBudget => "cdc.retained_over_budget",
+            EventType::CdcStreamLeft => "cdc.stream_left",
+            EventType::CdcStreamDropped => "cdc.stream_dropped",
             EventType::VerifyMismatch => "verify.mismatch",
             EventType::Other(s) => s.as_str(),
         }

@@ -582,20 +582,6 @@ impl Entity<'_> {
 }
 
 impl SyncService {
-    /// Removes the flow's change stream (its slot and publication) from
-    /// its source, so that nothing Sluice made keeps the source's log. A
-    /// source that cannot be reached keeps them: logged, and the slot then
-    /// shows in `pg_replication_slots` as `sluice_<flow id>`.
-    pub(super) async fn drop_stream(&self, flow: &Flow) {
-        let dropped = async {
-            let changes = self.change_source_of(flow).await.map_err(|e| e.to_string())?;
-            changes.drop_stream(&flow.stream_name()).await.map_err(|e| e.to_string())
-        };
-        if let Err(e) = dropped.await {
-            tracing::warn!(flow = %flow.id, stream = %flow.stream_name(), error = %e, "the flow's change stream could not be removed from its source");
-        }
-    }
-
     /// The CDC mappings of a run (`(index, mapping)`), together: answers
     /// each one's stats and how it ended, or one failure for all of them.
     pub(super) async fn capture(

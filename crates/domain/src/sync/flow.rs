@@ -608,3 +608,25 @@ mod tests {
         assert_eq!(find_cycle(&edges, &names).unwrap(), ["c", "c"]);
     }
 }
+
+/// A change stream (a replication slot and its publication) a flow left on
+/// its source: the source could not be reached when the flow was deleted,
+/// or moved off change capture or onto another source. It keeps the
+/// source's log until it is dropped: retried on the scheduler's ticks,
+/// recorded as an activity event, and shown on the connection's page
+/// until it is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamDrop {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub connection_id: ConnectionId,
+    /// The stream's name (see [`Flow::stream_name`]).
+    pub stream: String,
+    pub flow_id: FlowId,
+    pub flow_name: String,
+    /// Why the last try failed.
+    pub error: String,
+    pub attempts: u32,
+    pub created_at: OffsetDateTime,
+    pub tried_at: OffsetDateTime,
+}

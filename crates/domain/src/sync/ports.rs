@@ -6,7 +6,7 @@ use super::queue::Fence;
 use super::verify::Verification;
 use crate::Result;
 use crate::shared::audit::AuditEntry;
-use crate::shared::ids::{FlowId, OrgId, RunId, VerificationId};
+use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId, VerificationId};
 use crate::shared::page::{Page, PageRequest};
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -166,4 +166,19 @@ pub trait VerificationRepository: Send + Sync {
     ) -> Result<bool>;
     /// The verification whose repair `run` is, if it is one.
     async fn repaired_by(&self, run: RunId) -> Result<Option<Verification>>;
+}
+
+/// Change streams a flow left on its source (see
+/// [`StreamDrop`]), kept until they are dropped.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait StreamDropRepository: Send + Sync {
+    /// Stores `drop`, or replaces the one of its connection and stream.
+    async fn record_drop(&self, drop: &StreamDrop) -> Result<()>;
+    /// The streams left on `connection`, oldest first.
+    async fn drops_of(&self, org: OrgId, connection: ConnectionId) -> Result<Vec<StreamDrop>>;
+    /// Up to `limit` streams, of any organization, last tried before `before`.
+    async fn due_drops(&self, before: OffsetDateTime, limit: u64) -> Result<Vec<StreamDrop>>;
+    /// Forgets a stream (dropped, or its connection gone).
+    async fn forget_drop(&self, id: Uuid) -> Result<()>;
 }

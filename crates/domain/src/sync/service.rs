@@ -44,6 +44,8 @@ pub struct SyncService {
     pub(crate) cursors: Arc<dyn CursorRepository>,
     pub(crate) queue: Arc<dyn QueueRepository>,
     pub(crate) verifications: Arc<dyn VerificationRepository>,
+    /// Change streams flows left on their sources, to drop.
+    pub(crate) drops: Arc<dyn super::ports::StreamDropRepository>,
     pub(crate) audit: Arc<dyn AuditRepository>,
     pub(crate) clock: Arc<dyn Clock>,
     /// How long a worker holds a run without renewing its heartbeat.
