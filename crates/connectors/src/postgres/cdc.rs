@@ -507,7 +507,9 @@ impl PgConnector {
     /// connection that made it goes away a moment after it is dropped, and
     /// a slot is read by one session at a time.
     async fn wait_for_slot(&self, slot: &str) -> ConnectorResult<()> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let started = std::time::Instant::now();
+        let deadline = started + std::time::Duration::from_secs(10);
+        let mut ended = false;
         loop {
             let holder: Option<i32> =
                 sqlx::query_scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1")
@@ -523,6 +525,15 @@ impl PgConnector {
                         "the replication slot {slot} is in use by server process {pid}: another reader of this \
                          flow's changes"
                     )));
+                }
+                // Past a moment, the holder is an earlier attempt of the
+                // run (a killed process's session still decoding, or a
+                // frozen one): the run's lease says this attempt is the one,
+                // so that session is ended, as a destination's is.
+                Some(pid) if !ended && started.elapsed() >= std::time::Duration::from_secs(2) => {
+                    tracing::warn!(slot, pid, "ending the session of an earlier attempt that still holds the slot");
+                    let _ = sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(&self.pool).await;
+                    ended = true;
                 }
                 Some(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             }
