@@ -271,8 +271,10 @@ pub async fn spawn_app_with(backend: Backend, options: Options) -> Option<TestAp
         console_url: "http://console.example".into(),
         run_worker: !options.no_worker,
         run_lease: sluice::settings::DEFAULT_RUN_LEASE,
-        entity_concurrency: options.entity_concurrency.unwrap_or(sluice_domain::sync::run::DEFAULT_ENTITY_CONCURRENCY),
-        read_ranges: sluice_domain::sync::entity::DEFAULT_READ_RANGES,
+        entity_concurrency: options
+            .entity_concurrency
+            .unwrap_or(sluice_domain::sync::engine::run::DEFAULT_ENTITY_CONCURRENCY),
+        read_ranges: sluice_domain::sync::engine::entity::DEFAULT_READ_RANGES,
         rate_limits: options.rate_limits.or(Some(Default::default())),
         stripe: options.stripe.clone(),
         // The tests' receivers listen on loopback.

@@ -123,9 +123,9 @@ impl Bench {
 
     async fn run(&self, flow: sluice_domain::shared::ids::FlowId) -> (f64, Run) {
         self.sluice.sync.trigger_run(&self.p, self.org, flow, Trigger::Manual).await.unwrap();
-        let r = self.sluice.sync.claim_run("bench").await.unwrap().unwrap();
+        let r = self.sluice.engine.claim_run("bench").await.unwrap().unwrap();
         let t = Instant::now();
-        let done = self.sluice.sync.execute_run(r).await;
+        let done = self.sluice.engine.execute_run(r).await;
         assert_eq!(done.status, sluice_domain::sync::flow::RunStatus::Succeeded, "{:?}", done.error);
         (t.elapsed().as_secs_f64(), done)
     }

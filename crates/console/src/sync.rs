@@ -15,7 +15,7 @@ use sluice_domain::shared::ids::{ConnectionId, FlowId, RunId};
 use sluice_domain::shared::page::PageRequest;
 use sluice_domain::sync::flow::{Flow, FlowConfig, FlowStatus, LogLevel, Run, RunStatus, Trigger};
 use sluice_domain::sync::service::FlowUpdate;
-use sluice_domain::sync::verify::{KeyList, Verification, verifiable};
+use sluice_domain::sync::verification::{KeyList, Verification, verifiable};
 use sluice_http::AppState;
 use sluice_http::error::ApiError;
 use uuid::Uuid;

@@ -25,8 +25,10 @@ use crate::shared::audit::AuditRepository;
 use crate::shared::clock::Clock;
 use crate::shared::idempotency::IdempotencyStore;
 use crate::shared::offload::{Inline, Offload};
-use crate::sync::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository, VerificationRepository};
-use crate::sync::service::SyncService;
+use crate::sync::SyncService;
+use crate::sync::engine::Engine;
+use crate::sync::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository};
+use crate::sync::verification::{VerificationRepository, Verifier};
 use std::sync::Arc;
 
 /// The ports the services run on, by context.
@@ -84,6 +86,10 @@ pub struct Sluice {
     pub billing: BillingService,
     pub connect: ConnectService,
     pub sync: SyncService,
+    /// What workers call: runs claimed, executed and recovered.
+    pub engine: Engine,
+    /// What workers call: verifications claimed and executed.
+    pub verifier: Verifier,
     pub catalog: CatalogService,
     pub gateway: GatewayService,
     pub iac: IacService,
@@ -117,13 +123,13 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            lease: std::time::Duration::try_from(crate::sync::queue::LEASE)
+            lease: std::time::Duration::try_from(crate::sync::engine::queue::LEASE)
                 .unwrap_or(std::time::Duration::from_secs(60)),
             offload: Arc::new(Inline),
             billing: BillingConfig::default(),
             metrics: Arc::new(NoMetrics),
-            entity_concurrency: crate::sync::run::DEFAULT_ENTITY_CONCURRENCY,
-            read_ranges: crate::sync::entity::DEFAULT_READ_RANGES,
+            entity_concurrency: crate::sync::engine::run::DEFAULT_ENTITY_CONCURRENCY,
+            read_ranges: crate::sync::engine::entity::DEFAULT_READ_RANGES,
             secret_policy: Default::default(),
         }
     }
@@ -186,9 +192,33 @@ impl Sluice {
             clock: clock.clone(),
             changes: Arc::clone(&changes),
         };
+        let lease = time::Duration::try_from(options.lease).unwrap_or(crate::sync::engine::queue::LEASE);
+        let verifier = Verifier {
+            monitoring: monitoring.clone(),
+            connect: connect.clone(),
+            flows: p.flows.clone(),
+            verifications: p.verifications.clone(),
+            clock: clock.clone(),
+            lease,
+        };
+        let engine = Engine {
+            monitoring: monitoring.clone(),
+            connect: connect.clone(),
+            flows: p.flows.clone(),
+            runs: p.runs.clone(),
+            cursors: p.cursors.clone(),
+            queue: p.queue.clone(),
+            verifications: p.verifications.clone(),
+            drops: p.stream_drops.clone(),
+            verifier: verifier.clone(),
+            clock: clock.clone(),
+            lease,
+            stopping: Arc::default(),
+            entity_concurrency: options.entity_concurrency.max(1),
+            read_ranges: options.read_ranges.max(1),
+        };
         let sync = SyncService {
             identity: identity.clone(),
-            monitoring: monitoring.clone(),
             connect: connect.clone(),
             flows: p.flows,
             runs: p.runs,
@@ -198,10 +228,7 @@ impl Sluice {
             drops: p.stream_drops,
             audit: p.audit,
             clock: clock.clone(),
-            lease: time::Duration::try_from(options.lease).unwrap_or(crate::sync::queue::LEASE),
-            stopping: Arc::default(),
-            entity_concurrency: options.entity_concurrency.max(1),
-            read_ranges: options.read_ranges.max(1),
+            engine: engine.clone(),
         };
         let catalog = CatalogService {
             identity: identity.clone(),
@@ -227,7 +254,7 @@ impl Sluice {
             iac: p.iac,
             clock,
         };
-        Sluice { identity, monitoring, billing, connect, sync, catalog, gateway, iac }
+        Sluice { identity, monitoring, billing, connect, sync, engine, verifier, catalog, gateway, iac }
     }
 }
 
@@ -300,7 +327,7 @@ mod tests {
             runs: Arc::new(crate::sync::ports::MockRunRepository::new()),
             cursors: Arc::new(crate::sync::ports::MockCursorRepository::new()),
             queue: Arc::new(crate::sync::ports::MockQueueRepository::new()),
-            verifications: Arc::new(crate::sync::ports::MockVerificationRepository::new()),
+            verifications: Arc::new(crate::sync::verification::MockVerificationRepository::new()),
             stream_drops: Arc::new(crate::sync::ports::MockStreamDropRepository::new()),
             activity: Arc::new(crate::monitoring::ports::MockActivityRepository::new()),
             iac: Arc::new(crate::iac::ports::MockIacRepository::new()),

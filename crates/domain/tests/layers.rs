@@ -5,8 +5,11 @@
 //!   and iac not each other, and only `app` (the facade) names them all;
 //! - the API and the console reach the store and the connectors only
 //!   through the domain;
-//! - no two modules of any crate import each other (at any depth: sibling
-//!   files of a folder, or the top-level modules of a crate).
+//! - no modules of any crate import each other in a circle of any length
+//!   (at any depth: sibling files of a folder, or the top-level modules of
+//!   a crate), found as the strongly connected components of the imports;
+//! - no production file of the domain is over 800 lines unless its module
+//!   doc says why (`//! Long file: …`).
 
 use std::path::{Path, PathBuf};
 
@@ -156,8 +159,103 @@ fn references(me: &[String], code: &str) -> Vec<Vec<String>> {
     out
 }
 
+/// The circles of a directed graph: its strongly connected components of
+/// more than one node (Tarjan's algorithm), each in name order.
+fn circles(edges: &std::collections::BTreeSet<(String, String)>) -> Vec<Vec<String>> {
+    use std::collections::BTreeMap;
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a).or_default().push(b);
+        next.entry(b).or_default();
+    }
+    struct Walk<'a> {
+        next: &'a BTreeMap<&'a str, Vec<&'a str>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: std::collections::BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for &w in &self.next[v] {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    component.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.out.push(component);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        next: &next,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: Default::default(),
+        out: Vec::new(),
+    };
+    for &v in next.keys() {
+        if !walk.index.contains_key(v) {
+            walk.visit(v);
+        }
+    }
+    walk.out
+}
+
 #[test]
-fn no_two_modules_of_a_crate_import_each_other() {
+fn circles_of_any_length_are_found() {
+    let edges = |pairs: &[(&str, &str)]| pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert!(circles(&edges(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+    assert_eq!(circles(&edges(&[("a", "b"), ("b", "a")])), [["a", "b"]]);
+    assert_eq!(circles(&edges(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")])), [["a", "b", "c"]]);
+    let two = circles(&edges(&[("a", "b"), ("b", "a"), ("x", "y"), ("y", "z"), ("z", "x"), ("b", "x")]));
+    assert_eq!(two.len(), 2, "{two:?}");
+}
+
+/// Module → the sibling modules it names, at the depth where they part, of
+/// the crate whose sources are in `src`.
+fn sibling_imports(src: &Path) -> std::collections::BTreeSet<(String, String)> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut edges = std::collections::BTreeSet::new();
+    for file in &files {
+        let me = module_of(src, file);
+        let code = code_of(&std::fs::read_to_string(file).expect("readable"));
+        for other in references(&me, &code) {
+            let shared = me.iter().zip(&other).take_while(|(a, b)| a == b).count();
+            if shared < me.len() && shared < other.len() {
+                edges.insert((me[..=shared].join("::"), other[..=shared].join("::")));
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_modules_of_a_crate_import_each_other_in_a_circle() {
     let mut problems = Vec::new();
     let mut crates = 0;
     for entry in std::fs::read_dir(crates_dir()).expect("crates/ is readable") {
@@ -166,28 +264,37 @@ fn no_two_modules_of_a_crate_import_each_other() {
             continue;
         }
         crates += 1;
-        let mut files = Vec::new();
-        sources(&src, &mut files);
-        // Module → the sibling modules it names, at the depth where they part.
-        let mut edges: std::collections::BTreeSet<(String, String)> = Default::default();
-        for file in &files {
-            let me = module_of(&src, file);
-            let code = code_of(&std::fs::read_to_string(file).expect("readable"));
-            for other in references(&me, &code) {
-                let shared = me.iter().zip(&other).take_while(|(a, b)| a == b).count();
-                if shared < me.len() && shared < other.len() {
-                    edges.insert((me[..=shared].join("::"), other[..=shared].join("::")));
-                }
-            }
-        }
-        for (a, b) in &edges {
-            if a < b && edges.contains(&(b.clone(), a.clone())) {
-                problems.push(format!("{}: {a} and {b} import each other", src.display()));
-            }
+        for circle in circles(&sibling_imports(&src)) {
+            problems.push(format!("{}: {} import each other in a circle", src.display(), circle.join(", ")));
         }
     }
     assert!(problems.is_empty(), "modules import each other:\n{}", problems.join("\n"));
     assert!(crates >= 8, "the crates were found");
+}
+
+/// A file of the domain longer than this (its tests left out) says why in
+/// its module doc, in a line that begins `//! Long file:`.
+const LONGEST_FILE: usize = 800;
+
+#[test]
+fn domain_files_are_short_or_say_why() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut problems = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable");
+        let code = match text.find("#[cfg(test)]\nmod tests") {
+            Some(i) => &text[..i],
+            None => &text,
+        };
+        let lines = code.lines().count();
+        let said = text.lines().take_while(|l| l.starts_with("//!")).any(|l| l.starts_with("//! Long file:"));
+        if lines > LONGEST_FILE && !said {
+            problems.push(format!("{}: {lines} lines", file.strip_prefix(&src).expect("inside").display()));
+        }
+    }
+    assert!(problems.is_empty(), "files over {LONGEST_FILE} lines without a reason:\n{}", problems.join("\n"));
 }
 
 #[test]

@@ -252,7 +252,7 @@ impl Application {
         if store.backend() == sluice_store::Backend::Sqlite {
             // The embedded store has one process: a run left running is
             // an orphan of a crash, to resume now rather than after a lease.
-            let n = sluice.sync.recover_orphans().await?;
+            let n = sluice.engine.recover_orphans().await?;
             if n > 0 {
                 tracing::warn!(runs = n, "runs interrupted by a crash queued again");
             }

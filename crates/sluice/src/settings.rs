@@ -166,14 +166,14 @@ impl Settings {
             },
         };
         let entity_concurrency = match var("SLUICE_ENTITY_CONCURRENCY") {
-            None => sluice_domain::sync::run::DEFAULT_ENTITY_CONCURRENCY,
+            None => sluice_domain::sync::engine::run::DEFAULT_ENTITY_CONCURRENCY,
             Some(v) => match v.trim().parse::<usize>() {
                 Ok(n) if (1..=64).contains(&n) => n,
                 _ => bail!("SLUICE_ENTITY_CONCURRENCY must be a whole number from 1 to 64, not '{v}'"),
             },
         };
         let read_ranges = match var("SLUICE_READ_RANGES") {
-            None => sluice_domain::sync::entity::DEFAULT_READ_RANGES,
+            None => sluice_domain::sync::engine::entity::DEFAULT_READ_RANGES,
             Some(v) => match v.trim().parse::<usize>() {
                 Ok(n) if (1..=16).contains(&n) => n,
                 _ => bail!("SLUICE_READ_RANGES must be a whole number from 1 to 16, not '{v}'"),
@@ -434,8 +434,8 @@ mod tests {
             console_url: String::new(),
             run_worker: false,
             run_lease: DEFAULT_RUN_LEASE,
-            entity_concurrency: sluice_domain::sync::run::DEFAULT_ENTITY_CONCURRENCY,
-            read_ranges: sluice_domain::sync::entity::DEFAULT_READ_RANGES,
+            entity_concurrency: sluice_domain::sync::engine::run::DEFAULT_ENTITY_CONCURRENCY,
+            read_ranges: sluice_domain::sync::engine::entity::DEFAULT_READ_RANGES,
             rate_limits: Some(Default::default()),
             stripe: None,
             webhook_allow_private: false,

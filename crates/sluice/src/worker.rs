@@ -33,15 +33,15 @@ pub async fn run(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Recei
             tracing::info!(worker = %id, "worker stopped: it takes no more runs");
             // Continuous runs pause at their next commit (within a second
             // or so) and go back to the queue.
-            sluice.sync.stop_at_checkpoint();
+            sluice.engine.stop_at_checkpoint();
             while continuous.join_next().await.is_some() {}
             return;
         }
-        match sluice.sync.claim_run(&id).await {
+        match sluice.engine.claim_run(&id).await {
             Ok(Some(run)) => {
                 // A continuous run goes on until it is stopped: it runs
                 // beside this loop, which goes on claiming other runs.
-                if sluice.sync.is_continuous(&run).await {
+                if sluice.engine.is_continuous(&run).await {
                     continuous.spawn(execute(sluice.clone(), id.clone(), run, stop.clone()));
                 } else {
                     execute(sluice.clone(), id.clone(), run, stop.clone()).await;
@@ -73,7 +73,7 @@ async fn execute(
     run: sluice_domain::sync::flow::Run,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
+    let heartbeat = sluice.engine.lease() / HEARTBEATS_PER_LEASE;
     let (run_id, fence) = (run.id, run.fence());
     tracing::info!(worker = %id, run = %run_id, attempt = fence.attempt, flow = %run.flow_id, "run claimed");
     // The heartbeat renews the lease; once it finds the run no
@@ -84,10 +84,10 @@ async fn execute(
         let (sluice, id) = (sluice.clone(), id.clone());
         renewing(heartbeat, format!("run {run_id}"), move || {
             let (sluice, id) = (sluice.clone(), id.clone());
-            async move { sluice.sync.renew_lease(fence, &id).await }
+            async move { sluice.engine.renew_lease(fence, &id).await }
         })
     };
-    let execution = sluice.sync.execute_run(run);
+    let execution = sluice.engine.execute_run(run);
     tokio::pin!(execution);
     let mut lost = lost;
     let mut told = *stop.borrow();
@@ -113,7 +113,7 @@ async fn execute(
                 // pauses at its next checkpoint.
                 told = changed.is_err() || *stop.borrow();
                 if told {
-                    sluice.sync.stop_at_checkpoint();
+                    sluice.engine.stop_at_checkpoint();
                     tracing::info!(worker = %id, run = %run_id, "stopping: the run pauses at its next checkpoint");
                 }
             }
@@ -158,17 +158,17 @@ pub const TICK: Duration = Duration::from_secs(5);
 /// number of processes), recover runs whose worker stopped answering.
 pub async fn schedule(sluice: Sluice) {
     loop {
-        match sluice.sync.schedule_due().await {
+        match sluice.engine.schedule_due().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(queued = n, "scheduled runs queued"),
             Err(e) => tracing::error!(error = %e, "scheduling failed"),
         }
-        match sluice.sync.recover_lost_runs().await {
+        match sluice.engine.recover_lost_runs().await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(recovered = n, "runs of lost workers recovered"),
             Err(e) => tracing::error!(error = %e, "recovering lost runs failed"),
         }
-        match sluice.sync.retry_stream_drops().await {
+        match sluice.engine.retry_stream_drops().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(dropped = n, "change streams left on their sources dropped"),
             Err(e) => tracing::error!(error = %e, "dropping change streams left on their sources failed"),
@@ -222,12 +222,12 @@ pub const VERIFY_POLL: Duration = Duration::from_secs(1);
 /// reads).
 pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Receiver<bool>, wake: Arc<Wake>) {
     let pause: sluice_domain::sync::verification::Pause = Arc::new(|d| Box::pin(tokio::time::sleep(d)));
-    let heartbeat = sluice.sync.lease() / HEARTBEATS_PER_LEASE;
+    let heartbeat = sluice.engine.lease() / HEARTBEATS_PER_LEASE;
     loop {
         if *stop.borrow() {
             return;
         }
-        match sluice.sync.claim_verification(&id).await {
+        match sluice.verifier.claim(&id).await {
             Ok(Some(v)) => {
                 let vid = v.id;
                 tracing::info!(worker = %id, verification = %vid, flow = %v.flow_id, "verification claimed");
@@ -235,7 +235,7 @@ pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Re
                     let (sluice, id) = (sluice.clone(), id.clone());
                     renewing(heartbeat, format!("verification {vid}"), move || {
                         let (sluice, id) = (sluice.clone(), id.clone());
-                        async move { sluice.sync.renew_verification(vid, &id).await }
+                        async move { sluice.verifier.renew(vid, &id).await }
                     })
                 };
                 // In a task of its own: a panic ends this verification
@@ -243,7 +243,7 @@ pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Re
                 let claimed = v.clone();
                 let mut execution = {
                     let (sluice, id, pause) = (sluice.clone(), id.clone(), pause.clone());
-                    tokio::spawn(async move { sluice.sync.execute_verification(v, &id, pause).await })
+                    tokio::spawn(async move { sluice.verifier.execute(v, &id, pause).await })
                 };
                 tokio::select! {
                     done = &mut execution => match done {
@@ -252,7 +252,7 @@ pub async fn verify(sluice: Sluice, id: String, mut stop: tokio::sync::watch::Re
                         Err(e) => {
                             tracing::error!(worker = %id, verification = %vid, error = %e, "a verification stopped on an internal error");
                             let why = "the verification stopped on an internal error (the service's log has it)";
-                            if let Err(e) = sluice.sync.fail_verification(claimed, &id, why).await {
+                            if let Err(e) = sluice.verifier.fail(claimed, &id, why).await {
                                 tracing::error!(verification = %vid, error = %e, "storing a failed verification failed");
                             }
                         }

@@ -9,9 +9,10 @@ use sluice_domain::connect::integration::Credentials;
 use sluice_domain::connect::ports::ConnectionRepository;
 use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId};
+use sluice_domain::sync::flow::new_run;
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::{QueueRepository, *};
-use sluice_domain::sync::queue::new_run;
+use sluice_domain::sync::verification::VerificationRepository;
 use sluice_store::Store;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -342,7 +343,7 @@ async fn queued_runs_wake_this_process_on_sqlite() {
 /// first one's renewals and outcome are then refused.
 async fn verifications_are_held_by_one_worker_at_a_time(store: &Store) {
     use sluice_domain::shared::ids::VerificationId;
-    use sluice_domain::sync::verify::{EntityCheck, Verification, VerificationStatus};
+    use sluice_domain::sync::verification::{EntityCheck, Verification, VerificationStatus};
     let (org, flows) = seed(store, 1).await;
     let now = time::OffsetDateTime::now_utc();
     let v = Verification {

@@ -3,10 +3,10 @@
 use super::*;
 
 use sluice_domain::shared::ids::{FlowId, RunId};
+use sluice_domain::sync::flow::Fence;
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::*;
-use sluice_domain::sync::queue::Fence;
-use sluice_domain::sync::verify::Verification;
+use sluice_domain::sync::verification::Verification;
 
 #[derive(Default)]
 pub(crate) struct FlowState {
@@ -19,7 +19,7 @@ pub(crate) struct FlowState {
     pub(crate) rules: Vec<sluice_domain::monitoring::rule::NotificationRule>,
     /// Each delivery with its body, message id and claim (worker, until).
     pub(crate) deliveries: Vec<crate::monitoring::Queued>,
-    pub(crate) verifications: Vec<sluice_domain::sync::verify::Verification>,
+    pub(crate) verifications: Vec<sluice_domain::sync::verification::Verification>,
     pub(crate) drops: Vec<sluice_domain::sync::flow::StreamDrop>,
 }
 
@@ -373,10 +373,10 @@ impl sluice_domain::sync::ports::QueueRepository for InMemoryFlows {
 }
 
 #[async_trait]
-impl VerificationRepository for InMemoryFlows {
+impl sluice_domain::sync::verification::VerificationRepository for InMemoryFlows {
     async fn create_verification(
         &self,
-        v: &sluice_domain::sync::verify::Verification,
+        v: &sluice_domain::sync::verification::Verification,
         audit: &AuditEntry,
     ) -> Result<()> {
         self.s().verifications.push(v.clone());
@@ -388,7 +388,7 @@ impl VerificationRepository for InMemoryFlows {
         &self,
         org: OrgId,
         id: sluice_domain::shared::ids::VerificationId,
-    ) -> Result<Option<sluice_domain::sync::verify::Verification>> {
+    ) -> Result<Option<sluice_domain::sync::verification::Verification>> {
         Ok(self.s().verifications.iter().find(|v| v.org_id == org && v.id == id).cloned())
     }
 
@@ -397,7 +397,7 @@ impl VerificationRepository for InMemoryFlows {
         org: OrgId,
         flow: FlowId,
         page: PageRequest,
-    ) -> Result<Page<sluice_domain::sync::verify::Verification>> {
+    ) -> Result<Page<sluice_domain::sync::verification::Verification>> {
         let items = self.s().verifications.iter().filter(|v| v.org_id == org && v.flow_id == flow).cloned().collect();
         Ok(page_of(items, page, |v| v.id.as_uuid()))
     }
@@ -407,8 +407,8 @@ impl VerificationRepository for InMemoryFlows {
         worker: &str,
         now: time::OffsetDateTime,
         until: time::OffsetDateTime,
-    ) -> Result<Option<sluice_domain::sync::verify::Verification>> {
-        use sluice_domain::sync::verify::VerificationStatus as S;
+    ) -> Result<Option<sluice_domain::sync::verification::Verification>> {
+        use sluice_domain::sync::verification::VerificationStatus as S;
         let mut s = self.s();
         let found = s
             .verifications
@@ -433,8 +433,12 @@ impl VerificationRepository for InMemoryFlows {
         Ok(v.map(|v| v.claimed_until = Some(until)).is_some())
     }
 
-    async fn save_verification(&self, v: &sluice_domain::sync::verify::Verification, worker: &str) -> Result<bool> {
-        use sluice_domain::sync::verify::VerificationStatus as S;
+    async fn save_verification(
+        &self,
+        v: &sluice_domain::sync::verification::Verification,
+        worker: &str,
+    ) -> Result<bool> {
+        use sluice_domain::sync::verification::VerificationStatus as S;
         let mut s = self.s();
         let held = s
             .verifications

@@ -88,8 +88,8 @@ impl World {
     /// Queues a run and executes it as a worker would.
     async fn run(&self, f: &Flow) -> Run {
         self.sluice.sync.trigger_run(&self.p, self.org, f.id, Trigger::Manual).await.unwrap();
-        let claimed = self.sluice.sync.claim_run("w1").await.unwrap().expect("a queued run");
-        self.sluice.sync.execute_run(claimed).await
+        let claimed = self.sluice.engine.claim_run("w1").await.unwrap().expect("a queued run");
+        self.sluice.engine.execute_run(claimed).await
     }
 
     fn dest(&self, entity: &str) -> Vec<Vec<Value>> {
@@ -327,7 +327,7 @@ async fn runs_queue_cancel_and_validate() {
     assert_eq!(queued.status, RunStatus::Queued);
     let canceled = w.sluice.sync.cancel_run(&w.p, w.org, queued.id).await.unwrap();
     assert_eq!(canceled.status, RunStatus::Canceled);
-    assert!(w.sluice.sync.claim_run("w1").await.unwrap().is_none(), "a canceled run is not claimed");
+    assert!(w.sluice.engine.claim_run("w1").await.unwrap().is_none(), "a canceled run is not claimed");
     assert!(w.sluice.sync.cancel_run(&w.p, w.org, queued.id).await.is_err());
 
     let bad: FlowConfig = serde_json::from_value(json!({"mappings": [{"source_entity": "nope", "sync_mode": "incremental_deduped", "cursor_field": "x", "primary_key": "id"}]})).unwrap();
@@ -458,7 +458,7 @@ async fn a_cursor_write_is_atomic_with_its_guard_and_its_audit_entry() {
     let claimed = Arc::new(std::sync::Mutex::new(None));
     let (sluice, slot) = (w.sluice.clone(), claimed.clone());
     w.mem.before_next_entity_fields(move || {
-        *slot.lock().unwrap() = at_once(sluice.sync.claim_run("w2")).unwrap();
+        *slot.lock().unwrap() = at_once(sluice.engine.claim_run("w2")).unwrap();
     });
     let e = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "2026-01-01T00:00:00Z").await.unwrap_err();
     assert!(
@@ -467,7 +467,7 @@ async fn a_cursor_write_is_atomic_with_its_guard_and_its_audit_entry() {
     );
     assert_eq!(stored().await.as_deref(), Some("2026-01-03T00:00:00.000000Z"), "nothing written");
     let run = claimed.lock().unwrap().take().expect("the hook claimed the run");
-    w.sluice.sync.execute_run(run).await;
+    w.sluice.engine.execute_run(run).await;
 
     // The cursor changed between the request's start and its write: the
     // audit entry's old_value is the value this write replaced.

@@ -9,8 +9,9 @@ use sluice_domain::identity::Principal;
 use sluice_domain::identity::service::NewOrganization;
 use sluice_domain::shared::clock::Clock;
 use sluice_domain::shared::ids::{ConnectionId, OrgId};
+use sluice_domain::sync::engine::queue::{LEASE, MAX_ATTEMPTS};
+use sluice_domain::sync::flow::Fence;
 use sluice_domain::sync::flow::*;
-use sluice_domain::sync::queue::{Fence, LEASE, MAX_ATTEMPTS};
 use sluice_domain::sync::service::NewFlow;
 use sluice_testkit::*;
 use std::sync::Arc;
@@ -69,8 +70,8 @@ impl W {
 
     /// Claims and executes the next queued run.
     async fn work(&self) -> Option<Run> {
-        let r = self.sluice.sync.claim_run("w").await.unwrap()?;
-        Some(self.sluice.sync.execute_run(r).await)
+        let r = self.sluice.engine.claim_run("w").await.unwrap()?;
+        Some(self.sluice.engine.execute_run(r).await)
     }
 
     async fn queued(&self, f: &Flow) -> Vec<Run> {
@@ -128,7 +129,7 @@ async fn a_fan_in_flow_waits_for_every_upstream_and_runs_once() {
     let left_run =
         w.sluice.sync.list_runs(&w.p, w.org, left.id, None, Default::default()).await.unwrap().items[0].clone();
     assert_eq!(left_run.status, RunStatus::Succeeded);
-    let again = w.sluice.sync.orchestrate(&left_run).await.unwrap();
+    let again = w.sluice.engine.orchestrate(&left_run).await.unwrap();
     assert!(again.is_empty(), "join was already queued in this trace");
     assert_eq!(w.queued(&join).await.len(), 1);
 }
@@ -138,10 +139,10 @@ async fn scheduled_flows_are_queued_once_per_scheduled_time() {
     let w = world().await;
     let f = w.flow("every-minute", Some("* * * * *"), vec![]).await;
     assert_eq!(f.next_run_at, Some(time::macros::datetime!(2026-05-01 10:01 UTC)));
-    assert_eq!(w.sluice.sync.schedule_due().await.unwrap(), 0, "not due yet");
+    assert_eq!(w.sluice.engine.schedule_due().await.unwrap(), 0, "not due yet");
     w.clock.advance(time::Duration::seconds(45));
-    assert_eq!(w.sluice.sync.schedule_due().await.unwrap(), 1);
-    assert_eq!(w.sluice.sync.schedule_due().await.unwrap(), 0, "once per scheduled time");
+    assert_eq!(w.sluice.engine.schedule_due().await.unwrap(), 1);
+    assert_eq!(w.sluice.engine.schedule_due().await.unwrap(), 0, "once per scheduled time");
     let queued = w.queued(&f).await;
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].trigger, Trigger::Schedule);
@@ -159,7 +160,7 @@ async fn scheduled_flows_are_queued_once_per_scheduled_time() {
         .await
         .unwrap();
     w.clock.advance(time::Duration::minutes(5));
-    assert_eq!(w.sluice.sync.schedule_due().await.unwrap(), 0);
+    assert_eq!(w.sluice.engine.schedule_due().await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -168,11 +169,11 @@ async fn a_run_whose_worker_died_is_retried_then_failed_never_left_running() {
     let f = w.flow("f", None, vec![]).await;
     let r = w.sluice.sync.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
     for attempt in 1..=MAX_ATTEMPTS {
-        let claimed = w.sluice.sync.claim_run("doomed").await.unwrap().unwrap();
+        let claimed = w.sluice.engine.claim_run("doomed").await.unwrap().unwrap();
         assert_eq!(claimed.attempt, attempt);
-        assert_eq!(w.sluice.sync.recover_lost_runs().await.unwrap(), 0, "the lease still holds");
+        assert_eq!(w.sluice.engine.recover_lost_runs().await.unwrap(), 0, "the lease still holds");
         w.clock.advance(LEASE + time::Duration::seconds(1));
-        assert_eq!(w.sluice.sync.recover_lost_runs().await.unwrap(), 1);
+        assert_eq!(w.sluice.engine.recover_lost_runs().await.unwrap(), 1);
     }
     let run = w.sluice.sync.get_run(&w.p, w.org, r.id).await.unwrap();
     assert_eq!(run.status, RunStatus::Failed);
@@ -188,28 +189,28 @@ async fn an_attempt_whose_run_was_taken_over_writes_nothing() {
     let w = world().await;
     let f = w.flow("f", None, vec![]).await;
     let r = w.sluice.sync.trigger_run(&w.p, w.org, f.id, Trigger::Manual).await.unwrap();
-    let stale = w.sluice.sync.claim_run("frozen").await.unwrap().unwrap();
+    let stale = w.sluice.engine.claim_run("frozen").await.unwrap().unwrap();
     assert_eq!(stale.fence(), Fence { run: r.id, attempt: 1 });
     // The lease runs out; another worker takes the run over and finishes it.
     w.clock.advance(LEASE + time::Duration::seconds(1));
-    assert_eq!(w.sluice.sync.recover_lost_runs().await.unwrap(), 1);
-    let taken = w.sluice.sync.claim_run("second").await.unwrap().unwrap();
+    assert_eq!(w.sluice.engine.recover_lost_runs().await.unwrap(), 1);
+    let taken = w.sluice.engine.claim_run("second").await.unwrap().unwrap();
     assert_eq!(taken.attempt, 2);
-    assert!(!w.sluice.sync.renew_lease(stale.fence(), "frozen").await.unwrap(), "the old lease is gone");
-    assert!(w.sluice.sync.renew_lease(taken.fence(), "second").await.unwrap());
-    let done = w.sluice.sync.execute_run(taken).await;
+    assert!(!w.sluice.engine.renew_lease(stale.fence(), "frozen").await.unwrap(), "the old lease is gone");
+    assert!(w.sluice.engine.renew_lease(taken.fence(), "second").await.unwrap());
+    let done = w.sluice.engine.execute_run(taken).await;
     assert_eq!(done.status, RunStatus::Succeeded);
     let logs_before = w.sluice.sync.run_logs(&w.p, w.org, r.id).await.unwrap().len();
     // The frozen attempt wakes and executes: it stops before committing,
     // and leaves the record, the log and the destination as they were.
     let written = w.mem.rows("d", "out_f");
-    let woke = w.sluice.sync.execute_run(stale).await;
+    let woke = w.sluice.engine.execute_run(stale).await;
     assert_eq!(woke.status, RunStatus::Running, "it records no outcome of its own");
     let after = w.sluice.sync.get_run(&w.p, w.org, r.id).await.unwrap();
     assert_eq!((after.status, after.attempt), (RunStatus::Succeeded, 2));
     assert_eq!(w.sluice.sync.run_logs(&w.p, w.org, r.id).await.unwrap().len(), logs_before);
     assert_eq!(w.mem.rows("d", "out_f"), written);
-    assert!(!w.sluice.sync.renew_lease(Fence { run: r.id, attempt: 1 }, "frozen").await.unwrap());
+    assert!(!w.sluice.engine.renew_lease(Fence { run: r.id, attempt: 1 }, "frozen").await.unwrap());
 }
 
 #[tokio::test]
@@ -225,9 +226,9 @@ async fn transient_failures_retry_with_backoff_and_permanent_ones_fail_at_once()
     assert_eq!(first.status, RunStatus::Queued, "{:?}", first.error);
     assert_eq!(first.attempt, 2);
     assert!(first.error.as_deref().unwrap().contains("connection refused"));
-    assert!(w.sluice.sync.claim_run("w").await.unwrap().is_none(), "not before its backoff");
+    assert!(w.sluice.engine.claim_run("w").await.unwrap().is_none(), "not before its backoff");
     w.clock.advance(time::Duration::seconds(29));
-    assert!(w.sluice.sync.claim_run("w").await.unwrap().is_none());
+    assert!(w.sluice.engine.claim_run("w").await.unwrap().is_none());
     w.clock.advance(time::Duration::seconds(2));
     let done = w.work().await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded);

@@ -8,7 +8,7 @@ use super::{FileConnector, check_entity, io};
 use crate::common::*;
 use sluice_domain::connect::connector::BulkFormat;
 use sluice_domain::connect::connector::*;
-use sluice_domain::sync::verify::key_cmp;
+use sluice_domain::sync::verification::key_cmp;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};

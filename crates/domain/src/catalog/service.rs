@@ -16,7 +16,7 @@ use crate::shared::clock::Clock;
 use crate::shared::error::merge_validation;
 use crate::shared::ids::{AssetId, ConnectionId, OrgId};
 use crate::shared::page::{Page, PageRequest};
-use crate::sync::service::SyncService;
+use crate::sync::SyncService;
 use crate::{Error, Result};
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -1,6 +1,11 @@
 //! Connect owns how Sluice reaches data: the connector registry and its
 //! specs, integrations with their credentials (and OAuth), connections,
 //! and the use cases that test, discover and preview them.
+//!
+//! Long file: every use case of connections and integrations is a method
+//! of the one `ConnectService` that holds their ports; the secrets rules
+//! they share are in `connection.rs` and `secret_policy.rs`, OAuth's in
+//! `oauth.rs`.
 
 use super::oauth::{OAuthState, STATE_TTL, challenge, sign_state, verify_state};
 use super::ports::{

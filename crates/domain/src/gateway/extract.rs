@@ -1,6 +1,10 @@
 //! Extraction: the one JSON object of raw model output, linear in the
 //! input (one bracket scan, bounded tries), repaired the ways LLM output
 //! breaks, the best fit for the contract among candidates.
+//!
+//! Long file: the bracket scan, the candidates it yields and the repairs
+//! tried on them share one budget of attempts and bytes, kept here in one
+//! place so that the whole stays linear in the input.
 
 use super::ContractField;
 use super::repair::{Repair, RepairKind, TextNotes};

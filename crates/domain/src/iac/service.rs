@@ -17,7 +17,7 @@ use crate::identity::{Permission, Principal};
 use crate::shared::audit::AuditEntry;
 use crate::shared::clock::Clock;
 use crate::shared::ids::OrgId;
-use crate::sync::service::SyncService;
+use crate::sync::SyncService;
 use crate::sync::service::flow_json;
 use crate::{Error, Result};
 use serde_json::{Value, json};

@@ -459,6 +459,49 @@ pub struct Run {
     pub not_before: Option<OffsetDateTime>,
 }
 
+/// A queued run of `f`, in trace `trace_id`.
+pub fn new_run(f: &Flow, trigger: Trigger, trace_id: Uuid, now: OffsetDateTime) -> Run {
+    Run {
+        id: RunId::new(),
+        org_id: f.org_id,
+        flow_id: f.id,
+        trace_id,
+        trigger,
+        status: RunStatus::Queued,
+        queued_at: now,
+        started_at: None,
+        finished_at: None,
+        entities: Vec::new(),
+        error: None,
+        attempt: 1,
+        claimed_by: None,
+        heartbeat_at: None,
+        not_before: None,
+    }
+}
+
+/// A fencing token: one claim of a run. Every claim runs a new attempt
+/// (a run is queued again with the next number), so a worker whose run was
+/// taken over holds an attempt that no longer matches, and every write it
+/// makes for the run is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub run: RunId,
+    pub attempt: u32,
+}
+
+impl Run {
+    pub fn fence(&self) -> Fence {
+        Fence { run: self.id, attempt: self.attempt }
+    }
+
+    /// Whether `fence`'s attempt still holds this run: the same attempt,
+    /// still running (what every fenced write checks).
+    pub fn held_by(&self, fence: Fence) -> bool {
+        self.fence() == fence && self.status == RunStatus::Running
+    }
+}
+
 /// One log line of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunLog {

@@ -1,27 +1,24 @@
-//! Sync owns moving data: flows and their mappings, runs with their logs
-//! and per-entity stats, cursors (read, set, reset, audit-logged), the
-//! engine that executes a run (`engine.rs`), and scheduling, recovery and
-//! orchestration of runs (`schedule.rs`). Its use cases are here.
+//! The use cases of sync that users call: flows (validated, created,
+//! changed, deleted), runs queued, listed and canceled, and each entity's
+//! state (cursors and positions read, set, reset, cleared and resynced;
+//! audit-logged). What executes a run is the engine
+//! ([`crate::sync::engine`]).
 
-use super::ports::{CursorRepository, FlowRepository, QueueRepository, RunRepository, VerificationRepository};
+use super::SyncService;
+use super::engine::unreachable;
 use super::transform::{self, Step};
 use crate::connect::connection::Connection;
-use crate::connect::connector::{ConnectorSpec, EntitySchema, RecordBatch};
-use crate::connect::service::{ConnectService, OpenError, Preview, PreviewRequest};
-use crate::identity::service::IdentityService;
+use crate::connect::connector::{EntitySchema, RecordBatch};
+use crate::connect::service::{OpenError, Preview, PreviewRequest};
 use crate::identity::{Permission, Principal};
-use crate::monitoring::service::MonitoringService;
 use crate::shared::audit::AuditEntry;
-use crate::shared::audit::AuditRepository;
-use crate::shared::clock::Clock;
 use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
 use crate::shared::page::{Page, PageRequest};
 use crate::sync::flow::*;
 use crate::sync::{SyncMode, parse_cursor};
-use crate::{Error, FieldError, Result};
+use crate::{Error, Result};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use uuid::Uuid;
 
 /// A flow as lists show it: with its newest run, and the run still
@@ -31,33 +28,6 @@ pub struct FlowOverview {
     pub flow: Flow,
     pub last_run: Option<Run>,
     pub running: Option<Run>,
-}
-
-/// The use cases of sync.
-#[derive(Clone)]
-pub struct SyncService {
-    pub(crate) identity: IdentityService,
-    pub(crate) monitoring: MonitoringService,
-    pub(crate) connect: ConnectService,
-    pub(crate) flows: Arc<dyn FlowRepository>,
-    pub(crate) runs: Arc<dyn RunRepository>,
-    pub(crate) cursors: Arc<dyn CursorRepository>,
-    pub(crate) queue: Arc<dyn QueueRepository>,
-    pub(crate) verifications: Arc<dyn VerificationRepository>,
-    /// Change streams flows left on their sources, to drop.
-    pub(crate) drops: Arc<dyn super::ports::StreamDropRepository>,
-    pub(crate) audit: Arc<dyn AuditRepository>,
-    pub(crate) clock: Arc<dyn Clock>,
-    /// How long a worker holds a run without renewing its heartbeat.
-    pub(crate) lease: time::Duration,
-    /// Set when the process is stopping: runs pause at their next
-    /// checkpoint and go back to the queue (shared by every clone).
-    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
-    /// How many of a run's entities sync at once (at least 1).
-    pub(crate) entity_concurrency: usize,
-    /// Into how many key ranges a full refresh of a large table may be
-    /// read at once (1: one read).
-    pub(crate) read_ranges: usize,
 }
 
 /// A flow to create; connections are named by id.
@@ -114,11 +84,6 @@ pub(crate) fn flow_json(f: &Flow) -> Value {
 }
 
 impl SyncService {
-    /// How long a run's lease lasts: workers renew it several times within.
-    pub fn lease(&self) -> std::time::Duration {
-        std::time::Duration::try_from(self.lease).unwrap_or(std::time::Duration::from_secs(60))
-    }
-
     /// The first records of an entity after the transform `steps` (the
     /// steps a flow mapping can carry), checked against the entity's fields.
     pub async fn preview_transform(
@@ -207,134 +172,6 @@ impl SyncService {
         Some(out)
     }
 
-    /// Validates a flow against its connections, the source's schema and
-    /// the other flows of the organization; normalizes `depends_on` to ids.
-    /// Checks a flow before it is written (see [`crate::sync::validate`]);
-    /// with `against_source` (see [`crate::sync::validate::touches_source`]),
-    /// against the source's schema as it is now.
-    async fn validate_flow(&self, flow: &mut Flow, against_source: bool) -> Result<()> {
-        use crate::sync::validate::{Draft, End, check_against_source, check_flow, check_into_itself, once};
-        let mut errors: Vec<FieldError> = Vec::new();
-        let source = self.connect.connection(flow.org_id, flow.source_connection_id).await?;
-        let dest = self.connect.connection(flow.org_id, flow.destination_connection_id).await?;
-        for (field, c) in [("source_connection_id", &source), ("destination_connection_id", &dest)] {
-            if c.is_none() {
-                errors.push(FieldError::new(field, "no such connection in this organization"));
-            }
-        }
-        let registry = self.connect.registry();
-        let specs = [&source, &dest].map(|c| c.as_ref().and_then(|c| registry.spec(&c.connector_type)));
-        fn end<'a>(field: &'a str, c: &'a Option<Connection>, spec: Option<&'a ConnectorSpec>) -> Option<End<'a>> {
-            c.as_ref().map(|c| End { field, name: &c.name, id: c.id, capability: c.capability, spec })
-        }
-        let draft = Draft { name: &flow.name, schedule: flow.schedule.as_deref(), config: &flow.config };
-        let ends = (
-            end("source_connection_id", &source, specs[0].as_ref()),
-            end("destination_connection_id", &dest, specs[1].as_ref()),
-        );
-        errors.extend(check_flow("", &draft, ends.0, ends.1));
-        // Mappings or connections changed (or a new flow): none may write
-        // the table it reads. A pause or a rename never depends on it.
-        if against_source {
-            errors.extend(check_into_itself("", &flow.config, ends.0, ends.1));
-        }
-        if let Some(src) = source.as_ref().filter(|c| c.capability.reads() && against_source)
-            && let Some(schemas) = self.source_schemas(src, &flow.config).await
-        {
-            errors.extend(check_against_source("", &flow.config, &src.name, &schemas));
-        }
-        let mut errors = once(errors);
-        // Dependencies: resolve ids or names, and refuse cycles.
-        let all = self.flows.all(flow.org_id).await?;
-        let mut names: BTreeMap<FlowId, String> = all.iter().map(|f| (f.id, f.name.clone())).collect();
-        names.insert(flow.id, flow.name.clone());
-        let mut edges: BTreeMap<FlowId, Vec<FlowId>> =
-            all.iter().filter(|f| f.id != flow.id).map(|f| (f.id, upstream_ids(f))).collect();
-        let find = |r: &str| all.iter().find(|f| f.id.to_string() == r || f.name == r).map(|f| f.id);
-        errors.extend(resolve_dependencies("", flow.id, &mut flow.config, find, "in this organization"));
-        edges.insert(flow.id, upstream_ids(flow));
-        if let Some(cycle) = find_cycle(&edges, &names) {
-            errors.push(FieldError::new("config.depends_on", format!("creates a cycle: {}", cycle.join(" → "))));
-        }
-        // A CDC mapping needs a source that can capture (what the
-        // connection test says), checked unless the flow captured from that
-        // source already (its stream exists; a slot of its own counts as
-        // used). A source that cannot be reached is checked when it runs.
-        let before = all.iter().find(|f| f.id == flow.id);
-        let captured = before.is_some_and(|b| b.captures() && b.source_connection_id == flow.source_connection_id);
-        if against_source && errors.is_empty() && flow.captures() && !captured {
-            errors.extend(self.check_capture(flow).await);
-        }
-        if !errors.is_empty() {
-            return Err(Error::Validation(errors));
-        }
-        match dest.as_ref().filter(|_| against_source) {
-            Some(dest) => self.check_entities_free(flow, dest, &all).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Why the flow's source cannot capture its CDC tables, at the first
-    /// CDC mapping's `sync_mode`, in the connection test's lines; nothing
-    /// when it can, or cannot be asked.
-    async fn check_capture(&self, flow: &Flow) -> Vec<FieldError> {
-        let cdc: Vec<(usize, &Mapping)> =
-            flow.config.mappings.iter().enumerate().filter(|(_, m)| m.sync_mode.cdc()).collect();
-        let Some((first, _)) = cdc.first() else { return Vec::new() };
-        let Ok(changes) = self.change_source_of(flow).await else { return Vec::new() };
-        let entities: Vec<String> = cdc.iter().map(|(_, m)| m.source_entity.clone()).collect();
-        match changes.readiness(&entities).await {
-            Ok(reasons) if !reasons.is_empty() => vec![FieldError::new(
-                format!("config.mappings[{first}].sync_mode"),
-                format!("the source cannot capture changes: {}", reasons.join("; ")),
-            )],
-            _ => Vec::new(),
-        }
-    }
-
-    /// Refuses (409) a mapping whose destination entity another flow of the
-    /// organization writes in the same place (the same connection, or one
-    /// to the same database or directory), unless both append into it: a
-    /// second mirror, overwrite or dedup would replace the first's rows, and
-    /// the first's positions or cursor would no longer say what it holds.
-    async fn check_entities_free(&self, flow: &Flow, dest: &Connection, all: &[Flow]) -> Result<()> {
-        let place = |c: &Connection| {
-            let keys = ["host", "port", "database", "path", "schema"];
-            let at: Vec<String> =
-                keys.iter().map(|k| c.config.get(*k).map(Value::to_string).unwrap_or_default()).collect();
-            (c.connector_type.clone(), at)
-        };
-        let here = place(dest);
-        let mut places: BTreeMap<ConnectionId, bool> = BTreeMap::new();
-        for other in all.iter().filter(|f| f.id != flow.id) {
-            let same = match places.get(&other.destination_connection_id) {
-                Some(same) => *same,
-                None => {
-                    let same = other.destination_connection_id == dest.id
-                        || self
-                            .connect
-                            .connection(flow.org_id, other.destination_connection_id)
-                            .await?
-                            .is_some_and(|c| c.integration_id == dest.integration_id && place(&c) == here);
-                    places.insert(other.destination_connection_id, same);
-                    same
-                }
-            };
-            if !same {
-                continue;
-            }
-            if let Some((i, o)) = crate::sync::validate::entity_written_by(&flow.config, &other.config) {
-                let entity = flow.config.mappings[i].destination();
-                let message = crate::sync::validate::entity_taken_message(entity, &other.name, o);
-                return Err(Error::Conflict {
-                    code: crate::shared::error::Code::Conflict,
-                    message: format!("config.mappings[{i}].dest_entity: {message}"),
-                });
-            }
-        }
-        Ok(())
-    }
-
     fn schedule_next(&self, f: &mut Flow) {
         f.next_run_at = next_due(f.schedule.as_deref(), f.status, f.config.continuous, self.clock.now());
     }
@@ -355,7 +192,7 @@ impl SyncService {
             created_at: now,
             updated_at: now,
         };
-        self.validate_flow(&mut f, true).await?;
+        super::admit::flow(self, &mut f, true).await?;
         self.schedule_next(&mut f);
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.created", "flow", f.id, now)
             .with_change(Value::Null, flow_json(&f));
@@ -425,7 +262,7 @@ impl SyncService {
             after.status = s;
         }
         let against_source = crate::sync::validate::touches_source(Some(&before), &after);
-        self.validate_flow(&mut after, against_source).await?;
+        super::admit::flow(self, &mut after, against_source).await?;
         self.schedule_next(&mut after);
         if after.name == before.name
             && after.schedule == before.schedule
@@ -443,7 +280,7 @@ impl SyncService {
         // The change stream goes with the flow's last CDC mapping, or with
         // the source it read.
         if before.captures() && (!after.captures() || after.source_connection_id != before.source_connection_id) {
-            self.drop_stream(&before).await;
+            self.engine.drop_stream(&before).await;
         }
         Ok(after)
     }
@@ -513,7 +350,7 @@ impl SyncService {
             .with_change(flow_json(&before), Value::Null);
         self.flows.delete(org, id, &audit).await?;
         if before.captures() {
-            self.drop_stream(&before).await;
+            self.engine.drop_stream(&before).await;
         }
         Ok(())
     }
@@ -522,7 +359,7 @@ impl SyncService {
     pub async fn trigger_run(&self, p: &Principal, org: OrgId, id: FlowId, trigger: Trigger) -> Result<Run> {
         self.identity.access(p, org, Permission::Write).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
-        let run = self.queue_run(&f, trigger, Uuid::now_v7()).await?;
+        let run = self.engine.queue_run(&f, trigger, Uuid::now_v7()).await?;
         let audit = AuditEntry::new(Some(org), p.actor(), "run.triggered", "run", run.id, run.queued_at)
             .with_details(json!({"flow_id": f.id, "trigger": trigger.as_str()}));
         self.audit.append(&audit).await?;
@@ -591,7 +428,7 @@ impl SyncService {
         self.runs.save(&run).await?;
         if was_queued {
             // A running run reports its own end; a queued one ends here.
-            self.after_run(&run).await?;
+            self.engine.after_run(&run).await?;
         }
         let audit = AuditEntry::new(Some(org), p.actor(), "run.canceled", "run", id, self.clock.now())
             .with_details(json!({"flow_id": run.flow_id}));
@@ -607,7 +444,7 @@ impl SyncService {
             if c.cursor_field.as_deref() == Some(crate::sync::mode::POSITION_FIELD)
                 && let Some(v) = &c.cursor_value
             {
-                c.cursor_value = Some(crate::sync::chunks::parse_held(v).0);
+                c.cursor_value = Some(crate::sync::engine::chunks::parse_held(v).0);
             }
             // A pending clear shows as no cursor.
             if c.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD) {
@@ -618,7 +455,7 @@ impl SyncService {
     }
 
     /// Each mapped entity's cursor as stored (a CDC entity's with its
-    /// copy's progress, see [`crate::sync::chunks::held_text`]).
+    /// copy's progress, see [`crate::sync::engine::chunks::held_text`]).
     async fn stored_cursors(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
         self.identity.access(p, org, Permission::Read).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
@@ -701,7 +538,7 @@ impl SyncService {
             // entity hold: the next run copies them again (in a snapshot of
             // their own, the stream going on from there), and the state
             // shows them pending.
-            let dest = self.destination_of(&f).await?;
+            let dest = self.engine.destination_of(&f).await?;
             let stream = f.stream_name();
             for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && x.sync_mode.cdc()) {
                 dest.move_position(&stream, m.destination(), None).await.map_err(unreachable("destination"))?;
@@ -793,7 +630,7 @@ impl SyncService {
                     }
                     let (position, mark) = match &cursor.cursor_value {
                         Some(v) => {
-                            let (p, mark) = crate::sync::chunks::parse_held(v);
+                            let (p, mark) = crate::sync::engine::chunks::parse_held(v);
                             (Some(p), mark)
                         }
                         None => (None, None),
@@ -813,21 +650,6 @@ impl SyncService {
             .collect())
     }
 
-    /// A CDC flow's change source; a failure says it could not be reached.
-    pub(super) async fn change_source_of(
-        &self,
-        f: &Flow,
-    ) -> Result<std::sync::Arc<dyn crate::connect::changes::ChangeSource>> {
-        let opened = self.connect.open_change_source(f.org_id, f.source_connection_id).await;
-        opened.map(|o| o.io).map_err(unopened("source"))
-    }
-
-    /// A flow's destination; a failure says it could not be reached.
-    async fn destination_of(&self, f: &Flow) -> Result<std::sync::Arc<dyn crate::connect::connector::Destination>> {
-        let opened = self.connect.open_destination(f.org_id, f.destination_connection_id).await;
-        opened.map(|o| o.io).map_err(unopened("destination"))
-    }
-
     /// Moves a CDC entity forward to `value`, a later position its stream
     /// retains (the changes between are skipped), in the destination that
     /// holds it (each table of its mappings); audited with the old and new
@@ -836,7 +658,7 @@ impl SyncService {
         let entity = m.source_entity.as_str();
         let refused =
             |message: String| Error::Unprocessable { code: crate::shared::error::Code::PositionNotRetained, message };
-        let (changes, dest) = (self.change_source_of(f).await?, self.destination_of(f).await?);
+        let (changes, dest) = (self.engine.change_source_of(f).await?, self.engine.destination_of(f).await?);
         let stream = f.stream_name();
         let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
         let tables: Vec<&str> = f
@@ -847,11 +669,11 @@ impl SyncService {
             .map(|x| x.destination())
             .collect();
         for table in &tables {
-            let (held, mark) =
-                held.iter()
-                    .find(|(e, _)| e == table)
-                    .map(|(_, p)| crate::sync::chunks::parse_held(p))
-                    .ok_or_else(|| refused(format!("'{entity}' holds no position yet: its copy has not committed")))?;
+            let (held, mark) = held
+                .iter()
+                .find(|(e, _)| e == table)
+                .map(|(_, p)| crate::sync::engine::chunks::parse_held(p))
+                .ok_or_else(|| refused(format!("'{entity}' holds no position yet: its copy has not committed")))?;
             if let Some(mark) = mark {
                 return Err(refused(format!(
                     "'{entity}' is being copied in chunks ({} of about {} done): moving its position would skip \
@@ -919,24 +741,7 @@ pub struct EntityState {
     pub clearing: bool,
 }
 
-/// A connector's failure reaching a flow's `side` as a 422 that says so.
-fn unreachable(side: &'static str) -> impl Fn(crate::connect::connector::ConnectorError) -> Error {
-    move |e| Error::Unprocessable {
-        code: if side == "source" { crate::shared::error::Code::SourceUnreachable } else { e.code() },
-        message: format!("the flow's {side} could not be reached: {e}"),
-    }
-}
-
 /// A flow's write refused by the store's unique name, said as such.
 fn name_taken(name: &str) -> impl FnOnce(Error) -> Error + '_ {
     move |e| crate::connect::service::named_conflict(e, "flow", name)
-}
-
-/// The error of a flow's connection on `side` that would not open.
-pub(super) fn unopened(side: &'static str) -> impl Fn(OpenError) -> Error {
-    move |e| match e {
-        OpenError::Missing => Error::not_found("connection"),
-        OpenError::Store(e) => e,
-        OpenError::Resolve { error, .. } | OpenError::Open(error) => unreachable(side)(error),
-    }
 }

@@ -247,7 +247,7 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
                 "config.verify",
                 "a continuous flow's run never ends: verify it with POST …/verify instead",
             ));
-        } else if !config.mappings.iter().any(super::verify::verifiable) {
+        } else if !config.mappings.iter().any(super::verification::verifiable) {
             errors.push(FieldError::new(
                 "config.verify",
                 "no mapping mirrors its entity by key (full_refresh_overwrite, incremental_deduped or cdc_deduped): \

@@ -1,15 +1,28 @@
 //! Read models of runs and flows: a trace's runs, the flows' topology, a
 //! flow's details (the one composition the API's details route and the
-//! console's flow page share) and its change stream's health.
+//! console's flow page share), its change stream's health, and the
+//! change streams left on a connection.
 
-use super::capture::{DEFAULT_MAX_RETAINED, retained_budget};
-use super::service::{SyncService, unopened};
-use crate::shared::ids::{FlowId, OrgId};
+use super::SyncService;
+use super::engine::capture::{DEFAULT_MAX_RETAINED, retained_budget};
+use super::engine::unopened;
+use crate::shared::ids::{ConnectionId, FlowId, OrgId};
 use crate::sync::flow::*;
 use crate::{Error, Result};
 use uuid::Uuid;
 
 impl SyncService {
+    /// The change streams left on `connection` (its page shows them).
+    pub async fn streams_left(
+        &self,
+        p: &crate::identity::Principal,
+        org: OrgId,
+        connection: ConnectionId,
+    ) -> Result<Vec<StreamDrop>> {
+        self.identity.access(p, org, crate::identity::Permission::Read).await?;
+        self.drops.drops_of(org, connection).await
+    }
+
     pub async fn trace(&self, p: &crate::identity::Principal, org: OrgId, trace: Uuid) -> Result<Vec<Run>> {
         self.identity.access(p, org, crate::identity::Permission::Read).await?;
         let runs = self.queue.trace(org, trace).await?;

@@ -850,6 +850,6 @@ pub async fn orchestrate(
         ApiError::validation(vec![FieldError::new("status", "must be succeeded, failed, canceled or drift_detected")])
     })?;
     let queued =
-        state.sluice.sync.orchestrate_trigger(FlowId::from(body.flow_id), RunId::from(body.run_id), status).await?;
+        state.sluice.engine.orchestrate_trigger(FlowId::from(body.flow_id), RunId::from(body.run_id), status).await?;
     Ok(Json(OrchestrateResponse { queued: queued.into_iter().map(Into::into).collect() }))
 }

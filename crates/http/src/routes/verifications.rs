@@ -9,7 +9,7 @@ use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpResponse, get, post};
 use serde::{Deserialize, Serialize};
 use sluice_domain::shared::ids::{FlowId, VerificationId};
-use sluice_domain::sync::verify::{EntityCheck, KeyList, Verification};
+use sluice_domain::sync::verification::{EntityCheck, KeyList, Verification};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;

@@ -9,9 +9,9 @@ use sluice_domain::Error;
 use sluice_domain::Result;
 use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::FlowId;
+use sluice_domain::sync::flow::Fence;
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::*;
-use sluice_domain::sync::queue::Fence;
 
 pub(super) fn cursor_from(m: cursors::Model) -> Cursor {
     Cursor { entity: m.entity, cursor_field: m.cursor_field, cursor_value: m.cursor_value, updated_at: m.updated_at }

@@ -12,8 +12,8 @@ use sea_orm::{ActiveValue::Set, ColumnTrait, DbBackend, EntityTrait, QueryFilter
 use sluice_domain::Error;
 use sluice_domain::Result;
 use sluice_domain::shared::ids::{FlowId, OrgId, RunId};
+use sluice_domain::sync::flow::Fence;
 use sluice_domain::sync::flow::*;
-use sluice_domain::sync::queue::Fence;
 use time::OffsetDateTime;
 use uuid::Uuid;
 

@@ -17,9 +17,9 @@ use sluice_domain::Error;
 use sluice_domain::Result;
 use sluice_domain::shared::ids::{FlowId, OrgId, RunId};
 use sluice_domain::shared::page::{Page, PageRequest};
+use sluice_domain::sync::flow::Fence;
 use sluice_domain::sync::flow::*;
 use sluice_domain::sync::ports::*;
-use sluice_domain::sync::queue::Fence;
 use time::OffsetDateTime;
 use uuid::Uuid;
 

@@ -12,8 +12,8 @@ use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::{FlowId, OrgId, RunId, VerificationId};
 use sluice_domain::shared::page::{Page, PageRequest};
 use sluice_domain::sync::flow::Run;
-use sluice_domain::sync::ports::VerificationRepository;
-use sluice_domain::sync::verify::{Verification, VerificationStatus};
+use sluice_domain::sync::verification::VerificationRepository;
+use sluice_domain::sync::verification::{Verification, VerificationStatus};
 use sluice_domain::{Error, Result};
 use time::OffsetDateTime;
 

@@ -11,9 +11,10 @@
 //! swapping the new table in. A first load goes in bulk where both sides
 //! can (binary COPY, a file stream), in key ranges read at once.
 
+use super::outcome::{EntityOutcome, Failure};
 use super::queue::attempt_of;
-use super::run::{EntityOutcome, Failure, Progress, RunScope, RunSource};
-use super::service::SyncService;
+use super::run::{Progress, RunScope, RunSource};
+use super::{BATCH_ROWS, CHECKPOINT_ROWS, Engine};
 use crate::connect::connector::{
     CursorBound, Destination, EntitySchema, EntityWriter, ReadRequest, Value, WriteMode, WriteStats,
 };
@@ -23,10 +24,6 @@ use crate::sync::{SyncMode, advance, capped, cursor_text, dedupe, parse_cursor, 
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Rows between commits (and cursor advances) of an incremental sync.
-pub const CHECKPOINT_ROWS: u64 = 50_000;
-/// Rows per batch read from a source.
-pub const BATCH_ROWS: usize = 10_000;
 /// Into how many key ranges, read at once, a full refresh of a large table
 /// is split unless the service is told otherwise.
 pub const DEFAULT_READ_RANGES: usize = 2;
@@ -42,7 +39,7 @@ const REPORT_BYTES: u64 = 64 << 20;
 /// written stay those committed, which a later attempt counts on.
 struct Reporting<'a> {
     inner: &'a mut dyn crate::connect::connector::BulkStream,
-    service: &'a SyncService,
+    service: &'a Engine,
     step: &'a Step<'a>,
     stats: EntityStats,
     reported: (Instant, u64),
@@ -144,7 +141,7 @@ pub(super) fn destination_schema(
     Ok(EntitySchema { name: m.destination().to_string(), fields: out_fields })
 }
 
-impl SyncService {
+impl Engine {
     /// Catalogues the source's schema of `entity` as its discovered asset,
     /// so that the catalog follows the schema every run saw (and
     /// validate-drift compares with the last run). Never fails the run.
@@ -278,7 +275,8 @@ impl SyncService {
             None
         };
         let stored = self.cursors.get(flow.id, entity).await?;
-        let clearing = stored.as_ref().is_some_and(|c| c.cursor_field.as_deref() == Some(super::mode::CLEAR_FIELD));
+        let clearing =
+            stored.as_ref().is_some_and(|c| c.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD));
         stats.cursor_before = stored.as_ref().filter(|_| !clearing).and_then(|c| c.cursor_value.clone());
         if clearing {
             let what = "clear and resync: the destination's table is replaced by a full copy of the source when this \
@@ -727,7 +725,7 @@ impl SyncService {
     }
 }
 
-/// See [`SyncService::retyped_columns`].
+/// See [`Engine::retyped_columns`].
 fn retyped(schema: &EntitySchema, existing: &EntitySchema) -> Vec<String> {
     let engine = |n: &str| n.split_once(':').map(|(e, t)| (e.to_string(), t.to_string()));
     schema

@@ -1,20 +1,19 @@
 //! How a run is claimed, leased, fenced, queued again and recovered.
 //!
 //! A worker claims the oldest queued run whose flow runs nothing else
-//! ([`SyncService::claim_run`]); the claim starts an attempt, whose
-//! [`Fence`] every write of the run carries (a cursor, progress, a log
+//! ([`Engine::claim_run`]); the claim starts an attempt, whose
+//! [`Fence`](crate::sync::flow::Fence) every write of the run carries (a cursor, progress, a log
 //! line, the outcome), so an attempt that was taken over writes nothing
 //! more. The worker renews its lease while it runs
-//! ([`SyncService::renew_lease`]); a run whose lease lapsed is queued
+//! ([`Engine::renew_lease`]); a run whose lease lapsed is queued
 //! again in a new attempt, or failed after [`MAX_ATTEMPTS`]
-//! ([`SyncService::recover_lost_runs`]). A process that is stopping pauses
+//! ([`Engine::recover_lost_runs`]). A process that is stopping pauses
 //! its runs at a checkpoint and queues them again
-//! ([`SyncService::stop_at_checkpoint`]). The store's side is in the
+//! ([`Engine::stop_at_checkpoint`]). The store's side is in the
 //! ports' `RunRepository` and `QueueRepository`.
 
-use super::service::SyncService;
+use super::Engine;
 use crate::Result;
-use crate::shared::ids::RunId;
 use crate::sync::flow::*;
 use time::{Duration, OffsetDateTime};
 use uuid::Uuid;
@@ -25,29 +24,7 @@ pub const LEASE: Duration = Duration::seconds(60);
 /// A lost run is queued again until it has been attempted this many times.
 pub const MAX_ATTEMPTS: u32 = 3;
 
-/// A fencing token: one claim of a run. Every claim runs a new attempt
-/// (a run is queued again with the next number), so a worker whose run was
-/// taken over holds an attempt that no longer matches, and every write it
-/// makes for the run is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fence {
-    pub run: RunId,
-    pub attempt: u32,
-}
-
-impl Run {
-    pub fn fence(&self) -> Fence {
-        Fence { run: self.id, attempt: self.attempt }
-    }
-
-    /// Whether `fence`'s attempt still holds this run: the same attempt,
-    /// still running (what every fenced write checks).
-    pub fn held_by(&self, fence: Fence) -> bool {
-        self.fence() == fence && self.status == RunStatus::Running
-    }
-}
-
-impl SyncService {
+impl Engine {
     /// Queues a run in trace `trace_id`.
     pub async fn queue_run(&self, f: &Flow, trigger: Trigger, trace_id: Uuid) -> Result<Run> {
         let run = new_run(f, trigger, trace_id, self.clock.now());
@@ -90,7 +67,7 @@ impl SyncService {
     ///
     /// # Errors
     /// A store failure.
-    pub async fn renew_lease(&self, fence: crate::sync::queue::Fence, worker: &str) -> Result<bool> {
+    pub async fn renew_lease(&self, fence: Fence, worker: &str) -> Result<bool> {
         self.runs.heartbeat(fence, worker, self.clock.now()).await
     }
 
@@ -148,27 +125,6 @@ impl SyncService {
             }
         }
         Ok(n)
-    }
-}
-
-/// A queued run of `f`.
-pub fn new_run(f: &Flow, trigger: Trigger, trace_id: Uuid, now: OffsetDateTime) -> Run {
-    Run {
-        id: RunId::new(),
-        org_id: f.org_id,
-        flow_id: f.id,
-        trace_id,
-        trigger,
-        status: RunStatus::Queued,
-        queued_at: now,
-        started_at: None,
-        finished_at: None,
-        entities: Vec::new(),
-        error: None,
-        attempt: 1,
-        claimed_by: None,
-        heartbeat_at: None,
-        not_before: None,
     }
 }
 

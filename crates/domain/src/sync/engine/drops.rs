@@ -6,10 +6,9 @@
 //! on the connection's page, and retried on the scheduler's ticks until it
 //! is gone (`cdc.stream_dropped`).
 
-use super::flow::{Flow, StreamDrop};
-use super::service::SyncService;
+use super::Engine;
 use crate::monitoring::activity::{ActivityEvent, EventType};
-use crate::shared::ids::{ConnectionId, OrgId};
+use crate::sync::flow::{Flow, StreamDrop};
 use serde_json::json;
 
 /// How long after a failed try a left stream is tried again.
@@ -18,10 +17,10 @@ pub const DROP_RETRY: time::Duration = time::Duration::seconds(15);
 /// Left streams one scheduler tick tries at most.
 const DROPS_PER_TICK: u64 = 20;
 
-impl SyncService {
+impl Engine {
     /// Removes the flow's change stream from its source. A source that
     /// cannot be reached keeps it: recorded, to be retried and shown.
-    pub(super) async fn drop_stream(&self, flow: &Flow) {
+    pub(crate) async fn drop_stream(&self, flow: &Flow) {
         let dropped = async {
             let changes = self.change_source_of(flow).await.map_err(|e| e.to_string())?;
             changes.drop_stream(&flow.stream_name()).await.map_err(|e| e.to_string())
@@ -51,17 +50,6 @@ impl SyncService {
             flow.name, left.stream
         );
         self.stream_event(&left, EventType::CdcStreamLeft, "warning", message).await;
-    }
-
-    /// The change streams left on `connection` (its page shows them).
-    pub async fn streams_left(
-        &self,
-        p: &crate::identity::Principal,
-        org: OrgId,
-        connection: ConnectionId,
-    ) -> crate::Result<Vec<StreamDrop>> {
-        self.identity.access(p, org, crate::identity::Permission::Read).await?;
-        self.drops.drops_of(org, connection).await
     }
 
     /// Tries again to drop the change streams left on sources whose last

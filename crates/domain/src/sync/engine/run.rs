@@ -5,9 +5,10 @@
 //! destination allows ([`Destination::concurrent_writers`]), each on its
 //! own connections. One entity's sync is in [`super::entity`]; the change
 //! stream's in [`super::capture`]; claims, leases and fences in
-//! [`super::queue`].
+//! [`super::queue`]; how a turn ends in [`super::outcome`].
 
-use super::service::SyncService;
+use super::Engine;
+use super::outcome::{EntityOutcome, Failure};
 use crate::connect::connector::{Destination, Source};
 use crate::sync::flow::*;
 use std::sync::Arc;
@@ -101,74 +102,7 @@ fn keep_earlier(run: &mut Run, earlier: &[EntityStats]) {
     }
 }
 
-/// How one entity's sync (or the run's entities) ended.
-pub(super) enum EntityOutcome {
-    Done,
-    Drift,
-    Canceled,
-    /// Paused at a checkpoint because the process is stopping.
-    Stopped,
-}
-
-/// Why an entity or a run failed, and whether trying again later may help
-/// (an unreachable server, a timeout, a hiccup of the metadata store).
-#[derive(Debug)]
-pub(super) struct Failure {
-    pub(super) message: String,
-    transient: bool,
-    /// The run was taken over (its attempt no longer holds it): stop
-    /// without writing anything more.
-    pub(super) lost: bool,
-}
-
-impl Failure {
-    pub(super) fn lost() -> Self {
-        Failure { message: "the run was taken over by another attempt".into(), transient: false, lost: true }
-    }
-}
-
-impl From<crate::connect::connector::ConnectorError> for Failure {
-    fn from(e: crate::connect::connector::ConnectorError) -> Self {
-        let transient = e.transient();
-        Failure { message: e.to_string(), transient, lost: false }
-    }
-}
-
-impl From<crate::connect::service::OpenError> for Failure {
-    fn from(e: crate::connect::service::OpenError) -> Self {
-        use crate::connect::service::OpenError;
-        match e {
-            OpenError::Missing => Failure::from("a connection of the flow was deleted"),
-            OpenError::Store(e) => Failure::from(e),
-            OpenError::Resolve { connection, error } => {
-                let mut f = Failure::from(error);
-                f.message = format!("connection '{connection}': {}", f.message);
-                f
-            }
-            OpenError::Open(e) => Failure::from(e),
-        }
-    }
-}
-
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Self {
-        Failure { message: e.to_string(), transient: e.kind() == crate::ErrorKind::Internal, lost: false }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(message: String) -> Self {
-        Failure { message, transient: false, lost: false }
-    }
-}
-
-impl From<&str> for Failure {
-    fn from(message: &str) -> Self {
-        Failure { message: message.to_string(), transient: false, lost: false }
-    }
-}
-
-impl SyncService {
+impl Engine {
     pub(super) async fn log(&self, run: &Run, level: LogLevel, entity: Option<&str>, message: String) {
         let line = RunLog { ts: self.clock.now(), level, entity: entity.map(str::to_string), message };
         if let Err(e) = self.runs.log(run.id, Some(run.fence()), &line).await {
@@ -214,7 +148,7 @@ impl SyncService {
             }
             Ok(_) => false,
         };
-        if all_transient && run.attempt < crate::sync::queue::MAX_ATTEMPTS && !self.canceled(&run).await {
+        if all_transient && run.attempt < super::queue::MAX_ATTEMPTS && !self.canceled(&run).await {
             let reason = match &result {
                 Err(f) => f.message.clone(),
                 Ok(_) => transient.join("; "),
@@ -252,7 +186,7 @@ impl SyncService {
     /// Queues a run whose failures may pass for its next attempt after a
     /// backoff; whether it did.
     async fn retry_later(&self, run: &mut Run, reason: &str) -> bool {
-        let at = self.clock.now() + crate::sync::queue::backoff(run.attempt);
+        let at = self.clock.now() + super::queue::backoff(run.attempt);
         let message = format!(
             "attempt {} failed ({reason}); retrying after {}",
             run.attempt,
@@ -499,27 +433,29 @@ impl SyncService {
                     self.log(run, LogLevel::Info, Some(&stats.entity), message).await;
                     Ok(EntityOutcome::Done)
                 }
-                Err(f) if f.halt == Some(super::capture::Halt::Canceled) => {
-                    stats.status = EntityStatus::Canceled;
-                    stats.error = None;
-                    Ok(EntityOutcome::Canceled)
-                }
-                Err(f) if f.halt == Some(super::capture::Halt::Drift) => {
-                    stats.status = EntityStatus::DriftDetected;
-                    stats.error = Some(f.message);
-                    Ok(EntityOutcome::Drift)
-                }
-                Err(f) if f.halt == Some(super::capture::Halt::Stopped) => {
-                    stats.status = EntityStatus::Paused;
-                    stats.error = None;
-                    Ok(EntityOutcome::Stopped)
-                }
-                Err(f) => {
-                    if !f.lost {
-                        self.log(run, LogLevel::Error, Some(&stats.entity), f.message.clone()).await;
+                Err(f) => match f.halt {
+                    Some(EntityOutcome::Canceled) => {
+                        stats.status = EntityStatus::Canceled;
+                        stats.error = None;
+                        Ok(EntityOutcome::Canceled)
                     }
-                    Err(Failure { message: f.message, transient: f.transient, lost: f.lost })
-                }
+                    Some(EntityOutcome::Drift) => {
+                        stats.status = EntityStatus::DriftDetected;
+                        stats.error = Some(f.message);
+                        Ok(EntityOutcome::Drift)
+                    }
+                    Some(EntityOutcome::Stopped) => {
+                        stats.status = EntityStatus::Paused;
+                        stats.error = None;
+                        Ok(EntityOutcome::Stopped)
+                    }
+                    Some(EntityOutcome::Done) | None => {
+                        if !f.lost {
+                            self.log(run, LogLevel::Error, Some(&stats.entity), f.message.clone()).await;
+                        }
+                        Err(f)
+                    }
+                },
             };
             turns.push((index, Turn::Ran(Box::new(stats), outcome)));
         }

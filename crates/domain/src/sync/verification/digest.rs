@@ -8,7 +8,7 @@
 //! mixed whole, summed: a difference hides only where the hashes of
 //! different rows cancel, about one chance in 2^64).
 
-use super::verify::{Ordered, Plan, Tally, merge_into, origins, read_ordered};
+use super::compare::{Ordered, Plan, Tally, merge_into, origins, read_ordered};
 use crate::connect::connector::{Digest, DigestRequest, Field, FieldType, KeyRange, Source};
 use crate::shared::record::Value;
 use crate::sync::flow::Mapping;

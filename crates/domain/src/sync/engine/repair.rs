@@ -6,21 +6,21 @@
 //! committed while the run's attempt holds it. Its end queues a new
 //! verification of what it repaired (see `verification.rs`).
 
-use super::flow::{EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
+use super::Engine;
+use super::outcome::{EntityOutcome, Failure};
 use super::queue::attempt_of;
-use super::run::{EntityOutcome, Failure};
-use super::service::SyncService;
-use super::verify::{EntityCheck, Plan, Verification, key_text, rows_of};
 use crate::connect::connector::{Destination, Field, FieldType, RecordBatch, Source, Value, WriteMode};
+use crate::sync::flow::{EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
 use crate::sync::mode::{DELETED_AT, DeleteMode, SyncMode};
 use crate::sync::transform;
+use crate::sync::verification::{EntityCheck, Plan, Verification, key_text, rows_of};
 use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Keys read and written at once.
 const REPAIR_BATCH: usize = 500;
 
-impl SyncService {
+impl Engine {
     /// Executes a repair run: every entity of `v` with differing keys.
     pub(super) async fn repair(&self, run: &mut Run, flow: &Flow, v: &Verification) -> Result<EntityOutcome, Failure> {
         let source = self.connect.open_source(flow.org_id, flow.source_connection_id).await?.io;

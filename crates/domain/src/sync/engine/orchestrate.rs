@@ -8,8 +8,7 @@
 //! it queues: with any number of processes, the insert that wins queues the
 //! run, the others find the key taken.
 
-use super::queue::new_run;
-use super::service::SyncService;
+use super::Engine;
 use crate::monitoring::activity::ActivityEvent;
 use crate::shared::ids::{FlowId, RunId};
 use crate::sync::flow::*;
@@ -26,7 +25,7 @@ fn matches(on: DependsOn, status: RunStatus) -> bool {
     }
 }
 
-impl SyncService {
+impl Engine {
     /// Queues every due flow once per scheduled time; answers how many runs
     /// this process queued.
     pub async fn schedule_due(&self) -> Result<usize> {
@@ -102,7 +101,7 @@ impl SyncService {
             .await?;
         // A verification that cannot be queued does not hold back the
         // flows downstream.
-        if let Err(e) = self.verify_after(run).await {
+        if let Err(e) = self.verifier.verify_after(run).await {
             tracing::error!(run = %run.id, error = %e, "queueing the verification after a run failed");
         }
         self.orchestrate(run).await
