@@ -1272,15 +1272,22 @@ async fn continuous_capture_killed_and_frozen(files: bool) {
         assert!(Instant::now() < caught_up, "the mirror did not catch up: {} rows of {}", got.len(), want.len());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (logged, distinct): (i64, i64) = match files {
-        true => lake_log(&lake),
-        false => {
-            let log_sql = format!(
-                "SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log",
-                dst.name
-            );
-            sqlx::query_as(sqlx::AssertSqlSafe(log_sql)).fetch_one(&mut pg).await.unwrap()
+    // The log commits in a transaction of its own, after the mirror's (the
+    // mappings' order): a reader can see the mirror whole before the log's
+    // last commit lands, so the log is read until it holds every change (or
+    // a while passed), then compared.
+    let log_sql =
+        format!("SELECT count(*), count(DISTINCT (id, _sluice_op, _sluice_position)) FROM {}.events_log", dst.name);
+    let logged_by = Instant::now() + Duration::from_secs(30);
+    let (logged, distinct): (i64, i64) = loop {
+        let (logged, distinct): (i64, i64) = match files {
+            true => lake_log(&lake),
+            false => sqlx::query_as(sqlx::AssertSqlSafe(log_sql.clone())).fetch_one(&mut pg).await.unwrap(),
+        };
+        if logged as u64 >= changes || Instant::now() > logged_by {
+            break (logged, distinct);
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let twice = if logged as u64 == changes || files {
         String::new()

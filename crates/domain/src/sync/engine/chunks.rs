@@ -36,7 +36,7 @@ pub struct CopyMark {
     pub total: u64,
     /// Only in the flow's stored state, never in a destination: a change
     /// log whose first copy is to begin at its new stream's start, not
-    /// committed yet (see `capture.rs`, `mark_first_logs`).
+    /// committed yet (see `capture/first_copy.rs`, `mark_first_logs`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub first: bool,
 }
