@@ -1,9 +1,8 @@
 //! An in-memory connector (type `memory`): datasets of tables in memory.
 
+use super::changes::{Held, Log, MEMORY_LOG, MemoryChanges, Tables, memory_log_spec};
 use super::*;
 use sluice_domain::connect::connector::*;
-
-type Tables = HashMap<String, (EntitySchema, Vec<Vec<Value>>)>;
 
 /// A connector type `memory` whose datasets live in this process: each
 /// connection names a `dataset`; a `password` credential, when the dataset
@@ -23,7 +22,21 @@ pub struct MemoryConnectors {
     /// Run once, the next time a source is asked for an entity's fields
     /// (to put something between a use case's start and its write).
     pub(crate) before_fields: Hook,
+    /// Each dataset's change log (type `memory_log`).
+    pub(crate) logs: Arc<Mutex<HashMap<String, Log>>>,
+    /// The change stream positions destination datasets hold.
+    pub(crate) held: Arc<Mutex<Held>>,
+    /// dataset → the writer calls (write, delete, update, clear, commit)
+    /// that succeed before the next fails, once.
+    pub(crate) write_faults: Arc<Mutex<HashMap<String, u64>>>,
+    /// Run one each, in order, as a change log's chunks are read.
+    pub(crate) before_chunks: Arc<Mutex<std::collections::VecDeque<Once>>>,
+    /// dataset → the writer calls that succeeded (see `fail_writes_after`).
+    pub(crate) write_calls: Arc<Mutex<HashMap<String, u64>>>,
 }
+
+/// Something to run once.
+pub(crate) type Once = Box<dyn FnOnce() + Send>;
 
 /// A hook run once (see [`MemoryConnectors::before_next_entity_fields`]).
 pub(crate) type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
@@ -125,6 +138,27 @@ impl MemoryConnectors {
         self.faults.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (error, times));
     }
 
+    /// Runs `hook` before the next chunk read from a change log that no
+    /// earlier hook waits for (see `ChangeSource::read_chunk`): to write
+    /// between the chunks of a copy.
+    pub fn before_a_chunk(&self, hook: impl FnOnce() + Send + 'static) {
+        self.before_chunks.lock().unwrap_or_else(|p| p.into_inner()).push_back(Box::new(hook));
+    }
+
+    /// Makes the writers of `dataset` fail once, after `calls` of their
+    /// calls (writes, deletes, updates, clears and commits, counted over
+    /// every writer) succeed: what was written since the last commit is
+    /// lost, as in a crash.
+    pub fn fail_writes_after(&self, dataset: &str, calls: u64) {
+        self.write_faults.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), calls);
+    }
+
+    /// How many writer calls to `dataset` succeeded (those
+    /// [`Self::fail_writes_after`] counts).
+    pub fn writer_calls(&self, dataset: &str) -> u64 {
+        self.write_calls.lock().unwrap_or_else(|p| p.into_inner()).get(dataset).copied().unwrap_or(0)
+    }
+
     fn open(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<MemoryDataset>> {
         let name = c.str("dataset").ok_or_else(|| ConnectorError::InvalidConfig("'dataset' is required".into()))?;
         if let Some((e, n)) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).get_mut(name)
@@ -146,6 +180,7 @@ impl MemoryConnectors {
             finished: self.finished.clone(),
             single_writer: single,
             before_fields: self.before_fields.clone(),
+            mem: self.clone(),
         }))
     }
 }
@@ -181,7 +216,7 @@ pub fn memory_spec() -> ConnectorSpec {
 #[async_trait]
 impl sluice_domain::connect::registry::ConnectorRegistry for MemoryConnectors {
     fn specs(&self) -> Vec<ConnectorSpec> {
-        vec![memory_spec()]
+        vec![memory_spec(), memory_log_spec()]
     }
 
     async fn source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
@@ -190,6 +225,17 @@ impl sluice_domain::connect::registry::ConnectorRegistry for MemoryConnectors {
 
     async fn destination(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>> {
         Ok(self.open(c)?)
+    }
+
+    async fn change_source(
+        &self,
+        c: &ResolvedConfig,
+    ) -> ConnectorResult<Arc<dyn sluice_domain::connect::changes::ChangeSource>> {
+        if c.connector_type != MEMORY_LOG {
+            return Err(ConnectorError::Unsupported(format!("{} sources do not capture changes", c.connector_type)));
+        }
+        let dataset = self.open(c)?.name.clone();
+        Ok(Arc::new(MemoryChanges { dataset, mem: self.clone() }))
     }
 
     async fn check_config(&self, _: &ResolvedConfig) -> Vec<sluice_domain::FieldError> {
@@ -204,6 +250,7 @@ struct MemoryDataset {
     pub(crate) finished: Arc<Mutex<Vec<String>>>,
     pub(crate) single_writer: bool,
     pub(crate) before_fields: Hook,
+    pub(crate) mem: MemoryConnectors,
 }
 
 impl MemoryDataset {
@@ -253,12 +300,16 @@ impl Source for MemoryDataset {
     }
 
     async fn read(&self, req: ReadRequest) -> ConnectorResult<Box<dyn RecordReader>> {
-        let (schema, mut rows) = self
-            .tables()
-            .get(&self.name)
-            .and_then(|t| t.get(&req.entity))
-            .cloned()
-            .ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
+        // In a snapshot of a change log: the tables as it saw them.
+        let tables = match &req.snapshot {
+            Some(s) => self
+                .mem
+                .snapshot_tables(&self.name, s)
+                .ok_or_else(|| ConnectorError::Other(format!("no snapshot {s} of dataset {}", self.name)))?,
+            None => self.tables().get(&self.name).cloned().unwrap_or_default(),
+        };
+        let (schema, mut rows) =
+            tables.get(&req.entity).cloned().ok_or_else(|| ConnectorError::EntityNotFound(req.entity.clone()))?;
         if let Some(c) = &req.cursor {
             let i = schema
                 .index_of(&c.field)
@@ -311,7 +362,25 @@ impl Destination for MemoryDataset {
             stats: WriteStats::default(),
             _open: Counted::new(&self.writers),
             finished: self.finished.clone(),
+            position: None,
+            mem: self.mem.clone(),
         }))
+    }
+
+    async fn positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        let mut v: Vec<(String, String)> = self.mem.held_positions(&self.name, stream).into_iter().collect();
+        v.sort();
+        Ok(v)
+    }
+
+    async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {
+        let mut held = self.mem.held.lock().unwrap_or_else(|p| p.into_inner());
+        let at = held.entry((self.name.clone(), stream.to_string())).or_default();
+        match position {
+            Some(p) => at.insert(entity.to_string(), p.to_string()),
+            None => at.remove(entity),
+        };
+        Ok(())
     }
 }
 
@@ -320,13 +389,56 @@ struct MemoryWriter {
     pub(crate) all: Arc<Mutex<HashMap<String, Tables>>>,
     pub(crate) schema: EntitySchema,
     pub(crate) mode: WriteMode,
-    pub(crate) pending: Vec<Vec<Value>>,
+    pub(crate) pending: Vec<Pending>,
     pub(crate) stats: WriteStats,
     _open: Counted,
     finished: Arc<Mutex<Vec<String>>>,
+    /// The change stream position to hold at the next commit.
+    position: Option<(String, String)>,
+    mem: MemoryConnectors,
+}
+
+/// What a writer applies at its next commit, in order.
+pub(crate) enum Pending {
+    Row(Vec<Value>),
+    /// Rows with these key values (by the writer's field order) go.
+    Delete(Vec<(usize, Value)>),
+    /// The row of these key values takes these values.
+    Update(Vec<(usize, Value)>, Vec<(usize, Value)>),
+    /// Rows whose key is in the range go, or (a column named) are marked
+    /// deleted.
+    Clear(KeyRange, Option<usize>),
 }
 
 impl MemoryWriter {
+    /// Fails once, as a crash would, when the dataset's fault says so.
+    fn call(&mut self) -> ConnectorResult<()> {
+        *self.mem.write_calls.lock().unwrap_or_else(|p| p.into_inner()).entry(self.dataset.clone()).or_default() += 1;
+        let mut faults = self.mem.write_faults.lock().unwrap_or_else(|p| p.into_inner());
+        match faults.get_mut(&self.dataset) {
+            Some(0) => {
+                faults.remove(&self.dataset);
+                self.pending.clear();
+                self.position = None;
+                Err(ConnectorError::Other(format!("dataset {} failed a write (as asked)", self.dataset)))
+            }
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn key(&self) -> Vec<usize> {
+        self.schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect()
+    }
+
+    /// `values` (of `fields`) by the writer's field order.
+    fn placed(&self, fields: &[Field], values: &[Value]) -> Vec<(usize, Value)> {
+        fields.iter().zip(values).filter_map(|(f, v)| Some((self.schema.index_of(&f.name)?, v.clone()))).collect()
+    }
+
     fn commit(&mut self, replace: bool) {
         let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         let tables = all.entry(self.dataset.clone()).or_default();
@@ -340,16 +452,107 @@ impl MemoryWriter {
         if replace {
             entry.1.clear();
         }
-        let key: Vec<usize> =
-            self.schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
-        for row in self.pending.drain(..) {
-            if self.mode == WriteMode::Upsert
-                && let Some(pos) = entry.1.iter().position(|r| key.iter().all(|k| r[*k] == row[*k]))
-            {
-                entry.1[pos] = row;
-                continue;
+        let key = self.key();
+        let key_text = |r: &[Value]| format!("{:?}", key.iter().map(|k| &r[*k]).collect::<Vec<_>>());
+        // The text of the key `at` names (by the writer's field order), when
+        // it names exactly the key.
+        let at_text = |at: &[(usize, Value)]| {
+            let mut at: Vec<&(usize, Value)> = at.iter().collect();
+            at.sort_by_key(|(i, _)| *i);
+            let same = !key.is_empty() && at.iter().map(|(i, _)| *i).eq(key.iter().copied());
+            same.then(|| format!("{:?}", at.iter().map(|(_, v)| v).collect::<Vec<_>>()))
+        };
+        // Where each key's row is (built when first needed, kept up to date).
+        let mut index: Option<HashMap<String, usize>> = None;
+        let matches = |r: &[Value], at: &[(usize, Value)]| at.iter().all(|(i, v)| r[*i] == *v);
+        for op in self.pending.drain(..) {
+            if key.is_empty() || matches!(op, Pending::Clear(..)) {
+                index = None;
             }
-            entry.1.push(row);
+            let rows = &mut entry.1;
+            let lookup = |index: &'_ mut Option<HashMap<String, usize>>, rows: &Vec<Vec<Value>>| {
+                if index.is_none() {
+                    *index = Some(rows.iter().enumerate().map(|(i, r)| (key_text(r), i)).collect());
+                }
+            };
+            match op {
+                Pending::Row(row) => {
+                    if self.mode == WriteMode::Upsert && !key.is_empty() {
+                        let k = key_text(&row);
+                        lookup(&mut index, rows);
+                        let Some(index) = index.as_mut() else { continue };
+                        if let Some(pos) = index.get(&k) {
+                            rows[*pos] = row;
+                        } else {
+                            index.insert(k, rows.len());
+                            rows.push(row);
+                        }
+                        continue;
+                    }
+                    rows.push(row);
+                }
+                Pending::Delete(at) => match at_text(&at) {
+                    Some(k) => {
+                        lookup(&mut index, rows);
+                        let Some(index) = index.as_mut() else { continue };
+                        if let Some(pos) = index.remove(&k) {
+                            rows.swap_remove(pos);
+                            if pos < rows.len() {
+                                index.insert(key_text(&rows[pos]), pos);
+                            }
+                        }
+                    }
+                    None => rows.retain(|r| !matches(r, &at)),
+                },
+                Pending::Update(at, set) => {
+                    let found = at_text(&at).map(|k| {
+                        lookup(&mut index, rows);
+                        index.as_ref().and_then(|i| i.get(&k).copied())
+                    });
+                    match found {
+                        Some(Some(pos)) => {
+                            for (i, v) in &set {
+                                rows[pos][*i] = v.clone();
+                            }
+                        }
+                        Some(None) => {}
+                        None => {
+                            for r in rows.iter_mut().filter(|r| matches(r, &at)) {
+                                for (i, v) in &set {
+                                    r[*i] = v.clone();
+                                }
+                            }
+                        }
+                    }
+                }
+                Pending::Clear(range, soft) => {
+                    let at: Vec<usize> = range.fields.iter().filter_map(|f| self.schema.index_of(&f.name)).collect();
+                    let cmp = |r: &[Value], bound: &[Value]| {
+                        at.iter()
+                            .zip(bound)
+                            .map(|(i, b)| compare_values(&r[*i], b).unwrap_or(std::cmp::Ordering::Equal))
+                            .find(|o| o.is_ne())
+                            .unwrap_or(std::cmp::Ordering::Equal)
+                    };
+                    let inside = |r: &[Value]| {
+                        range.after.as_ref().is_none_or(|a| cmp(r, a).is_gt())
+                            && range.upto.as_ref().is_none_or(|u| cmp(r, u).is_le())
+                    };
+                    match soft {
+                        Some(c) => {
+                            for r in entry.1.iter_mut().filter(|r| inside(r) && r[c] == Value::Null) {
+                                r[c] = Value::Timestamp(OffsetDateTime::now_utc());
+                            }
+                        }
+                        None => entry.1.retain(|r| !inside(r)),
+                    }
+                }
+            }
+        }
+        drop(all);
+        if let Some((stream, position)) = self.position.take() {
+            let mut held = self.mem.held.lock().unwrap_or_else(|p| p.into_inner());
+            held.entry((self.dataset.clone(), stream)).or_default().insert(self.schema.name.clone(), position);
         }
     }
 }
@@ -358,10 +561,12 @@ impl MemoryWriter {
 impl EntityWriter for MemoryWriter {
     async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
         YieldOnce(false).await;
+        self.call()?;
         let order: Vec<Option<usize>> =
             self.schema.fields.iter().map(|f| batch.fields.iter().position(|b| b.name == f.name)).collect();
         for r in &batch.rows {
-            self.pending.push(order.iter().map(|i| i.map(|i| r[i].clone()).unwrap_or(Value::Null)).collect());
+            self.pending
+                .push(Pending::Row(order.iter().map(|i| i.map(|i| r[i].clone()).unwrap_or(Value::Null)).collect()));
         }
         self.stats.rows_written += batch.len() as u64;
         self.stats.bytes += batch.approx_bytes();
@@ -369,6 +574,7 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
+        self.call()?;
         if self.mode != WriteMode::Overwrite {
             self.commit(false);
         }
@@ -376,6 +582,7 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
+        self.call()?;
         let replace = self.mode == WriteMode::Overwrite;
         self.commit(replace);
         self.finished.lock().unwrap_or_else(|p| p.into_inner()).push(self.schema.name.clone());
@@ -383,4 +590,38 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn abort(self: Box<Self>) {}
+
+    async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        self.call()?;
+        for r in &keys.rows {
+            let at = self.placed(&keys.fields, r);
+            self.pending.push(Pending::Delete(at));
+        }
+        self.stats.rows_written += keys.len() as u64;
+        Ok(())
+    }
+
+    async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        self.call()?;
+        let key = self.key();
+        for r in &rows.rows {
+            let (at, set): (Vec<(usize, Value)>, Vec<(usize, Value)>) =
+                self.placed(&rows.fields, r).into_iter().partition(|(i, _)| key.contains(i));
+            self.pending.push(Pending::Update(at, set));
+        }
+        self.stats.rows_written += rows.len() as u64;
+        Ok(())
+    }
+
+    async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.call()?;
+        let soft = soft_column.and_then(|c| self.schema.index_of(c));
+        self.pending.push(Pending::Clear(range.clone(), soft));
+        Ok(())
+    }
+
+    async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
+        self.position = Some((stream.to_string(), position.to_string()));
+        Ok(())
+    }
 }

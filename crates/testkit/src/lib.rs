@@ -32,6 +32,7 @@ fn page_of<T: Clone>(mut items: Vec<T>, page: PageRequest, id: impl Fn(&T) -> Uu
 }
 
 mod billing;
+mod changes;
 mod connect;
 mod connector;
 mod iac;
@@ -41,6 +42,7 @@ pub mod services;
 mod sync;
 
 pub use billing::*;
+pub use changes::{MEMORY_LOG, Op, memory_log_spec};
 pub use connect::*;
 pub use connector::*;
 pub use iac::*;
