@@ -5,7 +5,7 @@
 //! held and confirmed, and nothing left behind once the stream is dropped.
 
 use sluice_connectors::postgres::{PgConnector, PgSettings};
-use sluice_domain::connect::changes::{ChangeEvent, ChangeOp, ChangeSource};
+use sluice_domain::connect::changes::{ChangeEvent, ChangeOp, ChangeSource, Position};
 use sluice_domain::connect::connector::Value;
 use sluice_testkit::services::OwnPostgres;
 use sqlx::Connection;
@@ -37,8 +37,8 @@ async fn exec(c: &mut sqlx::PgConnection, sql: &str) {
 }
 
 /// Every event up to the end the stream was opened up to.
-async fn read_all(pg: &PgConnector, after: &str, until: &str) -> Vec<ChangeEvent> {
-    let from = [("people".to_string(), after.to_string())];
+async fn read_all(pg: &PgConnector, after: &Position, until: &Position) -> Vec<ChangeEvent> {
+    let from = [("people".to_string(), after.clone())];
     let mut reader = pg.changes("t1", &from, until).await.unwrap();
     let mut all = Vec::new();
     loop {
@@ -62,7 +62,7 @@ fn summary(events: &[ChangeEvent]) -> Vec<String> {
         .collect()
 }
 
-fn commits(events: &[ChangeEvent]) -> Vec<String> {
+fn commits(events: &[ChangeEvent]) -> Vec<Position> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -166,16 +166,18 @@ async fn the_log_gives_every_change_once_from_the_snapshots_point() {
     assert_eq!(summary(&held), ["commit", "update Int(2)", "delete Int(3)", "commit", "update Int(4)", "commit"]);
     // Confirmed: the slot forgets what came before; reopened, it starts there.
     pg.confirm("t1", &positions[1]).await.unwrap();
-    assert_eq!(pg.retained_from("t1").await.unwrap().as_deref(), Some(positions[1].as_str()));
+    assert_eq!(pg.retained_from("t1").await.unwrap().as_ref(), Some(&positions[1]));
     let reopened = pg.open_stream("t1", &entities).await.unwrap();
     assert!(reopened.snapshot.is_none());
     assert_eq!(reopened.position, positions[1]);
     assert_eq!(summary(&read_all(&pg, &positions[1], &end).await), ["update Int(4)", "commit"]);
     // Confirming an earlier position changes nothing.
     pg.confirm("t1", &positions[0]).await.unwrap();
-    assert_eq!(pg.retained_from("t1").await.unwrap().as_deref(), Some(positions[1].as_str()));
-    assert!(pg.after(&positions[1], &positions[0]).unwrap());
-    assert!(pg.after("1/0", "x").is_err());
+    assert_eq!(pg.retained_from("t1").await.unwrap().as_ref(), Some(&positions[1]));
+    assert!(positions[1].after(&positions[0]));
+    // A stored position reads back as the one the stream gave.
+    assert_eq!(pg.position(positions[1].as_str()).unwrap(), positions[1]);
+    assert!(pg.position("x").is_err());
 
     // Dropped: no slot, no publication left on the source.
     pg.drop_stream("t1").await.unwrap();
@@ -190,15 +192,15 @@ async fn the_log_gives_every_change_once_from_the_snapshots_point() {
 }
 
 /// The slot's confirmed position (where a new stream starts).
-async fn start_position(pg: &PgConnector) -> String {
+async fn start_position(pg: &PgConnector) -> Position {
     pg.retained_from("t1").await.unwrap().expect("the slot exists")
 }
 
 /// The changes of `entity` in stream `stream` after `after`, up to the
 /// source's end now.
-async fn changes_of(pg: &PgConnector, stream: &str, entity: &str, after: &str) -> Vec<String> {
+async fn changes_of(pg: &PgConnector, stream: &str, entity: &str, after: &Position) -> Vec<String> {
     let until = pg.end_position().await.unwrap();
-    let from = [(entity.to_string(), after.to_string())];
+    let from = [(entity.to_string(), after.clone())];
     let mut reader = pg.changes(stream, &from, &until).await.unwrap();
     let mut all = Vec::new();
     loop {

@@ -193,9 +193,9 @@ async fn flow_page_with(
             table {
                 thead { tr { th { "Entity" } th { "Field" } th { "Value" } th { "Updated" } @if captures { th { "Snapshot" } } @if ctx.can_write() { th { "Change" } } } }
                 tbody { @for ((c, snapshot), clear) in cursors.iter().zip(&snapshots).zip(&clearing) { tr {
-                    td { code { (c.entity) } } td { (c.cursor_field.clone().unwrap_or_default()) }
+                    td { code { (c.entity) } } td { (c.mark.field().unwrap_or_default()) }
                     td {
-                        code.cursor { (c.cursor_value.clone().unwrap_or_else(|| "— (from the start)".into())) }
+                        code.cursor { (c.mark.value().unwrap_or("— (from the start)")) }
                         @if *clear { " " (badge("clear pending")) }
                     }
                     td { (when(c.updated_at)) }
@@ -215,7 +215,7 @@ async fn flow_page_with(
                             @let id = format!("cursor-{}", c.entity);
                             @let refused = cursor_sent.as_ref().filter(|(f, _, _)| f.entity == c.entity);
                             input.cursorinput id=(id) name="value" required placeholder="new value"
-                                value=[refused.map_or(c.cursor_value.as_deref(), |(f, _, _)| Some(f.value.as_str()))]
+                                value=[refused.map_or(c.mark.value(), |(f, _, _)| Some(f.value.as_str()))]
                                 aria-invalid=[refused.map(|_| "true")] aria-describedby=[refused.map(|_| format!("{id}-error"))];
                             button { "Set" }
                             @if let Some((_, problems, message)) = refused {
@@ -437,7 +437,7 @@ pub async fn set_cursor(state: Data<AppState>, post: Post<CursorForm>, path: Pat
     let f = &post.form;
     match state.sluice.sync.set_cursor(&s.caller.principal, ctx.id(), flow.id, &f.entity, &f.value).await {
         Ok(c) => {
-            let said = format!("Cursor of {} set to {}.", c.entity, c.cursor_value.unwrap_or_default());
+            let said = format!("Cursor of {} set to {}.", c.entity, c.mark.value().unwrap_or_default());
             Ok(redirect_saying(&post.session, &ctx.at(&format!("/flows/{}", flow.id)), &said))
         }
         // Refused (a value that is not the column's type, a run in

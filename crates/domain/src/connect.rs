@@ -8,6 +8,7 @@ pub mod connector;
 pub mod integration;
 pub mod oauth;
 pub mod ports;
+pub mod position;
 pub mod registry;
 pub mod secret_policy;
 pub mod service;

@@ -12,6 +12,7 @@ mod admit;
 pub mod cursor;
 pub mod engine;
 pub mod flow;
+pub mod mark;
 pub mod mode;
 pub mod ports;
 pub mod service;

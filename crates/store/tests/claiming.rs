@@ -11,6 +11,7 @@ use sluice_domain::shared::audit::{Actor, AuditEntry};
 use sluice_domain::shared::ids::{ConnectionId, FlowId, OrgId};
 use sluice_domain::sync::flow::new_run;
 use sluice_domain::sync::flow::*;
+use sluice_domain::sync::mark::Mark;
 use sluice_domain::sync::ports::{QueueRepository, *};
 use sluice_domain::sync::verification::VerificationRepository;
 use sluice_store::Store;
@@ -142,8 +143,7 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     let line = |m: &str| RunLog { ts: now, level: LogLevel::Info, entity: None, message: m.into() };
     let cursor = |v: &str| Cursor {
         entity: "t".into(),
-        cursor_field: Some("id".into()),
-        cursor_value: Some(v.into()),
+        mark: Mark::Cursor { field: Some("id".into()), value: Some(v.into()) },
         updated_at: now,
     };
     let stats = [EntityStats { entity: "t".into(), rows_written: 7, ..Default::default() }];
@@ -168,7 +168,7 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     assert_eq!((stored.status, stored.attempt, stored.error.as_deref()), (RunStatus::Running, 2, None));
     assert_eq!(stored.entities[0].rows_written, 7);
     let c = CursorRepository::get(store, flows[0].id, "t").await.unwrap().unwrap();
-    assert_eq!(c.cursor_value.as_deref(), Some("new"));
+    assert_eq!(c.mark.value(), Some("new"));
     let logs: Vec<String> = store.logs(run.id).await.unwrap().into_iter().map(|l| l.message).collect();
     assert_eq!(logs, ["from the new attempt"]);
     // Once ended, a run's record stays as it ended, even for its attempt.
@@ -181,6 +181,81 @@ async fn writes_of_a_taken_over_attempt_are_refused(store: &Store) {
     RunRepository::save(store, &late).await.unwrap();
     let stored = RunRepository::get(store, org, run.id).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.error.as_deref()), (RunStatus::Failed, Some("given up")));
+}
+
+/// Rows of every form the cursors table held before marks were typed,
+/// written there as text, read as marks; a mark written back is stored as
+/// the same text.
+async fn stored_rows_read_as_marks(store: &Store) {
+    use sea_orm::{ConnectionTrait, Statement};
+    let (_, flows) = seed(store, 1).await;
+    let now = time::OffsetDateTime::now_utc();
+    let run = new_run(&flows[0], Trigger::Manual, uuid::Uuid::now_v7(), now);
+    RunRepository::enqueue(store, &run).await.unwrap();
+    let fence = store.claim("a", now).await.unwrap().unwrap().fence();
+    let rows: [(&str, Option<&str>, Option<&str>); 5] = [
+        ("inc", Some("updated_at"), Some("2026-01-02T00:00:00.000000Z")),
+        ("lsn", Some("$position"), Some("16/B374D848")),
+        ("chunks", Some("$position"), Some(r#"0/16B3748 copy {"after":["41"],"done":3,"total":9}"#)),
+        ("pending", Some("$position"), None),
+        ("clear", Some("$clear"), None),
+    ];
+    let db = store.connection();
+    let text = |v: Option<&str>| v.map_or("NULL".to_string(), |v| format!("'{v}'"));
+    for (entity, field, value) in rows {
+        let placeholder = Cursor { entity: entity.into(), mark: Mark::Clearing, updated_at: now };
+        assert!(store.advance(flows[0].id, &placeholder, fence).await.unwrap());
+        let sql = format!(
+            "UPDATE cursors SET cursor_field = {}, cursor_value = {} WHERE entity = '{entity}'",
+            text(field),
+            text(value)
+        );
+        db.execute_unprepared(&sql).await.unwrap();
+    }
+    let listed = CursorRepository::list(store, flows[0].id).await.unwrap();
+    let mark = |e: &str| listed.iter().find(|c| c.entity == e).map(|c| c.mark.clone()).unwrap();
+    assert_eq!(
+        mark("inc"),
+        Mark::Cursor { field: Some("updated_at".into()), value: Some("2026-01-02T00:00:00.000000Z".into()) }
+    );
+    assert_eq!(mark("lsn"), Mark::Position { at: Some("16/B374D848".into()), copy: None });
+    let Mark::Position { at, copy: Some(copy) } = mark("chunks") else { panic!("{:?}", mark("chunks")) };
+    assert_eq!((at.as_deref(), copy.after, copy.done, copy.total), (Some("0/16B3748"), Some(vec!["41".into()]), 3, 9));
+    assert_eq!(mark("pending"), Mark::pending_copy());
+    assert_eq!(mark("clear"), Mark::Clearing);
+    // Written back through the store, each is the text it was.
+    for c in &listed {
+        assert!(store.advance(flows[0].id, c, fence).await.unwrap());
+    }
+    let backend = db.get_database_backend();
+    let stored = db
+        .query_all_raw(Statement::from_string(backend, "SELECT entity, cursor_field, cursor_value FROM cursors"))
+        .await
+        .unwrap();
+    for (entity, field, value) in rows {
+        let row = stored.iter().find(|r| r.try_get::<String>("", "entity").unwrap() == entity).unwrap();
+        let got: (Option<String>, Option<String>) =
+            (row.try_get("", "cursor_field").unwrap(), row.try_get("", "cursor_value").unwrap());
+        assert_eq!(got, (field.map(str::to_string), value.map(str::to_string)), "{entity}");
+    }
+}
+
+#[tokio::test]
+async fn stored_rows_read_as_marks_on_sqlite() {
+    let file =
+        std::env::temp_dir().join(format!("sluice-marks-{}.db", sluice_domain::shared::secret::random_base62(8)));
+    let store = Store::connect(&format!("sqlite://{}?mode=rwc", file.display()), &[9u8; 32]).await.unwrap();
+    stored_rows_read_as_marks(&store).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
+#[tokio::test]
+async fn stored_rows_read_as_marks_on_postgres() {
+    let Some((_db, url)) = fresh("sluice_marks").await else { return };
+    let store = Store::connect(&url, &[9u8; 32]).await.unwrap();
+    stored_rows_read_as_marks(&store).await;
 }
 
 #[tokio::test]

@@ -195,6 +195,17 @@ fn position(text: &str) -> ConnectorResult<u64> {
     text.parse().map_err(|_| ConnectorError::InvalidConfig(format!("'{text}' is not a position of this log")))
 }
 
+/// The log's position `n`: one origin of transactions, numbered from 1, so
+/// that a position holds the transaction it names (as a GTID does).
+fn typed(n: u64) -> Position {
+    Position::new(n.to_string(), Order::Sequences(vec![(0, n)].into()))
+}
+
+/// The number of a position this log gave.
+fn number(p: &Position) -> ConnectorResult<u64> {
+    position(p.as_str())
+}
+
 impl MemoryChanges {
     fn with_log<T>(&self, f: impl FnOnce(&mut Log) -> T) -> T {
         let mut logs = self.mem.logs.lock().unwrap_or_else(|p| p.into_inner());
@@ -207,7 +218,7 @@ impl MemoryChanges {
         self.with_log(|log| {
             let name = format!("snapshot-{}", log.snapshots.len() + 1);
             log.snapshots.insert(name.clone(), tables.unwrap_or_default());
-            StreamStart { position: log.end().to_string(), snapshot: Some(name), hold: None }
+            StreamStart { position: typed(log.end()), snapshot: Some(name), hold: None }
         })
     }
 }
@@ -230,10 +241,10 @@ impl ChangeSource for MemoryChanges {
 
     async fn open_stream(&self, name: &str, _entities: &[String]) -> ConnectorResult<StreamStart> {
         if let Some(p) = self.with_log(|log| log.streams.get(name).copied()) {
-            return Ok(StreamStart { position: p.to_string(), snapshot: None, hold: None });
+            return Ok(StreamStart { position: typed(p), snapshot: None, hold: None });
         }
         let start = self.snapshot();
-        let at = position(&start.position)?;
+        let at = number(&start.position)?;
         self.with_log(|log| log.streams.insert(name.to_string(), at));
         Ok(start)
     }
@@ -272,37 +283,32 @@ impl ChangeSource for MemoryChanges {
         rows.sort_by(|a, b| cmp(&key_of(a), &key_of(b)));
         rows.truncate(limit);
         let end = self.with_log(|log| log.end());
-        Ok(Chunk { fields: Arc::new(schema.fields), rows, position: end.to_string(), table_rows: Some(table_rows) })
+        Ok(Chunk { fields: Arc::new(schema.fields), rows, position: typed(end), table_rows: Some(table_rows) })
     }
 
-    async fn end_position(&self) -> ConnectorResult<String> {
-        Ok(self.with_log(|log| log.end()).to_string())
+    fn position(&self, text: &str) -> ConnectorResult<Position> {
+        Ok(typed(position(text)?))
     }
 
-    async fn wait_past(&self, at: &str, _at_most: std::time::Duration) -> ConnectorResult<bool> {
-        let at = position(at)?;
+    async fn end_position(&self) -> ConnectorResult<Position> {
+        Ok(typed(self.with_log(|log| log.end())))
+    }
+
+    async fn wait_past(&self, at: &Position, _at_most: std::time::Duration) -> ConnectorResult<bool> {
+        let at = number(at)?;
         Ok(self.with_log(|log| log.end()) > at)
-    }
-
-    fn after(&self, a: &str, b: &str) -> ConnectorResult<bool> {
-        Ok(position(a)? > position(b)?)
-    }
-
-    /// An entity at a transaction's position holds it.
-    fn holds(&self, held: &str, begin: &str) -> ConnectorResult<bool> {
-        Ok(position(held)? >= position(begin)?)
     }
 
     async fn changes(
         &self,
         name: &str,
-        from: &[(String, String)],
-        until: &str,
+        from: &[(String, Position)],
+        until: &Position,
     ) -> ConnectorResult<Box<dyn ChangeReader>> {
-        let until = position(until)?;
+        let until = number(until)?;
         let mut lowest = u64::MAX;
         for (_, p) in from {
-            lowest = lowest.min(position(p)?);
+            lowest = lowest.min(number(p)?);
         }
         let (confirmed, txns) = self.with_log(|log| (log.streams.get(name).copied(), log.txns.clone()));
         let confirmed = confirmed.ok_or_else(|| ConnectorError::Other(format!("no stream {name}")))?;
@@ -313,7 +319,7 @@ impl ChangeSource for MemoryChanges {
         let mut events = std::collections::VecDeque::new();
         let mut described: HashMap<String, Arc<Vec<Field>>> = HashMap::new();
         for t in txns.iter().filter(|t| t.position > lowest && t.position <= until) {
-            let at = t.position.to_string();
+            let at = typed(t.position);
             events.push_back(ChangeEvent::Begin { position: at.clone(), committed_at: t.at });
             for c in t.changes.iter().filter(|c| wanted.contains(&c.entity.as_str())) {
                 if described.get(&c.entity).is_none_or(|f| f != &c.fields) {
@@ -333,8 +339,8 @@ impl ChangeSource for MemoryChanges {
         Ok(Box::new(Reader(events)))
     }
 
-    async fn confirm(&self, name: &str, at: &str) -> ConnectorResult<()> {
-        let at = position(at)?;
+    async fn confirm(&self, name: &str, at: &Position) -> ConnectorResult<()> {
+        let at = number(at)?;
         self.with_log(|log| {
             if let Some(p) = log.streams.get_mut(name) {
                 *p = (*p).max(at);
@@ -343,8 +349,8 @@ impl ChangeSource for MemoryChanges {
         Ok(())
     }
 
-    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>> {
-        Ok(self.with_log(|log| log.streams.get(name).map(u64::to_string)))
+    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<Position>> {
+        Ok(self.with_log(|log| log.streams.get(name).copied().map(typed)))
     }
 
     async fn retained_bytes(&self, _name: &str) -> ConnectorResult<Option<u64>> {

@@ -33,10 +33,16 @@ pub struct MemoryConnectors {
     pub(crate) before_chunks: Arc<Mutex<std::collections::VecDeque<Once>>>,
     /// dataset → the writer calls that succeeded (see `fail_writes_after`).
     pub(crate) write_calls: Arc<Mutex<HashMap<String, u64>>>,
+    /// dataset → what to run once its writer calls reach a count (see
+    /// `after_writer_calls`).
+    pub(crate) after_calls: Arc<Mutex<HashMap<String, (u64, CallHook)>>>,
 }
 
 /// Something to run once.
 pub(crate) type Once = Box<dyn FnOnce() + Send>;
+
+/// Something to run once before a writer call, told what call it is.
+pub(crate) type CallHook = Box<dyn FnOnce(&'static str) + Send>;
 
 /// A hook run once (see [`MemoryConnectors::before_next_entity_fields`]).
 pub(crate) type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
@@ -151,6 +157,15 @@ impl MemoryConnectors {
     /// lost, as in a crash.
     pub fn fail_writes_after(&self, dataset: &str, calls: u64) {
         self.write_faults.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), calls);
+    }
+
+    /// Runs `hook` once, before the writer call to `dataset` that follows
+    /// its first `calls` (see [`Self::writer_calls`]): to do something
+    /// between two of a run's writes, as another process would. The hook
+    /// is told what that call is: `write`, `delete`, `update`, `clear` or
+    /// `commit`.
+    pub fn after_writer_calls(&self, dataset: &str, calls: u64, hook: impl FnOnce(&'static str) + Send + 'static) {
+        self.after_calls.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (calls, Box::new(hook)));
     }
 
     /// How many writer calls to `dataset` succeeded (those
@@ -412,8 +427,25 @@ pub(crate) enum Pending {
 
 impl MemoryWriter {
     /// Fails once, as a crash would, when the dataset's fault says so.
-    fn call(&mut self) -> ConnectorResult<()> {
-        *self.mem.write_calls.lock().unwrap_or_else(|p| p.into_inner()).entry(self.dataset.clone()).or_default() += 1;
+    /// Runs the dataset's hook first when the calls before this one reach
+    /// its count.
+    fn call(&mut self, what: &'static str) -> ConnectorResult<()> {
+        let done = {
+            let mut calls = self.mem.write_calls.lock().unwrap_or_else(|p| p.into_inner());
+            let n = calls.entry(self.dataset.clone()).or_default();
+            *n += 1;
+            *n - 1
+        };
+        let hook = {
+            let mut hooks = self.mem.after_calls.lock().unwrap_or_else(|p| p.into_inner());
+            match hooks.get(&self.dataset) {
+                Some((at, _)) if *at == done => hooks.remove(&self.dataset).map(|(_, h)| h),
+                _ => None,
+            }
+        };
+        if let Some(hook) = hook {
+            hook(what);
+        }
         let mut faults = self.mem.write_faults.lock().unwrap_or_else(|p| p.into_inner());
         match faults.get_mut(&self.dataset) {
             Some(0) => {
@@ -561,7 +593,7 @@ impl MemoryWriter {
 impl EntityWriter for MemoryWriter {
     async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
         YieldOnce(false).await;
-        self.call()?;
+        self.call("write")?;
         let order: Vec<Option<usize>> =
             self.schema.fields.iter().map(|f| batch.fields.iter().position(|b| b.name == f.name)).collect();
         for r in &batch.rows {
@@ -574,7 +606,7 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
-        self.call()?;
+        self.call("commit")?;
         if self.mode != WriteMode::Overwrite {
             self.commit(false);
         }
@@ -582,7 +614,7 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn finish(mut self: Box<Self>) -> ConnectorResult<WriteStats> {
-        self.call()?;
+        self.call("commit")?;
         let replace = self.mode == WriteMode::Overwrite;
         self.commit(replace);
         self.finished.lock().unwrap_or_else(|p| p.into_inner()).push(self.schema.name.clone());
@@ -592,7 +624,7 @@ impl EntityWriter for MemoryWriter {
     async fn abort(self: Box<Self>) {}
 
     async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
-        self.call()?;
+        self.call("delete")?;
         for r in &keys.rows {
             let at = self.placed(&keys.fields, r);
             self.pending.push(Pending::Delete(at));
@@ -602,7 +634,7 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
-        self.call()?;
+        self.call("update")?;
         let key = self.key();
         for r in &rows.rows {
             let (at, set): (Vec<(usize, Value)>, Vec<(usize, Value)>) =
@@ -614,7 +646,7 @@ impl EntityWriter for MemoryWriter {
     }
 
     async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
-        self.call()?;
+        self.call("clear")?;
         let soft = soft_column.and_then(|c| self.schema.index_of(c));
         self.pending.push(Pending::Clear(range.clone(), soft));
         Ok(())

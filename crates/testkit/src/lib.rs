@@ -62,10 +62,24 @@ pub fn in_memory_ports_with(
     connectors: &MemoryConnectors,
     secrets: FakeSecrets,
 ) -> Ports {
+    let catalog = InMemoryCatalog::new(store);
+    in_memory_ports_sharing(store, clock, connectors, secrets, &catalog, &InMemoryFlows::new(store))
+}
+
+/// [`in_memory_ports_with`] over a catalog and flows of the caller's: two
+/// sets of ports over the same ones are two processes sharing a store.
+pub fn in_memory_ports_sharing(
+    store: &InMemoryStore,
+    clock: Arc<dyn Clock>,
+    connectors: &MemoryConnectors,
+    secrets: FakeSecrets,
+    catalog: &InMemoryCatalog,
+    flows: &InMemoryFlows,
+) -> Ports {
     let s = Arc::new(store.clone());
-    let catalog = Arc::new(InMemoryCatalog::new(store));
+    let catalog = Arc::new(catalog.clone());
     let catalog_for_iac = catalog.clone();
-    let flows = InMemoryFlows::new(store);
+    let flows = flows.clone();
     Ports {
         integrations: catalog.clone(),
         connections: catalog.clone(),

@@ -38,6 +38,34 @@ impl InMemoryFlows {
     pub(crate) fn s(&self) -> MutexGuard<'_, FlowState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Every running run queued again for its next attempt, as another
+    /// worker taking it over after its lease ran out does: the attempt
+    /// running holds it no more. Answers how many.
+    pub fn take_over_running(&self) -> usize {
+        let mut s = self.s();
+        let mut n = 0;
+        for r in s.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+            r.status = RunStatus::Queued;
+            r.claimed_by = None;
+            r.heartbeat_at = None;
+            r.attempt += 1;
+            n += 1;
+        }
+        n
+    }
+
+    /// Every running run marked canceled, as a user's cancel from another
+    /// process is (its worker ends it). Answers how many.
+    pub fn cancel_running(&self) -> usize {
+        let mut s = self.s();
+        let mut n = 0;
+        for r in s.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+            r.status = RunStatus::Canceled;
+            n += 1;
+        }
+        n
+    }
 }
 
 #[async_trait]
@@ -281,7 +309,7 @@ impl CursorRepository for InMemoryFlows {
             return Err(Error::run_in_progress());
         }
         let key = (flow, entity.to_string());
-        let old = s.cursors.get(&key).and_then(|c| c.cursor_value.clone());
+        let old = s.cursors.get(&key).and_then(|c| c.mark.stored().1);
         match cursor {
             Some(c) => s.cursors.insert(key, c),
             None => s.cursors.remove(&key),

@@ -24,6 +24,10 @@ use std::sync::Arc;
 struct World {
     sluice: Sluice,
     mem: MemoryConnectors,
+    /// What a second process over the same store is built from.
+    store: InMemoryStore,
+    catalog: InMemoryCatalog,
+    flows: InMemoryFlows,
     p: Principal,
     org: OrgId,
     src: ConnectionId,
@@ -68,7 +72,8 @@ async fn world() -> World {
     let clock: Arc<dyn Clock> = Arc::new(sluice_domain::shared::clock::SystemClock);
     let mem = MemoryConnectors::new();
     mem.put("shop", table("orders", false), vec![row(1, "one", 1), row(2, "two", 2), row(3, "three", 3)]);
-    let sluice = Sluice::new(in_memory_ports_with(&store, clock, &mem, FakeSecrets::default()));
+    let (catalog, flows) = (InMemoryCatalog::new(&store), InMemoryFlows::new(&store));
+    let sluice = Sluice::new(in_memory_ports_sharing(&store, clock, &mem, FakeSecrets::default(), &catalog, &flows));
     let (p, _) = sluice.identity.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
     let org =
         sluice.identity.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
@@ -81,7 +86,7 @@ async fn world() -> World {
     };
     let src = sluice.connect.create_connection(&p, org, conn("shop", Capability::Source)).await.unwrap().id;
     let dst = sluice.connect.create_connection(&p, org, conn("wh", Capability::Destination)).await.unwrap().id;
-    World { sluice, mem, p, org, src, dst }
+    World { sluice, mem, store, catalog, flows, p, org, src, dst }
 }
 
 /// A mirror of `orders` and its change log `orders_log`.
@@ -113,6 +118,17 @@ impl World {
         self.sluice.sync.trigger_run(&self.p, self.org, f.id, Trigger::Manual).await.unwrap();
         let claimed = self.sluice.engine.claim_run("w1").await.unwrap().expect("a queued run");
         self.sluice.engine.execute_run(claimed).await
+    }
+
+    /// Another process over the same store and connectors: its worker
+    /// claims the run queued next and executes it.
+    async fn run_elsewhere(&self) -> Run {
+        let clock: Arc<dyn Clock> = Arc::new(sluice_domain::shared::clock::SystemClock);
+        let ports =
+            in_memory_ports_sharing(&self.store, clock, &self.mem, FakeSecrets::default(), &self.catalog, &self.flows);
+        let other = Sluice::new(ports);
+        let claimed = other.engine.claim_run("w2").await.unwrap().expect("a queued run");
+        other.engine.execute_run(claimed).await
     }
 
     async fn succeeds(&self, f: &Flow) -> Run {
@@ -229,6 +245,26 @@ fn write_history(w: &World, txns: u64, per_txn: i64) -> Vec<(i64, &'static str, 
     history
 }
 
+/// How many writer calls a run that applies `txns` transactions of
+/// `per_txn` changes makes to the destination, counted on a world of its
+/// own where nothing fails.
+async fn calls_of_a_run(mappings: &serde_json::Value, txns: u64, per_txn: i64) -> u64 {
+    let w = world().await;
+    let f = w.flow(mappings.clone()).await;
+    w.succeeds(&f).await;
+    write_history(&w, txns, per_txn);
+    let before = w.mem.writer_calls("wh");
+    w.succeeds(&f).await;
+    w.mem.writer_calls("wh") - before
+}
+
+/// The mirror equals its source, and the log holds `history` once, in
+/// commit order, after the first copy's rows.
+fn assert_exact(w: &World, history: &[(i64, &str, u64)], why: &str) {
+    assert_eq!(w.rows("wh", "orders"), w.rows("shop", "orders"), "{why}");
+    assert_eq!(w.logged(), expected_log(&[1, 2, 3], 0, history), "{why}");
+}
+
 #[tokio::test]
 async fn a_failure_at_any_write_of_the_destination_loses_and_repeats_nothing() {
     // Every call a run makes to the destination's writers fails once, in
@@ -241,15 +277,7 @@ async fn a_failure_at_any_write_of_the_destination_loses_and_repeats_nothing() {
 }
 
 async fn fails_anywhere_once(mappings: serde_json::Value) {
-    let calls = {
-        let w = world().await;
-        let f = w.flow(mappings.clone()).await;
-        w.succeeds(&f).await;
-        write_history(&w, 12, 5);
-        let before = w.mem.writer_calls("wh");
-        w.succeeds(&f).await;
-        w.mem.writer_calls("wh") - before
-    };
+    let calls = calls_of_a_run(&mappings, 12, 5).await;
     assert!(calls >= 4, "{calls} calls");
     for fail_after in 0..calls {
         let w = world().await;
@@ -260,8 +288,7 @@ async fn fails_anywhere_once(mappings: serde_json::Value) {
         let failed = w.run(&f).await;
         assert_eq!(failed.status, RunStatus::Failed, "failing after {fail_after} of {calls} calls");
         w.succeeds(&f).await;
-        assert_eq!(w.rows("wh", "orders"), w.rows("shop", "orders"), "failing after {fail_after} calls");
-        assert_eq!(w.logged(), expected_log(&[1, 2, 3], 0, &history), "failing after {fail_after} calls");
+        assert_exact(&w, &history, &format!("failing after {fail_after} calls"));
     }
 }
 
@@ -291,8 +318,7 @@ async fn a_run_that_commits_along_the_way_resumes_from_what_each_table_committed
     assert_eq!(at("orders"), 60, "the mirror committed all");
     assert!(at("orders_log") > 0 && at("orders_log") < 60, "the log committed along the way: {held:?}");
     w.succeeds(&f).await;
-    assert_eq!(w.rows("wh", "orders"), w.rows("shop", "orders"));
-    assert_eq!(w.logged(), expected_log(&[1, 2, 3], 0, &history));
+    assert_exact(&w, &history, "the next run");
 }
 
 #[tokio::test]
@@ -394,4 +420,91 @@ async fn a_stream_moved_past_what_a_table_holds_fails_it_position_lost() {
     assert!(r.entities.iter().all(|e| e.error_code.as_deref() == Some("position_lost")), "{:?}", r.entities);
     // Nothing was applied past the loss.
     assert_eq!(w.rows("wh", "orders"), ["1:one:1", "2:two:2", "3:three:3"]);
+}
+
+/// The destination's state: each table's rows and the positions it holds.
+fn destination(w: &World, f: &Flow) -> (Vec<String>, Vec<String>, Vec<(String, String)>) {
+    let mut held: Vec<(String, String)> = w.mem.held_positions("wh", &f.stream_name()).into_iter().collect();
+    held.sort();
+    (w.rows("wh", "orders"), w.logged(), held)
+}
+
+#[tokio::test]
+async fn a_run_taken_over_between_any_two_writes_stops_committing_and_its_next_attempt_applies_all_once() {
+    // Another worker takes the run over (its lease ran out) before each
+    // writer call in turn: the attempt that lost it commits nothing after
+    // the commit in flight (each commit is fenced), and the next attempt,
+    // in another process, applies every change once.
+    for mappings in [mirror_and_log(), log_and_mirror()] {
+        let calls = calls_of_a_run(&mappings, 12, 5).await;
+        for k in 0..calls {
+            let w = world().await;
+            let f = w.flow(mappings.clone()).await;
+            w.succeeds(&f).await;
+            let history = write_history(&w, 12, 5);
+            let at_loss = Arc::new(std::sync::Mutex::new(None));
+            let (flows, mem, seen, stream) = (w.flows.clone(), w.mem.clone(), at_loss.clone(), f.stream_name());
+            w.mem.after_writer_calls("wh", w.mem.writer_calls("wh") + k, move |what| {
+                assert_eq!(flows.take_over_running(), 1);
+                let mut held: Vec<(String, String)> = mem.held_positions("wh", &stream).into_iter().collect();
+                held.sort();
+                *seen.lock().unwrap() = Some((what, held));
+            });
+            let lost = w.run(&f).await;
+            assert_ne!(lost.status, RunStatus::Succeeded, "taken over before call {k} of {calls}");
+            // The fence is checked before each destination commit: a commit
+            // whose check passed before the take-over may still land (a
+            // destination's own fence, `end_earlier_attempts`, ends it when
+            // the next attempt begins first); no later commit does.
+            let (_, _, held) = destination(&w, &f);
+            let (what, at_loss) = at_loss.lock().unwrap().clone().expect("the take-over happened");
+            let moved = held.iter().zip(&at_loss).filter(|(a, b)| a != b).count();
+            let in_flight = usize::from(what == "commit");
+            assert!(moved <= in_flight, "taken over before call {k} ({what}): {at_loss:?} → {held:?}");
+            let again = w.run_elsewhere().await;
+            assert_eq!((again.status, again.attempt), (RunStatus::Succeeded, 2), "{:?}", again.entities);
+            assert_exact(&w, &history, &format!("taken over before call {k}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_run_stopped_at_a_checkpoint_resumes_there_in_another_process_with_every_change_once() {
+    let w = world().await;
+    let f = w.flow(mirror_and_log()).await;
+    w.succeeds(&f).await;
+    let history = write_history(&w, 60, 1_000);
+    // The process begins stopping as the run writes its first changes: the
+    // run pauses at its next checkpoint (every table commits there) and
+    // goes back to the queue.
+    let engine = w.sluice.engine.clone();
+    w.mem.after_writer_calls("wh", w.mem.writer_calls("wh") + 1, move |_| engine.stop_at_checkpoint());
+    let paused = w.run(&f).await;
+    assert_eq!((paused.status, paused.attempt), (RunStatus::Queued, 2), "{:?}", paused.entities);
+    let (_, _, held) = destination(&w, &f);
+    let at: Vec<u64> = held.iter().map(|(_, p)| p.parse().unwrap()).collect();
+    assert!(at.iter().all(|p| *p > 0 && *p < 60) && at[0] == at[1], "paused along the way: {held:?}");
+    let resumed = w.run_elsewhere().await;
+    assert_eq!(resumed.status, RunStatus::Succeeded, "{:?}", resumed.entities);
+    assert_exact(&w, &history, "resumed");
+    let held = w.mem.held_positions("wh", &f.stream_name());
+    assert_eq!((held["orders"].as_str(), held["orders_log"].as_str()), ("60", "60"));
+}
+
+#[tokio::test]
+async fn a_run_canceled_mid_batch_commits_nothing_more_and_the_next_run_applies_every_change_once() {
+    let w = world().await;
+    let f = w.flow(mirror_and_log()).await;
+    w.succeeds(&f).await;
+    let before = destination(&w, &f);
+    let history = write_history(&w, 12, 5);
+    let flows = w.flows.clone();
+    w.mem.after_writer_calls("wh", w.mem.writer_calls("wh") + 1, move |_| {
+        assert_eq!(flows.cancel_running(), 1);
+    });
+    let canceled = w.run(&f).await;
+    assert_ne!(canceled.status, RunStatus::Succeeded);
+    assert_eq!(destination(&w, &f), before, "a cancel stops the run before its next commit");
+    w.succeeds(&f).await;
+    assert_exact(&w, &history, "the next run");
 }

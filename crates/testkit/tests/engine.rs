@@ -141,7 +141,7 @@ async fn incremental_deduped_syncs_changes_once_and_follows_the_cursor() {
 
     // Set back: re-reads from there; de-duplication absorbs it.
     let c = w.sluice.sync.set_cursor(&w.p, w.org, f.id, "people", "2026-01-02T00:00:00+00:00").await.unwrap();
-    assert_eq!(c.cursor_value.as_deref(), Some("2026-01-02T00:00:00.000000Z"));
+    assert_eq!(c.mark.value(), Some("2026-01-02T00:00:00.000000Z"));
     let r = w.run(&f).await;
     assert_eq!(r.entities[0].cursor_before.as_deref(), Some("2026-01-02T00:00:00.000000Z"));
     assert_eq!(r.entities[0].rows_read, 4);
@@ -150,7 +150,7 @@ async fn incremental_deduped_syncs_changes_once_and_follows_the_cursor() {
     // Reset: everything is read again; the destination is not truncated.
     w.sluice.sync.reset_cursor(&w.p, w.org, f.id, "people").await.unwrap();
     let state = w.sluice.sync.cursors(&w.p, w.org, f.id).await.unwrap();
-    assert_eq!(state[0].cursor_value, None);
+    assert_eq!(state[0].mark.value(), None);
     let r = w.run(&f).await;
     assert_eq!(r.entities[0].rows_read, 5);
     assert_eq!(ids(&w.dest("people")), [1, 2, 3, 4, 5]);
@@ -449,7 +449,8 @@ async fn a_cursor_write_is_atomic_with_its_guard_and_its_audit_entry() {
         )
         .await;
     w.run(&f).await;
-    let stored = || async { w.sluice.sync.cursors(&w.p, w.org, f.id).await.unwrap()[0].cursor_value.clone() };
+    let stored =
+        || async { w.sluice.sync.cursors(&w.p, w.org, f.id).await.unwrap()[0].mark.value().map(str::to_string) };
     assert_eq!(stored().await.as_deref(), Some("2026-01-03T00:00:00.000000Z"));
 
     // A run claimed between the request's start (its check passed) and its

@@ -151,26 +151,9 @@ impl GtidPos {
         self.0.get(&domain).map_or(0, |(_, n)| *n)
     }
 
-    /// The domain and sequence number of a position of one domain
-    /// (`0-1-42`), read without building it: the common case, compared
-    /// once per change.
-    pub fn single(s: &str) -> Option<(u32, u64)> {
-        let mut it = s.trim().split('-');
-        let (d, _, n, None) = (it.next()?, it.next()?.parse::<u32>().ok()?, it.next()?, it.next()) else {
-            return None;
-        };
-        Some((d.parse().ok()?, n.parse().ok()?))
-    }
-
     /// Whether this position holds a transaction `other` does not.
     pub fn after(&self, other: &GtidPos) -> bool {
         self.0.iter().any(|(d, (_, n))| *n > other.seq(*d))
-    }
-
-    /// Whether this position holds every transaction `other` holds, and
-    /// one more.
-    pub fn dominates(&self, other: &GtidPos) -> bool {
-        self.after(other) && !other.after(self)
     }
 
     /// Whether a transaction with this GTID comes after the position.

@@ -17,7 +17,9 @@ use super::MySqlConnector;
 use super::binlog::{self, Column, Gtid, GtidPos, TableMap};
 use super::types::bind;
 use crate::common::{CONNECT_TIMEOUT, check_stream_name, native_for, quote_bt, with_timeout};
-use sluice_domain::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, Chunk, StreamStart};
+use sluice_domain::connect::changes::{
+    Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, Chunk, Order, Position, StreamStart,
+};
 use sluice_domain::connect::connector::{
     ConnectorError, ConnectorResult, EntitySchema, Field, KeyRange, KeyedRead, Value,
 };
@@ -40,6 +42,12 @@ const ER_MASTER_FATAL_ERROR_READING_BINLOG: &str = "1236";
 
 fn gtid(s: &str) -> ConnectorResult<GtidPos> {
     GtidPos::parse(s).map_err(ConnectorError::InvalidConfig)
+}
+
+/// A GTID position as the engine compares it: per domain, its sequence
+/// number.
+fn typed(p: &GtidPos) -> Position {
+    Position::new(p.to_string(), Order::Sequences(p.domains().map(|(d, n)| (u64::from(d), n)).collect()))
 }
 
 impl MySqlConnector {
@@ -104,7 +112,7 @@ impl MySqlConnector {
         let mut conn = self.direct().await?;
         let position = self.begin_snapshot(&mut conn).await?;
         let (name, hold) = super::snapshot::hold(conn)?;
-        Ok(StreamStart { position: position.to_string(), snapshot: Some(name), hold: Some(hold) })
+        Ok(StreamStart { position: typed(&position), snapshot: Some(name), hold: Some(hold) })
     }
 
     /// The columns of `entity` as the binlog decoder reads them, beside
@@ -356,7 +364,7 @@ impl ChangeSource for MySqlConnector {
             Ok::<_, ConnectorError>(Chunk {
                 fields: fields.clone(),
                 rows,
-                position: position.to_string(),
+                position: typed(&position),
                 table_rows: estimate,
             })
         };
@@ -365,12 +373,16 @@ impl ChangeSource for MySqlConnector {
         chunk
     }
 
-    async fn end_position(&self) -> ConnectorResult<String> {
-        Ok(self.binlog_position().await?.to_string())
+    fn position(&self, text: &str) -> ConnectorResult<Position> {
+        Ok(typed(&gtid(text)?))
     }
 
-    async fn wait_past(&self, position: &str, at_most: std::time::Duration) -> ConnectorResult<bool> {
-        let position = gtid(position)?;
+    async fn end_position(&self) -> ConnectorResult<Position> {
+        Ok(typed(&self.binlog_position().await?))
+    }
+
+    async fn wait_past(&self, position: &Position, at_most: std::time::Duration) -> ConnectorResult<bool> {
+        let position = gtid(position.as_str())?;
         let deadline = std::time::Instant::now() + at_most;
         loop {
             if self.binlog_position().await?.after(&position) {
@@ -383,33 +395,15 @@ impl ChangeSource for MySqlConnector {
         }
     }
 
-    fn after(&self, position: &str, other: &str) -> ConnectorResult<bool> {
-        if let (Some((d, n)), Some((d2, n2))) = (GtidPos::single(position), GtidPos::single(other))
-            && d == d2
-        {
-            return Ok(n > n2);
-        }
-        Ok(gtid(position)?.dominates(&gtid(other)?))
-    }
-
-    fn holds(&self, held: &str, begin: &str) -> ConnectorResult<bool> {
-        if let (Some((d, n)), Some((d2, n2))) = (GtidPos::single(held), GtidPos::single(begin))
-            && d == d2
-        {
-            return Ok(n >= n2);
-        }
-        let (held, begin) = (gtid(held)?, gtid(begin)?);
-        Ok(!begin.after(&held))
-    }
-
     async fn changes(
         &self,
         _name: &str,
-        from: &[(String, String)],
-        until: &str,
+        from: &[(String, Position)],
+        until: &Position,
     ) -> ConnectorResult<Box<dyn ChangeReader>> {
-        let until = gtid(until)?;
-        let after = from.iter().map(|(e, p)| Ok((e.clone(), gtid(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
+        let until = gtid(until.as_str())?;
+        let after =
+            from.iter().map(|(e, p)| Ok((e.clone(), gtid(p.as_str())?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
         let Some(start) = after.values().cloned().reduce(|a, b| a.min(&b)) else {
             return Ok(Box::new(Ended));
         };
@@ -517,13 +511,13 @@ impl ChangeSource for MySqlConnector {
     }
 
     /// Nothing to do: the server keeps its binlog by its own expiry.
-    async fn confirm(&self, name: &str, _position: &str) -> ConnectorResult<()> {
+    async fn confirm(&self, name: &str, _position: &Position) -> ConnectorResult<()> {
         check_stream_name(name)
     }
 
     /// The GTID position the oldest binlog file begins at: what any stream
     /// can still read from.
-    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>> {
+    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<Position>> {
         check_stream_name(name)?;
         let logs = sqlx::query("SHOW BINARY LOGS").fetch_all(&self.pool).await.map_err(|e| self.e(&e))?;
         let Some(first) = logs.first() else { return Ok(None) };
@@ -533,7 +527,7 @@ impl ChangeSource for MySqlConnector {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| self.e(&e))?;
-        Ok(Some(gtid(&pos.unwrap_or_default())?.to_string()))
+        Ok(Some(typed(&gtid(&pos.unwrap_or_default())?)))
     }
 
     /// None: the binlog is kept for every replica alike, not for this stream.
@@ -595,7 +589,7 @@ fn place_by_name(fields: &[Field], names: &[String], types: &[u8]) -> Option<Vec
 /// The transaction being read.
 struct Tx {
     gtid: Gtid,
-    position: String,
+    position: Position,
     standalone: bool,
     /// Past the position the read goes up to: left for the next read.
     beyond: bool,
@@ -717,7 +711,7 @@ impl Decoder {
                 let mut position = self.running.clone();
                 position.advance(&g);
                 let beyond = g.seq > self.until.seq(g.domain);
-                let position = position.to_string();
+                let position = typed(&position);
                 if beyond {
                     if !self.passed.contains(&g.domain) {
                         self.passed.push(g.domain);

@@ -10,7 +10,9 @@
 use super::PgConnector;
 use super::pgoutput::{self, Column, Lsn, Message, Relation};
 use crate::common::{CONNECT_TIMEOUT, quote_dq, with_timeout};
-use sluice_domain::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, Chunk, StreamStart};
+use sluice_domain::connect::changes::{
+    Change, ChangeEvent, ChangeOp, ChangeReader, ChangeSource, Chunk, Order, Position, StreamStart,
+};
 use sluice_domain::connect::connector::{
     ConnectorError, ConnectorResult, EntitySchema, Field, FieldType, KeyRange, RecordBatch, Value,
 };
@@ -30,6 +32,16 @@ fn object_name(name: &str) -> ConnectorResult<String> {
 
 fn lsn(s: &str) -> ConnectorResult<Lsn> {
     s.parse().map_err(ConnectorError::InvalidConfig)
+}
+
+/// An LSN as the engine compares it.
+fn typed(l: Lsn) -> Position {
+    Position::new(l.to_string(), Order::Offset(l.0))
+}
+
+/// The LSN of a position this source gave.
+fn lsn_of(p: &Position) -> ConnectorResult<Lsn> {
+    p.offset().map(Lsn).ok_or_else(|| ConnectorError::InvalidConfig(format!("'{p}' is not a PostgreSQL LSN")))
 }
 
 /// Microseconds since 2000-01-01 UTC as an instant.
@@ -569,7 +581,11 @@ impl PgConnector {
         let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(&mut conn).await.map_err(|e| self.e(&e))?;
         let position: String = row.try_get("consistent_point").map_err(|e| self.e(&e))?;
         let snapshot: String = row.try_get("snapshot_name").map_err(|e| self.e(&e))?;
-        Ok(StreamStart { position, snapshot: Some(snapshot), hold: Some(Box::new(SnapshotHold(Some(conn)))) })
+        Ok(StreamStart {
+            position: typed(lsn(&position)?),
+            snapshot: Some(snapshot),
+            hold: Some(Box::new(SnapshotHold(Some(conn)))),
+        })
     }
 
     /// Refuses, before they join a publication, the tables whose updates
@@ -746,7 +762,7 @@ impl ChangeSource for PgConnector {
             });
         }
         if let Some(position) = self.slot_position(&object).await? {
-            return Ok(StreamStart { position: position.to_string(), snapshot: None, hold: None });
+            return Ok(StreamStart { position: typed(position), snapshot: None, hold: None });
         }
         self.create_slot(&object, false).await
     }
@@ -807,7 +823,7 @@ impl ChangeSource for PgConnector {
             Ok::<_, ConnectorError>(Chunk {
                 fields: decoding.fields.clone(),
                 rows,
-                position,
+                position: typed(lsn(&position)?),
                 table_rows: table_rows.filter(|n| *n >= 0).map(|n| n as u64),
             })
         };
@@ -819,20 +835,25 @@ impl ChangeSource for PgConnector {
         chunk
     }
 
-    async fn end_position(&self) -> ConnectorResult<String> {
-        // Flushed, not merely written: a slot is read up to what is flushed,
-        // and a read that ends here must have seen every change before it.
-        sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.e(&e))
+    fn position(&self, text: &str) -> ConnectorResult<Position> {
+        Ok(typed(lsn(text)?))
     }
 
-    async fn wait_past(&self, position: &str, at_most: std::time::Duration) -> ConnectorResult<bool> {
-        let position = lsn(position)?;
+    async fn end_position(&self) -> ConnectorResult<Position> {
+        // Flushed, not merely written: a slot is read up to what is flushed,
+        // and a read that ends here must have seen every change before it.
+        let end: String = sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.e(&e))?;
+        Ok(typed(lsn(&end)?))
+    }
+
+    async fn wait_past(&self, position: &Position, at_most: std::time::Duration) -> ConnectorResult<bool> {
+        let position = lsn_of(position)?;
         let deadline = std::time::Instant::now() + at_most;
         loop {
-            if lsn(&self.end_position().await?)? > position {
+            if lsn_of(&self.end_position().await?)? > position {
                 return Ok(true);
             }
             if std::time::Instant::now() >= deadline {
@@ -842,21 +863,18 @@ impl ChangeSource for PgConnector {
         }
     }
 
-    fn after(&self, position: &str, other: &str) -> ConnectorResult<bool> {
-        Ok(lsn(position)? > lsn(other)?)
-    }
-
     async fn changes(
         &self,
         name: &str,
-        from: &[(String, String)],
-        until: &str,
+        from: &[(String, Position)],
+        until: &Position,
     ) -> ConnectorResult<Box<dyn ChangeReader>> {
         let object = object_name(name)?;
         let publication = self.publication_of(&object).to_string();
-        let until = lsn(until)?;
+        let until = lsn_of(until)?;
         self.wait_for_slot(&object).await?;
-        let after = from.iter().map(|(e, p)| Ok((e.clone(), lsn(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
+        let after =
+            from.iter().map(|(e, p)| Ok((e.clone(), lsn_of(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
         // A connection of its own, closed when the read ends or is dropped,
         // so that no server process goes on holding the slot after it.
         let mut conn = self.direct(false).await?;
@@ -918,9 +936,9 @@ impl ChangeSource for PgConnector {
         Ok(Box::new(crate::common::ChannelChanges::new(rx, task.abort_handle())))
     }
 
-    async fn confirm(&self, name: &str, position: &str) -> ConnectorResult<()> {
+    async fn confirm(&self, name: &str, position: &Position) -> ConnectorResult<()> {
         let object = object_name(name)?;
-        let position = lsn(position)?;
+        let position = lsn_of(position)?;
         let Some(held) = self.slot_position(&object).await? else {
             return Err(ConnectorError::Other(format!("the replication slot {object} is gone")));
         };
@@ -936,9 +954,9 @@ impl ChangeSource for PgConnector {
         Ok(())
     }
 
-    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>> {
+    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<Position>> {
         let object = object_name(name)?;
-        Ok(self.slot_position(&object).await?.map(|l| l.to_string()))
+        Ok(self.slot_position(&object).await?.map(typed))
     }
 
     async fn retained_bytes(&self, name: &str) -> ConnectorResult<Option<u64>> {
@@ -1103,12 +1121,10 @@ impl Decoder {
         match pgoutput::decode(data)? {
             Message::Begin { final_lsn, commit_time, .. } => {
                 self.commit = final_lsn;
-                self.out
-                    .push(ChangeEvent::Begin { position: final_lsn.to_string(), committed_at: pg_time(commit_time) });
+                self.out.push(ChangeEvent::Begin { position: typed(final_lsn), committed_at: pg_time(commit_time) });
             }
             Message::Commit { end_lsn, commit_time, .. } => {
-                self.out
-                    .push(ChangeEvent::Commit { position: end_lsn.to_string(), committed_at: pg_time(commit_time) });
+                self.out.push(ChangeEvent::Commit { position: typed(end_lsn), committed_at: pg_time(commit_time) });
             }
             Message::Relation(r) => {
                 let ours = r.namespace == self.schema && self.after.contains_key(&r.name);

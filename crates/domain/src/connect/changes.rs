@@ -1,10 +1,12 @@
 //! Change data capture, the port: a source that reads the inserts, updates
 //! and deletes of its tables from its log (PostgreSQL's write-ahead log
 //! through a replication slot), in commit order, each transaction whole,
-//! from a position the caller holds. Positions are the source's own text
-//! (a PostgreSQL LSN, `16/B374D848`), compared only by the source.
+//! from a position the caller holds. A [`Position`] is the source's own text
+//! (a PostgreSQL LSN, `16/B374D848`) with the order the source's connector
+//! read from it once, where it handed it over.
 
 use super::connector::{ConnectorResult, EntitySchema, Field};
+pub use super::position::{Order, Position};
 use crate::shared::record::Value;
 use std::sync::Arc;
 use time::OffsetDateTime;
@@ -49,7 +51,7 @@ pub enum ChangeEvent {
     Schema(EntitySchema),
     /// The start of a transaction: where it commits and when.
     Begin {
-        position: String,
+        position: Position,
         committed_at: OffsetDateTime,
     },
     Change(Change),
@@ -64,7 +66,7 @@ pub enum ChangeEvent {
     /// The end of a transaction: every change before it, and none after,
     /// is at or before `position`.
     Commit {
-        position: String,
+        position: Position,
         committed_at: OffsetDateTime,
     },
 }
@@ -82,7 +84,7 @@ pub trait ChangeReader: Send {
 /// Where a new stream starts, and the snapshot of the tables at exactly
 /// that point, which the initial copy reads in while it is held.
 pub struct StreamStart {
-    pub position: String,
+    pub position: Position,
     /// The snapshot's name (PostgreSQL's exported snapshot), valid until
     /// `hold` is dropped; `None` for a stream that already existed.
     pub snapshot: Option<String>,
@@ -99,7 +101,7 @@ pub struct Chunk {
     pub rows: Vec<Vec<Value>>,
     /// Where the source's log was when the chunk's snapshot was taken:
     /// what a change log stamps the chunk's rows with.
-    pub position: String,
+    pub position: Position,
     /// The source's estimate of the table's rows, when it has one (for
     /// the copy's count of chunks).
     pub table_rows: Option<u64>,
@@ -137,30 +139,20 @@ pub trait ChangeSource: Send + Sync {
         limit: usize,
     ) -> ConnectorResult<Chunk>;
 
+    /// A position of this source's log as stored (by a destination, or
+    /// given by a user), read once.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for text that is not a position of this source.
+    fn position(&self, text: &str) -> ConnectorResult<Position>;
+
     /// The position the source's log ends at now: everything before it can
     /// be read.
-    async fn end_position(&self) -> ConnectorResult<String>;
+    async fn end_position(&self) -> ConnectorResult<Position>;
 
     /// Waits until the source's log ends past `position` (something was
     /// written since), or `at_most` passed; answers whether it did.
-    async fn wait_past(&self, position: &str, at_most: std::time::Duration) -> ConnectorResult<bool>;
-
-    /// Whether `position` comes after `other` in this source's log.
-    ///
-    /// # Errors
-    /// `InvalidConfig` for a position of another form.
-    fn after(&self, position: &str, other: &str) -> ConnectorResult<bool>;
-
-    /// Whether an entity that holds `held` holds the transaction a
-    /// [`ChangeEvent::Begin`] at `begin` opens already (by default: `held`
-    /// comes after `begin`, as a PostgreSQL LSN past a commit's does; a
-    /// MariaDB GTID position holds the transaction whose position it equals).
-    ///
-    /// # Errors
-    /// `InvalidConfig` for a position of another form.
-    fn holds(&self, held: &str, begin: &str) -> ConnectorResult<bool> {
-        self.after(held, begin)
-    }
+    async fn wait_past(&self, position: &Position, at_most: std::time::Duration) -> ConnectorResult<bool>;
 
     /// The changes of each entity of `from` in the transactions that commit
     /// after its position (`(entity, position)`) and at or before `until`,
@@ -169,16 +161,16 @@ pub trait ChangeSource: Send + Sync {
     async fn changes(
         &self,
         name: &str,
-        from: &[(String, String)],
-        until: &str,
+        from: &[(String, Position)],
+        until: &Position,
     ) -> ConnectorResult<Box<dyn ChangeReader>>;
 
     /// Lets the source forget everything at or before `position`: every
     /// destination holds it.
-    async fn confirm(&self, name: &str, position: &str) -> ConnectorResult<()>;
+    async fn confirm(&self, name: &str, position: &Position) -> ConnectorResult<()>;
 
     /// The earliest position the stream still holds.
-    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<String>>;
+    async fn retained_from(&self, name: &str) -> ConnectorResult<Option<Position>>;
 
     /// How many bytes of its log the source keeps for the stream (from the
     /// oldest it may still need to the end); `None` when it has none.

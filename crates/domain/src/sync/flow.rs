@@ -511,12 +511,12 @@ pub struct RunLog {
     pub message: String,
 }
 
-/// The stored cursor of one entity of a flow.
+/// How far one entity of a flow got (its cursor, or its change stream
+/// position), as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cursor {
     pub entity: String,
-    pub cursor_field: Option<String>,
-    pub cursor_value: Option<String>,
+    pub mark: crate::sync::mark::Mark,
     pub updated_at: OffsetDateTime,
 }
 

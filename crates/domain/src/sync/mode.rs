@@ -86,12 +86,6 @@ pub const DELETED_AT: &str = "_sluice_deleted_at";
 pub const OP: &str = "_sluice_op";
 pub const POSITION: &str = "_sluice_position";
 pub const COMMITTED_AT: &str = "_sluice_committed_at";
-/// What a stored CDC position shows as its cursor field (`GET …/state`).
-pub const POSITION_FIELD: &str = "$position";
-/// The cursor field a stored cursor holds while a clear and resync of its
-/// entity is pending: the next run replaces the destination's table with
-/// a full copy, then stores the cursor that copy reached.
-pub const CLEAR_FIELD: &str = "$clear";
 
 /// The connector feature of a destination that applies captured changes
 /// (deletes, updates by key, stream positions with the rows).

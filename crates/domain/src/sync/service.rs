@@ -15,6 +15,7 @@ use crate::shared::audit::AuditEntry;
 use crate::shared::ids::{ConnectionId, FlowId, OrgId, RunId};
 use crate::shared::page::{Page, PageRequest};
 use crate::sync::flow::*;
+use crate::sync::mark::{Mark, parse_held};
 use crate::sync::{SyncMode, parse_cursor};
 use crate::{Error, Result};
 use serde_json::{Value, json};
@@ -440,22 +441,19 @@ impl SyncService {
     pub async fn cursors(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
         let mut cursors = self.stored_cursors(p, org, id).await?;
         for c in &mut cursors {
-            // A CDC position shows without its copy's progress.
-            if c.cursor_field.as_deref() == Some(crate::sync::mode::POSITION_FIELD)
-                && let Some(v) = &c.cursor_value
-            {
-                c.cursor_value = Some(crate::sync::engine::chunks::parse_held(v).0);
-            }
-            // A pending clear shows as no cursor.
-            if c.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD) {
-                c.cursor_field = None;
+            // A CDC position shows without its copy's progress, a pending
+            // clear as no cursor.
+            match &mut c.mark {
+                Mark::Position { copy, .. } => *copy = None,
+                Mark::Clearing => c.mark = Mark::Cursor { field: None, value: None },
+                Mark::Cursor { .. } => {}
             }
         }
         Ok(cursors)
     }
 
-    /// Each mapped entity's cursor as stored (a CDC entity's with its
-    /// copy's progress, see [`crate::sync::engine::chunks::held_text`]).
+    /// Each mapped entity's mark as stored (a CDC entity's with its copy's
+    /// progress).
     async fn stored_cursors(&self, p: &Principal, org: OrgId, id: FlowId) -> Result<Vec<Cursor>> {
         self.identity.access(p, org, Permission::Read).await?;
         let f = self.flows.get(org, id).await?.ok_or(Error::not_found("flow"))?;
@@ -465,8 +463,7 @@ impl SyncService {
             .map(|m| {
                 stored.iter().find(|c| c.entity == m.source_entity).cloned().unwrap_or(Cursor {
                     entity: m.source_entity.clone(),
-                    cursor_field: m.cursor_field.clone(),
-                    cursor_value: None,
+                    mark: Mark::Cursor { field: m.cursor_field.clone(), value: None },
                     updated_at: f.updated_at,
                 })
             })
@@ -514,14 +511,13 @@ impl SyncService {
         let parsed = parse_cursor(value, t)?;
         let cursor = Cursor {
             entity: entity.to_string(),
-            cursor_field: Some(field),
-            cursor_value: crate::sync::cursor_text(&parsed),
+            mark: Mark::Cursor { field: Some(field), value: crate::sync::cursor_text(&parsed) },
             updated_at: self.clock.now(),
         };
         // The old value is read, and the guard checked again, in the
         // transaction that writes (a run may have been claimed meanwhile).
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.updated", "flow", id, cursor.updated_at)
-            .with_details(json!({"entity": entity, "new_value": cursor.cursor_value}));
+            .with_details(json!({"entity": entity, "new_value": cursor.mark.value()}));
         self.cursors.write_by_user(id, entity, Some(cursor.clone()), audit).await?;
         Ok(cursor)
     }
@@ -543,12 +539,8 @@ impl SyncService {
             for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && x.sync_mode.cdc()) {
                 dest.move_position(&stream, m.destination(), None).await.map_err(unreachable("destination"))?;
             }
-            let pending = Cursor {
-                entity: entity.to_string(),
-                cursor_field: Some(crate::sync::mode::POSITION_FIELD.into()),
-                cursor_value: None,
-                updated_at: self.clock.now(),
-            };
+            let pending =
+                Cursor { entity: entity.to_string(), mark: Mark::pending_copy(), updated_at: self.clock.now() };
             return self.cursors.write_by_user(id, entity, Some(pending), audit).await;
         }
         self.cursors.write_by_user(id, entity, None, audit).await
@@ -595,12 +587,7 @@ impl SyncService {
             let now = self.clock.now();
             let audit = AuditEntry::new(Some(org), p.actor(), "flow.entity.cleared", "flow", id, now)
                 .with_details(json!({"entity": entity, "destination": m.destination()}));
-            let mark = Cursor {
-                entity: entity.to_string(),
-                cursor_field: Some(crate::sync::mode::CLEAR_FIELD.into()),
-                cursor_value: None,
-                updated_at: now,
-            };
+            let mark = Cursor { entity: entity.to_string(), mark: Mark::Clearing, updated_at: now };
             self.cursors.write_by_user(id, entity, Some(mark), audit).await?;
         }
         self.trigger_run(p, org, id, Trigger::Manual).await
@@ -619,27 +606,25 @@ impl SyncService {
             .into_iter()
             .zip(entity_mappings(&f))
             .map(|(mut cursor, m)| {
-                let clearing = cursor.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD);
+                let clearing = cursor.mark.clearing();
                 if clearing {
-                    cursor.cursor_field = m.cursor_field.clone();
-                    cursor.cursor_value = None;
+                    cursor.mark = Mark::Cursor { field: m.cursor_field.clone(), value: None };
                 }
                 let snapshot = m.sync_mode.cdc().then(|| {
-                    if cursor.cursor_field.is_none() {
-                        cursor.cursor_field = Some(crate::sync::mode::POSITION_FIELD.into());
-                    }
-                    let (position, mark) = match &cursor.cursor_value {
-                        Some(v) => {
-                            let (p, mark) = crate::sync::engine::chunks::parse_held(v);
-                            (Some(p), mark)
+                    // A position shows without its copy's progress; an entity
+                    // that holds none yet shows as a position pending.
+                    let copy = match &mut cursor.mark {
+                        Mark::Position { copy, .. } => copy.take(),
+                        Mark::Cursor { field: None, value } => {
+                            cursor.mark = Mark::Position { at: value.take(), copy: None };
+                            None
                         }
-                        None => (None, None),
+                        _ => None,
                     };
-                    cursor.cursor_value = position;
-                    if let Some(mark) = mark {
+                    if let Some(mark) = copy {
                         return SnapshotProgress { state: "running", chunks_done: mark.done, chunks_total: mark.total };
                     }
-                    match (&cursor.cursor_value, running) {
+                    match (cursor.mark.value(), running) {
                         (Some(_), _) => SnapshotProgress { state: "done", chunks_done: 1, chunks_total: 1 },
                         (None, true) => SnapshotProgress { state: "running", chunks_done: 0, chunks_total: 1 },
                         (None, false) => SnapshotProgress { state: "pending", chunks_done: 0, chunks_total: 1 },
@@ -668,11 +653,14 @@ impl SyncService {
             .filter(|x| x.source_entity == entity && x.sync_mode.cdc())
             .map(|x| x.destination())
             .collect();
+        let to = changes.position(value).map_err(|_| {
+            refused(format!("'{value}' is not a position of this source (a PostgreSQL LSN reads like 16/B374D848)"))
+        })?;
         for table in &tables {
             let (held, mark) = held
                 .iter()
                 .find(|(e, _)| e == table)
-                .map(|(_, p)| crate::sync::engine::chunks::parse_held(p))
+                .map(|(_, p)| parse_held(p))
                 .ok_or_else(|| refused(format!("'{entity}' holds no position yet: its copy has not committed")))?;
             if let Some(mark) = mark {
                 return Err(refused(format!(
@@ -681,11 +669,9 @@ impl SyncService {
                     mark.done, mark.total
                 )));
             }
-            let held = &held;
-            let later = changes.after(value, held).map_err(|_| {
-                refused(format!("'{value}' is not a position of this source (a PostgreSQL LSN reads like 16/B374D848)"))
-            })?;
-            if !later && changes.after(held, value).unwrap_or(true) {
+            // A held position this source cannot read is no later than any.
+            let before = changes.position(&held).map_or(true, |held| !to.after(&held) && held.after(&to));
+            if before {
                 return Err(refused(format!(
                     "{value} is before {held}, the position {table} holds: moving back would apply changes twice; \
                      copy the table again with DELETE …/state/{entity}"
@@ -693,11 +679,11 @@ impl SyncService {
             }
         }
         let end = changes.end_position().await.map_err(unreachable("source"))?;
-        if changes.after(value, &end).unwrap_or(true) {
+        if to.after(&end) {
             return Err(refused(format!("{value} is past the end of the source's log ({end})")));
         }
         match changes.retained_from(&stream).await.map_err(unreachable("source"))? {
-            Some(from) if !changes.after(&from, value).unwrap_or(true) => {}
+            Some(from) if !from.after(&to) => {}
             _ => return Err(refused(format!("the source's change stream no longer retains {value}"))),
         }
         for table in &tables {
@@ -705,8 +691,7 @@ impl SyncService {
         }
         let cursor = Cursor {
             entity: entity.to_string(),
-            cursor_field: Some(crate::sync::mode::POSITION_FIELD.into()),
-            cursor_value: Some(value.to_string()),
+            mark: Mark::Position { at: Some(value.to_string()), copy: None },
             updated_at: self.clock.now(),
         };
         let audit = AuditEntry::new(Some(f.org_id), p.actor(), "flow.cursor.updated", "flow", f.id, cursor.updated_at)

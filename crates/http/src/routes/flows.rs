@@ -550,8 +550,8 @@ impl From<Cursor> for CursorResponse {
     fn from(c: Cursor) -> Self {
         Self {
             entity: c.entity,
-            cursor_field: c.cursor_field,
-            cursor_value: c.cursor_value,
+            cursor_field: c.mark.field().map(str::to_string),
+            cursor_value: c.mark.value().map(str::to_string),
             updated_at: c.updated_at,
             snapshot: None,
             clear_pending: false,

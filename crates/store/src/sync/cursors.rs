@@ -11,20 +11,22 @@ use sluice_domain::shared::audit::AuditEntry;
 use sluice_domain::shared::ids::FlowId;
 use sluice_domain::sync::flow::Fence;
 use sluice_domain::sync::flow::*;
+use sluice_domain::sync::mark::Mark;
 use sluice_domain::sync::ports::*;
 
 pub(super) fn cursor_from(m: cursors::Model) -> Cursor {
-    Cursor { entity: m.entity, cursor_field: m.cursor_field, cursor_value: m.cursor_value, updated_at: m.updated_at }
+    Cursor { entity: m.entity, mark: Mark::from_stored(m.cursor_field, m.cursor_value), updated_at: m.updated_at }
 }
 
 /// Replaces the flow's cursor of `c.entity`.
 async fn write_cursor(tx: &sea_orm::DatabaseTransaction, flow: FlowId, c: &Cursor) -> Result<()> {
     cursors::Entity::delete_by_id((flow.as_uuid(), c.entity.clone())).exec(tx).await.map_err(db_err)?;
+    let (field, value) = c.mark.stored();
     cursors::Entity::insert(cursors::ActiveModel {
         flow_id: Set(flow.as_uuid()),
         entity: Set(c.entity.clone()),
-        cursor_field: Set(c.cursor_field.clone()),
-        cursor_value: Set(c.cursor_value.clone()),
+        cursor_field: Set(field),
+        cursor_value: Set(value),
         updated_at: Set(c.updated_at),
     })
     .exec_without_returning(tx)
@@ -99,7 +101,7 @@ impl CursorRepository for Store {
             }
             let key = (flow.as_uuid(), entity.to_string());
             let old = cursors::Entity::find_by_id(key.clone()).one(tx.c()).await.map_err(db_err)?;
-            audit.details["old_value"] = old.map(cursor_from).and_then(|c| c.cursor_value).into();
+            audit.details["old_value"] = old.map(cursor_from).and_then(|c| c.mark.stored().1).into();
             match cursor {
                 Some(c) => write_cursor(tx.c(), flow, &c).await?,
                 None => {

@@ -34,17 +34,18 @@ mod mirror;
 mod rows;
 mod stream;
 
-use super::chunks::{CHUNK_ROWS, CopyMark, chunkable, held_text, parse_held};
+use super::chunks::{CHUNK_ROWS, CopyMark, chunkable};
 use super::outcome::{EntityOutcome, Failure, failure_of};
 use super::queue::attempt_of;
 use super::{BATCH_ROWS, CHECKPOINT_ROWS, Engine};
-use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource, Chunk};
+use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource, Chunk, Position};
 use crate::connect::connection::Connection;
 use crate::connect::connector::{
     Destination, EntitySchema, EntityWriter, Field, FieldType, KeyRange, ReadRequest, RecordBatch, Source, Value,
     WriteMode,
 };
 use crate::sync::flow::{Cursor, EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
+use crate::sync::mark::{held_text, parse_held};
 use crate::sync::mode::{COMMITTED_AT, DELETED_AT, DeleteMode, OP, POSITION, SyncMode};
 use crate::sync::transform;
 use serde_json::json;
@@ -224,8 +225,10 @@ struct Entity<'a> {
     source_fields: Arc<Vec<Field>>,
     schema: EntitySchema,
     writer: Option<Box<dyn EntityWriter>>,
-    /// The position the destination holds (or will, at the next commit).
-    position: String,
+    /// The position reached: what the destination holds, or will at the
+    /// next commit. (Two positions, this and `held`, because a commit can
+    /// fail: an entity that stops goes back to what it committed.)
+    position: Position,
     /// Where each field of the stream's rows goes among `source_fields`.
     order: Vec<Option<usize>>,
     pending: Pending,
@@ -233,7 +236,7 @@ struct Entity<'a> {
     /// Rows this attempt committed before the writer now open.
     committed: u64,
     /// The position the destination holds now (committed).
-    held: String,
+    held: Position,
     /// Set when the entity stopped: its changes are skipped from then on,
     /// and it stays at `held`.
     stopped: Option<Stop>,
@@ -264,7 +267,7 @@ impl Entity<'_> {
     /// What the destination is to hold: the position, and how far a copy
     /// in chunks got.
     fn held_text(&self) -> String {
-        held_text(&self.position, self.mark.as_ref())
+        held_text(self.position.as_str(), self.mark.as_ref())
     }
 
     fn key_idx(&self) -> Vec<usize> {
@@ -351,7 +354,7 @@ impl Engine {
             true => None,
             false => Some(scope.changes.end_position().await?),
         };
-        let bounds = (retained.as_deref(), end.as_deref());
+        let bounds = Bounds { start: &start.position, retained: retained.as_ref(), end: end.as_ref() };
         for (index, m) in mappings {
             entities.push(self.capture_entity(scope, *index, m, earlier, &held, bounds).await?);
         }
@@ -359,16 +362,17 @@ impl Engine {
         self.follow_stream(scope, &stream, entities).await
     }
 
-    /// What the destination holds of the stream, and from where the source
-    /// still retains it; a stream nothing of which reached the destination
-    /// is dropped (to begin afresh, from a new snapshot), and one the
-    /// source lost while the destination holds positions in it is refused.
+    /// What the destination holds of the stream (its texts, by table), and
+    /// from where the source still retains it; a stream nothing of which
+    /// reached the destination is dropped (to begin afresh, from a new
+    /// snapshot), and one the source lost while the destination holds
+    /// positions in it is refused.
     async fn reconcile_stream(
         &self,
         scope: Scope<'_>,
         stream: &str,
         mappings: &[(usize, &Mapping)],
-    ) -> Result<(HashMap<String, String>, Option<String>), Failure> {
+    ) -> Result<(HashMap<String, String>, Option<Position>), Failure> {
         let Scope { changes, dest, .. } = scope;
         let held: HashMap<String, String> = dest.positions(stream).await?.into_iter().collect();
         let holds_any = mappings.iter().any(|(_, m)| held.contains_key(m.destination()));
@@ -393,9 +397,10 @@ impl Engine {
     }
 
     /// One CDC mapping's entity as the run begins it: its schema, the
-    /// position its destination holds (none: it is copied first), and
-    /// whether it stops at once (the stream moved past what it holds, a
-    /// column changed type, the schema policy blocks new columns).
+    /// position its destination holds (read once, as the source's; none:
+    /// it is copied first), and whether it stops at once (the stream moved
+    /// past what it holds, a column changed type, the schema policy blocks
+    /// new columns).
     async fn capture_entity<'a>(
         &self,
         scope: Scope<'_>,
@@ -403,23 +408,30 @@ impl Engine {
         m: &'a Mapping,
         earlier: &[EntityStats],
         held: &HashMap<String, String>,
-        (retained, end): (Option<&str>, Option<&str>),
+        bounds: Bounds<'_>,
     ) -> Result<Entity<'a>, Failure> {
         let Scope { run, source, changes, dest, .. } = scope;
         let entity = m.source_entity.as_str();
         let source_fields = source.entity_fields(entity).await.map_err(|e| failure_of(entity, e))?;
         let schema = capture_schema(m, &source_fields).map_err(|message| Failure::all(message).of(entity))?;
         let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
-        let (position, mark) = match held.get(m.destination()).map(|t| parse_held(t)) {
+        let (text, mark) = match held.get(m.destination()).map(|t| parse_held(t)) {
             Some((p, mark)) => (Some(p), mark),
             None => (None, None),
         };
+        let position = text.as_deref().map(|t| changes.position(t));
         let stats = EntityStats {
             entity: entity.into(),
             status: EntityStatus::Running,
             rows_written: prior,
-            cursor_before: position.clone(),
+            cursor_before: text.clone(),
             ..Default::default()
+        };
+        // A table to copy takes its position from its copy; until then it
+        // stands at the stream's start.
+        let at = match &position {
+            Some(Ok(p)) => p.clone(),
+            _ => bounds.start.clone(),
         };
         let mut e = Entity {
             m,
@@ -428,18 +440,17 @@ impl Engine {
             schema,
             source_fields,
             writer: None,
-            position: position.clone().unwrap_or_default(),
+            held: at.clone(),
+            position: at,
             pending: Pending::None,
             stats,
             committed: prior,
-            held: String::new(),
             stopped: None,
             copy: position.is_none(),
             stream_types: HashMap::new(),
             held_mark: mark.clone(),
             mark,
         };
-        e.held = e.position.clone();
         if let Some(mark) = &e.mark {
             let message = format!(
                 "the copy in chunks goes on after chunk {} of about {}, from the position it holds",
@@ -447,30 +458,14 @@ impl Engine {
             );
             self.log(run, LogLevel::Info, Some(entity), message).await;
         }
-        let beyond = match (&position, end) {
-            (Some(p), Some(end)) => changes.after(p, end).unwrap_or(true),
-            _ => false,
+        let stop = match (&text, &position) {
+            (Some(text), Some(position)) => stop_at_start(entity, text, position.as_ref().ok(), bounds),
+            _ => None,
         };
-        if beyond {
-            let (p, end) = (position.as_deref().unwrap_or_default(), end.unwrap_or_default());
-            let message = format!(
-                "the destination holds {p} for {entity}, past the end of the source's log ({end}): following it \
-                 would skip every change up to it (was it edited by hand?); copy the table again with DELETE \
-                 …/state/{entity}"
-            );
+        if let Some(stop) = stop {
+            let (Stop::Beyond(message) | Stop::Lost(message) | Stop::Drift(message) | Stop::Failed(message)) = &stop;
             self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
-            e.stopped = Some(Stop::Beyond(message));
-        } else if let (Some(p), Some(r)) = (&position, retained)
-            && changes.after(r, p)?
-        {
-            // The stream was moved past what this table holds (it left
-            // the flow a while, or the slot was advanced by hand).
-            let message = format!(
-                "the change stream moved on to {r} while this table holds {p}: the changes between are lost; \
-                 copy it again with DELETE …/state/{entity}"
-            );
-            self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
-            e.stopped = Some(Stop::Lost(message));
+            e.stopped = Some(stop);
         } else if let Some(retyped) = match position {
             Some(_) => Some(self.retyped_columns(dest, &e.schema).await).filter(|r| !r.is_empty()),
             None => None,
@@ -485,6 +480,46 @@ impl Engine {
         Ok(e)
     }
 }
+
+/// Why an entity that holds `text` (`held`, as the source reads it; none:
+/// it reads none) stops as the run begins: a position the source cannot
+/// read, one past its end, or one the stream no longer retains.
+fn stop_at_start(entity: &str, text: &str, held: Option<&Position>, bounds: Bounds<'_>) -> Option<Stop> {
+    let Some(held) = held else {
+        return Some(Stop::Beyond(format!(
+            "the destination holds '{text}' for {entity}, which is not a position of this source (was it edited by \
+             hand, or the connection pointed at another server?); copy the table again with DELETE …/state/{entity}"
+        )));
+    };
+    if let Some(end) = bounds.end.filter(|end| held.after(end)) {
+        return Some(Stop::Beyond(format!(
+            "the destination holds {text} for {entity}, past the end of the source's log ({end}): following it \
+             would skip every change up to it (was it edited by hand?); copy the table again with DELETE \
+             …/state/{entity}"
+        )));
+    }
+    // The stream was moved past what this table holds (it left the flow a
+    // while, or the slot was advanced by hand).
+    let r = bounds.retained.filter(|r| r.after(held))?;
+    Some(Stop::Lost(format!(
+        "the change stream moved on to {r} while this table holds {text}: the changes between are lost; copy it \
+         again with DELETE …/state/{entity}"
+    )))
+}
+
+/// Where the positions an entity holds must lie: the stream's start (what
+/// a table to copy stands at until its copy), the earliest the source
+/// retains, the source's end now.
+#[derive(Clone, Copy)]
+struct Bounds<'a> {
+    start: &'a Position,
+    retained: Option<&'a Position>,
+    end: Option<&'a Position>,
+}
+
+/// The transaction a change belongs to: where it begins, and when it
+/// committed (none for a copy's rows).
+type Begin = (Position, Option<OffsetDateTime>);
 
 /// Why a table whose source columns changed type stops (`retyped`:
 /// `column (old → new)`).

@@ -275,9 +275,8 @@ impl Engine {
             None
         };
         let stored = self.cursors.get(flow.id, entity).await?;
-        let clearing =
-            stored.as_ref().is_some_and(|c| c.cursor_field.as_deref() == Some(crate::sync::mode::CLEAR_FIELD));
-        stats.cursor_before = stored.as_ref().filter(|_| !clearing).and_then(|c| c.cursor_value.clone());
+        let clearing = stored.as_ref().is_some_and(|c| c.mark.clearing());
+        stats.cursor_before = stored.as_ref().and_then(|c| c.mark.value()).map(str::to_string);
         if clearing {
             let what = "clear and resync: the destination's table is replaced by a full copy of the source when this \
                         copy commits (nothing is removed before)";
@@ -715,12 +714,11 @@ impl Engine {
 
     /// Stores `cursor` as the entity's, none included (fenced by the run).
     async fn replace_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {
-        let c = Cursor {
-            entity: m.source_entity.clone(),
-            cursor_field: m.cursor_field.clone(),
-            cursor_value: cursor.as_ref().and_then(cursor_text),
-            updated_at: self.clock.now(),
+        let mark = crate::sync::mark::Mark::Cursor {
+            field: m.cursor_field.clone(),
+            value: cursor.as_ref().and_then(cursor_text),
         };
+        let c = Cursor { entity: m.source_entity.clone(), mark, updated_at: self.clock.now() };
         if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 }

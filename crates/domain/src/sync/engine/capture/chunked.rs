@@ -66,7 +66,7 @@ impl Entity<'_> {
             writer.clear(&range, soft).await.map_err(|x| failure_of(&entity, x))?;
         }
         let order = order_of(&chunk.fields, &self.source_fields);
-        let begin = (chunk.position.clone(), None);
+        let begin: Begin = (chunk.position.clone(), None);
         let n = chunk.rows.len() as u64;
         let mut left = chunk.rows.into_iter();
         loop {

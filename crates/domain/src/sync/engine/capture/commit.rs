@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::connect::connector::WriteStats;
+use crate::sync::mark::Mark;
 
 /// What a commit leaves of the entity's writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,9 +53,10 @@ impl Engine {
         }
         e.held = e.position.clone();
         e.held_mark = e.mark.clone();
-        e.stats.cursor_after = Some(e.position.clone());
+        e.stats.cursor_after = Some(e.position.to_string());
         e.stats.checkpoint_at = Some(self.clock.now());
-        self.show_position(scope.run, scope.flow, &e.m.source_entity, &held).await?;
+        let mark = Mark::Position { at: Some(e.position.to_string()), copy: e.mark.clone() };
+        self.show_position(scope.run, scope.flow, &e.m.source_entity, mark).await?;
         Ok(w)
     }
 
@@ -77,21 +79,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Stores the position an entity committed as its cursor, for `GET
-    /// …/state` (the destination holds it already: this is what shows).
-    pub(super) async fn show_position(
-        &self,
-        run: &Run,
-        flow: &Flow,
-        entity: &str,
-        position: &str,
-    ) -> Result<(), Failure> {
-        let c = Cursor {
-            entity: entity.to_string(),
-            cursor_field: Some(crate::sync::mode::POSITION_FIELD.into()),
-            cursor_value: Some(position.to_string()),
-            updated_at: self.clock.now(),
-        };
+    /// Stores the position an entity committed, with its copy's progress,
+    /// as its mark in the flow's state. The destination holds both already,
+    /// with the rows: that copy is the one a run resumes from. This one is
+    /// what `GET …/state` shows without opening the destination, and where
+    /// a change log's first copy is marked before it commits (see
+    /// `first_copy.rs`), which no destination holds.
+    pub(super) async fn show_position(&self, run: &Run, flow: &Flow, entity: &str, mark: Mark) -> Result<(), Failure> {
+        let c = Cursor { entity: entity.to_string(), mark, updated_at: self.clock.now() };
         if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }
 

@@ -5,6 +5,7 @@
 
 use super::commit::Then;
 use super::*;
+use crate::sync::mark::Mark;
 
 impl Engine {
     /// Starts the copies of the tables that hold no position yet. A first
@@ -23,7 +24,7 @@ impl Engine {
     ) -> Result<(), Failure> {
         let changes = scope.changes;
         let fresh = start.snapshot.is_some();
-        let mut now: Option<String> = None;
+        let mut now: Option<Position> = None;
         for e in entities.iter_mut().filter(|e| e.copy) {
             // A change log is copied whole, in one snapshot (the new
             // stream's, or one of its own), never in chunks: each chunk,
@@ -45,8 +46,8 @@ impl Engine {
                 "copying the table in chunks of {CHUNK_ROWS} rows by its key while its changes stream from {from}"
             );
             self.log(scope.run, LogLevel::Info, Some(&e.m.source_entity), message).await;
-            e.position = from.clone();
-            e.held = from;
+            e.held = from.clone();
+            e.position = from;
             e.mark = Some(CopyMark::default());
             e.held_mark = e.mark.clone();
             e.copy = false;
@@ -92,17 +93,18 @@ impl Engine {
     pub(super) async fn mark_first_logs(
         &self,
         scope: Scope<'_>,
-        position: &str,
+        position: &Position,
         entities: &mut [Entity<'_>],
     ) -> Result<(), Failure> {
-        let mark = CopyMark { first: true, total: 1, ..CopyMark::default() };
+        let copy = CopyMark { first: true, total: 1, ..CopyMark::default() };
         let logs: Vec<String> = entities
             .iter()
             .filter(|e| e.copy && e.m.sync_mode == SyncMode::CdcAppend)
             .map(|e| e.m.source_entity.clone())
             .collect();
         for entity in logs {
-            self.show_position(scope.run, scope.flow, &entity, &held_text(position, Some(&mark))).await?;
+            let mark = Mark::Position { at: Some(position.to_string()), copy: Some(copy.clone()) };
+            self.show_position(scope.run, scope.flow, &entity, mark).await?;
         }
         Ok(())
     }
@@ -124,13 +126,11 @@ impl Engine {
         let stored = self.cursors.list(scope.flow.id).await?;
         for e in entities.iter_mut().filter(|e| e.copy && e.m.sync_mode == SyncMode::CdcAppend) {
             let entity = e.m.source_entity.clone();
-            let marked = stored
-                .iter()
-                .filter(|c| c.entity == entity && c.cursor_field.as_deref() == Some(crate::sync::mode::POSITION_FIELD))
-                .filter_map(|c| c.cursor_value.as_deref())
-                .map(parse_held)
-                .find(|(_, mark)| mark.as_ref().is_some_and(|m| m.first));
-            let Some((start, _)) = marked else { continue };
+            let marked = stored.iter().find_map(|c| match &c.mark {
+                Mark::Position { at: Some(at), copy: Some(copy) } if c.entity == entity && copy.first => Some(at),
+                _ => None,
+            });
+            let Some(start) = marked else { continue };
             let message = format!(
                 "this change log's first copy, at the stream's start ({start}), did not commit before the run \
                  was stopped, while another table of the flow did: its history from the stream's start is lost \
@@ -191,7 +191,7 @@ impl Engine {
             .await
             .map_err(|x| e.failed(x))?;
         e.order = order_of(&reader.fields(), &e.source_fields);
-        let begin = (e.position.clone(), None);
+        let begin: Begin = (e.position.clone(), None);
         loop {
             let batch = match reader.next_batch().await {
                 Ok(Some(b)) => b,

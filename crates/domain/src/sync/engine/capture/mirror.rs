@@ -7,7 +7,7 @@ use super::*;
 
 impl Entity<'_> {
     /// Applies one change.
-    pub(super) async fn apply(&mut self, c: &Change, begin: &(String, Option<OffsetDateTime>)) -> Result<(), Failure> {
+    pub(super) async fn apply(&mut self, c: &Change, begin: &Begin) -> Result<(), Failure> {
         self.stats.rows_read += 1;
         let row = self.row(c, begin);
         if self.m.sync_mode == SyncMode::CdcAppend {

@@ -31,11 +31,8 @@ impl Engine {
                 applied += self.stream_changes(scope, stream, group, &until).await?;
             }
             // The source may forget what every table holds.
-            let min = entities.iter().map(|e| e.position.clone()).reduce(|a, b| match changes.after(&a, &b) {
-                Ok(true) => b,
-                _ => a,
-            });
-            if let Some(min) = min {
+            let min = entities.iter().map(|e| &e.position).reduce(|a, b| if a.after(b) { b } else { a });
+            if let Some(min) = min.cloned() {
                 changes.confirm(stream, &min).await?;
             }
             self.watch_stream(flow, stream, changes, caught_up, budget).await;
@@ -130,22 +127,10 @@ impl Engine {
         scope: Scope<'_>,
         stream: &str,
         entities: &mut [Entity<'_>],
-        until: &str,
+        until: &Position,
     ) -> Result<u64, Failure> {
-        let Scope { run, flow, changes, dest, .. } = scope;
-        // Per source table, the earliest position of its mappings; each
-        // mapping then skips what it holds.
-        let mut from: Vec<(String, String)> = Vec::new();
-        for e in entities.iter().filter(|e| e.stopped.is_none()) {
-            match from.iter_mut().find(|(t, _)| *t == e.m.source_entity) {
-                Some((_, p)) => {
-                    if changes.after(p, &e.position)? {
-                        *p = e.position.clone();
-                    }
-                }
-                None => from.push((e.m.source_entity.clone(), e.position.clone())),
-            }
-        }
+        let Scope { run, changes, dest, .. } = scope;
+        let from = earliest_positions(entities);
         let mut reader = changes.changes(stream, &from, until).await?;
         if from.is_empty() {
             return Ok(0);
@@ -160,68 +145,85 @@ impl Engine {
             // position held replay over them.
             self.copy_chunks(scope, e).await?;
         }
-        let mut begin: (String, Option<OffsetDateTime>) = (String::new(), None);
-        let (mut since_commit, mut applied) = (0u64, 0u64);
-        let mut committed_at = std::time::Instant::now();
+        let mut read = Read { begin: None, since_commit: 0, applied: 0, committed_at: std::time::Instant::now() };
         loop {
             let events = reader.next(BATCH_ROWS).await?;
             if events.is_empty() {
                 break;
             }
             for event in events {
-                match event {
-                    ChangeEvent::Schema(s) => {
-                        for e in entities.iter_mut().filter(|e| e.m.source_entity == s.name && e.stopped.is_none()) {
-                            self.follow_columns(scope, e, &s).await?;
-                        }
-                    }
-                    ChangeEvent::Begin { position, committed_at } => begin = (position, Some(committed_at)),
-                    ChangeEvent::Halt { entity, reason } => {
-                        for e in entities.iter_mut().filter(|e| e.m.source_entity == entity && e.stopped.is_none()) {
-                            self.log(run, LogLevel::Error, Some(&entity), reason.clone()).await;
-                            e.stop(Stop::Failed(reason.clone())).await;
-                        }
-                    }
-                    ChangeEvent::Change(c) => {
-                        for e in entities.iter_mut().filter(|e| e.m.source_entity == c.entity && e.stopped.is_none()) {
-                            // A transaction that commits before the position
-                            // this mapping holds is held already.
-                            if !changes.holds(&e.position, &begin.0)? {
-                                e.apply(&c, &begin).await?;
-                                since_commit += 1;
-                                applied += 1;
-                            }
-                        }
-                    }
-                    ChangeEvent::Commit { position, .. } => {
-                        for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
-                            if changes.after(&position, &e.position)? {
-                                e.position = position.clone();
-                            }
-                        }
-                        // Every CHECKPOINT_ROWS changes; a continuous run
-                        // also every second while changes arrive.
-                        let due =
-                            flow.config.continuous && since_commit > 0 && committed_at.elapsed() >= CONTINUOUS_COMMIT;
-                        if since_commit >= CHECKPOINT_ROWS || due {
-                            self.commit_changes(scope, entities, Then::Open).await?;
-                            since_commit = 0;
-                            committed_at = std::time::Instant::now();
-                        }
-                    }
-                }
+                self.on_event(scope, entities, &mut read, event).await?;
             }
         }
         // The read reached `until`: each entity holds every change before
         // it, even a table no transaction touched, so that the source may
         // forget its log up to there (an idle table does not keep it).
         for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
-            if changes.after(until, &e.position)? {
-                e.position = until.to_string();
+            if until.after(&e.position) {
+                e.position = until.clone();
             }
         }
         self.commit_changes(scope, entities, Then::Closed).await?;
-        Ok(applied)
+        Ok(read.applied)
+    }
+
+    /// One event of the stream, for the entities it concerns: a change
+    /// applied where the entity does not hold its transaction yet, a
+    /// transaction's commit moving each entity on (and committing them
+    /// every [`CHECKPOINT_ROWS`] changes, or every second of a continuous
+    /// run while changes arrive).
+    async fn on_event(
+        &self,
+        scope: Scope<'_>,
+        entities: &mut [Entity<'_>],
+        read: &mut Read,
+        event: ChangeEvent,
+    ) -> Result<(), Failure> {
+        let live = |e: &&mut Entity<'_>, entity: &str| e.m.source_entity == entity && e.stopped.is_none();
+        match event {
+            ChangeEvent::Schema(s) => {
+                for e in entities.iter_mut().filter(|e| live(e, &s.name)) {
+                    self.follow_columns(scope, e, &s).await?;
+                }
+            }
+            ChangeEvent::Begin { position, committed_at } => read.begin = Some((position, Some(committed_at))),
+            ChangeEvent::Halt { entity, reason } => {
+                for e in entities.iter_mut().filter(|e| live(e, &entity)) {
+                    self.log(scope.run, LogLevel::Error, Some(&entity), reason.clone()).await;
+                    e.stop(Stop::Failed(reason.clone())).await;
+                }
+            }
+            ChangeEvent::Change(c) => {
+                let Some(begin) = &read.begin else {
+                    return Err(Failure::all("the source's stream gave a change outside a transaction"));
+                };
+                for e in entities.iter_mut().filter(|e| live(e, &c.entity)) {
+                    // A transaction that commits before the position this
+                    // mapping holds is held already.
+                    if !e.position.holds(&begin.0) {
+                        e.apply(&c, begin).await?;
+                        read.since_commit += 1;
+                        read.applied += 1;
+                    }
+                }
+            }
+            ChangeEvent::Commit { position, .. } => {
+                for e in entities.iter_mut().filter(|e| e.stopped.is_none()) {
+                    if position.after(&e.position) {
+                        e.position = position.clone();
+                    }
+                }
+                let due = scope.flow.config.continuous
+                    && read.since_commit > 0
+                    && read.committed_at.elapsed() >= CONTINUOUS_COMMIT;
+                if read.since_commit >= CHECKPOINT_ROWS || due {
+                    self.commit_changes(scope, entities, Then::Open).await?;
+                    read.since_commit = 0;
+                    read.committed_at = std::time::Instant::now();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The stream describes `e`'s table (`s`): before its first change, and
@@ -300,4 +302,27 @@ impl Engine {
         self.log(scope.run, LogLevel::Info, Some(&entity), message).await;
         Ok(())
     }
+}
+
+/// A read of the stream as it goes: the transaction open, the changes
+/// applied since the last commit and in all, and when it last committed.
+struct Read {
+    begin: Option<Begin>,
+    since_commit: u64,
+    applied: u64,
+    committed_at: std::time::Instant,
+}
+
+/// Per source table, the earliest position of its mappings that go on:
+/// where the stream is read from (each mapping then skips what it holds).
+fn earliest_positions(entities: &[Entity<'_>]) -> Vec<(String, Position)> {
+    let mut from: Vec<(String, Position)> = Vec::new();
+    for e in entities.iter().filter(|e| e.stopped.is_none()) {
+        match from.iter_mut().find(|(t, _)| *t == e.m.source_entity) {
+            Some((_, p)) if p.after(&e.position) => *p = e.position.clone(),
+            Some(_) => {}
+            None => from.push((e.m.source_entity.clone(), e.position.clone())),
+        }
+    }
+    from
 }
