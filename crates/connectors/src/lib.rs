@@ -7,6 +7,7 @@
 pub mod common;
 pub mod file;
 pub mod mysql;
+pub mod parquet;
 pub mod postgres;
 pub mod sqlite;
 

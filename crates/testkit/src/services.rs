@@ -286,6 +286,37 @@ impl OwnMariaDb {
     }
 }
 
+/// The lake tables' independent readers: DuckDB 1.5.5 (with its parquet,
+/// json and icu built in) in a venv of their own, `.ci/venv`, which
+/// `.ci/run` makes when missing (`SLUICE_LAKE_PYTHON` names another
+/// Python that has them). `None`, after [`unavailable`], when there is none.
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+pub fn lake_python() -> Option<PathBuf> {
+    let python = match std::env::var_os("SLUICE_LAKE_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.ci/venv/bin/python3"),
+    };
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import duckdb; assert duckdb.__version__ == '1.5.5', duckdb.__version__"])
+        .output();
+    match check {
+        Ok(out) if out.status.success() => Some(python),
+        Ok(out) => {
+            let why = String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or_default().to_string();
+            unavailable("duckdb 1.5.5 (the lake readers' venv)", why, "make it: run .ci/run");
+            None
+        }
+        Err(e) => {
+            unavailable(
+                "duckdb 1.5.5 (the lake readers' venv)",
+                format!("{}: {e}", python.display()),
+                "make it: run .ci/run",
+            );
+            None
+        }
+    }
+}
+
 /// `n` letters that do not compress (a fixed pseudo-random sequence), so
 /// that PostgreSQL stores a value of them out of line (TOAST) past 2 KB.
 pub fn incompressible(n: usize) -> String {
