@@ -178,6 +178,13 @@ impl MemoryConnectors {
         held.get(&(dataset.to_string(), stream.to_string())).cloned().unwrap_or_default()
     }
 
+    /// Makes destination `dataset` hold `text` as `entity`'s position of
+    /// `stream`, as an edit by hand would.
+    pub fn set_held_position(&self, dataset: &str, stream: &str, entity: &str, text: &str) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.entry((dataset.to_string(), stream.to_string())).or_default().insert(entity.into(), text.into());
+    }
+
     /// The tables of `dataset` as snapshot `name` saw them.
     pub(crate) fn snapshot_tables(&self, dataset: &str, name: &str) -> Option<Tables> {
         let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());

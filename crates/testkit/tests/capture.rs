@@ -508,3 +508,22 @@ async fn a_run_canceled_mid_batch_commits_nothing_more_and_the_next_run_applies_
     w.succeeds(&f).await;
     assert_exact(&w, &history, "the next run");
 }
+
+#[tokio::test]
+async fn a_table_stopped_without_a_position_of_its_own_does_not_hold_the_source_back() {
+    // The log's position is edited by hand into something that is no
+    // position of the source: the log stops, and the mirror goes on, the
+    // source forgetting what the mirror holds (the log keeps nothing).
+    let w = world().await;
+    let f = w.flow(mirror_and_log()).await;
+    w.succeeds(&f).await;
+    w.mem.set_held_position("wh", &f.stream_name(), "orders_log", "not a position");
+    let at = w.mem.commit("shop", vec![Op::insert("orders", row(9, "nine", 9))]);
+    let r = w.run(&f).await;
+    // Both mappings read `orders`: the mirror succeeds, the log fails.
+    let codes: Vec<Option<&str>> = r.entities.iter().map(|e| e.error_code.as_deref()).collect();
+    assert_eq!(codes, [None, Some("position_not_retained")], "{:?}", r.entities);
+    assert_eq!(w.rows("wh", "orders"), w.rows("shop", "orders"));
+    assert_eq!(w.mem.held_positions("wh", &f.stream_name())["orders"], at.to_string());
+    assert_eq!(w.mem.streams("shop"), [(f.stream_name(), at)], "the source forgets what the mirror holds");
+}

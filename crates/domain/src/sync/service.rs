@@ -669,9 +669,13 @@ impl SyncService {
                     mark.done, mark.total
                 )));
             }
-            // A held position this source cannot read is no later than any.
-            let before = changes.position(&held).map_or(true, |held| !to.after(&held) && held.after(&to));
-            if before {
+            let Ok(held_at) = changes.position(&held) else {
+                return Err(refused(format!(
+                    "{table} holds '{held}', which is not a position of this source: copy the table again with \
+                     DELETE …/state/{entity}"
+                )));
+            };
+            if held_at.after(&to) {
                 return Err(refused(format!(
                     "{value} is before {held}, the position {table} holds: moving back would apply changes twice; \
                      copy the table again with DELETE …/state/{entity}"

@@ -237,6 +237,10 @@ struct Entity<'a> {
     committed: u64,
     /// The position the destination holds now (committed).
     held: Position,
+    /// The entity holds no position of its own (none yet, or none this
+    /// source can read): `position` stands at the stream's start until a
+    /// copy sets it, and the source is not held back for it.
+    standing_in: bool,
     /// Set when the entity stopped: its changes are skipped from then on,
     /// and it stays at `held`.
     stopped: Option<Stop>,
@@ -442,6 +446,7 @@ impl Engine {
             writer: None,
             held: at.clone(),
             position: at,
+            standing_in: !matches!(position, Some(Ok(_))),
             pending: Pending::None,
             stats,
             committed: prior,

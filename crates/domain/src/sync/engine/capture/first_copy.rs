@@ -48,6 +48,7 @@ impl Engine {
             self.log(scope.run, LogLevel::Info, Some(&e.m.source_entity), message).await;
             e.held = from.clone();
             e.position = from;
+            e.standing_in = false;
             e.mark = Some(CopyMark::default());
             e.held_mark = e.mark.clone();
             e.copy = false;
@@ -75,6 +76,7 @@ impl Engine {
             for i in order {
                 let e = &mut entities[i];
                 e.position = snap.position.clone();
+                e.standing_in = false;
                 self.copy_first(scope, e, snap.snapshot.as_deref()).await?;
                 e.held = e.position.clone();
             }

@@ -30,8 +30,14 @@ impl Engine {
             for group in entities.chunks_mut(dest.concurrent_writers().max(1)) {
                 applied += self.stream_changes(scope, stream, group, &until).await?;
             }
-            // The source may forget what every table holds.
-            let min = entities.iter().map(|e| &e.position).reduce(|a, b| if a.after(b) { b } else { a });
+            // The source may forget what every table holds (one that
+            // holds no position of its own, stopped before its copy, does
+            // not keep it).
+            let min = entities
+                .iter()
+                .filter(|e| !e.standing_in)
+                .map(|e| &e.position)
+                .reduce(|a, b| if a.after(b) { b } else { a });
             if let Some(min) = min.cloned() {
                 changes.confirm(stream, &min).await?;
             }
