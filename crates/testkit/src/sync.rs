@@ -46,10 +46,7 @@ impl InMemoryFlows {
         let mut s = self.s();
         let mut n = 0;
         for r in s.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
-            r.status = RunStatus::Queued;
-            r.claimed_by = None;
-            r.heartbeat_at = None;
-            r.attempt += 1;
+            queue_again(r);
             n += 1;
         }
         n
@@ -366,10 +363,7 @@ impl sluice_domain::sync::ports::QueueRepository for InMemoryFlows {
         let mut s = self.s();
         match s.runs.iter_mut().find(|r| r.held_by(fence) && (worker.is_none() || r.claimed_by == worker)) {
             Some(r) => {
-                r.status = RunStatus::Queued;
-                r.claimed_by = None;
-                r.heartbeat_at = None;
-                r.attempt += 1;
+                queue_again(r);
                 Ok(true)
             }
             None => Ok(false),
@@ -528,4 +522,13 @@ impl sluice_domain::sync::ports::StreamDropRepository for InMemoryFlows {
         self.s().drops.retain(|d| d.id != id);
         Ok(())
     }
+}
+
+/// A run queued again for its next attempt (what `requeue` and a take-over
+/// do): the attempt that held it holds it no more.
+fn queue_again(r: &mut Run) {
+    r.status = RunStatus::Queued;
+    r.claimed_by = None;
+    r.heartbeat_at = None;
+    r.attempt += 1;
 }
