@@ -1,13 +1,16 @@
 //! Sluice's connectors, each both source and destination:
 //! `postgres` (COPY in and out), `mysql` (MySQL and MariaDB), `sqlite`, and
-//! `file` (CSV and JSON Lines in a directory). [`Registry`] implements the
+//! `file` (CSV and JSON Lines in a directory; Parquet, a folder per entity,
+//! through `dataset`). [`Registry`] implements the
 //! domain's `ConnectorRegistry` port. The type mappings and their lossy
 //! cases are in `docs/connectors.md`.
 
 pub mod common;
+pub mod dataset;
 pub mod file;
 pub mod mysql;
 pub mod parquet;
+pub mod parquet_read;
 pub mod postgres;
 pub mod sqlite;
 
@@ -20,6 +23,8 @@ use std::time::{Duration, Instant};
 
 const SYNC_MODES: [&str; 4] =
     ["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
+/// What a destination of plain files (a folder of Parquet files) takes.
+const APPEND_MODES: [&str; 3] = ["full_refresh_overwrite", "full_refresh_append", "incremental_append"];
 /// A source that captures changes from its log offers these too (any
 /// destination takes them).
 const CDC_MODES: [&str; 2] = ["cdc_deduped", "cdc_append"];
@@ -297,6 +302,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 "cdc",
                 "apply_changes",
             ],
+            variants: vec![],
         },
         ConnectorSpec {
             connector_type: "mysql",
@@ -305,6 +311,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
             config_fields: my,
             sync_modes: SYNC_MODES.iter().chain(&CDC_MODES).copied().collect(),
             features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "cdc", "apply_changes"],
+            variants: vec![],
         },
         ConnectorSpec {
             connector_type: "sqlite",
@@ -313,19 +320,65 @@ pub fn specs() -> Vec<ConnectorSpec> {
             config_fields: vec![field("path", String, true, false, None, "database file, relative to the file root")],
             sync_modes: SYNC_MODES.to_vec(),
             features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
+            variants: vec![],
         },
         ConnectorSpec {
             connector_type: "file",
-            title: "Files (CSV, JSON Lines)",
+            title: "Files (CSV, JSON Lines, Parquet)",
             capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
             config_fields: vec![
-                field("path", String, true, false, None, "directory, relative to the file root; one file per entity"),
-                field("format", String, false, false, Some(json!("jsonl")), "jsonl or csv"),
+                field(
+                    "path",
+                    String,
+                    true,
+                    false,
+                    None,
+                    "directory, relative to the file root; one file per entity (Parquet: a folder per entity)",
+                ),
+                field("format", String, false, false, Some(json!("jsonl")), "jsonl, csv or parquet"),
+                field("compression", String, false, false, None, "Parquet: zstd (default), snappy or none"),
+                field(
+                    "file_size_mb",
+                    Integer,
+                    false,
+                    false,
+                    Some(json!(dataset::FILE_SIZE_MB)),
+                    "Parquet: a file is cut at this size",
+                ),
             ],
             sync_modes: SYNC_MODES.to_vec(),
             features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
+            variants: vec![Variant {
+                key: "format",
+                value: "parquet",
+                sync_modes: APPEND_MODES.to_vec(),
+                features: vec!["discover", "preview", "incremental", "appends_only"],
+            }],
         },
     ]
+}
+
+/// A dataset's file format (`format`, `compression`).
+fn dataset_format(c: &ResolvedConfig) -> ConnectorResult<dataset::FileFormat> {
+    match c.str("format").unwrap_or("parquet") {
+        "parquet" => Ok(dataset::FileFormat::Parquet(parquet::Codec::parse(c.str("compression"))?)),
+        other => Err(ConnectorError::InvalidConfig(format!("format must be parquet, csv or jsonl, not '{other}'"))),
+    }
+}
+
+/// `file_size_mb` (default [`dataset::FILE_SIZE_MB`]) in bytes; a
+/// fraction of a megabyte is taken (small files for tests).
+fn file_bytes(c: &ResolvedConfig) -> ConnectorResult<u64> {
+    let mb = match c.values.get("file_size_mb") {
+        None | Some(serde_json::Value::Null) => dataset::FILE_SIZE_MB as f64,
+        Some(v) => v.as_f64().ok_or_else(|| ConnectorError::InvalidConfig("file_size_mb must be a number".into()))?,
+    };
+    if !(0.001..=5120.0).contains(&mb) {
+        return Err(ConnectorError::InvalidConfig(format!(
+            "file_size_mb must be between 0.001 and 5120 (an S3 object's limit is 5 GiB), not {mb}"
+        )));
+    }
+    Ok((mb * 1024.0 * 1024.0) as u64)
 }
 
 fn required<'a>(c: &'a ResolvedConfig, key: &str) -> ConnectorResult<&'a str> {
@@ -408,6 +461,28 @@ impl Registry {
         Ok(Arc::new(file::FileConnector::new(place, file::Format::parse(c.str("format").unwrap_or("jsonl"))?)))
     }
 
+    /// A `file` connection of `format: parquet`: a dataset in a folder of
+    /// the organization's directory.
+    fn local_dataset(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dataset::DatasetConnector>> {
+        let place = common::confine(&self.org_dir(c), required(c, "path")?)?;
+        let objects = Arc::new(dataset::objects::LocalObjects { place });
+        Ok(Arc::new(dataset::DatasetConnector::new(objects, dataset_format(c)?, file_bytes(c)?)))
+    }
+
+    fn file_source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
+        if c.str("format") == Some("parquet") {
+            return Ok(self.local_dataset(c)?);
+        }
+        Ok(self.file(c)?)
+    }
+
+    fn file_destination(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Destination>> {
+        if c.str("format") == Some("parquet") {
+            return Ok(self.local_dataset(c)?);
+        }
+        Ok(self.file(c)?)
+    }
+
     async fn sqlite(&self, c: &ResolvedConfig, create: bool) -> ConnectorResult<Arc<sqlite::SqliteConnector>> {
         let place = common::confine(&self.org_dir(c), required(c, "path")?)?;
         self.guard_sqlite(&place.path)?;
@@ -432,7 +507,7 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
             "sqlite" => Ok(self.sqlite(c, false).await?),
             "postgres" => Ok(self.guarded_postgres(c).await?),
             "mysql" => Ok(self.mysql(c)?),
-            "file" => Ok(self.file(c)?),
+            "file" => self.file_source(c),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
     }
@@ -442,7 +517,7 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
             "sqlite" => Ok(self.sqlite(c, true).await?),
             "postgres" => Ok(self.guarded_postgres(c).await?),
             "mysql" => Ok(self.mysql(c)?),
-            "file" => Ok(self.file(c)?),
+            "file" => self.file_destination(c),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
     }

@@ -168,7 +168,25 @@ pub struct ParquetFile<W: Write + Send> {
     writer: SerializedFileWriter<W>,
     columns: Vec<Column>,
     buffered: usize,
+    /// About how many bytes the buffered rows hold.
+    buffered_bytes: usize,
+    /// A row group is written once it holds about this many bytes (or
+    /// [`ROW_GROUP_ROWS`] rows), so that wide rows keep memory bounded.
+    group_bytes: usize,
     rows: u64,
+}
+
+/// The bytes a row group buffers at most, unless told otherwise.
+pub const ROW_GROUP_BYTES: usize = 64 << 20;
+
+/// About how many bytes `v` takes in a column's buffer.
+fn approx_bytes(v: &Value) -> usize {
+    match v {
+        Value::String(s) | Value::Decimal(s) | Value::RawJson(s) => s.len() + 4,
+        Value::Bytes(b) => b.len() + 4,
+        Value::Json(_) => 64,
+        _ => 8,
+    }
 }
 
 impl<W: Write + Send> ParquetFile<W> {
@@ -197,7 +215,13 @@ impl<W: Write + Send> ParquetFile<W> {
                 Column { kind, optional, name: f.name.clone(), values, levels: Vec::new() }
             })
             .collect();
-        Ok(ParquetFile { writer, columns, buffered: 0, rows: 0 })
+        Ok(ParquetFile { writer, columns, buffered: 0, buffered_bytes: 0, group_bytes: ROW_GROUP_BYTES, rows: 0 })
+    }
+
+    /// Writes a row group once it buffers about `bytes` (at least 1 KiB).
+    pub fn with_group_bytes(mut self, bytes: usize) -> Self {
+        self.group_bytes = bytes.max(1024);
+        self
     }
 
     /// Takes `rows` (in the schema's field order); a full row group is
@@ -221,10 +245,11 @@ impl<W: Write + Send> ParquetFile<W> {
                 c.check(v)?;
             }
             for (c, v) in self.columns.iter_mut().zip(row) {
+                self.buffered_bytes += approx_bytes(v);
                 c.push(v);
             }
             self.buffered += 1;
-            if self.buffered >= ROW_GROUP_ROWS {
+            if self.buffered >= ROW_GROUP_ROWS || self.buffered_bytes >= self.group_bytes {
                 self.flush()?;
             }
         }
@@ -268,6 +293,7 @@ impl<W: Write + Send> ParquetFile<W> {
         group.close().map_err(failed)?;
         self.rows += self.buffered as u64;
         self.buffered = 0;
+        self.buffered_bytes = 0;
         Ok(())
     }
 

@@ -1794,3 +1794,111 @@ async fn check_history(pg: &mut sqlx::PgConnection, schema: &str, log: &str, see
     assert_eq!(got.len(), want.len(), "{log}: one logged transaction per writer transaction after the start");
     assert!(got == want, "{log}: each transaction after the start once, in commit order");
 }
+
+/// What DuckDB 1.5.5 (the lake readers' venv) sees of the Parquet files
+/// `glob` names: (rows, distinct ids).
+fn duckdb_counts(python: &std::path::Path, glob: &std::path::Path) -> (i64, i64) {
+    let script = "import json, sys, duckdb\nprint(json.dumps(duckdb.connect().execute(\
+        f\"SELECT count(*), count(DISTINCT id) FROM read_parquet('{sys.argv[1]}')\").fetchone()))";
+    let out = std::process::Command::new(python).arg("-c").arg(script).arg(glob).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Vec<i64> = serde_json::from_slice(&out.stdout).unwrap();
+    (v[0], v[1])
+}
+
+#[tokio::test]
+async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_every_record_once() {
+    let Some(python) = sluice_testkit::services::lake_python() else { return };
+    let Some(src) = pg_schema().await else { return };
+    const ROWS: i64 = 400_000;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    seed_events(&mut pg, &src.name, ROWS).await;
+    let (data, db, port, api) = sqlite_service("parquet-kill");
+    let mut proc = serve(&["serve"], &env(&data, &db, port), &api).await;
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "Lake"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api.post(&conns, pg_conn("src", &src.name)).await);
+    let lake = json!({"name": "lake", "type": "file", "capability": "destination",
+        "config": {"path": "lake", "format": "parquet", "file_size_mb": 1}});
+    let d = id(api.post(&conns, lake).await);
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "to-lake", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "sync_mode": "incremental_append", "cursor_field": "updated"}]}}),
+        )
+        .await);
+    // Plain files take no upserts: the modes that need them are refused,
+    // naming what takes them.
+    for mode in ["incremental_deduped", "cdc_deduped"] {
+        let (status, body) = api
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/organizations/{org}/flows"),
+                Some(json!({"name": mode, "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                    {"source_entity": "events", "sync_mode": mode, "cursor_field": "updated", "primary_key": "id"}]}})),
+            )
+            .await;
+        assert_eq!(status, 422, "{body}");
+        let said = body.to_string();
+        assert!(said.contains("ducklake") && said.contains("iceberg") && said.contains(mode), "{said}");
+    }
+    let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    let folder = data.join("files").join(&org).join("lake");
+    let glob = folder.join("events/*.parquet");
+
+    // Killed whenever a new checkpoint is stored while the run goes on,
+    // and at once after each restart's first files.
+    let mut kills = 0;
+    let mut last_cursor = serde_json::Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    // Twice: a run whose worker is lost a third time fails (by design).
+    while kills < 2 {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        let status = r["status"].clone();
+        if status == "succeeded" {
+            break;
+        }
+        assert!(status != "failed" && status != "canceled", "{r}");
+        let state = api.get(&format!("/v1/organizations/{org}/flows/{flow}/state")).await;
+        let cursor = state["data"][0]["cursor_value"].clone();
+        if status == "running" && cursor.is_string() && cursor != last_cursor {
+            last_cursor = cursor;
+            drop(proc); // SIGKILL
+            kills += 1;
+            // Between lives, a reader sees whole files, each row once.
+            let (rows, distinct) = duckdb_counts(&python, &glob);
+            assert_eq!(rows, distinct, "after kill {kills}: a row twice");
+            assert!(rows < ROWS, "killed mid-run");
+            proc = serve(&["serve"], &env(&data, &db, port), &api).await;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint within 300 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(kills >= 1, "the run ended before it could be killed; make it larger");
+    let done = succeeded(&api, &org, &run, 300, "the resumed run did not finish").await;
+    assert_eq!(duckdb_counts(&python, &glob), (ROWS, ROWS), "every source record exactly once after {kills} kills");
+    assert!(done["entities"][0]["rows_read"].as_i64().unwrap() < ROWS, "resumed, not read again: {done}");
+    let staged = std::fs::read_dir(folder.join("_sluice/events/staging")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(staged, 0, "what killed attempts staged is removed");
+
+    // The next run appends the new rows alone: the last value read is
+    // not delivered again.
+    exec(
+        &mut pg,
+        format!(
+            "INSERT INTO {0}.events SELECT g, 'late ' || g, timestamptz '2026-01-01' + g * interval '1 second' \
+             FROM generate_series({1}, {2}) g",
+            src.name,
+            ROWS + 1,
+            ROWS + 1_000
+        ),
+    )
+    .await;
+    let again = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    succeeded(&api, &org, &again, 120, "the second run did not finish").await;
+    assert_eq!(duckdb_counts(&python, &glob), (ROWS + 1_000, ROWS + 1_000));
+    drop(proc);
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -50,6 +50,7 @@ fn registry() -> Catalogue {
             config_fields: vec![f("host", false, true), f("database", false, true), f("password", true, false)],
             sync_modes: vec![],
             features: vec![],
+            variants: vec![],
         }],
         oauth_types: vec![],
     }

@@ -36,6 +36,11 @@ pub struct MemoryConnectors {
     /// dataset → what to run once its writer calls reach a count (see
     /// `after_writer_calls`).
     pub(crate) after_calls: Arc<Mutex<HashMap<String, (u64, CallHook)>>>,
+    /// Destination datasets that hold row flows' marks with their rows
+    /// (`Destination::holds_marks`), as a folder of files or a lake does.
+    pub(crate) marks: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// dataset → (commits still to go, what to run after the last of them).
+    pub(crate) after_commits: Arc<Mutex<HashMap<String, (u64, Once)>>>,
 }
 
 /// Something to run once.
@@ -168,6 +173,19 @@ impl MemoryConnectors {
         self.after_calls.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (calls, Box::new(hook)));
     }
 
+    /// Makes `dataset` a destination that holds row flows' marks with the
+    /// rows it commits (see `Destination::holds_marks`).
+    pub fn hold_marks(&self, dataset: &str) {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into());
+    }
+
+    /// Runs `hook` once, right after the `n`th commit to `dataset` from
+    /// now (1: the next) is applied: to lose a worker between its
+    /// destination's commit and what it stores after.
+    pub fn after_commit(&self, dataset: &str, n: u64, hook: impl FnOnce() + Send + 'static) {
+        self.after_commits.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (n, Box::new(hook)));
+    }
+
     /// How many writer calls to `dataset` succeeded (those
     /// [`Self::fail_writes_after`] counts).
     pub fn writer_calls(&self, dataset: &str) -> u64 {
@@ -225,6 +243,7 @@ pub fn memory_spec() -> ConnectorSpec {
         ],
         sync_modes: vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"],
         features: vec!["discover", "preview", "incremental"],
+        variants: vec![],
     }
 }
 
@@ -357,6 +376,10 @@ impl Destination for MemoryDataset {
         if self.single_writer { 1 } else { usize::MAX }
     }
 
+    fn holds_marks(&self) -> bool {
+        self.mem.marks.lock().unwrap_or_else(|p| p.into_inner()).contains(&self.name)
+    }
+
     async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, _attempt: Option<&Attempt>) -> WriterResult {
         let existing = self.describe(&schema.name).await?;
         let mut fields = match (&existing, mode) {
@@ -472,6 +495,24 @@ impl MemoryWriter {
     }
 
     fn commit(&mut self, replace: bool) {
+        self.apply(replace);
+        let hook = {
+            let mut hooks = self.mem.after_commits.lock().unwrap_or_else(|p| p.into_inner());
+            match hooks.get_mut(&self.dataset) {
+                Some((1, _)) => hooks.remove(&self.dataset).map(|(_, h)| h),
+                Some((n, _)) => {
+                    *n -= 1;
+                    None
+                }
+                None => None,
+            }
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    fn apply(&mut self, replace: bool) {
         let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         let tables = all.entry(self.dataset.clone()).or_default();
         let entry = tables.entry(self.schema.name.clone()).or_insert_with(|| (self.schema.clone(), Vec::new()));

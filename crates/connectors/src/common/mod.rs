@@ -6,11 +6,13 @@
 //! SQL connector builds alike), `types` (native-type tags, widenings,
 //! stored text as values), `connect` (timeouts, TLS settings, errors of
 //! reaching a server), `paths` (path confinement for file-based
-//! connectors), and `bulk` (the CSV bulk format).
+//! connectors), `lock` (a writer's lock file), and `bulk` (the CSV bulk
+//! format).
 
 mod bulk;
 mod changes;
 mod connect;
+mod lock;
 mod paths;
 mod ranges;
 mod records;
@@ -20,6 +22,7 @@ mod types;
 pub use bulk::*;
 pub use changes::*;
 pub use connect::*;
+pub use lock::*;
 pub use paths::*;
 pub use ranges::*;
 pub use records::*;

@@ -18,16 +18,21 @@ pub struct Confined {
 
 impl Confined {
     /// Checks that `p` (a file inside this path) still resolves inside the
-    /// organization's directory once symbolic links are followed; a file
-    /// that does not exist yet passes.
+    /// organization's directory once symbolic links are followed; of a file
+    /// that does not exist yet, the nearest folder that does must (a link
+    /// planted as a folder on its way would lead the file out).
     pub fn check_inside(&self, p: &Path) -> ConnectorResult<()> {
-        match std::fs::canonicalize(p) {
-            Ok(real) if real.starts_with(&self.base) => Ok(()),
-            Ok(_) => Err(outside(&self.label)),
-            // A link to nowhere would be followed when the file is created.
-            Err(_) if std::fs::symlink_metadata(p).is_ok() => Err(outside(&self.label)),
-            Err(_) => Ok(()),
+        let mut at = Some(p);
+        while let Some(here) = at {
+            match std::fs::canonicalize(here) {
+                Ok(real) if real.starts_with(&self.base) => return Ok(()),
+                Ok(_) => return Err(outside(&self.label)),
+                // A link to nowhere would be followed when the file is created.
+                Err(_) if std::fs::symlink_metadata(here).is_ok() => return Err(outside(&self.label)),
+                Err(_) => at = here.parent(),
+            }
         }
+        Ok(())
     }
 }
 

@@ -32,7 +32,6 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct Manifest {
@@ -50,10 +49,6 @@ pub(super) struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redo: Option<String>,
 }
-
-/// How long a writer (or a read of the positions) waits for the writer
-/// that holds the entity.
-const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// The files of one entity of a file connection that a writer commits
 /// through: its data file, manifest and lock, checked to resolve inside the
@@ -79,18 +74,14 @@ impl FileConnector {
 
     /// Waits until no earlier attempt of `attempt`'s run holds an entity of
     /// this directory (a frozen process's writer; see the module doc):
-    /// answers how many it waited for, or a timeout after [`LOCK_WAIT`].
+    /// answers how many it waited for, or a timeout.
     pub(super) async fn wait_for_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
         let Ok(entities) = self.hidden_entities("lock") else { return Ok(0) };
         let mut waited = 0;
         for entity in entities {
-            let files = self.files(&entity)?;
-            let mark = fs::read_to_string(files.hidden("lock")).unwrap_or_default();
-            if !mark.starts_with(&attempt.run_mark()) || mark == attempt.mark() || files.try_lock()?.is_some() {
-                continue;
+            if self.files(&entity)?.lock_file().wait_if_earlier(attempt).await? {
+                waited += 1;
             }
-            drop(files.lock().await?);
-            waited += 1;
         }
         Ok(waited)
     }
@@ -163,55 +154,25 @@ impl EntityFiles {
         File::open(&self.place.path).and_then(|d| d.sync_all()).map_err(|e| io("directory", e))
     }
 
-    /// Takes the entity's lock, waiting up to [`LOCK_WAIT`] for the writer
-    /// that holds it (off the async threads: it sleeps).
+    fn lock_file(&self) -> crate::common::LockFile {
+        crate::common::LockFile { path: self.hidden("lock"), name: self.name.clone() }
+    }
+
+    /// Takes the entity's lock, waiting up to [`crate::common::LOCK_WAIT`]
+    /// for the writer that holds it.
     pub async fn lock(&self) -> ConnectorResult<File> {
-        let files = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let deadline = Instant::now() + LOCK_WAIT;
-            loop {
-                match files.try_lock()? {
-                    Some(f) => return Ok(f),
-                    None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-                    None => {
-                        return Err(ConnectorError::Timeout(format!(
-                            "{} is being written by another run (or by an earlier attempt of this one whose \
-                             process is frozen); waited {} s",
-                            files.name,
-                            LOCK_WAIT.as_secs()
-                        )));
-                    }
-                }
-            }
-        })
-        .await
-        .map_err(|e| ConnectorError::Other(e.to_string()))?
+        self.lock_file().lock().await
     }
 
     /// The entity's lock, if no writer holds it.
     pub fn try_lock(&self) -> ConnectorResult<Option<File>> {
-        let path = self.hidden("lock");
-        let f = crate::common::open_in_place(&path, OpenOptions::new().create(true).truncate(false).write(true))
-            .map_err(|e| io("lock file", e))?;
-        match f.try_lock() {
-            // The lock is on the file opened: it must still be the one of
-            // that name, or another writer would lock another file.
-            Ok(()) if crate::common::still_at(&f, &path).map_err(|e| io("lock file", e))? => Ok(Some(f)),
-            Ok(()) => {
-                Err(ConnectorError::Other(format!("lock file of {}: replaced while it was taken; refused", self.name)))
-            }
-            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-            Err(std::fs::TryLockError::Error(e)) => Err(io("lock file", e)),
-        }
+        self.lock_file().try_lock()
     }
 
     /// Writes `attempt`'s mark into the lock file (its lock held), for
     /// [`FileConnector::wait_for_earlier_attempts`].
     pub fn mark(&self, lock: &mut File, attempt: &Attempt) -> ConnectorResult<()> {
-        use std::io::{Seek, SeekFrom};
-        lock.set_len(0).map_err(|e| io("lock file", e))?;
-        lock.seek(SeekFrom::Start(0)).map_err(|e| io("lock file", e))?;
-        lock.write_all(attempt.mark().as_bytes()).map_err(|e| io("lock file", e))
+        crate::common::LockFile::mark(lock, attempt)
     }
 
     /// The name of a file staged for a commit by a rename.

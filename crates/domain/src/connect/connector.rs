@@ -443,6 +443,16 @@ pub trait Destination: Send + Sync {
     fn concurrent_writers(&self) -> usize {
         usize::MAX
     }
+    /// Whether each entity here commits the marks of a run that writes
+    /// rows (a cursor, the run that finished it) with the rows, through
+    /// [`EntityWriter::hold_position`] under the flow's stream: a retry
+    /// then resumes from what the destination holds, rather than from the
+    /// metadata store's cursor, which is stored after the commit and can
+    /// lag it by a kill. Where rows cannot be written twice harmlessly (an
+    /// append into files) this is what keeps them once.
+    fn holds_marks(&self) -> bool {
+        false
+    }
     /// The position of change stream `stream` each entity here holds, as
     /// its writers committed them ([`EntityWriter::hold_position`]): where
     /// the stream resumes, whatever happened to the run that wrote them.
@@ -524,8 +534,19 @@ impl ConfigField {
     }
 }
 
+/// What a connection of a type takes when one of its settings has a given
+/// value, in place of the type's modes and features (a `file` connection
+/// of `format: parquet` writes folders of files, which take no upserts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    pub key: &'static str,
+    pub value: &'static str,
+    pub sync_modes: Vec<&'static str>,
+    pub features: Vec<&'static str>,
+}
+
 /// A connector type as `/v1/connectors/capabilities` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ConnectorSpec {
     #[serde(rename = "type")]
     pub connector_type: &'static str,
@@ -534,9 +555,22 @@ pub struct ConnectorSpec {
     pub config_fields: Vec<ConfigField>,
     pub sync_modes: Vec<&'static str>,
     pub features: Vec<&'static str>,
+    /// What some settings change (the first that matches applies).
+    #[serde(skip)]
+    pub variants: Vec<Variant>,
 }
 
 impl ConnectorSpec {
+    /// The spec of a connection of this type with `config`.
+    pub fn with_config(&self, config: &BTreeMap<String, serde_json::Value>) -> ConnectorSpec {
+        let mut spec = self.clone();
+        if let Some(v) = self.variants.iter().find(|v| config.get(v.key).and_then(|x| x.as_str()) == Some(v.value)) {
+            spec.sync_modes = v.sync_modes.clone();
+            spec.features = v.features.clone();
+        }
+        spec
+    }
+
     pub fn credential_fields(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.config_fields.iter().filter(|f| f.credential).map(|f| f.name)
     }

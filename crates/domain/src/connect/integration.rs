@@ -141,6 +141,7 @@ pub(crate) mod tests {
             ],
             sync_modes: vec![],
             features: vec![],
+            variants: vec![],
         }
     }
 

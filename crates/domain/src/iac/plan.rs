@@ -162,12 +162,16 @@ fn duplicates<'a>(list: &str, names: impl Iterator<Item = &'a str>) -> Vec<Field
     errors
 }
 
+/// A connection as a document may refer to it: id, type, capability and
+/// settings (the document's, where it has the connection).
+type NamedConnection = (ConnectionId, String, Capability, BTreeMap<String, serde_json::Value>);
+
 /// Names and ids of the resources the document may refer to.
 struct Names {
     /// name → (id, type) for integrations.
     integrations: BTreeMap<String, (IntegrationId, String)>,
-    /// name → (id, type, capability) for connections.
-    connections: BTreeMap<String, (ConnectionId, String, Capability)>,
+    /// name → (id, type, capability, settings) for connections.
+    connections: BTreeMap<String, NamedConnection>,
     flows: BTreeMap<String, FlowId>,
     integration_names: BTreeMap<IntegrationId, String>,
     connection_names: BTreeMap<ConnectionId, String>,
@@ -186,7 +190,7 @@ impl Names {
             connections: current
                 .connections
                 .iter()
-                .map(|c| (c.name.clone(), (c.id, c.connector_type.clone(), c.capability)))
+                .map(|c| (c.name.clone(), (c.id, c.connector_type.clone(), c.capability, c.config.clone())))
                 .collect(),
             flows: current.flows.iter().map(|f| (f.name.clone(), f.id)).collect(),
             integration_names: current.integrations.iter().map(|i| (i.id, i.name.clone())).collect(),
@@ -212,7 +216,7 @@ impl Names {
         })
     }
 
-    fn connection(&self, r: &str) -> Option<(ConnectionId, String, Capability)> {
+    fn connection(&self, r: &str) -> Option<NamedConnection> {
         self.connections.get(r.trim()).cloned().or_else(|| {
             let id: ConnectionId = r.trim().parse().ok()?;
             let name = self.connection_names.get(&id)?;
@@ -289,7 +293,12 @@ pub fn plan(
     let connection_ids: Vec<ConnectionId> =
         doc.connections.iter().map(|d| p.find_c(&d.name).map_or_else(ConnectionId::new, |c| c.id)).collect();
     for (d, id) in doc.connections.iter().zip(&connection_ids) {
-        p.names.connections.entry(d.name.trim().to_string()).or_insert((*id, d.kind.clone(), d.capability));
+        p.names.connections.entry(d.name.trim().to_string()).and_modify(|c| c.3 = d.config.clone()).or_insert((
+            *id,
+            d.kind.clone(),
+            d.capability,
+            d.config.clone(),
+        ));
         p.names.connection_names.entry(*id).or_insert(d.name.trim().to_string());
     }
     let flow_ids: Vec<FlowId> =
@@ -581,19 +590,29 @@ impl<'a> Planner<'a> {
             };
             let source = conn("source_connection", &d.source_connection);
             let dest = conn("destination_connection", &d.destination_connection);
-            let end = |field, r, c: &Option<(ConnectionId, String, Capability)>| {
-                c.as_ref().map(|(id, kind, capability)| End {
+            // Each end's spec as its settings make it.
+            let spec_of = |c: &Option<NamedConnection>| {
+                c.as_ref().and_then(|(_, kind, _, config)| self.registry.spec(kind).map(|s| s.with_config(config)))
+            };
+            let specs = (spec_of(&source), spec_of(&dest));
+            fn end<'a>(
+                field: &'a str,
+                r: &'a str,
+                c: &'a Option<NamedConnection>,
+                spec: &'a Option<ConnectorSpec>,
+            ) -> Option<End<'a>> {
+                c.as_ref().map(|(id, _, capability, _)| End {
                     field,
                     name: r,
                     id: *id,
                     capability: *capability,
-                    spec: self.registry.spec(kind),
+                    spec: spec.as_ref(),
                 })
-            };
+            }
             let draft = Draft { name: &d.name, schedule: d.schedule.as_deref(), config: &d.config };
             let ends = (
-                end("source_connection", &d.source_connection, &source),
-                end("destination_connection", &d.destination_connection, &dest),
+                end("source_connection", &d.source_connection, &source, &specs.0),
+                end("destination_connection", &d.destination_connection, &dest, &specs.1),
             );
             self.errors.extend(check_flow(&path, &draft, ends.0, ends.1));
             self.errors.extend(check_into_itself(&path, &d.config, ends.0, ends.1));
@@ -743,6 +762,7 @@ mod tests {
             ],
             sync_modes: modes,
             features: vec![],
+            variants: vec![],
         };
         let all = vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"];
         Catalogue {

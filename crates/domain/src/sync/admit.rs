@@ -29,7 +29,8 @@ pub(super) async fn flow(sync: &SyncService, flow: &mut Flow, against_source: bo
         }
     }
     let registry = sync.connect.registry();
-    let specs = [&source, &dest].map(|c| c.as_ref().and_then(|c| registry.spec(&c.connector_type)));
+    let specs = [&source, &dest]
+        .map(|c| c.as_ref().and_then(|c| registry.spec(&c.connector_type).map(|s| s.with_config(&c.config))));
     fn end<'a>(field: &'a str, c: &'a Option<Connection>, spec: Option<&'a ConnectorSpec>) -> Option<End<'a>> {
         c.as_ref().map(|c| End { field, name: &c.name, id: c.id, capability: c.capability, spec })
     }

@@ -10,7 +10,9 @@
 //! | a clearing | `$clear` | none |
 //!
 //! A destination holds a CDC table's position and copy progress as that
-//! same value text ([`held_text`], [`parse_held`]).
+//! same value text ([`held_text`], [`parse_held`]); one that holds the
+//! marks of row flows too ([`crate::connect::connector::Destination::holds_marks`])
+//! holds a [`RowsHeld`] for each entity such a flow writes.
 
 use crate::connect::connector::{Field, Value};
 use crate::sync::cursor::{cursor_text, parse_cursor};
@@ -28,6 +30,38 @@ const CLEAR_FIELD: &str = "$clear";
 /// What separates a held position from its copy's progress in the text a
 /// destination holds (`0/16B3748 copy {"after":["41"],"done":3,"total":9}`).
 const COPY: &str = " copy ";
+
+/// What begins the text of a [`RowsHeld`].
+const ROWS: &str = "$rows ";
+
+/// What a destination that holds marks holds of an entity a run writes
+/// rows into, committed with them: the run that committed last, whether
+/// that run finished the entity, and the cursor the committed rows reach
+/// (an incremental mapping's, as stored text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowsHeld {
+    pub run: String,
+    #[serde(default)]
+    pub done: bool,
+    /// The cursor field (none: a full refresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+impl RowsHeld {
+    /// The text the destination holds: `$rows ` and the mark as JSON.
+    pub fn text(&self) -> String {
+        format!("{ROWS}{}", serde_json::to_string(self).unwrap_or_default())
+    }
+
+    /// A held text as a row entity's mark; `None` for any other text (a
+    /// change stream's position).
+    pub fn parse(text: &str) -> Option<RowsHeld> {
+        serde_json::from_str(text.strip_prefix(ROWS)?).ok()
+    }
+}
 
 /// How far an entity got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +221,25 @@ mod tests {
         assert_eq!(held_text("0/1", None), "0/1");
         // Not a mark: the whole text is the position (refused later as one).
         assert_eq!(parse_held("0/1 copy nonsense"), ("0/1 copy nonsense".into(), None));
+    }
+
+    #[test]
+    fn a_row_entitys_held_mark_reads_back_and_is_never_a_position() {
+        let h = RowsHeld {
+            run: "0192".into(),
+            done: true,
+            field: Some("updated_at".into()),
+            cursor: Some("2026-01-02T00:00:00Z".into()),
+        };
+        assert_eq!(
+            h.text(),
+            r#"$rows {"run":"0192","done":true,"field":"updated_at","cursor":"2026-01-02T00:00:00Z"}"#
+        );
+        assert_eq!(RowsHeld::parse(&h.text()), Some(h));
+        let bare = RowsHeld { run: "0192".into(), done: false, field: None, cursor: None };
+        assert_eq!(RowsHeld::parse(r#"$rows {"run":"0192"}"#), Some(bare));
+        assert_eq!(RowsHeld::parse("16/B374D848"), None);
+        assert_eq!(RowsHeld::parse("$rows not json"), None);
     }
 
     /// Rows stored before the mark was typed, exactly as the stores hold

@@ -91,6 +91,20 @@ pub const COMMITTED_AT: &str = "_sluice_committed_at";
 /// (deletes, updates by key, stream positions with the rows).
 pub const APPLIES_CHANGES: &str = "apply_changes";
 
+/// The connector feature of a destination of plain files: rows are
+/// appended (a change log among them) or replaced whole, never updated or
+/// deleted by key.
+pub const APPENDS_ONLY: &str = "appends_only";
+
+/// Why a mode that updates rows by key is refused by a destination of
+/// plain files.
+pub fn lake_table_needed(connector_type: &str, mode: &str) -> String {
+    format!(
+        "{connector_type} destinations of plain files take appends and overwrites only: {mode} updates and \
+         deletes rows by key, which needs a lake table (a ducklake or iceberg connection)"
+    )
+}
+
 impl DeleteMode {
     pub fn as_str(self) -> &'static str {
         match self {

@@ -514,6 +514,7 @@ impl SyncService {
             mark: Mark::Cursor { field: Some(field), value: crate::sync::cursor_text(&parsed) },
             updated_at: self.clock.now(),
         };
+        self.move_held_cursor(&f, entity, cursor.mark.value()).await?;
         // The old value is read, and the guard checked again, in the
         // transaction that writes (a run may have been claimed meanwhile).
         let audit = AuditEntry::new(Some(org), p.actor(), "flow.cursor.updated", "flow", id, cursor.updated_at)
@@ -543,7 +544,39 @@ impl SyncService {
                 Cursor { entity: entity.to_string(), mark: Mark::pending_copy(), updated_at: self.clock.now() };
             return self.cursors.write_by_user(id, entity, Some(pending), audit).await;
         }
+        self.move_held_cursor(&f, entity, None).await?;
         self.cursors.write_by_user(id, entity, None, audit).await
+    }
+
+    /// Moves the cursor a destination that holds marks committed for
+    /// `entity`'s row mappings (see `Destination::holds_marks`) to
+    /// `value`: the next run resumes from what the destination holds, so
+    /// a cursor set by hand must be set there too. A destination that does
+    /// not open is left alone here (one that holds marks is a folder or a
+    /// lake, and fails its run the same way).
+    async fn move_held_cursor(&self, f: &Flow, entity: &str, value: Option<&str>) -> Result<()> {
+        use crate::sync::mark::RowsHeld;
+        let dest = match self.engine.destination_of(f).await {
+            Ok(d) if d.holds_marks() => d,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(flow = %f.id, error = %e, "the destination did not open; its held cursor is not moved");
+                return Ok(());
+            }
+        };
+        let stream = f.stream_name();
+        let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
+        for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && !x.sync_mode.cdc()) {
+            let Some(mut h) = held.iter().find(|(e, _)| e == m.destination()).and_then(|(_, t)| RowsHeld::parse(t))
+            else {
+                continue;
+            };
+            h.cursor = value.map(str::to_string);
+            h.field = m.cursor_field.clone();
+            h.done = false;
+            dest.move_position(&stream, m.destination(), Some(&h.text())).await.map_err(unreachable("destination"))?;
+        }
+        Ok(())
     }
 
     /// Clears an entity's destination table and syncs it again (Editor;

@@ -74,10 +74,12 @@ pub fn check_flow(prefix: &str, flow: &Draft<'_>, source: Option<End<'_>>, dest:
             && !spec.sync_modes.is_empty()
             && !spec.sync_modes.contains(&m.sync_mode.as_str())
         {
-            errors.push(FieldError::new(
-                format!("{path}.sync_mode"),
-                format!("{} destinations do not support {}", spec.connector_type, m.sync_mode.as_str()),
-            ));
+            let message = if spec.features.contains(&super::mode::APPENDS_ONLY) {
+                super::mode::lake_table_needed(spec.connector_type, m.sync_mode.as_str())
+            } else {
+                format!("{} destinations do not support {}", spec.connector_type, m.sync_mode.as_str())
+            };
+            errors.push(FieldError::new(format!("{path}.sync_mode"), message));
         }
     }
     placed(prefix, errors)
@@ -386,11 +388,16 @@ pub fn check_capture_mode(
             ),
         ));
     }
+    use super::mode::{APPENDS_ONLY, APPLIES_CHANGES};
     match dest {
-        Some((t, features)) if !features.contains(&super::mode::APPLIES_CHANGES) => {
-            Some(FieldError::new(field, format!("{t} destinations cannot apply captured changes")))
+        Some((_, features)) if features.contains(&APPLIES_CHANGES) => None,
+        // A change log is appended: plain files take it.
+        Some((_, features)) if features.contains(&APPENDS_ONLY) && m.sync_mode == super::SyncMode::CdcAppend => None,
+        Some((t, features)) if features.contains(&APPENDS_ONLY) => {
+            Some(FieldError::new(field, super::mode::lake_table_needed(t, m.sync_mode.as_str())))
         }
-        _ => None,
+        Some((t, _)) => Some(FieldError::new(field, format!("{t} destinations cannot apply captured changes"))),
+        None => None,
     }
 }
 
@@ -492,5 +499,59 @@ mod tests {
         );
         // Without the source's schema only presence is checked.
         assert!(check_mapping("m", SyncMode::IncrementalDeduped, Some("x"), Some("y"), None).is_empty());
+    }
+
+    /// A type whose settings change what it takes: a folder of files
+    /// takes appends alone, and the refusals name the lake tables.
+    #[test]
+    fn a_destination_of_plain_files_refuses_the_modes_that_update_by_key_naming_the_lake_tables() {
+        use crate::connect::connector::{ConnectorSpec, Variant};
+        let files = ConnectorSpec {
+            connector_type: "file",
+            sync_modes: vec![
+                "full_refresh_overwrite",
+                "full_refresh_append",
+                "incremental_append",
+                "incremental_deduped",
+            ],
+            features: vec!["apply_changes"],
+            variants: vec![Variant {
+                key: "format",
+                value: "parquet",
+                sync_modes: vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append"],
+                features: vec![super::super::mode::APPENDS_ONLY],
+            }],
+            ..Default::default()
+        };
+        let source = ConnectorSpec {
+            connector_type: "postgres",
+            sync_modes: vec!["incremental_deduped", "incremental_append", "cdc_deduped", "cdc_append"],
+            ..Default::default()
+        };
+        let parquet = files.with_config(&[("format".to_string(), serde_json::json!("parquet"))].into());
+        let jsonl = files.with_config(&[("format".to_string(), serde_json::json!("jsonl"))].into());
+        let id = crate::shared::ids::ConnectionId::new();
+        let refused = |mode: &str, dest: &ConnectorSpec| {
+            let end = |field, spec| Some(End { field, name: "x", id, capability: Capability::Both, spec: Some(spec) });
+            let mut m = serde_json::json!({"source_entity": "t", "sync_mode": mode, "primary_key": "id"});
+            if mode.starts_with("incremental") {
+                m["cursor_field"] = serde_json::json!("u");
+            }
+            let config: FlowConfig = serde_json::from_value(serde_json::json!({ "mappings": [m] })).unwrap();
+            let draft = Draft { name: "f", schedule: None, config: &config };
+            check_flow("", &draft, end("s", &source), end("d", dest))
+                .into_iter()
+                .map(|e| e.message)
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        for mode in ["incremental_deduped", "cdc_deduped"] {
+            let said = refused(mode, &parquet);
+            assert!(said.contains("ducklake") && said.contains("iceberg") && said.contains(mode), "{mode}: {said}");
+            assert_eq!(refused(mode, &jsonl), "", "{mode} into JSON Lines files");
+        }
+        for mode in ["incremental_append", "cdc_append", "full_refresh_append"] {
+            assert_eq!(refused(mode, &parquet), "", "{mode} into Parquet files");
+        }
     }
 }

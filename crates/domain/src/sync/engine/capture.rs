@@ -378,7 +378,14 @@ impl Engine {
         mappings: &[(usize, &Mapping)],
     ) -> Result<(HashMap<String, String>, Option<Position>), Failure> {
         let Scope { changes, dest, .. } = scope;
-        let held: HashMap<String, String> = dest.positions(stream).await?.into_iter().collect();
+        // A row flow's marks (of the mappings before they captured) are not
+        // positions in the stream.
+        let held: HashMap<String, String> = dest
+            .positions(stream)
+            .await?
+            .into_iter()
+            .filter(|(_, text)| crate::sync::mark::RowsHeld::parse(text).is_none())
+            .collect();
         let holds_any = mappings.iter().any(|(_, m)| held.contains_key(m.destination()));
         let retained = changes.retained_from(stream).await?;
         match (holds_any, &retained) {

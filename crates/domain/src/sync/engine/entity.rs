@@ -21,8 +21,11 @@ use crate::connect::connector::{
 use crate::sync::flow::*;
 use crate::sync::transform;
 use crate::sync::{SyncMode, advance, capped, cursor_text, dedupe, parse_cursor, read_from};
+use held::{ExactAppend, Marks};
 use std::sync::Arc;
 use std::time::Instant;
+
+mod held;
 
 /// Into how many key ranges, read at once, a full refresh of a large table
 /// is split unless the service is told otherwise.
@@ -89,6 +92,9 @@ struct Step<'a> {
     progress: &'a Progress,
     /// The mapping's place in the flow.
     index: usize,
+    /// The destination commits this entity's marks with its rows (see
+    /// [`Destination::holds_marks`]).
+    holds: bool,
 }
 
 /// Where an entity's read starts and how far its cursor may be stored.
@@ -172,12 +178,17 @@ impl Engine {
         // The source's fields first: the stored cursor is typed by them.
         let source_fields = source.io.entity_fields(entity).await?;
         self.record_source_schema(&source.connection, entity, &source_fields).await;
-        let mut read = self.plan_read(run, flow, m, source, &source_fields, stats).await?;
+        let held = self.held_rows(flow, m, dest).await?;
+        if let Some(h) = held.as_ref().filter(|h| h.done && h.run == run.id.to_string()) {
+            return self.finished_before(run, flow, m, h, stats).await;
+        }
+        let marks = Marks { stored: self.cursors.get(flow.id, entity).await?, held };
+        let mut read = self.plan_read(run, m, source, &source_fields, marks, stats).await?;
         let schema = destination_schema(m, &source_fields)?;
         if self.blocked_by_policy(run, m, dest, &schema).await? {
             return Ok(EntityOutcome::Drift);
         }
-        let step = Step { run, flow, m, prior, started: Instant::now(), progress, index };
+        let step = Step { run, flow, m, prior, started: Instant::now(), progress, index, holds: dest.holds_marks() };
         if !read.clearing && self.first_load(run, m, dest, &schema, &source_fields, stats).await? {
             // The target is not there yet: loaded like a full refresh (a
             // fresh table, keys built after), when both sides can; else,
@@ -256,10 +267,10 @@ impl Engine {
     async fn plan_read(
         &self,
         run: &Run,
-        flow: &Flow,
         m: &Mapping,
         source: &RunSource,
         source_fields: &[crate::connect::connector::Field],
+        marks: Marks,
         stats: &mut EntityStats,
     ) -> Result<Read, Failure> {
         let entity = m.source_entity.as_str();
@@ -274,9 +285,23 @@ impl Engine {
         } else {
             None
         };
-        let stored = self.cursors.get(flow.id, entity).await?;
+        let Marks { stored, held } = marks;
         let clearing = stored.as_ref().is_some_and(|c| c.mark.clearing());
         stats.cursor_before = stored.as_ref().and_then(|c| c.mark.value()).map(str::to_string);
+        // The destination's commit is what it holds: a worker lost between
+        // it and the cursor's store leaves the store behind.
+        if let Some(h) = held.as_ref().filter(|h| !clearing && cursor_idx.is_some() && h.field == m.cursor_field)
+            && h.cursor != stats.cursor_before
+        {
+            let said = format!(
+                "resuming from the cursor the destination committed ({}), not the one stored ({}): a worker was \
+                 lost between the two",
+                h.cursor.as_deref().unwrap_or("none"),
+                stats.cursor_before.as_deref().unwrap_or("none")
+            );
+            self.log(run, LogLevel::Info, Some(entity), said).await;
+            stats.cursor_before = h.cursor.clone();
+        }
         if clearing {
             let what = "clear and resync: the destination's table is replaced by a full copy of the source when this \
                         copy commits (nothing is removed before)";
@@ -570,8 +595,9 @@ impl Engine {
             schema.fields.iter().enumerate().filter(|(_, f)| f.primary_key).map(|(i, _)| i).collect();
         let out_cursor_idx = m.cursor_field.as_deref().and_then(|c| schema.index_of(c));
         let mut since_checkpoint = 0u64;
+        let mut exact = ExactAppend::new(step, &read);
         loop {
-            let batch = match reader.next_batch().await {
+            let mut batch = match reader.next_batch().await {
                 Ok(Some(b)) => b,
                 Ok(None) => break,
                 Err(e) => {
@@ -581,8 +607,27 @@ impl Engine {
             };
             stats.rows_read += batch.len() as u64;
             stats.bytes += batch.approx_bytes();
+            if let Some(x) = &exact {
+                x.skip_held(&mut batch);
+                // A checkpoint only where a new cursor value begins: the
+                // rows committed are then every row up to the value held.
+                if !read.clearing && since_checkpoint >= CHECKPOINT_ROWS && x.begins_new_value(&batch) {
+                    let at = x.written.clone();
+                    let (_, canceled) = self.checkpoint(step, &mut writer, &at, stats).await?;
+                    since_checkpoint = 0;
+                    if canceled {
+                        return Ok(self.cancel_after_checkpoint(step.run, &m.source_entity, writer).await);
+                    }
+                    if self.stopping() {
+                        return Ok(self.stop_after_checkpoint(step.run, &m.source_entity, writer).await);
+                    }
+                }
+            }
             if let Some(ci) = read.cursor_idx {
                 read.cursor = advance(read.cursor.take(), &batch, ci);
+            }
+            if let Some(x) = &mut exact {
+                x.wrote(&batch);
             }
             let mut out = transform::apply(&m.transform, batch);
             if m.sync_mode == SyncMode::IncrementalDeduped {
@@ -611,7 +656,7 @@ impl Engine {
                     return Ok(outcome);
                 }
             }
-            if incremental && !read.clearing && since_checkpoint >= CHECKPOINT_ROWS {
+            if incremental && exact.is_none() && !read.clearing && since_checkpoint >= CHECKPOINT_ROWS {
                 let (_, canceled) = self.checkpoint(step, &mut writer, &read.capped(), stats).await?;
                 since_checkpoint = 0;
                 if canceled {
@@ -622,8 +667,14 @@ impl Engine {
                 }
             }
         }
-        self.commit(step, writer, stats).await?;
         let cursor = if incremental { read.capped() } else { None };
+        if step.holds
+            && let Err(e) = writer.hold_position(&step.flow.stream_name(), &step.held(&cursor, true)).await
+        {
+            writer.abort().await;
+            return Err(e.into());
+        }
+        self.commit(step, writer, stats).await?;
         if read.clearing {
             // The clear is done: its mark gives way to the cursor the copy
             // reached (none when it read nothing, or keeps none).
@@ -670,6 +721,9 @@ impl Engine {
     ) -> Result<(WriteStats, bool), Failure> {
         let run = step.run;
         self.hold(run).await?;
+        if step.holds {
+            writer.hold_position(&step.flow.stream_name(), &step.held(cursor, false)).await?;
+        }
         let w = writer.checkpoint().await?;
         stats.rows_written = step.prior + w.rows_written;
         let elapsed = step.started.elapsed();
@@ -714,10 +768,17 @@ impl Engine {
 
     /// Stores `cursor` as the entity's, none included (fenced by the run).
     async fn replace_cursor(&self, run: &Run, flow: &Flow, m: &Mapping, cursor: &Option<Value>) -> Result<(), Failure> {
-        let mark = crate::sync::mark::Mark::Cursor {
-            field: m.cursor_field.clone(),
-            value: cursor.as_ref().and_then(cursor_text),
-        };
+        self.store_cursor_text(run, flow, m, cursor.as_ref().and_then(cursor_text)).await
+    }
+
+    async fn store_cursor_text(
+        &self,
+        run: &Run,
+        flow: &Flow,
+        m: &Mapping,
+        value: Option<String>,
+    ) -> Result<(), Failure> {
+        let mark = crate::sync::mark::Mark::Cursor { field: m.cursor_field.clone(), value };
         let c = Cursor { entity: m.source_entity.clone(), mark, updated_at: self.clock.now() };
         if self.cursors.advance(flow.id, &c, run.fence()).await? { Ok(()) } else { Err(Failure::lost()) }
     }

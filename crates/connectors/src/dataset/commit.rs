@@ -1,0 +1,124 @@
+//! An entity's commits: what of its folder is committed, and the marks
+//! (change stream positions, cursors, the run that committed) committed
+//! with it.
+//!
+//! Data files never change once they carry their name. A writer writes
+//! each file locally (spooled), then puts it whole under
+//! `_sluice/<entity>/staging/<name>.staged`, where no reader of
+//! `<entity>/` looks. A commit is one object written whole, its intent
+//! `_sluice/<entity>/commit.json`: the staged files to publish, the files
+//! to remove (an overwrite's old set), and the manifest after. Once it is
+//! there, the commit happens: the files are moved into `<entity>/`, the
+//! manifest (`_sluice/<entity>/manifest.json`) replaced, the old files
+//! removed, the intent deleted. A writer killed anywhere in between leaves
+//! the intent, and the next writer of the entity (or the next read of its
+//! marks) carries it out before anything else ([`recover`]); killed before
+//! the intent, it leaves staged files that no commit names, which
+//! [`recover`] removes. Every step can be done twice.
+
+use super::objects::Objects;
+use sluice_domain::connect::connector::{ConnectorError, ConnectorResult, EntitySchema};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    /// The fields every data file holds (the latest, when they grew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<EntitySchema>,
+    /// The committed data files, by name, in the order committed.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// The marks committed with the data, by stream.
+    #[serde(default)]
+    pub held: BTreeMap<String, String>,
+}
+
+/// A commit's intent.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Commit {
+    /// Staged file names to publish.
+    pub publish: Vec<String>,
+    /// Data file names to remove once the manifest is replaced.
+    pub remove: Vec<String>,
+    pub manifest: Manifest,
+}
+
+pub fn manifest_key(entity: &str) -> String {
+    format!("_sluice/{entity}/manifest.json")
+}
+
+pub fn commit_key(entity: &str) -> String {
+    format!("_sluice/{entity}/commit.json")
+}
+
+pub fn staging(entity: &str) -> String {
+    format!("_sluice/{entity}/staging")
+}
+
+pub fn staged_key(entity: &str, name: &str) -> String {
+    format!("{}/{name}.staged", staging(entity))
+}
+
+pub fn data_key(entity: &str, name: &str) -> String {
+    format!("{entity}/{name}")
+}
+
+fn unreadable(what: &str, entity: &str, e: serde_json::Error) -> ConnectorError {
+    ConnectorError::Other(format!("the {what} of {entity} under _sluice/ is not readable: {e}"))
+}
+
+/// The entity's committed manifest, if it has one.
+pub async fn manifest(objects: &dyn Objects, entity: &str) -> ConnectorResult<Option<Manifest>> {
+    match objects.get(&manifest_key(entity)).await? {
+        Some(b) => serde_json::from_slice(&b).map(Some).map_err(|e| unreadable("manifest", entity, e)),
+        None => Ok(None),
+    }
+}
+
+/// Commits `commit` (its files staged): the intent first, then its steps.
+pub async fn commit(objects: &dyn Objects, entity: &str, commit: &Commit) -> ConnectorResult<()> {
+    let bytes = serde_json::to_vec(commit).map_err(|e| ConnectorError::Other(e.to_string()))?;
+    objects.put(&commit_key(entity), bytes).await?;
+    carry_out(objects, entity, commit).await
+}
+
+async fn carry_out(objects: &dyn Objects, entity: &str, c: &Commit) -> ConnectorResult<()> {
+    for name in &c.publish {
+        objects.promote(&staged_key(entity, name), &data_key(entity, name)).await?;
+    }
+    let bytes = serde_json::to_vec(&c.manifest).map_err(|e| ConnectorError::Other(e.to_string()))?;
+    objects.put(&manifest_key(entity), bytes).await?;
+    for name in c.remove.iter().filter(|n| !c.manifest.files.contains(n)) {
+        objects.delete(&data_key(entity, name)).await?;
+    }
+    objects.delete(&commit_key(entity)).await
+}
+
+/// Finishes what a writer killed mid-commit left, and removes what it
+/// staged or spooled for commits that never happened (call with the
+/// entity's lock held). Answers the manifest.
+pub async fn recover(objects: &dyn Objects, entity: &str) -> ConnectorResult<Option<Manifest>> {
+    if let Some(b) = objects.get(&commit_key(entity)).await? {
+        let c: Commit = serde_json::from_slice(&b).map_err(|e| unreadable("commit", entity, e))?;
+        carry_out(objects, entity, &c).await?;
+    }
+    for folder in [staging(entity), format!("_sluice/spool/{entity}")] {
+        for o in objects.list(&folder).await? {
+            objects.delete(&o.key).await?;
+        }
+    }
+    manifest(objects, entity).await
+}
+
+/// The entities of the root that have a manifest, sorted.
+pub async fn manifested(objects: &dyn Objects) -> ConnectorResult<Vec<String>> {
+    let mut out: Vec<String> = objects
+        .list("_sluice")
+        .await?
+        .into_iter()
+        .filter_map(|o| o.key.strip_prefix("_sluice/")?.strip_suffix("/manifest.json").map(str::to_string))
+        .filter(|e| !e.contains('/'))
+        .collect();
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,150 @@
+//! A dataset: a folder of data files per entity (`<root>/<entity>/`, what a
+//! reader globs), on local disk or (next) in an S3-compatible bucket, and
+//! what the commits need under `<root>/_sluice/`. The base of every
+//! destination that lands files: plain Parquet here, the lake tables
+//! after.
+//!
+//! Here: the connector and its `Destination` impl. `objects`: where the
+//! files live. `commit`: the commit protocol (staged files, an intent,
+//! recovery) and the manifest. `write`: the writer, which cuts files at a
+//! size while the source is read.
+//!
+//! Appends (`full_refresh_append`, `incremental_append`, `cdc_append`) add
+//! files; an overwrite publishes its new set, then removes the old one (a
+//! reader listing in between sees both). Each file is named by the run
+//! and its place in the run (`<run>-<n>.parquet`; run ids grow with time,
+//! so names sort in the order written), and the marks the engine commits
+//! with the rows (a cursor, a change stream position, the run that
+//! finished the entity) are in the same commit: after any kill, a retry
+//! resumes from what the folder holds and writes each row once.
+
+use sluice_domain::connect::connector::*;
+use std::sync::Arc;
+
+pub mod commit;
+pub mod objects;
+mod read;
+mod write;
+
+use objects::Objects;
+
+/// The format of a dataset's files.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FileFormat {
+    Parquet(crate::parquet::Codec),
+}
+
+impl FileFormat {
+    pub fn ext(self) -> &'static str {
+        match self {
+            FileFormat::Parquet(_) => "parquet",
+        }
+    }
+}
+
+/// The default size a file is cut at (`file_size_mb`).
+pub const FILE_SIZE_MB: u64 = 128;
+
+pub struct DatasetConnector {
+    objects: Arc<dyn Objects>,
+    format: FileFormat,
+    /// A file is cut once it holds this many bytes.
+    file_bytes: u64,
+}
+
+/// Entity names become folder names: letters, digits, `_`, `-` and `.`
+/// only, and never the folder the commits keep.
+fn check_entity(name: &str) -> ConnectorResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name != "_sluice"
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConnectorError::InvalidConfig(format!("'{name}' is not a valid entity name for files")))
+    }
+}
+
+impl DatasetConnector {
+    pub fn new(objects: Arc<dyn Objects>, format: FileFormat, file_bytes: u64) -> Self {
+        DatasetConnector { objects, format, file_bytes: file_bytes.max(1) }
+    }
+}
+
+#[async_trait::async_trait]
+impl Destination for DatasetConnector {
+    async fn check(&self) -> ConnectorResult<()> {
+        self.objects.check_writable().await
+    }
+
+    async fn describe(&self, entity: &str) -> ConnectorResult<Option<EntitySchema>> {
+        check_entity(entity)?;
+        Ok(commit::manifest(&*self.objects, entity).await?.and_then(|m| m.schema))
+    }
+
+    async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, attempt: Option<&Attempt>) -> WriterResult {
+        check_entity(&schema.name)?;
+        if mode == WriteMode::Upsert {
+            return Err(ConnectorError::InvalidConfig(format!(
+                "{} files take no upserts or deletes: write into a ducklake or iceberg connection for \
+                 incremental_deduped and cdc_deduped",
+                self.format.ext()
+            )));
+        }
+        self.objects.check_writable().await?;
+        let lock = self.objects.lock(&schema.name, attempt).await?;
+        let manifest = commit::recover(&*self.objects, &schema.name).await?.unwrap_or_default();
+        let run = attempt.map(|a| a.run).unwrap_or_else(uuid::Uuid::now_v7);
+        let w = write::DatasetWriter::new(write::Opened {
+            objects: self.objects.clone(),
+            format: self.format,
+            file_bytes: self.file_bytes,
+            schema,
+            mode,
+            run,
+            manifest,
+            lock,
+        })?;
+        Ok(Box::new(w))
+    }
+
+    async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
+        let entities = commit::manifested(&*self.objects).await?;
+        self.objects.wait_for_earlier(&entities, attempt).await
+    }
+
+    /// From each entity's manifest, once what a writer killed mid-commit
+    /// left is finished (of an entity no writer holds).
+    async fn positions(&self, stream: &str) -> ConnectorResult<Vec<(String, String)>> {
+        self.objects.check_writable().await?;
+        let mut out = Vec::new();
+        for entity in commit::manifested(&*self.objects).await? {
+            let manifest = match self.objects.try_lock(&entity)? {
+                Some(_lock) => commit::recover(&*self.objects, &entity).await?,
+                None => commit::manifest(&*self.objects, &entity).await?,
+            };
+            if let Some(p) = manifest.and_then(|mut m| m.held.remove(stream)) {
+                out.push((entity, p));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {
+        check_entity(entity)?;
+        let _lock = self.objects.lock(entity, None).await?;
+        let Some(mut m) = commit::recover(&*self.objects, entity).await? else { return Ok(()) };
+        match position {
+            Some(p) => m.held.insert(stream.to_string(), p.to_string()),
+            None => m.held.remove(stream),
+        };
+        let bytes = serde_json::to_vec(&m).map_err(|e| ConnectorError::Other(e.to_string()))?;
+        self.objects.put(&commit::manifest_key(entity), bytes).await
+    }
+
+    fn holds_marks(&self) -> bool {
+        true
+    }
+}

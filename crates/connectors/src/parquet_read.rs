@@ -1,0 +1,217 @@
+//! Reading Parquet files back as records: a file's schema as Sluice's
+//! fields (the inverse of `parquet`'s table, for files any engine wrote),
+//! and its rows as values, row group by row group.
+
+use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::Field as PField;
+use parquet::schema::types::Type;
+use sluice_domain::connect::connector::*;
+use std::fs::File;
+use std::path::Path;
+
+fn failed(what: &str, e: impl std::fmt::Display) -> ConnectorError {
+    ConnectorError::Other(format!("{what}: not a readable Parquet file: {e}"))
+}
+
+fn open(path: &Path, what: &str) -> ConnectorResult<SerializedFileReader<File>> {
+    let f = File::open(path).map_err(|e| ConnectorError::Other(format!("{what}: {}", e.kind())))?;
+    SerializedFileReader::new(f).map_err(|e| failed(what, e))
+}
+
+/// The fields of the Parquet file at `path` (`what` in messages).
+pub fn file_fields(path: &Path, what: &str) -> ConnectorResult<Vec<Field>> {
+    let r = open(path, what)?;
+    let schema = r.metadata().file_metadata().schema().clone();
+    Ok(schema.get_fields().iter().map(|t| field_of(t)).collect())
+}
+
+/// One column as a field: its type from the physical and logical types.
+fn field_of(t: &Type) -> Field {
+    let info = t.get_basic_info();
+    let nullable = !info.has_repetition() || info.repetition() != parquet::basic::Repetition::REQUIRED;
+    let mut native = None;
+    let field_type = if t.is_group() {
+        match info.converted_type() {
+            ConvertedType::LIST => FieldType::Array,
+            _ => FieldType::Object,
+        }
+    } else {
+        let logical = info.logical_type_ref();
+        let decimal = |p: i32, s: i32| (FieldType::Decimal, Some(format!("numeric({p},{s})")));
+        let (ft, n) = match (t.get_physical_type(), logical) {
+            (_, Some(LogicalType::Decimal(d))) => decimal(d.precision, d.scale),
+            (_, _) if info.converted_type() == ConvertedType::DECIMAL => decimal(t.get_precision(), t.get_scale()),
+            (Physical::BOOLEAN, _) => (FieldType::Boolean, None),
+            (Physical::INT32, Some(LogicalType::Date)) => (FieldType::Date, None),
+            (_, _) if info.converted_type() == ConvertedType::DATE => (FieldType::Date, None),
+            (Physical::INT64, Some(LogicalType::Timestamp { .. })) | (Physical::INT96, _) => {
+                (FieldType::Timestamp, None)
+            }
+            (_, _)
+                if matches!(
+                    info.converted_type(),
+                    ConvertedType::TIMESTAMP_MICROS | ConvertedType::TIMESTAMP_MILLIS
+                ) =>
+            {
+                (FieldType::Timestamp, None)
+            }
+            (Physical::INT32 | Physical::INT64, _) => (FieldType::Integer, None),
+            (Physical::FLOAT | Physical::DOUBLE, _) => (FieldType::Number, None),
+            (_, Some(LogicalType::Json)) => (FieldType::Object, None),
+            (_, _) if info.converted_type() == ConvertedType::JSON => (FieldType::Object, None),
+            (Physical::BYTE_ARRAY, Some(LogicalType::String | LogicalType::Enum)) => (FieldType::String, None),
+            (_, _) if matches!(info.converted_type(), ConvertedType::UTF8 | ConvertedType::ENUM) => {
+                (FieldType::String, None)
+            }
+            _ => (FieldType::Binary, None),
+        };
+        native = n;
+        ft
+    };
+    Field { name: info.name().to_string(), field_type, nullable, primary_key: false, native_type: native }
+}
+
+/// A decimal's unscaled big-endian two's complement bytes, as canonical
+/// text with `scale` digits after the point.
+fn decimal_text(bytes: &[u8], scale: i32) -> Option<String> {
+    if bytes.is_empty() || bytes.len() > 16 {
+        return None;
+    }
+    let mut n: i128 = if bytes[0] & 0x80 != 0 { -1 } else { 0 };
+    for b in bytes {
+        n = (n << 8) | i128::from(*b);
+    }
+    let (neg, digits) = (n < 0, n.unsigned_abs().to_string());
+    let scale = usize::try_from(scale).ok()?;
+    let text = if scale == 0 {
+        digits
+    } else {
+        let padded = format!("{digits:0>width$}", width = scale + 1);
+        let (int, frac) = padded.split_at(padded.len() - scale);
+        format!("{int}.{frac}")
+    };
+    Some(if neg { format!("-{text}") } else { text })
+}
+
+/// A Parquet value as the value of `field`; `None` when it cannot be one.
+fn value_of(v: &PField, field: &Field) -> Option<Value> {
+    use time::OffsetDateTime;
+    let micros = |us: i64| OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).ok().map(Value::Timestamp);
+    Some(match (v, field.field_type) {
+        (PField::Null, _) => Value::Null,
+        (PField::Bool(b), _) => Value::Bool(*b),
+        (PField::Byte(n), _) => Value::Int((*n).into()),
+        (PField::Short(n), _) => Value::Int((*n).into()),
+        (PField::Int(n), _) => Value::Int((*n).into()),
+        (PField::Long(n), _) => Value::Int(*n),
+        (PField::UByte(n), _) => Value::Int((*n).into()),
+        (PField::UShort(n), _) => Value::Int((*n).into()),
+        (PField::UInt(n), _) => Value::Int((*n).into()),
+        (PField::ULong(n), _) => Value::Int(i64::try_from(*n).ok()?),
+        (PField::Float16(f), _) => Value::Float(f64::from(f32::from(*f))),
+        (PField::Float(f), _) => Value::Float((*f).into()),
+        (PField::Double(f), _) => Value::Float(*f),
+        (PField::Decimal(d), _) => Value::Decimal(decimal_text(d.data(), d.scale())?),
+        (PField::Str(s), FieldType::Object | FieldType::Array) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(s).ok()?;
+            Value::RawJson(s.clone())
+        }
+        (PField::Str(s), _) => Value::String(s.clone()),
+        (PField::Bytes(b), FieldType::Object | FieldType::Array | FieldType::String) => {
+            let s = std::str::from_utf8(b.data()).ok()?;
+            if field.field_type == FieldType::String {
+                Value::String(s.to_string())
+            } else {
+                serde_json::from_str::<serde::de::IgnoredAny>(s).ok()?;
+                Value::RawJson(s.to_string())
+            }
+        }
+        (PField::Bytes(b), _) => Value::Bytes(b.data().to_vec()),
+        (PField::Date(d), _) => Value::Date(
+            time::Date::from_julian_day(
+                time::Date::from_calendar_date(1970, time::Month::January, 1).ok()?.to_julian_day() + d,
+            )
+            .ok()?,
+        ),
+        (PField::TimestampMicros(us), _) => micros(*us)?,
+        (PField::TimestampMillis(ms), _) => micros(ms.checked_mul(1000)?)?,
+        (PField::TimeMillis(_) | PField::TimeMicros(_), _) => Value::String(v.to_string()),
+        (PField::Group(_) | PField::ListInternal(_) | PField::MapInternal(_), _) => Value::Json(json_of(v)),
+    })
+}
+
+/// A nested value as JSON.
+fn json_of(v: &PField) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        PField::Null => J::Null,
+        PField::Bool(b) => J::Bool(*b),
+        PField::Group(row) => J::Object(row.get_column_iter().map(|(k, v)| (k.clone(), json_of(v))).collect()),
+        PField::ListInternal(l) => J::Array(l.elements().iter().map(json_of).collect()),
+        PField::MapInternal(m) => J::Array(
+            m.entries().iter().map(|(k, v)| serde_json::json!({"key": json_of(k), "value": json_of(v)})).collect(),
+        ),
+        PField::Str(s) => J::String(s.clone()),
+        other => {
+            let f = Field::new("", FieldType::String);
+            match value_of(other, &f) {
+                Some(Value::Int(n)) => J::from(n),
+                Some(Value::Float(x)) => serde_json::Number::from_f64(x).map(J::Number).unwrap_or(J::Null),
+                Some(v) => v.to_json(),
+                None => J::Null,
+            }
+        }
+    }
+}
+
+/// Reads the rows of the Parquet file at `path` as `fields` (by column
+/// name; a field the file lacks is null), handing each to `each` until it
+/// answers `false`.
+pub fn each_row(
+    path: &Path,
+    what: &str,
+    fields: &[Field],
+    mut each: impl FnMut(Vec<Value>) -> bool,
+) -> ConnectorResult<()> {
+    let r = open(path, what)?;
+    let names: Vec<String> =
+        r.metadata().file_metadata().schema().get_fields().iter().map(|t| t.name().to_string()).collect();
+    // Each field's column in the file.
+    let places: Vec<Option<usize>> = fields.iter().map(|f| names.iter().position(|n| *n == f.name)).collect();
+    for row in r.get_row_iter(None).map_err(|e| failed(what, e))? {
+        let row = row.map_err(|e| failed(what, e))?;
+        let columns: Vec<&PField> = row.get_column_iter().map(|(_, v)| v).collect();
+        let mut out = Vec::with_capacity(fields.len());
+        for (f, place) in fields.iter().zip(&places) {
+            let v = match place.and_then(|i| columns.get(i)) {
+                Some(v) => value_of(v, f).ok_or_else(|| {
+                    ConnectorError::Other(format!(
+                        "{what}: column {} holds {v}, which is not a {:?}",
+                        f.name, f.field_type
+                    ))
+                })?,
+                None => Value::Null,
+            };
+            out.push(v);
+        }
+        if !each(out) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_read_back_as_their_canonical_text() {
+        assert_eq!(decimal_text(&[0x04, 0xD2], 2).as_deref(), Some("12.34"));
+        assert_eq!(decimal_text(&[0xFB, 0x2E], 2).as_deref(), Some("-12.34"));
+        assert_eq!(decimal_text(&[0x05], 3).as_deref(), Some("0.005"));
+        assert_eq!(decimal_text(&[0x00, 0x7B], 0).as_deref(), Some("123"));
+        assert_eq!(decimal_text(&[0u8; 17], 0), None);
+    }
+}
