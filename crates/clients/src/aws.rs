@@ -37,7 +37,7 @@ pub struct SecretsManager {
     http: reqwest::Client,
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -61,6 +61,19 @@ pub struct ToSign<'a> {
     pub service: &'a str,
     /// `YYYYMMDD'T'HHMMSS'Z'`.
     pub amz_date: &'a str,
+}
+
+/// `now` as a signature's `x-amz-date` (`YYYYMMDD'T'HHMMSS'Z'`).
+pub fn amz_date(now: time::OffsetDateTime) -> String {
+    format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        now.year(),
+        now.month() as u8,
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    )
 }
 
 /// Signature Version 4: answers the `Authorization` header.
@@ -116,16 +129,7 @@ impl SecretsManager {
             self.config.endpoint.clone().unwrap_or_else(|| format!("https://secretsmanager.{region}.amazonaws.com"));
         let host = endpoint.split("://").nth(1).unwrap_or(&endpoint).trim_end_matches('/').to_string();
         let body = serde_json::to_vec(body).unwrap_or_default();
-        let now = time::OffsetDateTime::now_utc();
-        let amz_date = format!(
-            "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
-            now.year(),
-            now.month() as u8,
-            now.day(),
-            now.hour(),
-            now.minute(),
-            now.second()
-        );
+        let amz_date = amz_date(time::OffsetDateTime::now_utc());
         let target_header = format!("secretsmanager.{target}");
         let mut headers =
             vec![("content-type", "application/x-amz-json-1.1"), ("x-amz-target", target_header.as_str())];

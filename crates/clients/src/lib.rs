@@ -5,6 +5,7 @@
 pub mod aws;
 pub mod oauth;
 pub mod oidc;
+pub mod s3;
 pub mod stripe;
 pub mod webhooks;
 

@@ -6,43 +6,8 @@ use sluice_clients::Secrets;
 use sluice_clients::aws::{AwsConfig, SecretsManager};
 use sluice_domain::connect::connector::ConnectorError;
 use sluice_domain::connect::ports::SecretResolver;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-struct Moto(Child);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn start_moto() -> Option<(Moto, String)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-    let child = match Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            sluice_testkit::services::unavailable("moto_server", e, "install it with `pip install 'moto[server]'`");
-            return None;
-        }
-    };
-    let moto = Moto(child);
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Some((moto, url));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("moto_server did not start within 30 s");
-}
+use sluice_testkit::services::moto as start_moto;
 
 fn config(endpoint: &str) -> AwsConfig {
     AwsConfig {
@@ -56,7 +21,7 @@ fn config(endpoint: &str) -> AwsConfig {
 
 #[tokio::test]
 async fn aws_secret_references_resolve_against_the_emulator() {
-    let Some((_moto, url)) = start_moto().await else { return };
+    let Some((_moto, url)) = start_moto() else { return };
     let sm = SecretsManager::new(config(&url));
     let created = sm
         .call(

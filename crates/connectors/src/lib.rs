@@ -208,6 +208,12 @@ fn field(
     ConfigField { name, field_type: t, required, credential, default, description }
 }
 
+/// `file_size_mb`, of every connection that writes a dataset's files.
+fn file_size_field() -> ConfigField {
+    let about = "Parquet: a file is cut once it holds this many megabytes";
+    field("file_size_mb", ConfigFieldType::Integer, false, false, Some(json!(dataset::FILE_SIZE_MB)), about)
+}
+
 fn database_fields(default_port: i64) -> Vec<ConfigField> {
     use ConfigFieldType::*;
     vec![
@@ -337,14 +343,7 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 ),
                 field("format", String, false, false, Some(json!("jsonl")), "jsonl, csv or parquet"),
                 field("compression", String, false, false, None, "Parquet: zstd (default), snappy or none"),
-                field(
-                    "file_size_mb",
-                    Integer,
-                    false,
-                    false,
-                    Some(json!(dataset::FILE_SIZE_MB)),
-                    "Parquet: a file is cut at this size",
-                ),
+                file_size_field(),
             ],
             sync_modes: SYNC_MODES.to_vec(),
             features: vec!["discover", "preview", "incremental", "atomic_overwrite", "upsert", "apply_changes"],
@@ -352,8 +351,28 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 key: "format",
                 value: "parquet",
                 sync_modes: APPEND_MODES.to_vec(),
-                features: vec!["discover", "preview", "incremental", "appends_only"],
+                features: vec!["discover", "preview", "incremental", "appends_only", "holds_marks"],
             }],
+        },
+        ConnectorSpec {
+            connector_type: "s3",
+            title: "Object storage (S3 and compatible)",
+            capabilities: vec![Capability::Source, Capability::Destination, Capability::Both],
+            config_fields: vec![
+                field("bucket", String, true, false, None, "the bucket"),
+                field("prefix", String, false, false, None, "the folder in the bucket; a folder per entity under it"),
+                field("region", String, false, false, Some(json!("us-east-1")), "the bucket's region"),
+                field("endpoint_url", String, false, false, None, "another S3-compatible service (MinIO, R2, Ceph)"),
+                field("path_style", Boolean, false, false, None, "the bucket in the path; default: with endpoint_url"),
+                field("access_key_id", String, false, true, None, "access key id"),
+                field("secret_access_key", String, false, true, None, "secret access key"),
+                field("format", String, false, false, Some(json!("parquet")), "parquet (csv and jsonl to come)"),
+                field("compression", String, false, false, None, "Parquet: zstd (default), snappy or none"),
+                file_size_field(),
+            ],
+            sync_modes: APPEND_MODES.to_vec(),
+            features: vec!["discover", "preview", "incremental", "appends_only", "holds_marks"],
+            variants: vec![],
         },
     ]
 }
@@ -362,12 +381,19 @@ pub fn specs() -> Vec<ConnectorSpec> {
 fn dataset_format(c: &ResolvedConfig) -> ConnectorResult<dataset::FileFormat> {
     match c.str("format").unwrap_or("parquet") {
         "parquet" => Ok(dataset::FileFormat::Parquet(parquet::Codec::parse(c.str("compression"))?)),
+        f @ ("csv" | "jsonl") => Err(ConnectorError::InvalidConfig(format!(
+            "format {f} is not written to object storage yet: use parquet (or a file connection for {f})"
+        ))),
         other => Err(ConnectorError::InvalidConfig(format!("format must be parquet, csv or jsonl, not '{other}'"))),
     }
 }
 
-/// `file_size_mb` (default [`dataset::FILE_SIZE_MB`]) in bytes; a
-/// fraction of a megabyte is taken (small files for tests).
+/// Whether `format` alone is right (so that a refusal is the compression's).
+fn dataset_format_only(c: &ResolvedConfig) -> bool {
+    matches!(c.str("format"), None | Some("parquet"))
+}
+
+/// `file_size_mb` (default [`dataset::FILE_SIZE_MB`]) in bytes.
 fn file_bytes(c: &ResolvedConfig) -> ConnectorResult<u64> {
     let mb = match c.values.get("file_size_mb") {
         None | Some(serde_json::Value::Null) => dataset::FILE_SIZE_MB as f64,
@@ -469,6 +495,34 @@ impl Registry {
         Ok(Arc::new(dataset::DatasetConnector::new(objects, dataset_format(c)?, file_bytes(c)?)))
     }
 
+    /// An `s3` connection: a dataset in a bucket, under its prefix.
+    fn s3_dataset(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dataset::DatasetConnector>> {
+        let endpoint = match c.str("endpoint_url").map(str::trim).filter(|e| !e.is_empty()) {
+            Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
+                Some(e.trim_end_matches('/').to_string())
+            }
+            Some(e) => {
+                return Err(ConnectorError::InvalidConfig(format!(
+                    "endpoint_url must be an http:// or https:// URL, not '{e}'"
+                )));
+            }
+            None => None,
+        };
+        let config = sluice_clients::s3::S3Config {
+            bucket: required(c, "bucket")?.to_string(),
+            region: c.str("region").filter(|r| !r.is_empty()).unwrap_or("us-east-1").to_string(),
+            path_style: c.bool("path_style").unwrap_or(endpoint.is_some()),
+            endpoint,
+            access_key_id: c.str("access_key_id").unwrap_or_default().to_string(),
+            secret_access_key: c.str("secret_access_key").unwrap_or_default().to_string(),
+            session_token: None,
+        };
+        let spool = self.file_root.join(".spool");
+        let objects =
+            dataset::s3::S3Objects::new(sluice_clients::s3::S3::new(config), c.str("prefix").unwrap_or(""), spool);
+        Ok(Arc::new(dataset::DatasetConnector::new(Arc::new(objects), dataset_format(c)?, file_bytes(c)?)))
+    }
+
     fn file_source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
         if c.str("format") == Some("parquet") {
             return Ok(self.local_dataset(c)?);
@@ -508,6 +562,7 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
             "postgres" => Ok(self.guarded_postgres(c).await?),
             "mysql" => Ok(self.mysql(c)?),
             "file" => self.file_source(c),
+            "s3" => Ok(self.s3_dataset(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
     }
@@ -518,6 +573,7 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
             "postgres" => Ok(self.guarded_postgres(c).await?),
             "mysql" => Ok(self.mysql(c)?),
             "file" => self.file_destination(c),
+            "s3" => Ok(self.s3_dataset(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
     }
@@ -535,11 +591,38 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
 
     async fn check_config(&self, c: &ResolvedConfig) -> Vec<sluice_domain::FieldError> {
         use sluice_domain::FieldError;
+        // The settings of a dataset's files, whatever holds them.
+        let files = |c: &ResolvedConfig| {
+            let mut errors = Vec::new();
+            if let Err(e) = dataset_format(c) {
+                let field =
+                    if c.str("compression").is_some() && dataset_format_only(c) { "compression" } else { "format" };
+                errors.push(FieldError::new(format!("config.{field}"), e.to_string()));
+            }
+            if let Err(e) = file_bytes(c) {
+                errors.push(FieldError::new("config.file_size_mb", e.to_string()));
+            }
+            errors
+        };
         match c.connector_type.as_str() {
+            "s3" => {
+                let mut errors = files(c);
+                if let Err(ConnectorError::InvalidConfig(m)) = self.s3_dataset(c).map(|_| ())
+                    && m.contains("endpoint_url")
+                {
+                    errors.push(FieldError::new("config.endpoint_url", m));
+                }
+                errors
+            }
             "sqlite" | "file" => {
                 let Some(path) = c.str("path") else { return Vec::new() };
                 let checked = common::confine(&self.org_dir(c), path).and_then(|place| self.guard_sqlite(&place.path));
-                checked.err().map(|e| FieldError::new("config.path", e.to_string())).into_iter().collect()
+                let mut errors: Vec<FieldError> =
+                    checked.err().map(|e| FieldError::new("config.path", e.to_string())).into_iter().collect();
+                if c.connector_type == "file" && c.str("format") == Some("parquet") {
+                    errors.extend(files(c));
+                }
+                errors
             }
             // The settings are written before the password may be known (an
             // integration brings it); what can be reached is checked now,

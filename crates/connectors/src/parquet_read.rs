@@ -45,8 +45,20 @@ fn field_of(t: &Type) -> Field {
             (Physical::BOOLEAN, _) => (FieldType::Boolean, None),
             (Physical::INT32, Some(LogicalType::Date)) => (FieldType::Date, None),
             (_, _) if info.converted_type() == ConvertedType::DATE => (FieldType::Date, None),
-            (Physical::INT64, Some(LogicalType::Timestamp { .. })) | (Physical::INT96, _) => {
-                (FieldType::Timestamp, None)
+            // The unit travels in the native type: the row reader hands a
+            // nanosecond timestamp over as a bare integer.
+            (Physical::INT64, Some(LogicalType::Timestamp(t))) => {
+                let unit = match t.unit {
+                    parquet::basic::TimeUnit::NANOS => "nanos",
+                    parquet::basic::TimeUnit::MICROS => "micros",
+                    parquet::basic::TimeUnit::MILLIS => "millis",
+                };
+                (FieldType::Timestamp, Some(format!("parquet:timestamp({unit})")))
+            }
+            (Physical::INT96, _) => (FieldType::Timestamp, None),
+            (_, Some(LogicalType::Time { .. })) => (FieldType::String, None),
+            (_, _) if matches!(info.converted_type(), ConvertedType::TIME_MILLIS | ConvertedType::TIME_MICROS) => {
+                (FieldType::String, None)
             }
             (_, _)
                 if matches!(
@@ -75,7 +87,7 @@ fn field_of(t: &Type) -> Field {
 /// A decimal's unscaled big-endian two's complement bytes, as canonical
 /// text with `scale` digits after the point.
 fn decimal_text(bytes: &[u8], scale: i32) -> Option<String> {
-    if bytes.is_empty() || bytes.len() > 16 {
+    if bytes.is_empty() || bytes.len() > 16 || !(0..=38).contains(&scale) {
         return None;
     }
     let mut n: i128 = if bytes[0] & 0x80 != 0 { -1 } else { 0 };
@@ -104,6 +116,15 @@ fn value_of(v: &PField, field: &Field) -> Option<Value> {
         (PField::Byte(n), _) => Value::Int((*n).into()),
         (PField::Short(n), _) => Value::Int((*n).into()),
         (PField::Int(n), _) => Value::Int((*n).into()),
+        (PField::Long(n), FieldType::Timestamp) => {
+            let nanos = match field.native_type.as_deref() {
+                Some("parquet:timestamp(nanos)") => i128::from(*n),
+                Some("parquet:timestamp(millis)") => i128::from(*n) * 1_000_000,
+                _ => i128::from(*n) * 1000,
+            };
+            // Microseconds are kept, as everywhere (nanoseconds are cut).
+            Value::Timestamp(OffsetDateTime::from_unix_timestamp_nanos(nanos - nanos.rem_euclid(1000)).ok()?)
+        }
         (PField::Long(n), _) => Value::Int(*n),
         (PField::UByte(n), _) => Value::Int((*n).into()),
         (PField::UShort(n), _) => Value::Int((*n).into()),

@@ -124,7 +124,7 @@ async fn appends_land_as_whole_files_cut_at_their_size_named_by_the_run_and_read
     assert_eq!(duckdb(&python, &lake.root().join("events/*.parquet")), (30_000, 30_000, 0, 29_999));
     let m = commit::manifest(&*lake.objects, "events").await.unwrap().unwrap();
     assert_eq!(m.files, files);
-    assert!(lake.names("_sluice/events/staging").is_empty() && lake.names("_sluice/spool/events").is_empty());
+    assert!(lake.names("_sluice/events/staging").is_empty() && lake.names("_sluice/events/spool").is_empty());
     assert_eq!(lake.dest.positions(STREAM).await.unwrap(), [("events".to_string(), "second".to_string())]);
     assert_eq!(lake.dest.describe("events").await.unwrap().unwrap().fields.len(), 3);
 
@@ -153,7 +153,9 @@ async fn a_writer_stopped_at_any_step_of_its_commit_leaves_each_row_once() {
 
     // Killed before its commit: files staged, one being written. Nothing
     // of them is visible, and the next writer removes them.
-    w.write(&batch(10_000, 20_000)).await.unwrap();
+    for from in (10_000..20_000).step_by(2_500) {
+        w.write(&batch(from, from + 2_500)).await.unwrap();
+    }
     assert!(!lake.names("_sluice/events/staging").is_empty(), "files staged before their commit");
     drop(w);
     assert_eq!(duckdb(&python, &glob), (10_000, 10_000, 0, 9_999));
@@ -164,12 +166,14 @@ async fn a_writer_stopped_at_any_step_of_its_commit_leaves_each_row_once() {
     // Killed after its intent, one file published of several: whoever
     // comes next (a read of the positions here) finishes the commit.
     let mut w = lake.dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 3))).await.unwrap();
-    w.write(&batch(10_000, 40_000)).await.unwrap();
+    for from in (10_000..40_000).step_by(5_000) {
+        w.write(&batch(from, from + 5_000)).await.unwrap();
+    }
     drop(w);
     let staged: Vec<String> = lake.names("_sluice/events/staging");
     assert!(staged.len() >= 2, "{staged:?}");
     let staged_rows = duckdb(&python, &lake.root().join("_sluice/events/staging/*.staged")).0;
-    let names: Vec<String> = staged.iter().map(|s| s.trim_end_matches(".staged").to_string()).collect();
+    let names: Vec<String> = staged.iter().map(|s| commit::published_name(s).unwrap().to_string()).collect();
     assert!(
         names.iter().all(|n| !first.contains(n)),
         "a later attempt of the run goes on after the files the run committed: {names:?} {first:?}"
@@ -177,10 +181,10 @@ async fn a_writer_stopped_at_any_step_of_its_commit_leaves_each_row_once() {
     let mut manifest = commit::manifest(&*lake.objects, "events").await.unwrap().unwrap();
     manifest.files.extend(names.iter().cloned());
     manifest.held.insert(STREAM.into(), "after the second commit".into());
-    let intent = commit::Commit { publish: names.clone(), remove: vec![], manifest };
+    let intent = commit::Commit { publish: staged.clone(), remove: vec![], manifest };
     lake.objects.put(&commit::commit_key("events"), serde_json::to_vec(&intent).unwrap()).await.unwrap();
     assert!(
-        lake.objects.promote(&commit::staged_key("events", &names[0]), &format!("events/{}", names[0])).await.unwrap()
+        lake.objects.promote(&commit::staged_key("events", &staged[0]), &format!("events/{}", names[0])).await.unwrap()
     );
     let held = lake.dest.positions(STREAM).await.unwrap();
     assert_eq!(held, [("events".to_string(), "after the second commit".to_string())]);

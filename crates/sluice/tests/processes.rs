@@ -1795,15 +1795,9 @@ async fn check_history(pg: &mut sqlx::PgConnection, schema: &str, log: &str, see
     assert!(got == want, "{log}: each transaction after the start once, in commit order");
 }
 
-/// What DuckDB 1.5.5 (the lake readers' venv) sees of the Parquet files
-/// `glob` names: (rows, distinct ids).
+/// What DuckDB sees of the Parquet files `glob` names (rows, distinct ids).
 fn duckdb_counts(python: &std::path::Path, glob: &std::path::Path) -> (i64, i64) {
-    let script = "import json, sys, duckdb\nprint(json.dumps(duckdb.connect().execute(\
-        f\"SELECT count(*), count(DISTINCT id) FROM read_parquet('{sys.argv[1]}')\").fetchone()))";
-    let out = std::process::Command::new(python).arg("-c").arg(script).arg(glob).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Vec<i64> = serde_json::from_slice(&out.stdout).unwrap();
-    (v[0], v[1])
+    sluice_testkit::services::duckdb_counts(python, &glob.display().to_string(), None)
 }
 
 #[tokio::test]
@@ -1899,6 +1893,45 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     let again = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
     succeeded(&api, &org, &again, 120, "the second run did not finish").await;
     assert_eq!(duckdb_counts(&python, &glob), (ROWS + 1_000, ROWS + 1_000));
+
+    // The same into a bucket (an emulator's): credentials kept as secrets,
+    // a missing bucket named in one line, the files read back by DuckDB
+    // over S3.
+    let Some((_moto, url)) = sluice_testkit::services::moto() else { return };
+    let config = |bucket: &str| sluice_clients::s3::S3Config {
+        bucket: bucket.into(),
+        region: "us-east-1".into(),
+        endpoint: Some(url.clone()),
+        path_style: true,
+        access_key_id: "AKIDEXAMPLE".into(),
+        secret_access_key: "test-secret".into(),
+        session_token: None,
+    };
+    sluice_clients::s3::S3::new(config("lake")).create_bucket().await.unwrap();
+    let s3 = |name: &str, bucket: &str| {
+        json!({"name": name, "type": "s3", "capability": "destination", "config": {"bucket": bucket,
+            "prefix": "sluice/", "endpoint_url": url, "access_key_id": "AKIDEXAMPLE",
+            "secret_access_key": "test-secret", "file_size_mb": 1}})
+    };
+    let missing = id(api.post(&conns, s3("missing", "no-such-bucket")).await);
+    let (_, tested) = api.call(reqwest::Method::POST, &format!("{conns}/{missing}/test"), None).await;
+    assert!(tested.to_string().contains("bucket s3://no-such-bucket does not exist"), "{tested}");
+    let bucket = api.post(&conns, s3("bucket", "lake")).await;
+    assert_eq!(bucket["config"]["secret_access_key"], "***", "{bucket}");
+    assert!(!bucket.to_string().contains("test-secret"));
+    let (status, tested) = api.call(reqwest::Method::POST, &format!("{conns}/{}/test", id(bucket.clone())), None).await;
+    assert_eq!(status, 200, "{tested}");
+    let to_s3 = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "to-bucket", "source_connection_id": s, "destination_connection_id": id(bucket),
+                "config": {"mappings": [{"source_entity": "events", "sync_mode": "full_refresh_append"}]}}),
+        )
+        .await);
+    let run = id(api.post(&format!("/v1/organizations/{org}/flows/{to_s3}/run"), json!({})).await);
+    succeeded(&api, &org, &run, 300, "the run into the bucket did not finish").await;
+    let seen = sluice_testkit::services::duckdb_counts(&python, "s3://lake/sluice/events/*.parquet", Some(&url));
+    assert_eq!(seen, (ROWS + 1_000, ROWS + 1_000));
     drop(proc);
     let _ = std::fs::remove_dir_all(&data);
 }

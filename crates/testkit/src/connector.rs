@@ -36,9 +36,6 @@ pub struct MemoryConnectors {
     /// dataset → what to run once its writer calls reach a count (see
     /// `after_writer_calls`).
     pub(crate) after_calls: Arc<Mutex<HashMap<String, (u64, CallHook)>>>,
-    /// Destination datasets that hold row flows' marks with their rows
-    /// (`Destination::holds_marks`), as a folder of files or a lake does.
-    pub(crate) marks: Arc<Mutex<std::collections::HashSet<String>>>,
     /// dataset → (commits still to go, what to run after the last of them).
     pub(crate) after_commits: Arc<Mutex<HashMap<String, (u64, Once)>>>,
 }
@@ -173,12 +170,6 @@ impl MemoryConnectors {
         self.after_calls.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into(), (calls, Box::new(hook)));
     }
 
-    /// Makes `dataset` a destination that holds row flows' marks with the
-    /// rows it commits (see `Destination::holds_marks`).
-    pub fn hold_marks(&self, dataset: &str) {
-        self.marks.lock().unwrap_or_else(|p| p.into_inner()).insert(dataset.into());
-    }
-
     /// Runs `hook` once, right after the `n`th commit to `dataset` from
     /// now (1: the next) is applied: to lose a worker between its
     /// destination's commit and what it stores after.
@@ -214,6 +205,7 @@ impl MemoryConnectors {
             single_writer: single,
             before_fields: self.before_fields.clone(),
             mem: self.clone(),
+            holds_marks: c.str("marks") == Some("held"),
         }))
     }
 }
@@ -240,10 +232,23 @@ pub fn memory_spec() -> ConnectorSpec {
                 default: None,
                 description: "password",
             },
+            ConfigField {
+                name: "marks",
+                field_type: ConfigFieldType::String,
+                required: false,
+                credential: false,
+                default: None,
+                description: "`held`: the destination holds row flows' marks with its rows, as files do",
+            },
         ],
         sync_modes: vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append", "incremental_deduped"],
         features: vec!["discover", "preview", "incremental"],
-        variants: vec![],
+        variants: vec![sluice_domain::connect::connector::Variant {
+            key: "marks",
+            value: "held",
+            sync_modes: vec!["full_refresh_overwrite", "full_refresh_append", "incremental_append"],
+            features: vec!["discover", "preview", "incremental", sluice_domain::sync::mode::HOLDS_MARKS],
+        }],
     }
 }
 
@@ -285,6 +290,8 @@ struct MemoryDataset {
     pub(crate) single_writer: bool,
     pub(crate) before_fields: Hook,
     pub(crate) mem: MemoryConnectors,
+    /// Holds row flows' marks with its rows (config `marks: held`).
+    pub(crate) holds_marks: bool,
 }
 
 impl MemoryDataset {
@@ -377,7 +384,7 @@ impl Destination for MemoryDataset {
     }
 
     fn holds_marks(&self) -> bool {
-        self.mem.marks.lock().unwrap_or_else(|p| p.into_inner()).contains(&self.name)
+        self.holds_marks
     }
 
     async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, _attempt: Option<&Attempt>) -> WriterResult {

@@ -286,6 +286,78 @@ impl OwnMariaDb {
     }
 }
 
+/// What DuckDB 1.5.5 (the lake readers' venv, `python`) sees of the
+/// Parquet files `glob` names: (rows, distinct `id`s). An `s3://` glob is
+/// read through `httpfs`, loaded from its wheel, from the S3 endpoint
+/// `s3` (an emulator's, with its test credentials).
+pub fn duckdb_counts(python: &std::path::Path, glob: &str, s3: Option<&str>) -> (i64, i64) {
+    let script = r#"
+import glob, json, os, sys, duckdb, duckdb_extension_httpfs
+files, endpoint = sys.argv[1], sys.argv[2]
+c = duckdb.connect(config={"allow_unsigned_extensions": True, "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False})
+if endpoint:
+    ext = glob.glob(os.path.join(os.path.dirname(duckdb_extension_httpfs.__file__), "extensions", "*",
+        "httpfs.duckdb_extension"))[0]
+    c.execute(f"LOAD '{ext}'")
+    c.execute(f"""CREATE SECRET (TYPE s3, KEY_ID 'AKIDEXAMPLE', SECRET 'test-secret', REGION 'us-east-1',
+        ENDPOINT '{endpoint.split('://')[1]}', URL_STYLE 'path', USE_SSL false)""")
+print(json.dumps(c.execute(f"SELECT count(*), count(DISTINCT id) FROM read_parquet('{files}')").fetchone()))
+"#;
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(glob)
+        .arg(s3.unwrap_or(""))
+        .output()
+        .expect("the lake readers' python runs");
+    assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Vec<i64> = serde_json::from_slice(&out.stdout).expect("two counts");
+    (v[0], v[1])
+}
+
+/// A `moto_server` (the local AWS emulator) of one test, on a free port of
+/// loopback; stopped when dropped.
+pub struct Moto(std::process::Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a `moto_server`: it and its URL, or `None` (loudly; see
+/// [`unavailable`]) when it is not installed.
+pub fn moto() -> Option<(Moto, String)> {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let child = match Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            unavailable("moto_server", e, "install it with `pip install 'moto[server]'`");
+            return None;
+        }
+    };
+    let moto = Moto(child);
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let at = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        if std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200)).is_ok() {
+            return Some((moto, url));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not start within 30 s");
+}
+
 /// The lake tables' independent readers: DuckDB 1.5.5 (with its parquet,
 /// json and icu built in) in a venv of their own, `.ci/venv`, which
 /// `.ci/run` makes when missing (`SLUICE_LAKE_PYTHON` names another

@@ -52,21 +52,24 @@ async fn world(rows: i64) -> World {
     let clock: Arc<dyn Clock> = Arc::new(sluice_domain::shared::clock::SystemClock);
     let mem = MemoryConnectors::new();
     mem.put("src", schema(), events(1, rows));
-    mem.hold_marks("wh");
     let (catalog, flows) = (InMemoryCatalog::new(&store), InMemoryFlows::new(&store));
     let sluice = Sluice::new(in_memory_ports_sharing(&store, clock, &mem, FakeSecrets::default(), &catalog, &flows));
     let (p, _) = sluice.identity.authenticate_session(&FakeTokens::token("ann", "ann@example.com")).await.unwrap();
     let org =
         sluice.identity.create_organization(&p, NewOrganization { name: "Acme".into(), slug: None }).await.unwrap().id;
-    let conn = |name: &str, cap| NewConnection {
+    let conn = |name: &str, cap, extra: &[(&str, &str)]| NewConnection {
         name: name.into(),
         integration_id: None,
         connector_type: "memory".into(),
         capability: cap,
-        config: [("dataset".to_string(), json!(name))].into(),
+        config: std::iter::once(("dataset".to_string(), json!(name)))
+            .chain(extra.iter().map(|(k, v)| (k.to_string(), json!(v))))
+            .collect(),
     };
-    let src = sluice.connect.create_connection(&p, org, conn("src", Capability::Source)).await.unwrap().id;
-    let dst = sluice.connect.create_connection(&p, org, conn("wh", Capability::Destination)).await.unwrap().id;
+    let src = sluice.connect.create_connection(&p, org, conn("src", Capability::Source, &[])).await.unwrap().id;
+    // A destination that holds row flows' marks with its rows, as files do.
+    let held = [("marks", "held")];
+    let dst = sluice.connect.create_connection(&p, org, conn("wh", Capability::Destination, &held)).await.unwrap().id;
     World { sluice, mem, store, catalog, flows, p, org, src, dst }
 }
 

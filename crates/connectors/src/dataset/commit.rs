@@ -36,7 +36,7 @@ pub struct Manifest {
 /// A commit's intent.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Commit {
-    /// Staged file names to publish.
+    /// Staged files to publish, by their staged names (see [`staged_key`]).
     pub publish: Vec<String>,
     /// Data file names to remove once the manifest is replaced.
     pub remove: Vec<String>,
@@ -55,8 +55,20 @@ pub fn staging(entity: &str) -> String {
     format!("_sluice/{entity}/staging")
 }
 
-pub fn staged_key(entity: &str, name: &str) -> String {
-    format!("{}/{name}.staged", staging(entity))
+/// A file staged by one writer: `<name>.<writer>.staged`, so that two
+/// writers of one name (a frozen attempt woken, and the one that took its
+/// run over) never stage over each other.
+pub fn staged_name(name: &str, writer: &str) -> String {
+    format!("{name}.{writer}.staged")
+}
+
+/// The name a staged file is published under.
+pub fn published_name(staged: &str) -> Option<&str> {
+    staged.strip_suffix(".staged")?.rsplit_once('.').map(|(name, _)| name)
+}
+
+pub fn staged_key(entity: &str, staged: &str) -> String {
+    format!("{}/{staged}", staging(entity))
 }
 
 pub fn data_key(entity: &str, name: &str) -> String {
@@ -75,16 +87,25 @@ pub async fn manifest(objects: &dyn Objects, entity: &str) -> ConnectorResult<Op
     }
 }
 
-/// Commits `commit` (its files staged): the intent first, then its steps.
+/// Commits `commit` (its files staged): the intent first, put only if no
+/// other writer's is there, then its steps.
 pub async fn commit(objects: &dyn Objects, entity: &str, commit: &Commit) -> ConnectorResult<()> {
     let bytes = serde_json::to_vec(commit).map_err(|e| ConnectorError::Other(e.to_string()))?;
-    objects.put(&commit_key(entity), bytes).await?;
+    if !objects.put_new(&commit_key(entity), bytes).await? {
+        return Err(ConnectorError::Timeout(format!(
+            "{entity} is being committed by another writer (or one that died mid-commit, whose commit the next \
+             attempt finishes)"
+        )));
+    }
     carry_out(objects, entity, commit).await
 }
 
 async fn carry_out(objects: &dyn Objects, entity: &str, c: &Commit) -> ConnectorResult<()> {
-    for name in &c.publish {
-        objects.promote(&staged_key(entity, name), &data_key(entity, name)).await?;
+    for staged in &c.publish {
+        let name = published_name(staged).ok_or_else(|| {
+            ConnectorError::Other(format!("the commit of {entity} names '{staged}', not a staged file"))
+        })?;
+        objects.promote(&staged_key(entity, staged), &data_key(entity, name)).await?;
     }
     let bytes = serde_json::to_vec(&c.manifest).map_err(|e| ConnectorError::Other(e.to_string()))?;
     objects.put(&manifest_key(entity), bytes).await?;
@@ -102,21 +123,30 @@ pub async fn recover(objects: &dyn Objects, entity: &str) -> ConnectorResult<Opt
         let c: Commit = serde_json::from_slice(&b).map_err(|e| unreadable("commit", entity, e))?;
         carry_out(objects, entity, &c).await?;
     }
-    for folder in [staging(entity), format!("_sluice/spool/{entity}")] {
-        for o in objects.list(&folder).await? {
-            objects.delete(&o.key).await?;
-        }
+    for folder in [staging(entity), format!("_sluice/{entity}/spool")] {
+        objects.clean(&folder).await?;
     }
     manifest(objects, entity).await
 }
 
 /// The entities of the root that have a manifest, sorted.
 pub async fn manifested(objects: &dyn Objects) -> ConnectorResult<Vec<String>> {
+    entities_with(objects, "manifest.json").await
+}
+
+/// The entities of the root that a writer ever locked (their first commit
+/// perhaps not made yet), sorted.
+pub async fn locked(objects: &dyn Objects) -> ConnectorResult<Vec<String>> {
+    entities_with(objects, "lock").await
+}
+
+async fn entities_with(objects: &dyn Objects, file: &str) -> ConnectorResult<Vec<String>> {
+    let suffix = format!("/{file}");
     let mut out: Vec<String> = objects
         .list("_sluice")
         .await?
         .into_iter()
-        .filter_map(|o| o.key.strip_prefix("_sluice/")?.strip_suffix("/manifest.json").map(str::to_string))
+        .filter_map(|o| o.key.strip_prefix("_sluice/")?.strip_suffix(&suffix).map(str::to_string))
         .filter(|e| !e.contains('/'))
         .collect();
     out.sort();

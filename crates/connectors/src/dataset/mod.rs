@@ -24,6 +24,7 @@ use std::sync::Arc;
 pub mod commit;
 pub mod objects;
 mod read;
+pub mod s3;
 mod write;
 
 use objects::Objects;
@@ -110,8 +111,11 @@ impl Destination for DatasetConnector {
         Ok(Box::new(w))
     }
 
+    /// Waits for an earlier attempt's writer of any entity ever locked here
+    /// (a first commit perhaps not made yet), so that no mark is read
+    /// while a frozen writer may still commit.
     async fn end_earlier_attempts(&self, attempt: &Attempt) -> ConnectorResult<u64> {
-        let entities = commit::manifested(&*self.objects).await?;
+        let entities = commit::locked(&*self.objects).await?;
         self.objects.wait_for_earlier(&entities, attempt).await
     }
 
@@ -130,6 +134,15 @@ impl Destination for DatasetConnector {
             }
         }
         Ok(out)
+    }
+
+    async fn position_of(&self, stream: &str, entity: &str) -> ConnectorResult<Option<String>> {
+        check_entity(entity)?;
+        let manifest = match self.objects.try_lock(entity)? {
+            Some(_lock) => commit::recover(&*self.objects, entity).await?,
+            None => commit::manifest(&*self.objects, entity).await?,
+        };
+        Ok(manifest.and_then(|mut m| m.held.remove(stream)))
     }
 
     async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {

@@ -29,6 +29,13 @@ pub struct Fetched {
     temporary: bool,
 }
 
+impl Fetched {
+    /// A copy fetched into `path`, removed when dropped.
+    pub fn temporary(path: PathBuf) -> Self {
+        Fetched { path, temporary: true }
+    }
+}
+
 impl Drop for Fetched {
     fn drop(&mut self) {
         if self.temporary {
@@ -53,8 +60,14 @@ pub trait Objects: Send + Sync {
     async fn get(&self, key: &str) -> ConnectorResult<Option<Vec<u8>>>;
     /// Writes `bytes` as `key`, whole.
     async fn put(&self, key: &str, bytes: Vec<u8>) -> ConnectorResult<()>;
-    /// A local file to write an object into before [`Objects::upload`].
-    fn spool(&self, name: &str) -> ConnectorResult<PathBuf>;
+    /// Writes `bytes` as `key` only if nothing has that key: `false` when
+    /// something had. Where the entity's lock keeps writers apart, a put.
+    async fn put_new(&self, key: &str, bytes: Vec<u8>) -> ConnectorResult<bool> {
+        self.put(key, bytes).await.map(|_| true)
+    }
+    /// A local file for `entity` to write an object into before
+    /// [`Objects::upload`]: a new name, made here (never one that was).
+    fn spool(&self, entity: &str, name: &str) -> ConnectorResult<(PathBuf, File)>;
     /// Puts the finished file `spooled` (from [`Objects::spool`]) as `key`,
     /// whole; the local file is gone after.
     async fn upload(&self, spooled: &Path, key: &str) -> ConnectorResult<()>;
@@ -73,6 +86,21 @@ pub trait Objects: Send + Sync {
     /// Waits for an earlier attempt of `attempt`'s run that holds an
     /// entity's lock (a frozen process); answers how many it waited for.
     async fn wait_for_earlier(&self, entities: &[String], attempt: &Attempt) -> ConnectorResult<u64>;
+    /// Whether an entity's lock keeps every other writer out (a lock file
+    /// a dead process frees): then what is under its staging folder is a
+    /// dead writer's, removed whole.
+    fn exclusive(&self) -> bool {
+        true
+    }
+    /// Removes a dead writer's leftovers under `folder`: everything, where
+    /// the lock is exclusive; else what is old enough to be no live
+    /// writer's.
+    async fn clean(&self, folder: &str) -> ConnectorResult<()> {
+        for o in self.list(folder).await? {
+            self.delete(&o.key).await?;
+        }
+        Ok(())
+    }
 }
 
 fn io(what: &str, e: std::io::Error) -> ConnectorError {
@@ -115,6 +143,19 @@ fn regular(p: &Path) -> bool {
     fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file())
 }
 
+/// A regular file of this folder with no other name: a hard link planted
+/// here names another file, perhaps another organization's, which must not
+/// be read as this folder's.
+fn own(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file() && m.nlink() == 1)
+}
+
+/// A staged file a commit names that is neither staged nor published.
+pub fn missing(key: &str) -> ConnectorError {
+    ConnectorError::Other(format!("{key} is missing: the commit that names it cannot be carried out"))
+}
+
 #[async_trait::async_trait]
 impl Objects for LocalObjects {
     fn label(&self) -> &str {
@@ -142,16 +183,18 @@ impl Objects for LocalObjects {
 
     async fn fetch(&self, key: &str) -> ConnectorResult<Fetched> {
         let p = self.path(key)?;
-        if !regular(&p) {
-            return Err(ConnectorError::EntityNotFound(format!("{key} is not a file of this folder")));
+        if !own(&p) {
+            return Err(ConnectorError::EntityNotFound(format!(
+                "{key} is not a file of this folder (a link, or a file with more than one link)"
+            )));
         }
         Ok(Fetched { path: p, temporary: false })
     }
 
     async fn get(&self, key: &str) -> ConnectorResult<Option<Vec<u8>>> {
         let p = self.path(key)?;
-        if fs::symlink_metadata(&p).is_ok() && !regular(&p) {
-            return Err(ConnectorError::Other(format!("{key} is not a regular file; refused")));
+        if fs::symlink_metadata(&p).is_ok() && !own(&p) {
+            return Err(ConnectorError::Other(format!("{key} is not a regular file of its own (a link); refused")));
         }
         match fs::read(&p) {
             Ok(b) => Ok(Some(b)),
@@ -171,10 +214,13 @@ impl Objects for LocalObjects {
         sync_dir(&dir)
     }
 
-    fn spool(&self, name: &str) -> ConnectorResult<PathBuf> {
-        let p = self.path(&format!("_sluice/spool/{name}"))?;
+    fn spool(&self, entity: &str, name: &str) -> ConnectorResult<(PathBuf, File)> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let p = self.path(&format!("_sluice/{entity}/spool/{name}.{}.part", &token[..12]))?;
         fs::create_dir_all(p.parent().expect("spool folder")).map_err(|e| io("folder", e))?;
-        Ok(p)
+        // A new file: nothing planted under the name (a link) is opened.
+        let f = fs::OpenOptions::new().write(true).create_new(true).open(&p).map_err(|e| io("spool file", e))?;
+        Ok((p, f))
     }
 
     async fn upload(&self, spooled: &Path, key: &str) -> ConnectorResult<()> {
@@ -189,7 +235,7 @@ impl Objects for LocalObjects {
     async fn promote(&self, from: &str, to: &str) -> ConnectorResult<bool> {
         let (src, dst) = (self.path(from)?, self.path(to)?);
         if !regular(&src) {
-            return Ok(false);
+            return if regular(&dst) { Ok(false) } else { Err(missing(from)) };
         }
         let dir = dst.parent().expect("a key names a file in a folder").to_path_buf();
         fs::create_dir_all(&dir).map_err(|e| io("folder", e))?;

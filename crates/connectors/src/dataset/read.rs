@@ -172,11 +172,28 @@ impl Source for DatasetConnector {
                         let _ = tx.send(Err(e)).await;
                         return;
                     }
-                    Err(_) => return,
+                    // The reader panicked on the file: the read fails, never
+                    // ends early as if the file were done.
+                    Err(_) => {
+                        let _ = tx
+                            .send(Err(ConnectorError::Other(format!("{label}/{key}: not a readable Parquet file"))))
+                            .await;
+                        return;
+                    }
                 }
             }
             if let Some(ci) = cursor_idx {
-                kept.sort_by(|a, b| compare_values(&a[ci], &b[ci]).unwrap_or(std::cmp::Ordering::Equal));
+                // Off the async threads, and a failure rather than a panic.
+                let sorted = tokio::task::spawn_blocking(move || {
+                    kept.sort_by(|a, b| compare_values(&a[ci], &b[ci]).unwrap_or(std::cmp::Ordering::Equal));
+                    kept
+                })
+                .await;
+                let Ok(mut kept) = sorted else {
+                    let _ =
+                        tx.send(Err(ConnectorError::Other("the rows could not be ordered by the cursor".into()))).await;
+                    return;
+                };
                 kept.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
                 for chunk in kept.chunks(batch_size) {
                     if tx.send(Ok(RecordBatch { fields: f2.clone(), rows: chunk.to_vec() })).await.is_err() {

@@ -44,6 +44,8 @@ pub struct DatasetWriter {
     columns: Vec<String>,
     mode: WriteMode,
     run: String,
+    /// What this writer's staged files carry (see `commit::staged_name`).
+    token: String,
     /// The next file's place in the run.
     next: u32,
     open: Option<Open>,
@@ -68,6 +70,13 @@ impl DatasetWriter {
             (Some(s), WriteMode::Append) => s.fields.clone(),
             _ => Vec::new(),
         };
+        // A column the source no longer sends is null from now on.
+        for f in &mut fields {
+            if !o.schema.fields.iter().any(|x| x.name == f.name) {
+                f.nullable = true;
+                f.primary_key = false;
+            }
+        }
         for f in &o.schema.fields {
             match fields.iter_mut().find(|x| x.name == f.name) {
                 Some(x) => {
@@ -105,6 +114,7 @@ impl DatasetWriter {
             schema,
             mode: o.mode,
             run,
+            token: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             next,
             open: None,
             staged: Vec::new(),
@@ -121,8 +131,7 @@ impl DatasetWriter {
         if self.open.is_none() {
             let name = format!("{}-{:05}.{}", self.run, self.next, self.format.ext());
             self.next += 1;
-            let spooled = self.objects.spool(&format!("{}/{name}.part", self.entity))?;
-            let f = File::create(&spooled).map_err(|e| ConnectorError::Other(format!("spooling {name}: {e}")))?;
+            let (spooled, f) = self.objects.spool(&self.entity, &name)?;
             let FileFormat::Parquet(codec) = self.format;
             let group = (self.file_bytes / 2).min(crate::parquet::ROW_GROUP_BYTES as u64) as usize;
             let file =
@@ -144,8 +153,9 @@ impl DatasetWriter {
         let f = out.into_inner().map_err(|e| ConnectorError::Other(format!("spooling {}: {e}", open.name)))?;
         self.bytes += f.metadata().map(|m| m.len()).unwrap_or(0);
         drop(f);
-        self.objects.upload(&open.spooled, &commit::staged_key(&self.entity, &open.name)).await?;
-        self.staged.push(open.name);
+        let staged = commit::staged_name(&open.name, &self.token);
+        self.objects.upload(&open.spooled, &commit::staged_key(&self.entity, &staged)).await?;
+        self.staged.push(staged);
         Ok(())
     }
 
@@ -155,7 +165,7 @@ impl DatasetWriter {
         self.seal().await?;
         let mut manifest = self.manifest.clone();
         let remove = if replace { std::mem::take(&mut manifest.files) } else { Vec::new() };
-        manifest.files.extend(self.staged.iter().cloned());
+        manifest.files.extend(self.staged.iter().filter_map(|s| commit::published_name(s)).map(str::to_string));
         manifest.schema = Some(self.schema.clone());
         manifest.held.extend(std::mem::take(&mut self.held));
         let c = Commit { publish: std::mem::take(&mut self.staged), remove, manifest };
@@ -183,9 +193,11 @@ impl EntityWriter for DatasetWriter {
             return Ok(());
         }
         let rows = align(batch, &self.columns);
-        // A large batch may fill several files.
-        for chunk in rows.chunks(1024) {
-            let limit = self.file_bytes;
+        // A file is cut between batches, so that a checkpoint, due once a
+        // file is cut (see `wants_checkpoint`), commits whole files only; a
+        // large batch (a bulk load's) may fill several.
+        let limit = self.file_bytes;
+        for chunk in rows.chunks(100_000) {
             let open = self.start_file()?;
             open.file.write(chunk)?;
             let full = open.file.bytes_written() >= limit;
@@ -218,6 +230,12 @@ impl EntityWriter for DatasetWriter {
 
     async fn abort(mut self: Box<Self>) {
         self.discard().await;
+    }
+
+    /// Each commit publishes whole files: due once a file is cut (an
+    /// overwrite commits at its end only).
+    fn wants_checkpoint(&self) -> Option<bool> {
+        Some(!self.staged.is_empty())
     }
 
     async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {

@@ -355,6 +355,13 @@ pub trait EntityWriter: Send {
         Err(ConnectorError::Unsupported("this destination deletes no rows".into()))
     }
 
+    /// Whether a checkpoint is due now, where the writer decides (`None`:
+    /// the engine's count of rows decides). A writer of files answers
+    /// `true` once a file is cut, so that each commit publishes whole files.
+    fn wants_checkpoint(&self) -> Option<bool> {
+        None
+    }
+
     /// Records, in the writer's transaction (so with the rows it commits),
     /// that the entity holds change stream `stream` up to `position` (see
     /// [`Destination::positions`]).
@@ -458,6 +465,12 @@ pub trait Destination: Send + Sync {
     /// the stream resumes, whatever happened to the run that wrote them.
     async fn positions(&self, _stream: &str) -> ConnectorResult<Vec<(String, String)>> {
         Err(ConnectorError::Unsupported("this destination holds no change stream positions".into()))
+    }
+
+    /// The position of change stream `stream` that `entity` holds, if any
+    /// (one entity of [`Destination::positions`]).
+    async fn position_of(&self, stream: &str, entity: &str) -> ConnectorResult<Option<String>> {
+        Ok(self.positions(stream).await?.into_iter().find(|(e, _)| e == entity).map(|(_, p)| p))
     }
 
     /// Moves the position `entity` holds of change stream `stream` (it

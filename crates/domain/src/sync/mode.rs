@@ -96,6 +96,11 @@ pub const APPLIES_CHANGES: &str = "apply_changes";
 /// deleted by key.
 pub const APPENDS_ONLY: &str = "appends_only";
 
+/// The connector feature of a destination that commits row flows' marks
+/// with their rows (`Destination::holds_marks`): a cursor set by hand is
+/// moved there too.
+pub const HOLDS_MARKS: &str = "holds_marks";
+
 /// Why a mode that updates rows by key is refused by a destination of
 /// plain files.
 pub fn lake_table_needed(connector_type: &str, mode: &str) -> String {

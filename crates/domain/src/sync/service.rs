@@ -551,24 +551,28 @@ impl SyncService {
     /// Moves the cursor a destination that holds marks committed for
     /// `entity`'s row mappings (see `Destination::holds_marks`) to
     /// `value`: the next run resumes from what the destination holds, so
-    /// a cursor set by hand must be set there too. A destination that does
-    /// not open is left alone here (one that holds marks is a folder or a
-    /// lake, and fails its run the same way).
+    /// a cursor set by hand must be set there too (and is not set at all
+    /// when the destination cannot be reached). Which types hold marks
+    /// their spec says (`holds_marks`), so that no other destination is
+    /// opened here.
     async fn move_held_cursor(&self, f: &Flow, entity: &str, value: Option<&str>) -> Result<()> {
         use crate::sync::mark::RowsHeld;
-        let dest = match self.engine.destination_of(f).await {
-            Ok(d) if d.holds_marks() => d,
-            Ok(_) => return Ok(()),
-            Err(e) => {
-                tracing::warn!(flow = %f.id, error = %e, "the destination did not open; its held cursor is not moved");
-                return Ok(());
-            }
+        let Some(conn) = self.connect.connection(f.org_id, f.destination_connection_id).await? else {
+            return Ok(());
         };
+        let holds = self
+            .connect
+            .registry()
+            .spec(&conn.connector_type)
+            .is_some_and(|s| s.with_config(&conn.config).features.contains(&crate::sync::mode::HOLDS_MARKS));
+        if !holds {
+            return Ok(());
+        }
+        let dest = self.engine.destination_of(f).await?;
         let stream = f.stream_name();
-        let held = dest.positions(&stream).await.map_err(unreachable("destination"))?;
         for m in f.config.mappings.iter().filter(|x| x.source_entity == entity && !x.sync_mode.cdc()) {
-            let Some(mut h) = held.iter().find(|(e, _)| e == m.destination()).and_then(|(_, t)| RowsHeld::parse(t))
-            else {
+            let held = dest.position_of(&stream, m.destination()).await.map_err(unreachable("destination"))?;
+            let Some(mut h) = held.as_deref().and_then(RowsHeld::parse) else {
                 continue;
             };
             h.cursor = value.map(str::to_string);

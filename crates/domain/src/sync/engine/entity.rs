@@ -21,7 +21,7 @@ use crate::connect::connector::{
 use crate::sync::flow::*;
 use crate::sync::transform;
 use crate::sync::{SyncMode, advance, capped, cursor_text, dedupe, parse_cursor, read_from};
-use held::{ExactAppend, Marks};
+use held::{ExactAppend, Marks, due};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -611,7 +611,7 @@ impl Engine {
                 x.skip_held(&mut batch);
                 // A checkpoint only where a new cursor value begins: the
                 // rows committed are then every row up to the value held.
-                if !read.clearing && since_checkpoint >= CHECKPOINT_ROWS && x.begins_new_value(&batch) {
+                if !read.clearing && due(&*writer, since_checkpoint) && x.begins_new_value(&batch) {
                     let at = x.written.clone();
                     let (_, canceled) = self.checkpoint(step, &mut writer, &at, stats).await?;
                     since_checkpoint = 0;
@@ -656,7 +656,7 @@ impl Engine {
                     return Ok(outcome);
                 }
             }
-            if incremental && exact.is_none() && !read.clearing && since_checkpoint >= CHECKPOINT_ROWS {
+            if incremental && exact.is_none() && !read.clearing && due(&*writer, since_checkpoint) {
                 let (_, canceled) = self.checkpoint(step, &mut writer, &read.capped(), stats).await?;
                 since_checkpoint = 0;
                 if canceled {

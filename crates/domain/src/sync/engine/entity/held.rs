@@ -3,10 +3,10 @@
 //! the run it says finished the entity, and an append that writes each row
 //! once.
 
-use super::super::Engine;
 use super::super::outcome::{EntityOutcome, Failure};
+use super::super::{CHECKPOINT_ROWS, Engine};
 use super::{Read, Step};
-use crate::connect::connector::{Destination, RecordBatch, Value, compare_values};
+use crate::connect::connector::{Destination, EntityWriter, RecordBatch, Value, compare_values};
 use crate::sync::SyncMode;
 use crate::sync::cursor_text;
 use crate::sync::flow::*;
@@ -25,6 +25,13 @@ impl Step<'_> {
         }
         .text()
     }
+}
+
+/// Whether a checkpoint is due after `since` rows: where the writer
+/// decides (a writer of files, once a file is cut), else every
+/// [`CHECKPOINT_ROWS`].
+pub(super) fn due(writer: &dyn EntityWriter, since: u64) -> bool {
+    writer.wants_checkpoint().unwrap_or(since >= CHECKPOINT_ROWS)
 }
 
 /// Where an entity got, as the metadata store holds it and as a
@@ -95,8 +102,8 @@ impl Engine {
         if !dest.holds_marks() {
             return Ok(None);
         }
-        let held = dest.positions(&flow.stream_name()).await?;
-        Ok(held.into_iter().find(|(e, _)| e == m.destination()).and_then(|(_, t)| RowsHeld::parse(&t)))
+        let held = dest.position_of(&flow.stream_name(), m.destination()).await?;
+        Ok(held.as_deref().and_then(RowsHeld::parse))
     }
 
     /// An entity an earlier attempt of this run finished, its commit in the
