@@ -10,9 +10,13 @@ output, when installed (their own venv: `PEERS=/path/to/venv/bin`):
 
 - dlt: `sql_table` source (its default sqlalchemy backend) into the
   `filesystem` destination, `loader_file_format="parquet"`;
-- Sling: `sling run --tgt-object file://…/t.parquet`;
-- ingestr: `ingestr ingest --dest-uri` a local Parquet target (skipped when
-  this version has none).
+- Sling: `sling run --tgt-object file://…/t.parquet`. Sling writes Parquet
+  through a DuckDB CLI it downloads from GitHub at run time; offline, hand
+  it one: `DUCKDB_PATH` (PyPI's `duckdb-cli`) and `SLING_HOME`, a home
+  folder whose `.duckdb/extensions/v1.5.5/linux_amd64/` holds the json,
+  parquet and httpfs extensions (from their PyPI wheels);
+- ingestr: `ingestr ingest --dest-uri file://…` (it says when it has no
+  local Parquet target, and is then not measured).
 
 Every output is read back by DuckDB (count, distinct ids, sum(a)) and must
 equal the source. Each figure is the median of `--rounds` runs; peak RSS is
@@ -148,12 +152,14 @@ def main():
                        SLING_DISABLE_TELEMETRY="true", DLT_TELEMETRY_DISABLED="1", RUNTIME__DLTHUB_TELEMETRY="false",
                        PG_SRC=f"postgresql://postgres@127.0.0.1:{pg.port}/{src_db}?sslmode=disable")
             src_uri = env["PG_SRC"]
+            sling_env = dict(env, HOME=os.environ.get("SLING_HOME", os.environ.get("HOME", "")))
             python = shutil.which("python3", path=peers) if peers else None
             runs = []
             if python and subprocess.run([python, "-c", "import dlt"], capture_output=True).returncode == 0:
                 def dlt_run(i):
                     out = os.path.join(work, f"dlt{i}")
-                    return [python, "-c", DLT, src_uri, out], os.path.join(out, "lake", "t", "*.parquet")
+                    dlt_uri = src_uri.replace("postgresql://", "postgresql+psycopg2://")
+                    return [python, "-c", DLT, dlt_uri, out], os.path.join(out, "lake", "t", "*.parquet")
                 runs.append(("dlt → local Parquet (filesystem destination)", dlt_run))
             sling = sling_binary() or shutil.which("sling", path=peers or None)
             if sling:
@@ -167,8 +173,8 @@ def main():
                 def ingestr_run(i):
                     out = os.path.join(work, f"ingestr{i}")
                     return [ingestr, "ingest", "--yes", "--source-uri", src_uri, "--source-table", "public.t",
-                            "--dest-uri", f"file://{out}", "--dest-table", "lake.t", "--loader-file-format",
-                            "parquet"], os.path.join(out, "lake", "t", "*.parquet")
+                            "--dest-uri", f"file://{out}", "--dest-table", "lake.t", "--progress", "log"], \
+                        os.path.join(out, "lake", "t", "*.parquet")
                 runs.append(("ingestr → local Parquet", ingestr_run))
             for name, make in runs:
                 times, rss = [], 0.0
@@ -176,7 +182,7 @@ def main():
                     pg.psql("CHECKPOINT", db="postgres")
                     wait_quiet()
                     argv, out_glob = make(i)
-                    secs, peak = timed(argv, env)
+                    secs, peak = timed(argv, sling_env if name.startswith("Sling") else env)
                     if secs is None:
                         print(f"{name}: failed, not measured: {' | '.join(peak)}", flush=True)
                         break
