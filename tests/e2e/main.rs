@@ -14,6 +14,7 @@ mod isolation;
 mod limits;
 mod monitoring;
 mod oauth;
+mod objects;
 mod organizations;
 mod progress;
 mod resync;

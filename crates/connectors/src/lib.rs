@@ -366,8 +366,15 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 field("path_style", Boolean, false, false, None, "the bucket in the path; default: with endpoint_url"),
                 field("access_key_id", String, false, true, None, "access key id"),
                 field("secret_access_key", String, false, true, None, "secret access key"),
-                field("format", String, false, false, Some(json!("parquet")), "parquet (csv and jsonl to come)"),
-                field("compression", String, false, false, None, "Parquet: zstd (default), snappy or none"),
+                field("format", String, false, false, Some(json!("parquet")), "parquet, csv or jsonl"),
+                field(
+                    "compression",
+                    String,
+                    false,
+                    false,
+                    None,
+                    "Parquet: zstd (default), snappy or none; CSV and JSON Lines: gzip or none (default)",
+                ),
                 file_size_field(),
             ],
             sync_modes: APPEND_MODES.to_vec(),
@@ -381,16 +388,25 @@ pub fn specs() -> Vec<ConnectorSpec> {
 fn dataset_format(c: &ResolvedConfig) -> ConnectorResult<dataset::FileFormat> {
     match c.str("format").unwrap_or("parquet") {
         "parquet" => Ok(dataset::FileFormat::Parquet(parquet::Codec::parse(c.str("compression"))?)),
-        f @ ("csv" | "jsonl") => Err(ConnectorError::InvalidConfig(format!(
-            "format {f} is not written to object storage yet: use parquet (or a file connection for {f})"
-        ))),
+        f @ ("csv" | "jsonl") => {
+            let gzip = match c.str("compression") {
+                None | Some("none") => false,
+                Some("gzip") => true,
+                Some(other) => {
+                    return Err(ConnectorError::InvalidConfig(format!(
+                        "compression of {f} files must be gzip or none, not '{other}'"
+                    )));
+                }
+            };
+            Ok(dataset::FileFormat::Text { format: file::Format::parse(f)?, gzip })
+        }
         other => Err(ConnectorError::InvalidConfig(format!("format must be parquet, csv or jsonl, not '{other}'"))),
     }
 }
 
 /// Whether `format` alone is right (so that a refusal is the compression's).
 fn dataset_format_only(c: &ResolvedConfig) -> bool {
-    matches!(c.str("format"), None | Some("parquet"))
+    matches!(c.str("format"), None | Some("parquet" | "csv" | "jsonl"))
 }
 
 /// `file_size_mb` (default [`dataset::FILE_SIZE_MB`]) in bytes.

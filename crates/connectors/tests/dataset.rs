@@ -235,3 +235,129 @@ async fn upserts_are_refused_naming_the_lake_tables_and_links_out_are_refused() 
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing written through the link");
     std::fs::remove_dir_all(&outside).unwrap();
 }
+
+/// What DuckDB reads of a text dataset through `reader` (`read_csv`,
+/// `read_json`): rows, distinct ids, and the sum of the ids.
+fn duckdb_text(python: &Path, reader: &str, glob: &Path) -> (i64, i64, i64) {
+    let script = r#"
+import json, sys, duckdb
+r, g = sys.argv[1], sys.argv[2]
+print(json.dumps(duckdb.connect().execute(
+    f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), -1)::BIGINT FROM {r}('{g}')"
+).fetchone()))
+"#;
+    let out = Command::new(python).arg("-c").arg(script).arg(reader).arg(glob).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Vec<i64> = serde_json::from_slice(&out.stdout).unwrap();
+    (v[0], v[1], v[2])
+}
+
+#[tokio::test]
+async fn csv_and_json_lines_datasets_gzipped_or_not_are_cut_into_whole_files_and_read_back() {
+    use sluice_connectors::file::Format;
+    let Some(python) = lake_python() else { return };
+    for (format, gzip, reader, ext) in [
+        (Format::Csv, true, "read_csv", "csv.gz"),
+        (Format::Jsonl, false, "read_json", "jsonl"),
+        (Format::Jsonl, true, "read_json", "jsonl.gz"),
+        (Format::Csv, false, "read_csv", "csv"),
+    ] {
+        let lake = Lake::new();
+        let dest = DatasetConnector::new(lake.objects.clone(), FileFormat::Text { format, gzip }, 96 << 10);
+        let run = uuid::Uuid::now_v7();
+        let mut w = dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 1))).await.unwrap();
+        for i in 0..3 {
+            w.write(&batch(i * 4_000, (i + 1) * 4_000)).await.unwrap();
+        }
+        w.finish().await.unwrap();
+        let files = lake.names("events");
+        assert!(files.len() >= 2, "{ext}: cut at 96 KiB: {files:?}");
+        assert!(files.iter().all(|f| f.starts_with(&run.simple().to_string()) && f.ends_with(&format!(".{ext}"))));
+        let glob = lake.root().join(format!("events/*.{ext}"));
+        let sum: i64 = (0..12_000).sum();
+        assert_eq!(duckdb_text(&python, reader, &glob), (12_000, 12_000, sum), "{ext}: DuckDB reads each row once");
+
+        // Read back as a source, typed by the manifest's schema.
+        let mut r = dest.read(ReadRequest { entity: "events".into(), ..Default::default() }).await.unwrap();
+        let mut rows = Vec::new();
+        while let Some(b) = r.next_batch().await.unwrap() {
+            rows.extend(b.rows);
+        }
+        assert_eq!(rows.len(), 12_000, "{ext}");
+        assert_eq!(rows[7_777][..3], batch(7_777, 7_778).rows[0], "{ext}: every value as written");
+        let Value::String(place) = &rows[7_777][3] else { panic!("{:?}", rows[7_777]) };
+        assert!(place.contains(&format!(" events/{}-", run.simple())), "the file's key: {place}");
+    }
+}
+
+#[tokio::test]
+async fn a_folder_of_csv_files_from_elsewhere_is_an_entity_typed_across_its_files() {
+    use sluice_connectors::file::Format;
+    let lake = Lake::new();
+    let folder = lake.root().join("prices");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("a.csv"), "sku,price\n1,10\n2,11\n").unwrap();
+    // A second file, gzipped, whose prices have cents.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, b"sku,price\n3,12.50\n").unwrap();
+    std::fs::write(folder.join("b.csv.gz"), gz.finish().unwrap()).unwrap();
+    std::fs::write(folder.join("notes.txt"), "not data").unwrap();
+    let src =
+        DatasetConnector::new(lake.objects.clone(), FileFormat::Text { format: Format::Csv, gzip: false }, 1 << 20);
+    let found = Source::discover(&src).await.unwrap();
+    assert_eq!(found.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["prices"]);
+    let fields = src.entity_fields("prices").await.unwrap();
+    assert_eq!(
+        fields.iter().map(|f| (f.name.as_str(), f.field_type)).collect::<Vec<_>>(),
+        [("sku", FieldType::Integer), ("price", FieldType::Decimal), ("_sluice_object", FieldType::String)]
+    );
+    let read = |from: Option<&str>| {
+        let src = &src;
+        let cursor = CursorBound { field: "_sluice_object".into(), from: from.map(|f| Value::String(f.into())) };
+        async move {
+            let req = ReadRequest { entity: "prices".into(), cursor: Some(cursor), ..Default::default() };
+            let mut r = src.read(req).await.unwrap();
+            let mut rows = Vec::new();
+            while let Some(b) = r.next_batch().await.unwrap() {
+                rows.extend(b.rows);
+            }
+            rows
+        }
+    };
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => panic!("{other:?}"),
+    };
+    // Two files of one modification time go by their keys.
+    let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_600);
+    for f in ["a.csv", "b.csv.gz"] {
+        std::fs::File::options().write(true).open(folder.join(f)).unwrap().set_modified(t).unwrap();
+    }
+    let rows = read(None).await;
+    let values: Vec<Vec<Value>> = rows.iter().map(|r| r[..2].to_vec()).collect();
+    assert_eq!(
+        values,
+        [
+            vec![Value::Int(1), Value::Decimal("10".into())],
+            vec![Value::Int(2), Value::Decimal("11".into())],
+            vec![Value::Int(3), Value::Decimal("12.50".into())],
+        ]
+    );
+    assert_eq!(text(&rows[1][2]), "2026-01-01T00:00:00.000000Z prices/a.csv#000000000001");
+    assert_eq!(text(&rows[2][2]), "2026-01-01T00:00:00.000000Z prices/b.csv.gz#000000000000");
+    // Strictly after the cursor: the rest of a file, then the files after.
+    let after: Vec<Value> = read(Some(&text(&rows[0][2]))).await.iter().map(|r| r[0].clone()).collect();
+    assert_eq!(after, [Value::Int(2), Value::Int(3)]);
+    let last = text(&rows[2][2]);
+    assert!(read(Some(&last)).await.is_empty(), "nothing new");
+    // A new file, and a file changed since (a new time): read whole.
+    std::fs::write(folder.join("c.csv"), "sku,price\n4,1\n").unwrap();
+    std::fs::write(folder.join("a.csv"), "sku,price\n1,10\n2,11\n5,13\n").unwrap();
+    let mut again: Vec<i64> =
+        read(Some(&last)).await.iter().map(|r| if let Value::Int(i) = r[0] { i } else { -1 }).collect();
+    again.sort();
+    assert_eq!(again, [1, 2, 4, 5]);
+    // A cursor set by hand to a day: the objects changed from then on.
+    assert_eq!(read(Some("2026-01-01")).await.len(), 5);
+    assert_eq!(read(Some("2026-01-02")).await.len(), 4);
+}

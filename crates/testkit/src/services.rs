@@ -287,7 +287,8 @@ impl OwnMariaDb {
 }
 
 /// What DuckDB 1.5.5 (the lake readers' venv, `python`) sees of the
-/// Parquet files `glob` names: (rows, distinct `id`s). An `s3://` glob is
+/// files `glob` names (Parquet, or CSV and JSON Lines by their names,
+/// gzipped or not): (rows, distinct `id`s). An `s3://` glob is
 /// read through `httpfs`, loaded from its wheel, from the S3 endpoint
 /// `s3` (an emulator's, with its test credentials).
 pub fn duckdb_counts(python: &std::path::Path, glob: &str, s3: Option<&str>) -> (i64, i64) {
@@ -302,7 +303,9 @@ if endpoint:
     c.execute(f"LOAD '{ext}'")
     c.execute(f"""CREATE SECRET (TYPE s3, KEY_ID 'AKIDEXAMPLE', SECRET 'test-secret', REGION 'us-east-1',
         ENDPOINT '{endpoint.split('://')[1]}', URL_STYLE 'path', USE_SSL false)""")
-print(json.dumps(c.execute(f"SELECT count(*), count(DISTINCT id) FROM read_parquet('{files}')").fetchone()))
+name = files.removesuffix(".gz")
+reader = "read_csv" if name.endswith(".csv") else "read_json" if name.endswith(".jsonl") else "read_parquet"
+print(json.dumps(c.execute(f"SELECT count(*), count(DISTINCT id) FROM {reader}('{files}')").fetchone()))
 "#;
     let out = std::process::Command::new(python)
         .arg("-c")

@@ -33,13 +33,36 @@ use objects::Objects;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FileFormat {
     Parquet(crate::parquet::Codec),
+    /// CSV (with a header line) or JSON Lines, gzipped or not.
+    Text {
+        format: crate::file::Format,
+        gzip: bool,
+    },
 }
 
 impl FileFormat {
+    /// The name's ending of the files written.
     pub fn ext(self) -> &'static str {
+        use crate::file::Format::*;
         match self {
             FileFormat::Parquet(_) => "parquet",
+            FileFormat::Text { format: Csv, gzip: false } => "csv",
+            FileFormat::Text { format: Csv, gzip: true } => "csv.gz",
+            FileFormat::Text { format: Jsonl, gzip: false } => "jsonl",
+            FileFormat::Text { format: Jsonl, gzip: true } => "jsonl.gz",
         }
+    }
+
+    /// The format's name, as a connection's `format` says it.
+    pub fn name(self) -> &'static str {
+        self.ext().trim_end_matches(".gz")
+    }
+
+    /// Whether a file of this name holds this format's data (read whatever
+    /// its compression: a gzipped CSV file is read as one, and the reverse).
+    pub fn holds(self, name: &str) -> bool {
+        let name = name.strip_suffix(".gz").unwrap_or(name);
+        name.strip_suffix(self.name()).is_some_and(|stem| stem.len() > 1 && stem.ends_with('.'))
     }
 }
 
@@ -91,7 +114,7 @@ impl Destination for DatasetConnector {
             return Err(ConnectorError::InvalidConfig(format!(
                 "{} files take no upserts or deletes: write into a ducklake or iceberg connection for \
                  incremental_deduped and cdc_deduped",
-                self.format.ext()
+                self.format.name()
             )));
         }
         self.objects.check_writable().await?;

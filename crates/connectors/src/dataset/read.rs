@@ -3,22 +3,95 @@
 //! manifest commits it (its schema, its committed files only), any other
 //! as the files its folder holds (the schema of their columns, by name).
 
-use super::{DatasetConnector, check_entity, commit};
+use super::{DatasetConnector, FileFormat, check_entity, commit};
 use crate::common::*;
 use crate::parquet_read::{each_row, file_fields};
 use sluice_domain::connect::connector::*;
+use std::path::Path;
 use std::sync::Arc;
+
+/// The fields of a fetched file of `format` (`whole`: from every record;
+/// else a text file's from its first ones).
+fn fields_of(format: FileFormat, path: &Path, what: &str, whole: bool) -> ConnectorResult<Vec<Field>> {
+    match format {
+        FileFormat::Parquet(_) => file_fields(path, what),
+        FileFormat::Text { format, .. } => {
+            crate::file::infer_file(path, what, format, (!whole).then_some(crate::file::SAMPLE))
+        }
+    }
+}
+
+/// Passes each row of a fetched file of `format` to `visit` until it
+/// answers `false`.
+fn rows_of(
+    format: FileFormat,
+    path: &Path,
+    what: &str,
+    fields: &[Field],
+    visit: impl FnMut(Vec<Value>) -> bool,
+) -> ConnectorResult<()> {
+    match format {
+        FileFormat::Parquet(_) => each_row(path, what, fields, visit).map(|_| ()),
+        FileFormat::Text { format, .. } => crate::file::each_record(path, what, format, fields, None, visit),
+    }
+}
+
+/// The field every entity read from a dataset carries: where its record
+/// is, as text that sorts in the order a read goes (see [`place`]). It is
+/// the cursor of an incremental read of objects.
+pub const OBJECT_FIELD: &str = "_sluice_object";
+
+/// The beginning of the [`OBJECT_FIELD`] values of an object's records:
+/// the object's modification time (UTC, to the microsecond, fixed width),
+/// its key, and `#`; each record's ends with its place in the object
+/// (from 0, twelve digits). As text, they sort by the time, then the key,
+/// then the place.
+pub fn place(modified: Option<std::time::SystemTime>, key: &str) -> String {
+    let at = match modified.map(time::OffsetDateTime::from) {
+        Some(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.microsecond()
+        ),
+        None => "0000-00-00T00:00:00.000000Z".to_string(),
+    };
+    format!("{at} {key}#")
+}
+
+/// One record's [`OBJECT_FIELD`] value.
+fn record_place(place: &str, n: u64) -> String {
+    format!("{place}{n:012}")
+}
 
 /// The files and fields a read of an entity takes.
 struct Plan {
-    keys: Vec<String>,
+    /// Keys and their [`place`]s, in the order of their places.
+    files: Vec<(String, String)>,
+    /// The files' fields, then [`OBJECT_FIELD`].
     fields: Vec<Field>,
+}
+
+/// Of a read from `from` (by [`OBJECT_FIELD`]), the records of the file at
+/// `place` to skip: all, those up to a place in it, or none. The read is
+/// strictly after `from`: a run goes on after the last record the one
+/// before it read, and an object changed since has a new time, so is read
+/// again whole.
+fn skipped(place: &str, from: &str) -> Option<u64> {
+    if let Some(n) = from.strip_prefix(place) {
+        return Some(n.parse::<u64>().map_or(u64::MAX, |n| n.saturating_add(1)));
+    }
+    // Every record of the file sorts after `from`, or every one before it.
+    (from > place).then_some(u64::MAX)
 }
 
 impl DatasetConnector {
     /// The entities of the root: folders that hold files of this format.
     async fn folders(&self) -> ConnectorResult<Vec<String>> {
-        let ext = format!(".{}", self.format.ext());
         let mut out: Vec<String> = self
             .objects
             .list("")
@@ -26,7 +99,7 @@ impl DatasetConnector {
             .into_iter()
             .filter_map(|o| {
                 let (entity, name) = o.key.split_once('/')?;
-                (!name.contains('/') && name.ends_with(&ext) && check_entity(entity).is_ok())
+                (!name.contains('/') && self.format.holds(name) && check_entity(entity).is_ok())
                     .then(|| entity.to_string())
             })
             .collect();
@@ -38,39 +111,67 @@ impl DatasetConnector {
     /// sync), else the first file's (a preview, discovery).
     async fn plan(&self, entity: &str, whole: bool) -> ConnectorResult<Option<Plan>> {
         check_entity(entity)?;
-        if let Some(m) = commit::manifest(&*self.objects, entity).await?
-            && let Some(schema) = m.schema
-        {
-            let keys = m.files.iter().map(|n| commit::data_key(entity, n)).collect();
-            return Ok(Some(Plan { keys, fields: schema.fields }));
-        }
-        let ext = format!(".{}", self.format.ext());
-        let keys: Vec<String> = self
-            .objects
-            .list(entity)
-            .await?
-            .into_iter()
-            .map(|o| o.key)
-            .filter(|k| k.strip_prefix(&format!("{entity}/")).is_some_and(|n| !n.contains('/') && n.ends_with(&ext)))
-            .collect();
-        if keys.is_empty() {
+        let listed = self.objects.list(entity).await?;
+        let manifest = commit::manifest(&*self.objects, entity).await?;
+        let (keys, schema): (Vec<String>, _) = match manifest.and_then(|m| m.schema.map(|s| (m.files, s))) {
+            // Of an entity Sluice wrote, the files its manifest commits.
+            Some((files, schema)) => (files.iter().map(|n| commit::data_key(entity, n)).collect(), Some(schema)),
+            None => (
+                listed
+                    .iter()
+                    .map(|o| o.key.clone())
+                    .filter(|k| {
+                        k.strip_prefix(&format!("{entity}/")).is_some_and(|n| !n.contains('/') && self.format.holds(n))
+                    })
+                    .collect(),
+                None,
+            ),
+        };
+        if keys.is_empty() && schema.is_none() {
             return Ok(None);
         }
-        let mut fields: Vec<Field> = Vec::new();
-        for key in keys.iter().take(if whole { usize::MAX } else { 1 }) {
-            let local = self.objects.fetch(key).await?;
-            let what = format!("{}/{key}", self.objects.label().trim_end_matches('/'));
-            let path = local.path.clone();
-            let found = tokio::task::spawn_blocking(move || file_fields(&path, &what))
-                .await
-                .map_err(|e| ConnectorError::Other(e.to_string()))??;
-            for f in found {
-                if !fields.iter().any(|x| x.name == f.name) {
-                    fields.push(f);
+        let modified: std::collections::HashMap<&str, _> =
+            listed.iter().map(|o| (o.key.as_str(), o.modified)).collect();
+        let mut files: Vec<(String, String)> = keys
+            .into_iter()
+            .map(|k| (place(modified.get(k.as_str()).copied().flatten(), &k), k))
+            .map(|(p, k)| (k, p))
+            .collect();
+        files.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut fields: Vec<Field> = match schema {
+            Some(s) => s.fields,
+            None => {
+                let mut fields: Vec<Field> = Vec::new();
+                for (key, _) in files.iter().take(if whole { usize::MAX } else { 1 }) {
+                    let local = self.objects.fetch(key).await?;
+                    let what = format!("{}/{key}", self.objects.label().trim_end_matches('/'));
+                    let (path, format) = (local.path.clone(), self.format);
+                    let found = tokio::task::spawn_blocking(move || fields_of(format, &path, &what, whole))
+                        .await
+                        .map_err(|e| ConnectorError::Other(e.to_string()))??;
+                    for f in found {
+                        match fields.iter_mut().find(|x| x.name == f.name) {
+                            // Text files type their columns by what they hold:
+                            // one file's integers and another's decimals are
+                            // decimals.
+                            Some(x) if matches!(format, FileFormat::Text { .. }) => {
+                                x.field_type = crate::file::widen(x.field_type, f.field_type);
+                            }
+                            Some(_) => {}
+                            None => fields.push(f),
+                        }
+                    }
                 }
+                fields
             }
+        };
+        // A file's own column of that name is the one read.
+        if !fields.iter().any(|f| f.name == OBJECT_FIELD) {
+            let mut f = Field::new(OBJECT_FIELD, FieldType::String);
+            f.nullable = false;
+            fields.push(f);
         }
-        Ok(Some(Plan { keys, fields }))
+        Ok(Some(Plan { files, fields }))
     }
 }
 
@@ -110,18 +211,36 @@ impl Source for DatasetConnector {
             })?),
             None => None,
         };
+        // The place of each record is ours to add unless a file has a
+        // column of that name; an incremental read by it goes through the
+        // files in its order, strictly after its value, without sorting.
+        let added = plan.fields.last().is_some_and(|f| f.name == OBJECT_FIELD)
+            && plan.fields.iter().filter(|f| f.name == OBJECT_FIELD).count() == 1;
+        let by_object = added && cursor_idx == Some(plan.fields.len() - 1);
+        let from_object = match req.cursor.as_ref().and_then(|c| c.from.as_ref()) {
+            Some(v) if by_object => sluice_domain::sync::cursor_text(v),
+            _ => None,
+        };
+        let sorted = cursor_idx.is_some() && !by_object;
+        let file_fields: Arc<Vec<Field>> =
+            Arc::new(if added { plan.fields[..plan.fields.len() - 1].to_vec() } else { plan.fields.clone() });
         let fields = Arc::new(plan.fields);
         let batch_size = if req.batch_size == 0 { DEFAULT_BATCH } else { req.batch_size };
         let (objects, label, f2) = (self.objects.clone(), self.objects.label().to_string(), fields.clone());
+        let format = self.format;
         Ok(Box::new(ChannelReader::spawn(fields, move |tx| async move {
             let limit = req.limit.unwrap_or(u64::MAX);
-            // An incremental read is ordered by the cursor, which files
+            // An incremental read by a column is ordered by it, which files
             // are not: loaded, filtered and sorted.
             let mut kept: Vec<Vec<Value>> = Vec::new();
             let mut count = 0u64;
-            for key in plan.keys {
+            for (key, place) in plan.files {
                 if count >= limit {
                     break;
+                }
+                let skip = from_object.as_deref().and_then(|from| skipped(&place, from)).unwrap_or(0);
+                if skip == u64::MAX {
+                    continue;
                 }
                 let local = match objects.fetch(&key).await {
                     Ok(l) => l,
@@ -131,16 +250,23 @@ impl Source for DatasetConnector {
                     }
                 };
                 let what = format!("{}/{key}", label.trim_end_matches('/'));
-                let (tx2, f3, cursor) = (tx.clone(), f2.clone(), req.cursor.clone());
+                let (tx2, f3, read_fields, cursor) = (tx.clone(), f2.clone(), file_fields.clone(), req.cursor.clone());
                 let path = local.path.clone();
-                let sorted = cursor_idx.is_some();
                 let done = tokio::task::spawn_blocking(move || {
                     let mut batch = Vec::with_capacity(batch_size);
                     let mut rows_kept = Vec::new();
                     let mut open = true;
-                    let read = each_row(&path, &what, &f3, |row| {
+                    let mut n = 0u64;
+                    let read = rows_of(format, &path, &what, &read_fields, |mut row| {
+                        n += 1;
+                        if n <= skip {
+                            return true;
+                        }
+                        if added {
+                            row.push(Value::String(record_place(&place, n - 1)));
+                        }
                         let from = cursor.as_ref().and_then(|c| c.from.as_ref());
-                        if let (Some(ci), Some(from)) = (cursor_idx, from)
+                        if let (Some(ci), Some(from), false) = (cursor_idx, from, by_object)
                             && compare_values(&row[ci], from).is_none_or(|o| o == std::cmp::Ordering::Less)
                         {
                             return true;
@@ -176,13 +302,16 @@ impl Source for DatasetConnector {
                     // ends early as if the file were done.
                     Err(_) => {
                         let _ = tx
-                            .send(Err(ConnectorError::Other(format!("{label}/{key}: not a readable Parquet file"))))
+                            .send(Err(ConnectorError::Other(format!(
+                                "{label}/{key}: not a readable {} file",
+                                format.name()
+                            ))))
                             .await;
                         return;
                     }
                 }
             }
-            if let Some(ci) = cursor_idx {
+            if let (Some(ci), true) = (cursor_idx, sorted) {
                 // Off the async threads, and a failure rather than a panic.
                 let sorted = tokio::task::spawn_blocking(move || {
                     kept.sort_by(|a, b| compare_values(&a[ci], &b[ci]).unwrap_or(std::cmp::Ordering::Equal));

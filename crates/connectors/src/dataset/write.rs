@@ -10,7 +10,7 @@ use crate::parquet::ParquetFile;
 use sluice_domain::connect::connector::*;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -29,9 +29,111 @@ pub struct Opened<'a> {
 
 /// The file being written.
 struct Open {
-    file: ParquetFile<BufWriter<File>>,
+    file: RowFile,
     spooled: PathBuf,
     name: String,
+}
+
+/// A file being written, in the dataset's format.
+enum RowFile {
+    Parquet(Box<ParquetFile<BufWriter<File>>>),
+    Text { out: TextOut, format: crate::file::Format, names: Vec<String>, rows: u64 },
+}
+
+enum TextOut {
+    Plain(Counted<BufWriter<File>>),
+    Gzip(Box<flate2::write::GzEncoder<Counted<BufWriter<File>>>>),
+}
+
+/// A writer that counts the bytes through it (a gzipped file's: after
+/// compression).
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn spooling(name: &str, e: impl std::fmt::Display) -> ConnectorError {
+    ConnectorError::Other(format!("spooling {name}: {e}"))
+}
+
+impl RowFile {
+    fn new(format: FileFormat, f: File, schema: &EntitySchema, group: usize, name: &str) -> ConnectorResult<Self> {
+        let out = BufWriter::with_capacity(1 << 20, f);
+        Ok(match format {
+            FileFormat::Parquet(codec) => {
+                RowFile::Parquet(Box::new(ParquetFile::new(out, schema, codec)?.with_group_bytes(group)))
+            }
+            FileFormat::Text { format, gzip } => {
+                let counted = Counted { inner: out, bytes: 0 };
+                let mut out = if gzip {
+                    TextOut::Gzip(Box::new(flate2::write::GzEncoder::new(counted, flate2::Compression::default())))
+                } else {
+                    TextOut::Plain(counted)
+                };
+                let names: Vec<String> = schema.fields.iter().map(|f| f.name.clone()).collect();
+                if format == crate::file::Format::Csv {
+                    out.put(&crate::file::csv_header_line(&names)).map_err(|e| spooling(name, e))?;
+                }
+                RowFile::Text { out, format, names, rows: 0 }
+            }
+        })
+    }
+
+    fn write(&mut self, rows: &[Vec<Value>], name: &str) -> ConnectorResult<()> {
+        match self {
+            RowFile::Parquet(p) => p.write(rows),
+            RowFile::Text { out, format, names, rows: n } => {
+                out.put(&crate::file::encode(*format, names, rows)).map_err(|e| spooling(name, e))?;
+                *n += rows.len() as u64;
+                Ok(())
+            }
+        }
+    }
+
+    fn rows(&self) -> u64 {
+        match self {
+            RowFile::Parquet(p) => p.rows(),
+            RowFile::Text { rows, .. } => *rows,
+        }
+    }
+
+    fn bytes_written(&self) -> u64 {
+        match self {
+            RowFile::Parquet(p) => p.bytes_written(),
+            RowFile::Text { out: TextOut::Plain(c), .. } => c.bytes,
+            RowFile::Text { out: TextOut::Gzip(g), .. } => g.get_ref().bytes,
+        }
+    }
+
+    /// Ends the file: its footer (Parquet) or its compressed stream's end.
+    fn finish(self, name: &str) -> ConnectorResult<File> {
+        let out = match self {
+            RowFile::Parquet(p) => p.finish()?.0,
+            RowFile::Text { out: TextOut::Plain(c), .. } => c.inner,
+            RowFile::Text { out: TextOut::Gzip(g), .. } => g.finish().map_err(|e| spooling(name, e))?.inner,
+        };
+        out.into_inner().map_err(|e| spooling(name, e))
+    }
+}
+
+impl TextOut {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            TextOut::Plain(w) => w.write_all(bytes),
+            TextOut::Gzip(w) => w.write_all(bytes),
+        }
+    }
 }
 
 pub struct DatasetWriter {
@@ -132,10 +234,8 @@ impl DatasetWriter {
             let name = format!("{}-{:05}.{}", self.run, self.next, self.format.ext());
             self.next += 1;
             let (spooled, f) = self.objects.spool(&self.entity, &name)?;
-            let FileFormat::Parquet(codec) = self.format;
             let group = (self.file_bytes / 2).min(crate::parquet::ROW_GROUP_BYTES as u64) as usize;
-            let file =
-                ParquetFile::new(BufWriter::with_capacity(1 << 20, f), &self.schema, codec)?.with_group_bytes(group);
+            let file = RowFile::new(self.format, f, &self.schema, group, &name)?;
             self.open = Some(Open { file, spooled, name });
         }
         Ok(self.open.as_mut().expect("opened above"))
@@ -149,8 +249,7 @@ impl DatasetWriter {
             self.next -= 1;
             return Ok(());
         }
-        let (out, _) = open.file.finish()?;
-        let f = out.into_inner().map_err(|e| ConnectorError::Other(format!("spooling {}: {e}", open.name)))?;
+        let f = open.file.finish(&open.name)?;
         self.bytes += f.metadata().map(|m| m.len()).unwrap_or(0);
         drop(f);
         let staged = commit::staged_name(&open.name, &self.token);
@@ -199,7 +298,7 @@ impl EntityWriter for DatasetWriter {
         let limit = self.file_bytes;
         for chunk in rows.chunks(100_000) {
             let open = self.start_file()?;
-            open.file.write(chunk)?;
+            open.file.write(chunk, &open.name)?;
             let full = open.file.bytes_written() >= limit;
             self.pending += chunk.len() as u64;
             if full {

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +37,48 @@ impl Format {
             Format::Csv => "csv",
         }
     }
+}
+
+/// The file at `path` to read: its bytes, or what they decompress to when
+/// they begin as gzip does (`.csv.gz`, `.jsonl.gz`; whatever the name).
+pub(crate) fn open_input(path: &Path, what: &str) -> ConnectorResult<Box<dyn Read + Send>> {
+    let mut file = File::open(path).map_err(|e| io(what, e))?;
+    let mut magic = [0u8; 2];
+    let gzip = matches!(file.read_exact(&mut magic), Ok(()) if magic == [0x1f, 0x8b]);
+    use std::io::Seek;
+    file.rewind().map_err(|e| io(what, e))?;
+    Ok(if gzip { Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file))) } else { Box::new(file) })
+}
+
+/// `rows` (in the order of `names`) as the format's text: a JSON object
+/// per line, or CSV records (the header is [`csv_header_line`]'s).
+pub(crate) fn encode(format: Format, names: &[String], rows: &[Vec<Value>]) -> Vec<u8> {
+    match format {
+        Format::Jsonl => {
+            let mut buf = Vec::new();
+            for r in rows {
+                let obj: serde_json::Map<String, serde_json::Value> =
+                    names.iter().zip(r).map(|(k, v)| (k.clone(), to_json(v))).collect();
+                let _ = serde_json::to_writer(&mut buf, &obj);
+                buf.push(b'\n');
+            }
+            buf
+        }
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            for r in rows {
+                let _ = w.write_record(r.iter().map(to_text));
+            }
+            w.into_inner().unwrap_or_default()
+        }
+    }
+}
+
+/// A CSV file's header line.
+pub(crate) fn csv_header_line(names: &[String]) -> Vec<u8> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record(names);
+    w.into_inner().unwrap_or_default()
 }
 
 /// Raw records: JSON values by field name, from either format.
@@ -67,7 +109,7 @@ pub(super) fn visit_records(
     format: Format,
     mut visit: impl FnMut(RawRecord) -> bool,
 ) -> ConnectorResult<Vec<String>> {
-    let file = File::open(path).map_err(|e| io(what, e))?;
+    let file = open_input(path, what)?;
     let mut names: Vec<String> = Vec::new();
     match format {
         Format::Jsonl => each_line(file, what, |n, line| {
@@ -148,7 +190,7 @@ pub(super) fn first_places<'a>(names: impl IntoIterator<Item = &'a str>) -> Hash
 /// and its number (from 0), until it answers `false`; one buffer serves
 /// every line.
 pub(super) fn each_line(
-    file: File,
+    file: impl Read,
     what: &str,
     mut each: impl FnMut(usize, &str) -> ConnectorResult<bool>,
 ) -> ConnectorResult<()> {

@@ -2,16 +2,14 @@
 //! its records (a sample for discovery and previews, every record for a
 //! sync).
 
-use super::formats::{Format, Members, each_line, member_error};
-use super::io;
+use super::formats::{Format, Members, each_line, member_error, open_input};
 use serde_json::value::RawValue;
 use sluice_domain::connect::connector::*;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
-pub(super) const SAMPLE: usize = 1_000;
+pub(crate) const SAMPLE: usize = 1_000;
 
 /// Each field's type, from the records observed: the narrowest type every
 /// value fits, widened as values come (integer → decimal → number, date →
@@ -84,7 +82,7 @@ fn raw_kind(raw: &RawValue) -> serde_json::Result<Option<FieldType>> {
 }
 
 /// The narrowest type both `a` and `b` values fit.
-fn widen(a: FieldType, b: FieldType) -> FieldType {
+pub(crate) fn widen(a: FieldType, b: FieldType) -> FieldType {
     use FieldType::*;
     match (a, b) {
         (a, b) if a == b => a,
@@ -99,12 +97,12 @@ fn widen(a: FieldType, b: FieldType) -> FieldType {
 /// `limit` (a sample, for discovery and previews), or every one (what a
 /// sync reads, so that no value after a sample meets a column too narrow
 /// for it).
-pub(super) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<usize>) -> ConnectorResult<Vec<Field>> {
+pub(crate) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<usize>) -> ConnectorResult<Vec<Field>> {
     let mut inf = Inference::default();
     let mut seen = 0;
     let names = match format {
         Format::Jsonl => {
-            let file = File::open(path).map_err(|e| io(what, e))?;
+            let file = open_input(path, what)?;
             // Per field, the last line that gave it a value: a name a line
             // repeats counts once, its last value (the one a read keeps).
             let mut given: Vec<usize> = Vec::new();
@@ -131,7 +129,7 @@ pub(super) fn infer_file(path: &Path, what: &str, format: Format, limit: Option<
             None
         }
         Format::Csv => {
-            let file = File::open(path).map_err(|e| io(what, e))?;
+            let file = open_input(path, what)?;
             let mut rdr = csv::ReaderBuilder::new()
                 .has_headers(true)
                 .flexible(true)

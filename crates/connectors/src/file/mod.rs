@@ -32,7 +32,9 @@ mod read;
 mod write;
 
 pub use formats::Format;
-use infer::{SAMPLE, infer_file};
+pub(crate) use formats::{csv_header_line, encode};
+pub(crate) use infer::{SAMPLE, infer_file, widen};
+pub(crate) use read::each_record;
 
 pub struct FileConnector {
     /// The connection's directory (`place.path`), inside the organization's,

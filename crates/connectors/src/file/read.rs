@@ -1,46 +1,37 @@
 //! Reading a file connection: the `Source` impl, streaming a file record
 //! by record (or, for a cursor read, loading, filtering and sorting it).
 
+use super::FileConnector;
 use super::formats::{
-    Format, Members, each_line, first_places, member_error, raw_to_value, read_records, records_of, to_value,
+    Format, Members, each_line, first_places, member_error, open_input, raw_to_value, read_records, records_of,
+    to_value,
 };
-use super::{FileConnector, io};
 use crate::common::*;
 use sluice_domain::connect::connector::*;
-use std::fs::{self, File};
+use std::fs;
 use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Reads `path` record by record, sending batches as they fill: memory
-/// holds one batch (plus the channel's) however large the file.
-fn stream_records(
+/// Passes each record of `path` (as `fields`' values) to `visit` until it
+/// answers `false`, or `limit` records were passed: one record in memory
+/// at a time, however large the file.
+pub(crate) fn each_record(
     path: &Path,
     what: &str,
     format: Format,
-    fields: &Arc<Vec<Field>>,
+    fields: &[Field],
     limit: Option<u64>,
-    batch_size: usize,
-    tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>,
+    mut visit: impl FnMut(Vec<Value>) -> bool,
 ) -> ConnectorResult<()> {
-    let file = File::open(path).map_err(|e| io(what, e))?;
+    let file = open_input(path, what)?;
     let limit = limit.unwrap_or(u64::MAX);
-    let mut batch: Vec<Vec<Value>> = Vec::with_capacity(batch_size);
     let mut count = 0u64;
-    let emit = |row: Vec<Value>, batch: &mut Vec<Vec<Value>>| -> bool {
-        batch.push(row);
-        if batch.len() >= batch_size {
-            let full = std::mem::replace(batch, Vec::with_capacity(batch_size));
-            return tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: full })).is_ok();
-        }
-        true
-    };
     match format {
         Format::Jsonl => {
             // Each member goes to its field by name (the first field of a
             // name, if two share one; the last member, if a line repeats one).
             let index = first_places(fields.iter().map(|f| f.name.as_str()));
-            let mut closed = false;
             if limit > 0 {
                 each_line(file, what, |n, line| {
                     let mut row = vec![Value::Null; fields.len()];
@@ -51,13 +42,9 @@ fn stream_records(
                         }
                     }
                     count += 1;
-                    closed = !emit(row, &mut batch);
                     // At the limit, the next line is not read.
-                    Ok(!closed && count < limit)
+                    Ok(visit(row) && count < limit)
                 })?;
-            }
-            if closed {
-                return Ok(());
             }
         }
         Format::Csv => {
@@ -87,13 +74,37 @@ fn stream_records(
                     })
                     .collect();
                 count += 1;
-                if !emit(row, &mut batch) {
-                    return Ok(());
+                if !visit(row) {
+                    break;
                 }
             }
         }
     }
-    if !batch.is_empty() {
+    Ok(())
+}
+
+/// Reads `path` record by record, sending batches as they fill: memory
+/// holds one batch (plus the channel's) however large the file.
+fn stream_records(
+    path: &Path,
+    what: &str,
+    format: Format,
+    fields: &Arc<Vec<Field>>,
+    limit: Option<u64>,
+    batch_size: usize,
+    tx: &tokio::sync::mpsc::Sender<ConnectorResult<RecordBatch>>,
+) -> ConnectorResult<()> {
+    let mut batch: Vec<Vec<Value>> = Vec::with_capacity(batch_size);
+    let mut open = true;
+    each_record(path, what, format, fields, limit, |row| {
+        batch.push(row);
+        if batch.len() >= batch_size {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
+            open = tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: full })).is_ok();
+        }
+        open
+    })?;
+    if open && !batch.is_empty() {
         let _ = tx.blocking_send(Ok(RecordBatch { fields: fields.clone(), rows: batch }));
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! (appended in place, or a temporary file renamed over the old one;
 //! upserts held in memory), rolled back when dropped unfinished.
 
-use super::formats::{Format, read_records, records_of, to_json, to_text};
+use super::formats::{Format, csv_header_line, encode, read_records, records_of, to_text};
 use super::manifest::{EntityFiles, create_new};
 use super::{FileConnector, check_entity, io};
 use crate::common::*;
@@ -204,9 +204,7 @@ impl FileWriter {
                 .map_err(|e| io(&path.file_name().unwrap_or_default().to_string_lossy(), e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         if self.format == Format::Csv && !append {
-            let mut w = csv::Writer::from_writer(Vec::new());
-            let _ = w.write_record(&self.order);
-            out.write_all(&w.into_inner().unwrap_or_default()).map_err(|e| io("file", e))?;
+            out.write_all(&csv_header_line(&self.order)).map_err(|e| io("file", e))?;
         }
         Ok(out)
     }
@@ -216,25 +214,7 @@ impl FileWriter {
     }
 
     fn encode(&self, rows: &[Vec<Value>]) -> Vec<u8> {
-        match self.format {
-            Format::Jsonl => {
-                let mut buf = Vec::new();
-                for r in rows {
-                    let obj: serde_json::Map<String, serde_json::Value> =
-                        self.order.iter().zip(r).map(|(k, v)| (k.clone(), to_json(v))).collect();
-                    let _ = serde_json::to_writer(&mut buf, &obj);
-                    buf.push(b'\n');
-                }
-                buf
-            }
-            Format::Csv => {
-                let mut w = csv::Writer::from_writer(Vec::new());
-                for r in rows {
-                    let _ = w.write_record(r.iter().map(to_text));
-                }
-                w.into_inner().unwrap_or_default()
-            }
-        }
+        encode(self.format, &self.order, rows)
     }
 
     /// Appends the rows; answers the bytes written.
