@@ -1579,6 +1579,35 @@ fn history_tx(i: i64, seeded: i64) -> Vec<(String, i64, Option<i64>)> {
     out
 }
 
+/// The writer of the change log history tests: transaction `i` of
+/// [`history_tx`] every few milliseconds until `stop`; answers how many it
+/// committed.
+fn history_writer(
+    url: String,
+    seeded: i64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<i64> {
+    tokio::spawn(async move {
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut i = 0i64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            i += 1;
+            let mut sql = format!(
+                "BEGIN; UPDATE events SET v = {i} WHERE id = {}; INSERT INTO events VALUES ({}, {i}, NULL);",
+                i % seeded + 1,
+                1_000_000 + i
+            );
+            if i % 7 == 0 {
+                sql.push_str(&format!(" DELETE FROM events WHERE id = {};", 1_000_000 + i - 1));
+            }
+            sql.push_str(" COMMIT;");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(4)).await;
+        }
+        i
+    })
+}
+
 /// A PostgreSQL LSN (`16/B374D848`) as a number, for ordering.
 fn lsn(text: &str) -> u64 {
     let (hi, lo) = text.split_once('/').unwrap();
@@ -1651,30 +1680,8 @@ async fn a_change_logs_history_survives_kills_in_its_first_run() {
         .await);
     let d = id(api.post(&conns, pg_conn("dst", &dst.name)).await);
 
-    // The writer: one transaction every few milliseconds until told to stop.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (url, stop) = (source.url("postgres"), stop.clone());
-        tokio::spawn(async move {
-            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-            let mut i = 0i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                i += 1;
-                let mut sql = format!(
-                    "BEGIN; UPDATE events SET v = {i} WHERE id = {}; INSERT INTO events VALUES ({}, {i}, NULL);",
-                    i % SEEDED + 1,
-                    1_000_000 + i
-                );
-                if i % 7 == 0 {
-                    sql.push_str(&format!(" DELETE FROM events WHERE id = {};", 1_000_000 + i - 1));
-                }
-                sql.push_str(" COMMIT;");
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(4)).await;
-            }
-            i
-        })
-    };
+    let writer = history_writer(source.url("postgres"), SEEDED, stop.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
     let plans =
@@ -1762,6 +1769,11 @@ async fn check_history(pg: &mut sqlx::PgConnection, schema: &str, log: &str, see
             .fetch_all(pg)
             .await
             .unwrap();
+    check_history_rows(rows, log, seeded, written);
+}
+
+/// [`check_history`] of a log's rows (id, v, operation, position).
+fn check_history_rows(rows: Vec<(i64, Option<i64>, String, String)>, log: &str, seeded: i64, written: i64) {
     let start = rows.iter().map(|r| lsn(&r.3)).min().unwrap();
     let (copy, changes): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| lsn(&r.3) == start);
     assert!(copy.iter().all(|r| r.2 == "insert"), "{log}: the copy is inserts");
@@ -1933,5 +1945,122 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     let seen = sluice_testkit::services::duckdb_counts(&python, "s3://lake/sluice/events/*.parquet", Some(&url));
     assert_eq!(seen, (ROWS + 1_000, ROWS + 1_000));
     drop(proc);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// A change log into Parquet files (`cdc_append`, the one change capture
+/// mode plain files take) on the PostgreSQL metadata store, its first run
+/// killed with SIGKILL before any commit and again once its copy
+/// committed, while a writer commits a transaction every few milliseconds:
+/// DuckDB then reads the table as of the stream's start, then each of the
+/// writer's transactions after it once, in commit order, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_log_into_parquet_files_killed_in_its_first_run_keeps_its_history_once() {
+    use sea_orm::ConnectionTrait;
+    const SEEDED: i64 = 100_000;
+    let Some(python) = sluice_testkit::services::lake_python() else { return };
+    let Some((admin, name, db, data)) = pg_metadata_db("cdc_parquet").await else { return };
+    std::fs::create_dir_all(&data).unwrap();
+    let Some(source) = tokio::task::spawn_blocking(|| {
+        sluice_testkit::services::OwnPostgres::start(
+            |_| {},
+            |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()],
+        )
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
+    exec(
+        &mut src,
+        format!(
+            "CREATE TABLE events (id bigint PRIMARY KEY, v bigint NOT NULL, pad text);
+             INSERT INTO events SELECT g, 0, repeat('h', 600) FROM generate_series(1, {SEEDED}) g"
+        ),
+    )
+    .await;
+    let port = free_port();
+    let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
+    let environment = {
+        let mut e = env(&data, &db, port);
+        e.push(("SLUICE_RUN_LEASE", "3".to_string()));
+        e
+    };
+    let mut proc = Some(serve(&["serve"], &environment, &api).await);
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "Lake history"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api
+        .post(&conns, json!({"name": "src", "type": "postgres", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "postgres", "user": "postgres", "sslmode": "disable"}}))
+        .await);
+    let lake = json!({"name": "lake", "type": "file", "capability": "destination",
+        "config": {"path": "lake", "format": "parquet", "file_size_mb": 1}});
+    let d = id(api.post(&conns, lake).await);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = history_writer(source.url("postgres"), SEEDED, stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "log", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "dest_entity": "events_log", "sync_mode": "cdc_append"}]}}),
+        )
+        .await);
+    let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    let logs = format!("/v1/organizations/{org}/logs/{run}");
+    let folder = data.join("files").join(&org).join("lake");
+    let manifest = folder.join("_sluice/events_log/manifest.json");
+    for before_any_commit in [true, false] {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let now = if before_any_commit {
+                api.get(&logs).await["data"].as_array().unwrap().iter().any(|l| {
+                    l["message"].as_str().is_some_and(|m| m.starts_with("copying the table"))
+                })
+            } else {
+                manifest.exists()
+            };
+            if now {
+                break;
+            }
+            let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+            assert!(r["status"] != "succeeded", "the run ended before its kill: {r}");
+            assert!(Instant::now() < deadline, "no window to kill in within 120 s: {r}");
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        if before_any_commit {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(proc.take());
+        if before_any_commit {
+            assert!(!manifest.exists(), "the kill came after a commit: seed more rows");
+        }
+        proc = Some(serve(&["serve"], &environment, &api).await);
+    }
+    succeeded(&api, &org, &run, 300, "the first run did not finish after two kills").await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    let last = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    succeeded(&api, &org, &last, 120, "the catch-up run did not finish").await;
+
+    let script = r#"
+import json, sys, duckdb
+for r in duckdb.connect().execute(
+        f"SELECT id, v, _sluice_op, _sluice_position FROM read_parquet('{sys.argv[1]}')").fetchall():
+    print(json.dumps(r))
+"#;
+    let glob = folder.join("events_log/*.parquet");
+    let out = std::process::Command::new(&python).arg("-c").arg(script).arg(&glob).output().unwrap();
+    assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<(i64, Option<i64>, String, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    check_history_rows(rows, "events_log", SEEDED, written);
+    drop(proc);
+    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
     let _ = std::fs::remove_dir_all(&data);
 }
