@@ -1906,6 +1906,37 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     succeeded(&api, &org, &again, 120, "the second run did not finish").await;
     assert_eq!(duckdb_counts(&python, &glob), (ROWS + 1_000, ROWS + 1_000));
 
+    // An overwrite of the same rows into another entity, killed once its
+    // first files are staged: the attempt that takes over publishes the
+    // whole new set once, and a second overwrite replaces it.
+    let snapshot = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "snapshot", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "dest_entity": "snapshot", "sync_mode": "full_refresh_overwrite"}]}}),
+        )
+        .await);
+    let snap_glob = folder.join("snapshot/*.parquet");
+    let staging = folder.join("_sluice/snapshot/staging");
+    let over = id(api.post(&format!("/v1/organizations/{org}/flows/{snapshot}/run"), json!({})).await);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0) == 0 {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{over}")).await;
+        assert!(r["status"] != "succeeded", "the overwrite ended before its kill: {r}");
+        assert!(Instant::now() < deadline, "nothing staged within 120 s: {r}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(proc); // SIGKILL
+    let published = std::fs::read_dir(folder.join("snapshot")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(published, 0, "an overwrite publishes nothing before it ends");
+    proc = serve(&["serve"], &env(&data, &db, port), &api).await;
+    succeeded(&api, &org, &over, 300, "the overwrite did not finish after its kill").await;
+    assert_eq!(duckdb_counts(&python, &snap_glob), (ROWS + 1_000, ROWS + 1_000), "the new set once");
+    let again = id(api.post(&format!("/v1/organizations/{org}/flows/{snapshot}/run"), json!({})).await);
+    succeeded(&api, &org, &again, 300, "the second overwrite did not finish").await;
+    assert_eq!(duckdb_counts(&python, &snap_glob), (ROWS + 1_000, ROWS + 1_000), "replaced, not added to");
+    assert_eq!(std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0), 0, "nothing left staged");
+
     // The same into a bucket (an emulator's): credentials kept as secrets,
     // a missing bucket named in one line, the files read back by DuckDB
     // over S3.
@@ -2016,9 +2047,11 @@ async fn a_change_log_into_parquet_files_killed_in_its_first_run_keeps_its_histo
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let now = if before_any_commit {
-                api.get(&logs).await["data"].as_array().unwrap().iter().any(|l| {
-                    l["message"].as_str().is_some_and(|m| m.starts_with("copying the table"))
-                })
+                api.get(&logs).await["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l["message"].as_str().is_some_and(|m| m.starts_with("copying the table")))
             } else {
                 manifest.exists()
             };
@@ -2054,11 +2087,8 @@ for r in duckdb.connect().execute(
     let glob = folder.join("events_log/*.parquet");
     let out = std::process::Command::new(&python).arg("-c").arg(script).arg(&glob).output().unwrap();
     assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<(i64, Option<i64>, String, String)> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<(i64, Option<i64>, String, String)> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     check_history_rows(rows, "events_log", SEEDED, written);
     drop(proc);
     admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.unwrap();
