@@ -181,7 +181,9 @@ async fn a_writer_stopped_at_any_step_of_its_commit_leaves_each_row_once() {
     let mut manifest = commit::manifest(&*lake.objects, "events").await.unwrap().unwrap();
     manifest.files.extend(names.iter().cloned());
     manifest.held.insert(STREAM.into(), "after the second commit".into());
-    let intent = commit::Commit { publish: staged.clone(), remove: vec![], manifest };
+    let base = Some(manifest.version);
+    manifest.version += 1;
+    let intent = commit::Commit { publish: staged.clone(), remove: vec![], manifest, base };
     lake.objects.put(&commit::commit_key("events"), serde_json::to_vec(&intent).unwrap()).await.unwrap();
     assert!(
         lake.objects.promote(&commit::staged_key("events", &staged[0]), &format!("events/{}", names[0])).await.unwrap()

@@ -160,3 +160,47 @@ async fn each_failure_to_reach_a_bucket_says_what_failed() {
     assert_eq!(e.to_string(), format!("cannot reach the S3 endpoint http://127.0.0.1:{closed}"));
     assert!(!e.to_string().contains("test-secret"));
 }
+
+/// A writer frozen past its lease wakes after the attempt that took its
+/// run over committed: its commit is void (the manifest moved on), drops
+/// what it staged, publishes nothing, and readers see each row once.
+#[tokio::test]
+async fn a_frozen_writer_woken_after_a_take_over_commits_nothing() {
+    let Some(_python) = lake_python() else { return };
+    let Some((_moto, url)) = moto() else { return };
+    let (bucket, objects, dest) = dataset(&url, 64 << 10).await;
+    let run = uuid::Uuid::now_v7();
+    let mut first = dest.open_for(&schema(), WriteMode::Append, Some(&Attempt { run, number: 1 })).await.unwrap();
+    first.write(&batch(0, 10_000)).await.unwrap();
+    first.hold_position("stream", "at 10000").await.unwrap();
+    first.checkpoint().await.unwrap();
+    // Frozen here, with rows written past its checkpoint; the run is taken
+    // over from the checkpoint and finished.
+    first.write(&batch(10_000, 20_000)).await.unwrap();
+    let mut second = dest.open_for(&schema(), WriteMode::Append, Some(&Attempt { run, number: 2 })).await.unwrap();
+    second.write(&batch(10_000, 20_000)).await.unwrap();
+    second.hold_position("stream", "at 20000").await.unwrap();
+    second.finish().await.unwrap();
+    assert_eq!(duckdb(&url, &bucket), (20_000, 20_000));
+    let committed = commit::manifest(&*objects, "events").await.unwrap().unwrap();
+    // Woken: its commit is refused, and changes nothing.
+    let e = first.finish().await.unwrap_err().to_string();
+    assert!(e.contains("committed by another attempt"), "{e}");
+    assert_eq!(duckdb(&url, &bucket), (20_000, 20_000), "each row once");
+    assert_eq!(commit::manifest(&*objects, "events").await.unwrap().unwrap(), committed);
+    assert_eq!(dest.position_of("stream", "events").await.unwrap().as_deref(), Some("at 20000"));
+    let left: Vec<String> = objects.list("_sluice/events").await.unwrap().into_iter().map(|o| o.key).collect();
+    assert_eq!(left, ["_sluice/events/manifest.json"], "no intent, nothing staged");
+
+    // An intent made on an old manifest and left by a writer killed
+    // mid-commit is dropped by the next reader of the marks, not applied.
+    let stale = commit::Commit {
+        publish: vec![],
+        remove: committed.files.clone(),
+        manifest: commit::Manifest { version: committed.version, ..Default::default() },
+        base: Some(committed.version - 1),
+    };
+    objects.put(&commit::commit_key("events"), serde_json::to_vec(&stale).unwrap()).await.unwrap();
+    assert_eq!(dest.position_of("stream", "events").await.unwrap().as_deref(), Some("at 20000"));
+    assert_eq!(duckdb(&url, &bucket), (20_000, 20_000), "its removals were not made");
+}

@@ -15,6 +15,15 @@
 //! marks) carries it out before anything else ([`recover`]); killed before
 //! the intent, it leaves staged files that no commit names, which
 //! [`recover`] removes. Every step can be done twice.
+//!
+//! Every manifest has a version, and an intent names the version it was
+//! made on. A writer frozen past its lease, whose run another attempt took
+//! over and went on committing, may wake and commit what it holds: its
+//! intent is then void (the manifest moved on), and whoever carries it out
+//! drops it and its staged files without publishing anything. The manifest
+//! is replaced only if it is still the one the intent was checked against
+//! (a conditional put in a bucket; on disk, the entity's lock keeps
+//! writers apart).
 
 use super::objects::Objects;
 use sluice_domain::connect::connector::{ConnectorError, ConnectorResult, EntitySchema};
@@ -31,6 +40,9 @@ pub struct Manifest {
     /// The marks committed with the data, by stream.
     #[serde(default)]
     pub held: BTreeMap<String, String>,
+    /// One more at every commit (0: none yet).
+    #[serde(default)]
+    pub version: u64,
 }
 
 /// A commit's intent.
@@ -41,6 +53,10 @@ pub struct Commit {
     /// Data file names to remove once the manifest is replaced.
     pub remove: Vec<String>,
     pub manifest: Manifest,
+    /// The version of the manifest the commit was made on (`None`: an
+    /// intent written before versions, carried out as it says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<u64>,
 }
 
 pub fn manifest_key(entity: &str) -> String {
@@ -88,7 +104,8 @@ pub async fn manifest(objects: &dyn Objects, entity: &str) -> ConnectorResult<Op
 }
 
 /// Commits `commit` (its files staged): the intent first, put only if no
-/// other writer's is there, then its steps.
+/// other writer's is there, then its steps. Refused when the manifest
+/// moved on since the commit's base (another attempt committed).
 pub async fn commit(objects: &dyn Objects, entity: &str, commit: &Commit) -> ConnectorResult<()> {
     let bytes = serde_json::to_vec(commit).map_err(|e| ConnectorError::Other(e.to_string()))?;
     if !objects.put_new(&commit_key(entity), bytes).await? {
@@ -97,22 +114,57 @@ pub async fn commit(objects: &dyn Objects, entity: &str, commit: &Commit) -> Con
              attempt finishes)"
         )));
     }
-    carry_out(objects, entity, commit).await
+    if carry_out(objects, entity, commit).await? {
+        Ok(())
+    } else {
+        Err(ConnectorError::Other(format!(
+            "{entity} was committed by another attempt since this writer began: its files are dropped"
+        )))
+    }
 }
 
-async fn carry_out(objects: &dyn Objects, entity: &str, c: &Commit) -> ConnectorResult<()> {
-    for staged in &c.publish {
-        let name = published_name(staged).ok_or_else(|| {
-            ConnectorError::Other(format!("the commit of {entity} names '{staged}', not a staged file"))
-        })?;
-        objects.promote(&staged_key(entity, staged), &data_key(entity, name)).await?;
+/// Carries out an intent; answers `false` when it was void (see the
+/// module), and is dropped.
+async fn carry_out(objects: &dyn Objects, entity: &str, c: &Commit) -> ConnectorResult<bool> {
+    let current = objects.get_tagged(&manifest_key(entity)).await?;
+    let (now, tag) = match current {
+        Some((b, tag)) => {
+            (Some(serde_json::from_slice::<Manifest>(&b).map_err(|e| unreadable("manifest", entity, e))?), Some(tag))
+        }
+        None => (None, None),
+    };
+    let applied = now.as_ref() == Some(&c.manifest);
+    if let Some(base) = c.base
+        && !applied
+        && now.as_ref().map_or(0, |m| m.version) != base
+    {
+        for staged in &c.publish {
+            objects.delete(&staged_key(entity, staged)).await?;
+        }
+        objects.delete(&commit_key(entity)).await?;
+        return Ok(false);
     }
-    let bytes = serde_json::to_vec(&c.manifest).map_err(|e| ConnectorError::Other(e.to_string()))?;
-    objects.put(&manifest_key(entity), bytes).await?;
+    if !applied {
+        for staged in &c.publish {
+            let name = published_name(staged).ok_or_else(|| {
+                ConnectorError::Other(format!("the commit of {entity} names '{staged}', not a staged file"))
+            })?;
+            objects.promote(&staged_key(entity, staged), &data_key(entity, name)).await?;
+        }
+        let bytes = serde_json::to_vec(&c.manifest).map_err(|e| ConnectorError::Other(e.to_string()))?;
+        if c.base.is_none() {
+            objects.put(&manifest_key(entity), bytes).await?;
+        } else if !objects.replace(&manifest_key(entity), bytes, tag.as_deref()).await? {
+            // Moved on since the check: whoever moved it carried this
+            // intent out first (one intent at a time), and went on.
+            return Ok(false);
+        }
+    }
     for name in c.remove.iter().filter(|n| !c.manifest.files.contains(n)) {
         objects.delete(&data_key(entity, name)).await?;
     }
-    objects.delete(&commit_key(entity)).await
+    objects.delete(&commit_key(entity)).await?;
+    Ok(true)
 }
 
 /// Finishes what a writer killed mid-commit left, and removes what it
@@ -122,6 +174,7 @@ pub async fn recover(objects: &dyn Objects, entity: &str) -> ConnectorResult<Opt
     if let Some(b) = objects.get(&commit_key(entity)).await? {
         let c: Commit = serde_json::from_slice(&b).map_err(|e| unreadable("commit", entity, e))?;
         carry_out(objects, entity, &c).await?;
+        // (A void intent is dropped: what it staged was never published.)
     }
     for folder in [staging(entity), format!("_sluice/{entity}/spool")] {
         objects.clean(&folder).await?;

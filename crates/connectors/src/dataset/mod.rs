@@ -176,6 +176,8 @@ impl Destination for DatasetConnector {
             Some(p) => m.held.insert(stream.to_string(), p.to_string()),
             None => m.held.remove(stream),
         };
+        // A writer that opened before this goes no further.
+        m.version += 1;
         let bytes = serde_json::to_vec(&m).map_err(|e| ConnectorError::Other(e.to_string()))?;
         self.objects.put(&commit::manifest_key(entity), bytes).await
     }

@@ -58,6 +58,17 @@ pub trait Objects: Send + Sync {
     /// `key`'s bytes in a local file.
     async fn fetch(&self, key: &str) -> ConnectorResult<Fetched>;
     async fn get(&self, key: &str) -> ConnectorResult<Option<Vec<u8>>>;
+    /// `key`'s bytes and a tag that changes whenever they do. A store whose
+    /// writers hold the entity's lock (local disk) tags nothing.
+    async fn get_tagged(&self, key: &str) -> ConnectorResult<Option<(Vec<u8>, String)>> {
+        Ok(self.get(key).await?.map(|b| (b, String::new())))
+    }
+    /// Replaces `key` only while its tag is still `tag` (`None`: only while
+    /// there is no such object); answers whether it did. A store whose
+    /// writers hold the entity's lock replaces it.
+    async fn replace(&self, key: &str, bytes: Vec<u8>, _tag: Option<&str>) -> ConnectorResult<bool> {
+        self.put(key, bytes).await.map(|_| true)
+    }
     /// Writes `bytes` as `key`, whole.
     async fn put(&self, key: &str, bytes: Vec<u8>) -> ConnectorResult<()>;
     /// Writes `bytes` as `key` only if nothing has that key: `false` when

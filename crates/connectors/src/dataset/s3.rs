@@ -107,6 +107,18 @@ impl Objects for S3Objects {
         self.s3.put(&self.key(key), bytes, Put::Always).await.map(|_| ())
     }
 
+    async fn get_tagged(&self, key: &str) -> ConnectorResult<Option<(Vec<u8>, String)>> {
+        self.s3.get(&self.key(key)).await
+    }
+
+    async fn replace(&self, key: &str, bytes: Vec<u8>, tag: Option<&str>) -> ConnectorResult<bool> {
+        let mode = match tag {
+            Some(t) => Put::IfMatch(t),
+            None => Put::IfAbsent,
+        };
+        Ok(self.s3.put(&self.key(key), bytes, mode).await?.is_some())
+    }
+
     async fn put_new(&self, key: &str, bytes: Vec<u8>) -> ConnectorResult<bool> {
         Ok(self.s3.put(&self.key(key), bytes, Put::IfAbsent).await?.is_some())
     }

@@ -267,7 +267,9 @@ impl DatasetWriter {
         manifest.files.extend(self.staged.iter().filter_map(|s| commit::published_name(s)).map(str::to_string));
         manifest.schema = Some(self.schema.clone());
         manifest.held.extend(std::mem::take(&mut self.held));
-        let c = Commit { publish: std::mem::take(&mut self.staged), remove, manifest };
+        let base = self.manifest.version;
+        manifest.version = base + 1;
+        let c = Commit { publish: std::mem::take(&mut self.staged), remove, manifest, base: Some(base) };
         commit::commit(&*self.objects, &self.entity, &c).await?;
         self.manifest = c.manifest;
         self.committed += self.pending;
