@@ -22,18 +22,7 @@ async fn a_table_lands_in_a_bucket_as_csv_and_is_read_back(app: TestApp) {
     .await;
     // The emulator is this test's own.
     let bucket = "lake".to_string();
-    sluice_clients::s3::S3::new(sluice_clients::s3::S3Config {
-        bucket: bucket.clone(),
-        region: "us-east-1".into(),
-        endpoint: Some(url.clone()),
-        path_style: true,
-        access_key_id: "AKIDEXAMPLE".into(),
-        secret_access_key: "test-secret".into(),
-        session_token: None,
-    })
-    .create_bucket()
-    .await
-    .unwrap();
+    sluice_testkit::services::moto_bucket(&url, &bucket);
 
     let ann = app.token("ann@example.com");
     let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();

@@ -1579,6 +1579,29 @@ fn history_tx(i: i64, seeded: i64) -> Vec<(String, i64, Option<i64>)> {
     out
 }
 
+/// The change log history tests' source: a logical-WAL PostgreSQL of its
+/// own whose `events` holds `seeded` rows, and a connection to it.
+async fn history_source(seeded: i64) -> Option<(sluice_testkit::services::OwnPostgres, sqlx::PgConnection)> {
+    let source = tokio::task::spawn_blocking(|| {
+        sluice_testkit::services::OwnPostgres::start(
+            |_| {},
+            |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()],
+        )
+    })
+    .await
+    .unwrap()?;
+    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
+    exec(
+        &mut src,
+        format!(
+            "CREATE TABLE events (id bigint PRIMARY KEY, v bigint NOT NULL, pad text);
+             INSERT INTO events SELECT g, 0, repeat('h', 600) FROM generate_series(1, {seeded}) g"
+        ),
+    )
+    .await;
+    Some((source, src))
+}
+
 /// The writer of the change log history tests: transaction `i` of
 /// [`history_tx`] every few milliseconds until `stop`; answers how many it
 /// committed.
@@ -1645,25 +1668,7 @@ async fn held_position(pg: &mut sqlx::PgConnection, schema: &str, entity: &str) 
 async fn a_change_logs_history_survives_kills_in_its_first_run() {
     const SEEDED: i64 = 150_000;
     let Some(dst) = pg_schema().await else { return };
-    let Some(source) = tokio::task::spawn_blocking(|| {
-        sluice_testkit::services::OwnPostgres::start(
-            |_| {},
-            |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()],
-        )
-    })
-    .await
-    .unwrap() else {
-        return;
-    };
-    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
-    exec(
-        &mut src,
-        format!(
-            "CREATE TABLE events (id bigint PRIMARY KEY, v bigint NOT NULL, pad text);
-             INSERT INTO events SELECT g, 0, repeat('h', 600) FROM generate_series(1, {SEEDED}) g"
-        ),
-    )
-    .await;
+    let Some((source, mut src)) = history_source(SEEDED).await else { return };
     let (data, db, port, api) = sqlite_service("cdc-history");
     let environment = {
         let mut e = env(&data, &db, port);
@@ -1941,16 +1946,7 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     // a missing bucket named in one line, the files read back by DuckDB
     // over S3.
     let Some((_moto, url)) = sluice_testkit::services::moto() else { return };
-    let config = |bucket: &str| sluice_clients::s3::S3Config {
-        bucket: bucket.into(),
-        region: "us-east-1".into(),
-        endpoint: Some(url.clone()),
-        path_style: true,
-        access_key_id: "AKIDEXAMPLE".into(),
-        secret_access_key: "test-secret".into(),
-        session_token: None,
-    };
-    sluice_clients::s3::S3::new(config("lake")).create_bucket().await.unwrap();
+    sluice_testkit::services::moto_bucket(&url, "lake");
     let s3 = |name: &str, bucket: &str| {
         json!({"name": name, "type": "s3", "capability": "destination", "config": {"bucket": bucket,
             "prefix": "sluice/", "endpoint_url": url, "access_key_id": "AKIDEXAMPLE",
@@ -1992,25 +1988,7 @@ async fn a_change_log_into_parquet_files_killed_in_its_first_run_keeps_its_histo
     let Some(python) = sluice_testkit::services::lake_python() else { return };
     let Some((admin, name, db, data)) = pg_metadata_db("cdc_parquet").await else { return };
     std::fs::create_dir_all(&data).unwrap();
-    let Some(source) = tokio::task::spawn_blocking(|| {
-        sluice_testkit::services::OwnPostgres::start(
-            |_| {},
-            |_| vec!["wal_level=logical".into(), "max_replication_slots=8".into()],
-        )
-    })
-    .await
-    .unwrap() else {
-        return;
-    };
-    let mut src = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
-    exec(
-        &mut src,
-        format!(
-            "CREATE TABLE events (id bigint PRIMARY KEY, v bigint NOT NULL, pad text);
-             INSERT INTO events SELECT g, 0, repeat('h', 600) FROM generate_series(1, {SEEDED}) g"
-        ),
-    )
-    .await;
+    let Some((source, _src)) = history_source(SEEDED).await else { return };
     let port = free_port();
     let api = Api { client: client(), base: format!("http://127.0.0.1:{port}"), token: token() };
     let environment = {

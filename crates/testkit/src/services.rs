@@ -361,6 +361,18 @@ pub fn moto() -> Option<(Moto, String)> {
     panic!("moto_server did not start within 30 s");
 }
 
+/// Makes the bucket `bucket` on the `moto_server` at `url` (one PUT; the
+/// emulator takes it unsigned).
+pub fn moto_bucket(url: &str, bucket: &str) {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(host).expect("moto_server answers");
+    write!(c, "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "moto_server refused the bucket {bucket}: {answer}");
+}
+
 /// The lake tables' independent readers: DuckDB 1.5.5 (with its parquet,
 /// json and icu built in) in a venv of their own, `.ci/venv`, which
 /// `.ci/run` makes when missing (`SLUICE_LAKE_PYTHON` names another

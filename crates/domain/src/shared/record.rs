@@ -223,6 +223,17 @@ pub fn compare_values(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
             _ => None,
         }
     }
+    // Decimals exactly, digit by digit: a numeric(38) key is past what a
+    // float tells apart.
+    let exact = match (a, b) {
+        (Value::Decimal(x), Value::Decimal(y)) => exact_decimal(x, y),
+        (Value::Int(x), Value::Decimal(y)) => exact_decimal(&x.to_string(), y),
+        (Value::Decimal(x), Value::Int(y)) => exact_decimal(x, &y.to_string()),
+        _ => None,
+    };
+    if exact.is_some() {
+        return exact;
+    }
     match (a, b) {
         (Value::Null, Value::Null) => Some(Ordering::Equal),
         (Value::Null, _) => Some(Ordering::Less),
@@ -240,6 +251,39 @@ pub fn compare_values(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
             _ => None,
         },
     }
+}
+
+/// Two plain decimal texts (`-12.50`, `3`, `.5`) compared exactly; `None`
+/// when either is not plain (an exponent, say).
+fn exact_decimal(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    /// The sign (negative and not zero), the integer digits without
+    /// leading zeros, the fraction's without trailing ones.
+    fn parts(s: &str) -> Option<(bool, &str, &str)> {
+        let s = s.trim();
+        let (neg, body) = match s.as_bytes().first()? {
+            b'-' => (true, &s[1..]),
+            b'+' => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+        let digits = |t: &str| t.bytes().all(|c| c.is_ascii_digit());
+        if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+            return None;
+        }
+        let (int, frac) = (int.trim_start_matches('0'), frac.trim_end_matches('0'));
+        Some((neg && !(int.is_empty() && frac.is_empty()), int, frac))
+    }
+    let (na, ia, fa) = parts(a)?;
+    let (nb, ib, fb) = parts(b)?;
+    // Fractions without trailing zeros compare as text: .45 < .5.
+    let size = ia.len().cmp(&ib.len()).then_with(|| ia.cmp(ib)).then_with(|| fa.cmp(fb));
+    Some(match (na, nb) {
+        (false, false) => size,
+        (true, true) => size.reverse(),
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+    })
 }
 
 /// RFC 3339 in UTC with microseconds (`2026-01-02T03:04:05.123456Z`).
@@ -392,6 +436,31 @@ impl RecordBatch {
             .iter()
             .map(|row| self.fields.iter().zip(row).map(|(f, v)| (f.name.clone(), v.to_json())).collect())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod decimal_tests {
+    use super::*;
+    use std::cmp::Ordering::*;
+
+    #[test]
+    fn decimals_compare_exactly_past_a_floats_digits() {
+        let d = |s: &str| Value::Decimal(s.into());
+        let cases = [
+            (d("12345678901234567890123"), d("12345678901234567890124"), Less),
+            (d("0.10000000000000000000001"), d("0.1"), Greater),
+            (d("-1.5"), d("-1.45"), Less),
+            (d("-0.0"), d("0"), Equal),
+            (d("007.50"), d("7.5"), Equal),
+            (d(".5"), d("0.45"), Greater),
+            (Value::Int(9_007_199_254_740_993), d("9007199254740992"), Greater),
+            (d("1e3"), d("999"), Greater),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(compare_values(&a, &b), Some(want), "{a:?} {b:?}");
+            assert_eq!(compare_values(&b, &a), Some(want.reverse()), "{b:?} {a:?}");
+        }
     }
 }
 
