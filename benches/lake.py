@@ -109,7 +109,12 @@ def main():
         def record(name, times, rss, out_glob, s3=None):
             got = duckdb_sums(out_glob, s3)
             if got != want:
-                sys.exit(f"{name}: DuckDB reads {got}, the source holds {want}")
+                # A peer that loses rows is reported, not timed.
+                said = f"{name}: DuckDB reads {got[0]:,} rows ({got[1]:,} distinct ids), the source holds {want[0]:,}"
+                if name.startswith("Sluice"):
+                    sys.exit(said)
+                print(f"{said}: rows lost, not counted", flush=True)
+                return
             med = statistics.median(times)
             results.append((name, med, rss))
             print(f"{name}: median {med:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), "
@@ -136,7 +141,7 @@ def main():
         for name, body, out_glob, s3 in targets:
             dst = api.call("POST", conns, dict(body, name=name[9:].replace(" ", "-"), capability="destination"))["id"]
             flow = api.call("POST", f"/v1/organizations/{org}/flows", {
-                "name": f"to-{dst[:8]}", "source_connection_id": src, "destination_connection_id": dst,
+                "name": f"to-{dst[-12:]}", "source_connection_id": src, "destination_connection_id": dst,
                 "config": {"mappings": [{"source_entity": "t", "sync_mode": "full_refresh_overwrite"}]}})["id"]
             times = []
             reset_peak_rss(sluice)
@@ -144,7 +149,8 @@ def main():
                 pg.psql("CHECKPOINT", db="postgres")
                 wait_quiet()
                 times.append(api.run(org, flow)[0])
-            record(name, times, peak_rss(sluice), out_glob(), s3)
+            rss = int(peak_rss(sluice).split()[0]) / 1024
+            record(name, times, f"{rss:.0f} MiB", out_glob(), s3)
 
         if not args.no_peers:
             peers = os.environ.get("PEERS", "")
@@ -168,6 +174,17 @@ def main():
                     return [sling, "run", "--src-conn", "PG_SRC", "--src-stream", "public.t",
                             "--tgt-object", f"file://{out}"], out
                 runs.append(("Sling → local Parquet", sling_run))
+
+                # With its defaults, Sling writes the table in parts, each
+                # over the one file named (measured: 356,762 of 1,000,000
+                # rows left, its log saying all were written); given a
+                # file_max_rows, it writes the parts into a folder.
+                def sling_parts(i):
+                    out = os.path.join(work, f"slingparts{i}", "t.parquet")
+                    return [sling, "run", "--src-conn", "PG_SRC", "--src-stream", "public.t",
+                            "--tgt-object", f"file://{out}", "--tgt-options", '{"file_max_rows": 100000000}'], \
+                        os.path.join(out, "*.parquet")
+                runs.append(("Sling → local Parquet (file_max_rows set: a folder of parts)", sling_parts))
             ingestr = shutil.which("ingestr", path=peers or None)
             if ingestr:
                 def ingestr_run(i):
@@ -193,7 +210,7 @@ def main():
         local = [r for r in results if "local" in r[0]]
         sluice_local = next(r for r in local if r[0].startswith("Sluice"))
         for name, med, _ in local[1:]:
-            print(f"Sluice's local Parquet load: {med / sluice_local[1]:.2f}× the speed of {name.split(' ')[0]}")
+            print(f"Sluice's local Parquet load: {med / sluice_local[1]:.2f}× the speed of {name}")
     finally:
         if sluice:
             stop(sluice)
