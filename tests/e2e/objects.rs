@@ -120,4 +120,33 @@ async fn a_table_lands_in_a_bucket_as_csv_and_is_read_back(app: TestApp) {
                 .unwrap();
         assert_eq!((rows, again), (3_150, 50), "the new file's 50 rows, once");
     }
+
+    // A pattern of files as a mapping's source: it needs a table to write
+    // into, and reads every file it matches.
+    let pattern = |dest: Option<&str>| {
+        let mut m = json!({"source_entity": "orders/*.csv.gz", "sync_mode": "full_refresh_overwrite"});
+        if let Some(d) = dest {
+            m["dest_entity"] = json!(d);
+        }
+        json!({"name": format!("pattern-{}", dest.unwrap_or("none")), "source_connection_id": lake,
+            "destination_connection_id": lite, "config": {"mappings": [m]}})
+    };
+    let r = check!(app.post(&flows, &ann, pattern(None)).await, 422);
+    assert!(r.body.to_string().contains("dest_entity"), "{}", r.body);
+    let outside = json!({"name": "outside", "source_connection_id": lake, "destination_connection_id": lite,
+        "config": {"mappings": [{"source_entity": "../orders/*.csv.gz", "dest_entity": "x",
+            "sync_mode": "full_refresh_overwrite"}]}});
+    check!(app.post(&flows, &ann, outside).await, 422);
+    let by_pattern = check!(app.post(&flows, &ann, pattern(Some("all_orders"))).await, 201).id();
+    assert_eq!(run_flow(&app, &ann, &org, &by_pattern).await["status"], "succeeded");
+    {
+        use sqlx::Connection;
+        let file = app.org_files(&org).join("copy.db");
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display())).await.unwrap();
+        let (rows, ids): (i64, i64) =
+            sqlx::query_as("SELECT count(*), count(DISTINCT id) FROM all_orders").fetch_one(&mut c).await.unwrap();
+        // Every run's files: the first two runs' 3,100 rows, and the third's
+        // 50 rows again.
+        assert_eq!((rows, ids), (3_150, 3_100));
+    }
 }

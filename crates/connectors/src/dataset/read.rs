@@ -68,6 +68,72 @@ fn record_place(place: &str, n: u64) -> String {
     format!("{place}{n:012}")
 }
 
+/// Whether a mapping's source entity is a pattern of files rather than a
+/// folder's name.
+fn is_pattern(entity: &str) -> bool {
+    entity.contains(['*', '?', '/'])
+}
+
+fn check_pattern(pattern: &str) -> ConnectorResult<()> {
+    let bad = pattern.len() > 500
+        || pattern.starts_with('/')
+        || pattern.split('/').any(|s| s.is_empty() || s == "." || s == ".." || s == "_sluice")
+        || pattern.chars().any(char::is_control);
+    if bad {
+        return Err(ConnectorError::InvalidConfig(format!(
+            "'{pattern}' is not a pattern of files: folders and names under the root, `*` for any part of a \
+             name, `?` for one character, `**` for any folders"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `key` matches `pattern`, folder by folder: `**` matches any
+/// number of folders, `*` any run of characters within one name, `?` one.
+fn matches_pattern(pattern: &str, key: &str) -> bool {
+    let p: Vec<&str> = pattern.split('/').collect();
+    let k: Vec<&str> = key.split('/').collect();
+    // at[j]: whether the pattern's parts from i on match the key's from j on.
+    let mut at = vec![false; k.len() + 1];
+    at[k.len()] = true;
+    for part in p.iter().rev() {
+        let mut next = vec![false; k.len() + 1];
+        for j in (0..=k.len()).rev() {
+            next[j] = if *part == "**" {
+                at[j] || (j < k.len() && next[j + 1])
+            } else {
+                j < k.len() && at[j + 1] && matches_name(part, k[j])
+            };
+        }
+        at = next;
+    }
+    at[0]
+}
+
+/// Whether one name matches one part of a pattern (`*`, `?`): greedy with
+/// one point to go back to, so linear in practice, never exponential.
+fn matches_name(part: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (part.chars().collect(), name.chars().collect());
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
+}
+
 /// The files and fields a read of an entity takes.
 struct Plan {
     /// Keys and their [`place`]s, in the order of their places.
@@ -110,6 +176,9 @@ impl DatasetConnector {
     /// What a read of `entity` takes; `whole`: every file's columns (a
     /// sync), else the first file's (a preview, discovery).
     async fn plan(&self, entity: &str, whole: bool) -> ConnectorResult<Option<Plan>> {
+        if is_pattern(entity) {
+            return self.plan_pattern(entity, whole).await;
+        }
         check_entity(entity)?;
         let listed = self.objects.list(entity).await?;
         let manifest = commit::manifest(&*self.objects, entity).await?;
@@ -140,32 +209,66 @@ impl DatasetConnector {
         files.sort_by(|a, b| a.1.cmp(&b.1));
         let mut fields: Vec<Field> = match schema {
             Some(s) => s.fields,
-            None => {
-                let mut fields: Vec<Field> = Vec::new();
-                for (key, _) in files.iter().take(if whole { usize::MAX } else { 1 }) {
-                    let local = self.objects.fetch(key).await?;
-                    let what = format!("{}/{key}", self.objects.label().trim_end_matches('/'));
-                    let (path, format) = (local.path.clone(), self.format);
-                    let found = tokio::task::spawn_blocking(move || fields_of(format, &path, &what, whole))
-                        .await
-                        .map_err(|e| ConnectorError::Other(e.to_string()))??;
-                    for f in found {
-                        match fields.iter_mut().find(|x| x.name == f.name) {
-                            // Text files type their columns by what they hold:
-                            // one file's integers and another's decimals are
-                            // decimals.
-                            Some(x) if matches!(format, FileFormat::Text { .. }) => {
-                                x.field_type = crate::file::widen(x.field_type, f.field_type);
-                            }
-                            Some(_) => {}
-                            None => fields.push(f),
-                        }
-                    }
-                }
-                fields
-            }
+            None => self.fields_of_files(&files, whole).await?,
         };
         // A file's own column of that name is the one read.
+        if !fields.iter().any(|f| f.name == OBJECT_FIELD) {
+            let mut f = Field::new(OBJECT_FIELD, FieldType::String);
+            f.nullable = false;
+            fields.push(f);
+        }
+        Ok(Some(Plan { files, fields }))
+    }
+
+    /// The union of the columns of `files` (`whole`: of every file, else
+    /// of the first).
+    async fn fields_of_files(&self, files: &[(String, String)], whole: bool) -> ConnectorResult<Vec<Field>> {
+        let mut fields: Vec<Field> = Vec::new();
+        for (key, _) in files.iter().take(if whole { usize::MAX } else { 1 }) {
+            let local = self.objects.fetch(key).await?;
+            let what = format!("{}/{key}", self.objects.label().trim_end_matches('/'));
+            let (path, format) = (local.path.clone(), self.format);
+            let found = tokio::task::spawn_blocking(move || fields_of(format, &path, &what, whole))
+                .await
+                .map_err(|e| ConnectorError::Other(e.to_string()))??;
+            for f in found {
+                match fields.iter_mut().find(|x| x.name == f.name) {
+                    // Text files type their columns by what they hold: one
+                    // file's integers and another's decimals are decimals.
+                    Some(x) if matches!(format, FileFormat::Text { .. }) => {
+                        x.field_type = crate::file::widen(x.field_type, f.field_type);
+                    }
+                    Some(_) => {}
+                    None => fields.push(f),
+                }
+            }
+        }
+        Ok(fields)
+    }
+
+    /// A read of the files a pattern names (`exports/*/orders-*.csv.gz`):
+    /// the files of this format under the root whose keys it matches,
+    /// never what Sluice keeps under `_sluice/`.
+    async fn plan_pattern(&self, pattern: &str, whole: bool) -> ConnectorResult<Option<Plan>> {
+        check_pattern(pattern)?;
+        let mut files: Vec<(String, String)> = self
+            .objects
+            .list("")
+            .await?
+            .into_iter()
+            .filter(|o| {
+                !o.key.starts_with("_sluice/")
+                    && o.key.rsplit('/').next().is_some_and(|n| self.format.holds(n))
+                    && matches_pattern(pattern, &o.key)
+            })
+            .map(|o| (place(o.modified, &o.key), o.key))
+            .map(|(p, k)| (k, p))
+            .collect();
+        if files.is_empty() {
+            return Ok(None);
+        }
+        files.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut fields = self.fields_of_files(&files, whole).await?;
         if !fields.iter().any(|f| f.name == OBJECT_FIELD) {
             let mut f = Field::new(OBJECT_FIELD, FieldType::String);
             f.nullable = false;
@@ -331,5 +434,36 @@ impl Source for DatasetConnector {
                 }
             }
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches_pattern;
+
+    #[test]
+    fn patterns_match_names_within_folders_and_any_folders_with_two_stars() {
+        let yes = [
+            ("orders/*.csv", "orders/a.csv"),
+            ("exports/*/orders-*.csv.gz", "exports/2026-12/orders-1.csv.gz"),
+            ("**/*.csv", "a.csv"),
+            ("**/*.csv", "x/y/z/a.csv"),
+            ("x/**/a?.csv", "x/a1.csv"),
+            ("x/**/a?.csv", "x/y/a1.csv"),
+            ("*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaab"),
+        ];
+        for (p, k) in yes {
+            assert!(matches_pattern(p, k), "{p} {k}");
+        }
+        let no = [
+            ("orders/*.csv", "orders/x/a.csv"),
+            ("orders/*.csv", "orders/a.csv.gz"),
+            ("*/a.csv", "a.csv"),
+            ("x/a?.csv", "x/a12.csv"),
+            ("*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+        ];
+        for (p, k) in no {
+            assert!(!matches_pattern(p, k), "{p} {k}");
+        }
     }
 }

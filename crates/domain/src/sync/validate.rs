@@ -217,6 +217,14 @@ pub fn check_config(config: &FlowConfig) -> Vec<FieldError> {
         if m.source_entity.trim().is_empty() {
             errors.push(FieldError::new(format!("{path}.source_entity"), "is required"));
         }
+        // A pattern of files (an object source's glob) names no table to
+        // write into.
+        if m.source_entity.contains(['*', '?', '/']) && m.dest_entity.as_deref().is_none_or(|d| d.trim().is_empty()) {
+            errors.push(FieldError::new(
+                format!("{path}.dest_entity"),
+                format!("is required when source_entity is a pattern of files ('{}')", m.source_entity),
+            ));
+        }
         if !dests.insert(m.destination().to_string()) {
             errors.push(FieldError::new(
                 format!("{path}.dest_entity"),
@@ -453,6 +461,14 @@ mod tests {
             ["config.mappings[0].cursor_field", "config.mappings[0].primary_key", "config.mappings[1].dest_entity"]
         );
         assert!(!check_config(&FlowConfig::default()).is_empty());
+        let pattern = |dest: serde_json::Value| -> Vec<String> {
+            let m = serde_json::json!({"source_entity": "exports/*.csv", "dest_entity": dest,
+                "sync_mode": "full_refresh_overwrite"});
+            let config: FlowConfig = serde_json::from_value(serde_json::json!({"mappings": [m]})).unwrap();
+            check_config(&config).into_iter().map(|e| e.field).collect()
+        };
+        assert_eq!(pattern(serde_json::Value::Null), ["config.mappings[0].dest_entity"], "a pattern names no table");
+        assert!(pattern(serde_json::json!("exports")).is_empty());
         assert!(
             serde_json::from_value::<FlowConfig>(
                 serde_json::json!({"mappings": [{"source_entity": "x", "sync_mode": "sometimes"}]})
