@@ -182,6 +182,20 @@ pub async fn recover(objects: &dyn Objects, entity: &str) -> ConnectorResult<Opt
     manifest(objects, entity).await
 }
 
+/// The entity's manifest as its pending intent will leave it (the
+/// intent's, unless void), read without carrying the intent out: what a
+/// reader of the marks goes by where a live writer may be committing.
+pub async fn settled(objects: &dyn Objects, entity: &str) -> ConnectorResult<Option<Manifest>> {
+    let current = manifest(objects, entity).await?;
+    let Some(b) = objects.get(&commit_key(entity)).await? else { return Ok(current) };
+    let c: Commit = serde_json::from_slice(&b).map_err(|e| unreadable("commit", entity, e))?;
+    let version = current.as_ref().map_or(0, |m| m.version);
+    Ok(match c.base {
+        Some(base) if base != version && current.as_ref() != Some(&c.manifest) => current,
+        _ => Some(c.manifest),
+    })
+}
+
 /// The entities of the root that have a manifest, sorted.
 pub async fn manifested(objects: &dyn Objects) -> ConnectorResult<Vec<String>> {
     entities_with(objects, "manifest.json").await

@@ -61,7 +61,11 @@ impl FileFormat {
     /// Whether a file of this name holds this format's data (read whatever
     /// its compression: a gzipped CSV file is read as one, and the reverse).
     pub fn holds(self, name: &str) -> bool {
-        let name = name.strip_suffix(".gz").unwrap_or(name);
+        // Text is read gzipped or not; Parquet compresses within the file.
+        let name = match self {
+            FileFormat::Text { .. } => name.strip_suffix(".gz").unwrap_or(name),
+            FileFormat::Parquet(_) => name,
+        };
         name.strip_suffix(self.name()).is_some_and(|stem| stem.len() > 1 && stem.ends_with('.'))
     }
 }
@@ -92,6 +96,20 @@ fn check_entity(name: &str) -> ConnectorResult<()> {
 }
 
 impl DatasetConnector {
+    /// The entity's manifest as a reader of its marks goes by: on disk,
+    /// with what a killed writer left finished (when no writer holds the
+    /// entity); in a bucket, where a live writer cannot be kept out, as
+    /// its pending intent will leave it, without carrying it out.
+    async fn marks(&self, entity: &str) -> ConnectorResult<Option<commit::Manifest>> {
+        if !self.objects.exclusive() {
+            return commit::settled(&*self.objects, entity).await;
+        }
+        match self.objects.try_lock(entity)? {
+            Some(_lock) => commit::recover(&*self.objects, entity).await,
+            None => commit::manifest(&*self.objects, entity).await,
+        }
+    }
+
     pub fn new(objects: Arc<dyn Objects>, format: FileFormat, file_bytes: u64) -> Self {
         DatasetConnector { objects, format, file_bytes: file_bytes.max(1) }
     }
@@ -148,11 +166,7 @@ impl Destination for DatasetConnector {
         self.objects.check_writable().await?;
         let mut out = Vec::new();
         for entity in commit::manifested(&*self.objects).await? {
-            let manifest = match self.objects.try_lock(&entity)? {
-                Some(_lock) => commit::recover(&*self.objects, &entity).await?,
-                None => commit::manifest(&*self.objects, &entity).await?,
-            };
-            if let Some(p) = manifest.and_then(|mut m| m.held.remove(stream)) {
+            if let Some(p) = self.marks(&entity).await?.and_then(|mut m| m.held.remove(stream)) {
                 out.push((entity, p));
             }
         }
@@ -161,11 +175,7 @@ impl Destination for DatasetConnector {
 
     async fn position_of(&self, stream: &str, entity: &str) -> ConnectorResult<Option<String>> {
         check_entity(entity)?;
-        let manifest = match self.objects.try_lock(entity)? {
-            Some(_lock) => commit::recover(&*self.objects, entity).await?,
-            None => commit::manifest(&*self.objects, entity).await?,
-        };
-        Ok(manifest.and_then(|mut m| m.held.remove(stream)))
+        Ok(self.marks(entity).await?.and_then(|mut m| m.held.remove(stream)))
     }
 
     async fn move_position(&self, stream: &str, entity: &str, position: Option<&str>) -> ConnectorResult<()> {

@@ -47,7 +47,16 @@ pub const OBJECT_FIELD: &str = "_sluice_object";
 /// (from 0, twelve digits). As text, they sort by the time, then the key,
 /// then the place.
 pub fn place(modified: Option<std::time::SystemTime>, key: &str) -> String {
-    let at = match modified.map(time::OffsetDateTime::from) {
+    // Past what a date holds (a file stamped after the year 9999): as if
+    // it had no time.
+    let at_time = modified.and_then(|m| {
+        let nanos = match m.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => i128::try_from(d.as_nanos()).ok()?,
+            Err(e) => -i128::try_from(e.duration().as_nanos()).ok()?,
+        };
+        time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()
+    });
+    let at = match at_time {
         Some(t) => format!(
             "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
             t.year(),
@@ -138,8 +147,41 @@ fn matches_name(part: &str, name: &str) -> bool {
 struct Plan {
     /// Keys and their [`place`]s, in the order of their places.
     files: Vec<(String, String)>,
-    /// The files' fields, then [`OBJECT_FIELD`].
+    /// The files' fields, then [`OBJECT_FIELD`] (`added`: unless a file has
+    /// a column of that name).
     fields: Vec<Field>,
+    added: bool,
+    /// The first of `files` changed less than [`SETTLE`] before the
+    /// listing, if any.
+    settling: Option<usize>,
+}
+
+/// How long an object must have been there before a read by
+/// [`OBJECT_FIELD`] takes it: S3 keeps an object's time to the second (two
+/// objects put in one second sort by their keys, and a read that took the
+/// later key first would pass the earlier), and clocks differ a little.
+/// A read goes through the files in order and stops at the first this new.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The fields and the place of the first settling file, for `files`
+/// (sorted) listed with their times at `now`.
+fn finish_plan(
+    files: Vec<(String, String)>,
+    times: &std::collections::HashMap<String, Option<std::time::SystemTime>>,
+    mut fields: Vec<Field>,
+    now: std::time::SystemTime,
+) -> Plan {
+    let cutoff = now.checked_sub(SETTLE);
+    let settling = files
+        .iter()
+        .position(|(k, _)| matches!((times.get(k).copied().flatten(), cutoff), (Some(t), Some(c)) if t > c));
+    let added = !fields.iter().any(|f| f.name == OBJECT_FIELD);
+    if added {
+        let mut f = Field::new(OBJECT_FIELD, FieldType::String);
+        f.nullable = false;
+        fields.push(f);
+    }
+    Plan { files, fields, added, settling }
 }
 
 /// Of a read from `from` (by [`OBJECT_FIELD`]), the records of the file at
@@ -180,8 +222,10 @@ impl DatasetConnector {
             return self.plan_pattern(entity, whole).await;
         }
         check_entity(entity)?;
-        let listed = self.objects.list(entity).await?;
+        // The manifest first: every file it names is then in the listing.
         let manifest = commit::manifest(&*self.objects, entity).await?;
+        let now = std::time::SystemTime::now();
+        let listed = self.objects.list(entity).await?;
         let (keys, schema): (Vec<String>, _) = match manifest.and_then(|m| m.schema.map(|s| (m.files, s))) {
             // Of an entity Sluice wrote, the files its manifest commits.
             Some((files, schema)) => (files.iter().map(|n| commit::data_key(entity, n)).collect(), Some(schema)),
@@ -199,25 +243,21 @@ impl DatasetConnector {
         if keys.is_empty() && schema.is_none() {
             return Ok(None);
         }
-        let modified: std::collections::HashMap<&str, _> =
-            listed.iter().map(|o| (o.key.as_str(), o.modified)).collect();
+        let times: std::collections::HashMap<String, _> = listed.into_iter().map(|o| (o.key, o.modified)).collect();
         let mut files: Vec<(String, String)> = keys
             .into_iter()
-            .map(|k| (place(modified.get(k.as_str()).copied().flatten(), &k), k))
+            .map(|k| {
+                let at = times.get(&k).copied().flatten();
+                (place(at, &k), k)
+            })
             .map(|(p, k)| (k, p))
             .collect();
         files.sort_by(|a, b| a.1.cmp(&b.1));
-        let mut fields: Vec<Field> = match schema {
+        let fields: Vec<Field> = match schema {
             Some(s) => s.fields,
             None => self.fields_of_files(&files, whole).await?,
         };
-        // A file's own column of that name is the one read.
-        if !fields.iter().any(|f| f.name == OBJECT_FIELD) {
-            let mut f = Field::new(OBJECT_FIELD, FieldType::String);
-            f.nullable = false;
-            fields.push(f);
-        }
-        Ok(Some(Plan { files, fields }))
+        Ok(Some(finish_plan(files, &times, fields, now)))
     }
 
     /// The union of the columns of `files` (`whole`: of every file, else
@@ -251,7 +291,8 @@ impl DatasetConnector {
     /// never what Sluice keeps under `_sluice/`.
     async fn plan_pattern(&self, pattern: &str, whole: bool) -> ConnectorResult<Option<Plan>> {
         check_pattern(pattern)?;
-        let mut files: Vec<(String, String)> = self
+        let now = std::time::SystemTime::now();
+        let listed: Vec<_> = self
             .objects
             .list("")
             .await?
@@ -261,20 +302,16 @@ impl DatasetConnector {
                     && o.key.rsplit('/').next().is_some_and(|n| self.format.holds(n))
                     && matches_pattern(pattern, &o.key)
             })
-            .map(|o| (place(o.modified, &o.key), o.key))
-            .map(|(p, k)| (k, p))
             .collect();
-        if files.is_empty() {
+        if listed.is_empty() {
             return Ok(None);
         }
+        let mut files: Vec<(String, String)> =
+            listed.iter().map(|o| (o.key.clone(), place(o.modified, &o.key))).collect();
         files.sort_by(|a, b| a.1.cmp(&b.1));
-        let mut fields = self.fields_of_files(&files, whole).await?;
-        if !fields.iter().any(|f| f.name == OBJECT_FIELD) {
-            let mut f = Field::new(OBJECT_FIELD, FieldType::String);
-            f.nullable = false;
-            fields.push(f);
-        }
-        Ok(Some(Plan { files, fields }))
+        let times = listed.into_iter().map(|o| (o.key, o.modified)).collect();
+        let fields = self.fields_of_files(&files, whole).await?;
+        Ok(Some(finish_plan(files, &times, fields, now)))
     }
 }
 
@@ -317,8 +354,7 @@ impl Source for DatasetConnector {
         // The place of each record is ours to add unless a file has a
         // column of that name; an incremental read by it goes through the
         // files in its order, strictly after its value, without sorting.
-        let added = plan.fields.last().is_some_and(|f| f.name == OBJECT_FIELD)
-            && plan.fields.iter().filter(|f| f.name == OBJECT_FIELD).count() == 1;
+        let added = plan.added;
         let by_object = added && cursor_idx == Some(plan.fields.len() - 1);
         let from_object = match req.cursor.as_ref().and_then(|c| c.from.as_ref()) {
             Some(v) if by_object => sluice_domain::sync::cursor_text(v),
@@ -337,8 +373,10 @@ impl Source for DatasetConnector {
             // are not: loaded, filtered and sorted.
             let mut kept: Vec<Vec<Value>> = Vec::new();
             let mut count = 0u64;
-            for (key, place) in plan.files {
-                if count >= limit {
+            for (at, (key, place)) in plan.files.into_iter().enumerate() {
+                // A read by place stops at the first file too new to be
+                // sure no other comes before it (see SETTLE).
+                if count >= limit || (by_object && plan.settling.is_some_and(|s| at >= s)) {
                     break;
                 }
                 let skip = from_object.as_deref().and_then(|from| skipped(&place, from)).unwrap_or(0);
@@ -439,7 +477,19 @@ impl Source for DatasetConnector {
 
 #[cfg(test)]
 mod tests {
-    use super::matches_pattern;
+    use super::{FileFormat, matches_pattern, place};
+
+    #[test]
+    fn a_time_past_the_year_9999_is_no_time_and_gzipped_parquet_is_not_parquet() {
+        let far = std::time::UNIX_EPOCH + std::time::Duration::from_secs(300_000_000_000);
+        assert_eq!(place(Some(far), "a.csv"), "0000-00-00T00:00:00.000000Z a.csv#");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_767_225_600_123_456);
+        assert_eq!(place(Some(t), "a.csv"), "2026-01-01T00:00:00.123456Z a.csv#");
+        let parquet = FileFormat::Parquet(crate::parquet::Codec::Zstd);
+        assert!(parquet.holds("x.parquet") && !parquet.holds("x.parquet.gz") && !parquet.holds(".parquet"));
+        let csv = FileFormat::Text { format: crate::file::Format::Csv, gzip: false };
+        assert!(csv.holds("x.csv") && csv.holds("x.csv.gz") && !csv.holds("x.jsonl"));
+    }
 
     #[test]
     fn patterns_match_names_within_folders_and_any_folders_with_two_stars() {
