@@ -57,16 +57,7 @@ pub fn place(modified: Option<std::time::SystemTime>, key: &str) -> String {
         time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()
     });
     let at = match at_time {
-        Some(t) => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second(),
-            t.microsecond()
-        ),
+        Some(t) => sluice_domain::shared::record::format_timestamp(t),
         None => "0000-00-00T00:00:00.000000Z".to_string(),
     };
     format!("{at} {key}#")
@@ -247,10 +238,9 @@ impl DatasetConnector {
         let mut files: Vec<(String, String)> = keys
             .into_iter()
             .map(|k| {
-                let at = times.get(&k).copied().flatten();
-                (place(at, &k), k)
+                let at = place(times.get(&k).copied().flatten(), &k);
+                (k, at)
             })
-            .map(|(p, k)| (k, p))
             .collect();
         files.sort_by(|a, b| a.1.cmp(&b.1));
         let fields: Vec<Field> = match schema {
