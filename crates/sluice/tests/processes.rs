@@ -1813,6 +1813,46 @@ fn check_history_rows(rows: Vec<(i64, Option<i64>, String, String)>, log: &str, 
 }
 
 /// What DuckDB sees of the Parquet files `glob` names (rows, distinct ids).
+/// Kills (SIGKILL) the service whenever run `run` of `flow` stores a new
+/// cursor while it goes on, at most twice (a run whose worker is lost a
+/// third time fails, by design), calling `between` with the kill's number
+/// before each restart; answers how many kills there were (at least one).
+async fn kill_at_checkpoints(
+    api: &Api,
+    org: &str,
+    flow: &str,
+    run: &str,
+    proc: &mut Proc,
+    env: &[(&str, String)],
+    between: impl Fn(i32),
+) -> i32 {
+    let mut kills = 0;
+    let mut last_cursor = serde_json::Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while kills < 2 {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
+        let status = r["status"].clone();
+        if status == "succeeded" {
+            break;
+        }
+        assert!(status != "failed" && status != "canceled", "{r}");
+        let state = api.get(&format!("/v1/organizations/{org}/flows/{flow}/state")).await;
+        let cursor = state["data"][0]["cursor_value"].clone();
+        if status == "running" && cursor.is_string() && cursor != last_cursor {
+            last_cursor = cursor;
+            let _ = proc.0.kill(); // SIGKILL
+            let _ = proc.0.wait();
+            kills += 1;
+            between(kills);
+            *proc = serve(&["serve"], env, api).await;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint within 300 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(kills >= 1, "the run ended before it could be killed; make it larger");
+    kills
+}
+
 fn duckdb_counts(python: &std::path::Path, glob: &std::path::Path) -> (i64, i64) {
     sluice_testkit::services::duckdb_counts(python, &glob.display().to_string(), None)
 }
@@ -1859,35 +1899,14 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     let folder = data.join("files").join(&org).join("lake");
     let glob = folder.join("events/*.parquet");
 
-    // Killed whenever a new checkpoint is stored while the run goes on,
-    // and at once after each restart's first files.
-    let mut kills = 0;
-    let mut last_cursor = serde_json::Value::Null;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    // Twice: a run whose worker is lost a third time fails (by design).
-    while kills < 2 {
-        let r = api.get(&format!("/v1/organizations/{org}/runs/{run}")).await;
-        let status = r["status"].clone();
-        if status == "succeeded" {
-            break;
-        }
-        assert!(status != "failed" && status != "canceled", "{r}");
-        let state = api.get(&format!("/v1/organizations/{org}/flows/{flow}/state")).await;
-        let cursor = state["data"][0]["cursor_value"].clone();
-        if status == "running" && cursor.is_string() && cursor != last_cursor {
-            last_cursor = cursor;
-            drop(proc); // SIGKILL
-            kills += 1;
-            // Between lives, a reader sees whole files, each row once.
-            let (rows, distinct) = duckdb_counts(&python, &glob);
-            assert_eq!(rows, distinct, "after kill {kills}: a row twice");
-            assert!(rows < ROWS, "killed mid-run");
-            proc = serve(&["serve"], &env(&data, &db, port), &api).await;
-        }
-        assert!(Instant::now() < deadline, "no checkpoint within 300 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(kills >= 1, "the run ended before it could be killed; make it larger");
+    // Killed whenever a new checkpoint is stored while the run goes on;
+    // between lives, a reader sees whole files, each row once.
+    let kills = kill_at_checkpoints(&api, &org, &flow, &run, &mut proc, &env(&data, &db, port), |kills| {
+        let (rows, distinct) = duckdb_counts(&python, &glob);
+        assert_eq!(rows, distinct, "after kill {kills}: a row twice");
+        assert!(rows < ROWS, "killed mid-run");
+    })
+    .await;
     let done = succeeded(&api, &org, &run, 300, "the resumed run did not finish").await;
     assert_eq!(duckdb_counts(&python, &glob), (ROWS, ROWS), "every source record exactly once after {kills} kills");
     assert!(done["entities"][0]["rows_read"].as_i64().unwrap() < ROWS, "resumed, not read again: {done}");
@@ -1960,17 +1979,31 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     assert!(!bucket.to_string().contains("test-secret"));
     let (status, tested) = api.call(reqwest::Method::POST, &format!("{conns}/{}/test", id(bucket.clone())), None).await;
     assert_eq!(status, 200, "{tested}");
+    // An incremental append into the bucket, killed at its checkpoints as
+    // on disk: DuckDB reads every row once over S3, and nothing a killed
+    // attempt staged is left in the bucket.
     let to_s3 = id(api
         .post(
             &format!("/v1/organizations/{org}/flows"),
             json!({"name": "to-bucket", "source_connection_id": s, "destination_connection_id": id(bucket),
-                "config": {"mappings": [{"source_entity": "events", "sync_mode": "full_refresh_append"}]}}),
+                "config": {"mappings": [{"source_entity": "events", "sync_mode": "incremental_append",
+                    "cursor_field": "updated"}]}}),
         )
         .await);
+    let in_bucket = "s3://lake/sluice/events/*.parquet";
     let run = id(api.post(&format!("/v1/organizations/{org}/flows/{to_s3}/run"), json!({})).await);
-    succeeded(&api, &org, &run, 300, "the run into the bucket did not finish").await;
-    let seen = sluice_testkit::services::duckdb_counts(&python, "s3://lake/sluice/events/*.parquet", Some(&url));
-    assert_eq!(seen, (ROWS + 1_000, ROWS + 1_000));
+    let kills = kill_at_checkpoints(&api, &org, &to_s3, &run, &mut proc, &env(&data, &db, port), |kills| {
+        let (rows, distinct) = sluice_testkit::services::duckdb_counts(&python, in_bucket, Some(&url));
+        assert_eq!(rows, distinct, "after kill {kills} into the bucket: a row twice");
+        assert!(rows < ROWS + 1_000, "killed mid-run");
+    })
+    .await;
+    let done = succeeded(&api, &org, &run, 300, "the run into the bucket did not finish").await;
+    let seen = sluice_testkit::services::duckdb_counts(&python, in_bucket, Some(&url));
+    assert_eq!(seen, (ROWS + 1_000, ROWS + 1_000), "every row once in the bucket after {kills} kills");
+    assert!(done["entities"][0]["rows_read"].as_i64().unwrap() < ROWS + 1_000, "resumed, not read again: {done}");
+    let staged = sluice_testkit::services::moto_keys(&url, "lake", "sluice/_sluice/events/staging/");
+    assert!(staged.is_empty(), "what killed attempts staged is removed from the bucket: {staged:?}");
     drop(proc);
     let _ = std::fs::remove_dir_all(&data);
 }

@@ -416,6 +416,20 @@ pub fn incompressible(n: usize) -> String {
         .collect()
 }
 
+/// The keys under `prefix` in `bucket` of the emulator at `url` (the
+/// first 1,000; moto checks no signature).
+pub fn moto_keys(url: &str, bucket: &str, prefix: &str) -> Vec<String> {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(host).expect("moto_server answers");
+    write!(c, "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "moto_server did not list {bucket}: {answer}");
+    answer.split("<Key>").skip(1).filter_map(|k| k.split("</Key>").next()).map(str::to_string).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
