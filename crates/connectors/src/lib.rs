@@ -7,6 +7,7 @@
 
 pub mod common;
 pub mod dataset;
+pub mod ducklake;
 pub mod file;
 pub mod mysql;
 pub mod parquet;
@@ -47,6 +48,7 @@ pub struct Registry {
     metadata: MetadataStore,
     postgres: Arc<Shared<postgres::PgConnector>>,
     mysql: Arc<Shared<mysql::MySqlConnector>>,
+    ducklake: Arc<Shared<ducklake::DuckLake>>,
 }
 
 /// What tells the service's own metadata store apart, however a connection
@@ -60,7 +62,13 @@ pub struct MetadataStore {
 
 impl Registry {
     pub fn new(file_root: PathBuf) -> Self {
-        Self { file_root, metadata: MetadataStore::default(), postgres: Arc::default(), mysql: Arc::default() }
+        Self {
+            file_root,
+            metadata: MetadataStore::default(),
+            postgres: Arc::default(),
+            mysql: Arc::default(),
+            ducklake: Arc::default(),
+        }
     }
 
     /// Refuses every connection to `store`.
@@ -381,6 +389,40 @@ pub fn specs() -> Vec<ConnectorSpec> {
             features: vec!["discover", "preview", "incremental", "appends_only", "holds_marks"],
             variants: vec![],
         },
+        ConnectorSpec {
+            connector_type: "ducklake",
+            title: "DuckLake",
+            capabilities: vec![Capability::Destination],
+            config_fields: vec![
+                field(
+                    "catalog",
+                    Object,
+                    true,
+                    false,
+                    None,
+                    "the catalog's database: {\"type\": \"sqlite\", \"path\": \"lake/catalog.sqlite\"} (relative to \
+                     the file root)",
+                ),
+                field(
+                    "data_path",
+                    String,
+                    true,
+                    false,
+                    None,
+                    "where the data files go: a folder relative to the file root (lake/data), or s3://bucket/prefix/",
+                ),
+                field("schema", String, false, false, Some(json!("main")), "the lake's schema holding the tables"),
+                file_size_field(),
+                field("region", String, false, false, Some(json!("us-east-1")), "s3:// data: the bucket's region"),
+                field("endpoint_url", String, false, false, None, "s3:// data: another S3-compatible service"),
+                field("path_style", Boolean, false, false, None, "s3:// data: the bucket in the path"),
+                field("access_key_id", String, false, true, None, "s3:// data: access key id"),
+                field("secret_access_key", String, false, true, None, "s3:// data: secret access key"),
+            ],
+            sync_modes: APPEND_MODES.to_vec(),
+            features: vec!["appends_only", "holds_marks", "lake_snapshots"],
+            variants: vec![],
+        },
     ]
 }
 
@@ -513,6 +555,12 @@ impl Registry {
 
     /// An `s3` connection: a dataset in a bucket, under its prefix.
     fn s3_dataset(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dataset::DatasetConnector>> {
+        let objects = self.s3_objects(c, required(c, "bucket")?, c.str("prefix").unwrap_or(""))?;
+        Ok(Arc::new(dataset::DatasetConnector::new(Arc::new(objects), dataset_format(c)?, file_bytes(c)?)))
+    }
+
+    /// A bucket's objects under `prefix`, with the connection's S3 settings.
+    fn s3_objects(&self, c: &ResolvedConfig, bucket: &str, prefix: &str) -> ConnectorResult<dataset::s3::S3Objects> {
         let endpoint = match c.str("endpoint_url").map(str::trim).filter(|e| !e.is_empty()) {
             Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
                 Some(e.trim_end_matches('/').to_string())
@@ -525,7 +573,7 @@ impl Registry {
             None => None,
         };
         let config = sluice_clients::s3::S3Config {
-            bucket: required(c, "bucket")?.to_string(),
+            bucket: bucket.to_string(),
             region: c.str("region").filter(|r| !r.is_empty()).unwrap_or("us-east-1").to_string(),
             path_style: c.bool("path_style").unwrap_or(endpoint.is_some()),
             endpoint,
@@ -534,9 +582,74 @@ impl Registry {
             session_token: None,
         };
         let spool = self.file_root.join(".spool");
-        let objects =
-            dataset::s3::S3Objects::new(sluice_clients::s3::S3::new(config), c.str("prefix").unwrap_or(""), spool);
-        Ok(Arc::new(dataset::DatasetConnector::new(Arc::new(objects), dataset_format(c)?, file_bytes(c)?)))
+        Ok(dataset::s3::S3Objects::new(sluice_clients::s3::S3::new(config), prefix, spool))
+    }
+
+    /// A `ducklake` connection: its catalog's database (a SQLite file of
+    /// the organization's directory), its data path (a folder there, or a
+    /// bucket's prefix).
+    fn ducklake(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<ducklake::DuckLake>> {
+        let catalog = match c.values.get("catalog") {
+            Some(serde_json::Value::Object(m)) => m,
+            _ => return Err(ConnectorError::InvalidConfig("catalog must be an object with a type".into())),
+        };
+        let catalog_path = match catalog.get("type").and_then(|t| t.as_str()) {
+            Some("sqlite") => match catalog.get("path").and_then(|p| p.as_str()).filter(|p| !p.is_empty()) {
+                Some(p) => common::confine(&self.org_dir(c), p)?,
+                None => {
+                    return Err(ConnectorError::InvalidConfig("catalog.path is required for a sqlite catalog".into()));
+                }
+            },
+            Some("postgres") => {
+                return Err(ConnectorError::Unsupported(
+                    "a DuckLake catalog on PostgreSQL is not written yet: use {\"type\": \"sqlite\", \"path\": ...}"
+                        .into(),
+                ));
+            }
+            _ => return Err(ConnectorError::InvalidConfig("catalog.type must be sqlite or postgres".into())),
+        };
+        self.guard_sqlite(&catalog_path.path)?;
+        let data = required(c, "data_path")?.trim();
+        let schema = c.str("schema").filter(|s| !s.is_empty()).unwrap_or("main");
+        if schema.len() > 200 || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(ConnectorError::InvalidConfig(format!("schema '{schema}' must be letters, digits and _")));
+        }
+        let bytes = file_bytes(c)?;
+        self.ducklake.get_or(c, || {
+            let (objects, data_path): (Arc<dyn dataset::objects::Objects>, String) = match data.strip_prefix("s3://") {
+                Some(rest) => {
+                    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                    if bucket.is_empty() {
+                        return Err(ConnectorError::InvalidConfig("data_path s3:// names no bucket".into()));
+                    }
+                    let prefix = prefix.trim_matches('/');
+                    let url =
+                        if prefix.is_empty() { format!("s3://{bucket}/") } else { format!("s3://{bucket}/{prefix}/") };
+                    (Arc::new(self.s3_objects(c, bucket, prefix)?), url)
+                }
+                None => {
+                    let place = common::confine(&self.org_dir(c), data)?;
+                    let url = format!("{}/", place.path.display());
+                    (Arc::new(dataset::objects::LocalObjects { place }), url)
+                }
+            };
+            if let Some(dir) = catalog_path.path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    ConnectorError::InvalidConfig(format!("cannot create the catalog's folder: {}", e.kind()))
+                })?;
+            }
+            let opts = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(&catalog_path.path)
+                .create_if_missing(true)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(false);
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_lazy_with(opts);
+            let db = ducklake::catalog::Db::Sqlite(pool);
+            Ok(ducklake::DuckLake::new(db, objects, data_path, schema.to_string(), bytes))
+        })
     }
 
     fn file_source(&self, c: &ResolvedConfig) -> ConnectorResult<Arc<dyn Source>> {
@@ -590,6 +703,7 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
             "mysql" => Ok(self.mysql(c)?),
             "file" => self.file_destination(c),
             "s3" => Ok(self.s3_dataset(c)?),
+            "ducklake" => Ok(self.ducklake(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
     }
@@ -630,6 +744,23 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
                 }
                 errors
             }
+            "ducklake" => match self.ducklake(c) {
+                Err(ConnectorError::InvalidConfig(m) | ConnectorError::Unsupported(m)) => {
+                    let field = if m.contains("catalog") {
+                        "catalog"
+                    } else if m.contains("schema") {
+                        "schema"
+                    } else if m.contains("file_size_mb") {
+                        "file_size_mb"
+                    } else if m.contains("endpoint_url") {
+                        "endpoint_url"
+                    } else {
+                        "data_path"
+                    };
+                    vec![FieldError::new(format!("config.{field}"), m)]
+                }
+                _ => Vec::new(),
+            },
             "sqlite" | "file" => {
                 let Some(path) = c.str("path") else { return Vec::new() };
                 let checked = common::confine(&self.org_dir(c), path).and_then(|place| self.guard_sqlite(&place.path));

@@ -84,7 +84,7 @@ enum Kind {
 /// The precision and scale of a decimal field, from its native type
 /// (`postgres:numeric(12,2)`, `mysql:decimal(10,0)`); `None` when it has
 /// none (an unconstrained numeric) or they do not fit 38 digits.
-fn precision_of(f: &Field) -> Option<(u32, u32)> {
+pub fn precision_of(f: &Field) -> Option<(u32, u32)> {
     let native = f.native_type.as_deref()?;
     let inner = native.split_once('(')?.1.strip_suffix(')')?;
     let (p, s) = match inner.split_once(',') {
@@ -112,9 +112,15 @@ fn kind_of(f: &Field) -> Kind {
 
 /// The Parquet schema of `schema`'s fields.
 pub fn parquet_schema(schema: &EntitySchema) -> ConnectorResult<Type> {
+    parquet_schema_with_ids(schema, None)
+}
+
+/// [`parquet_schema`], each field carrying the id of `ids` at its place
+/// (what a lake table's reader matches columns by).
+pub fn parquet_schema_with_ids(schema: &EntitySchema, ids: Option<&[i32]>) -> ConnectorResult<Type> {
     let bad = |e: ::parquet::errors::ParquetError| ConnectorError::Other(format!("a Parquet schema: {e}"));
     let mut fields = Vec::with_capacity(schema.fields.len());
-    for f in &schema.fields {
+    for (i, f) in schema.fields.iter().enumerate() {
         let (physical, logical) = match (kind_of(f), f.field_type) {
             (Kind::Int, _) => (Physical::INT64, None),
             (Kind::Double, _) => (Physical::DOUBLE, None),
@@ -132,7 +138,8 @@ pub fn parquet_schema(schema: &EntitySchema) -> ConnectorResult<Type> {
         };
         let mut b = Type::primitive_type_builder(&f.name, physical)
             .with_repetition(if f.nullable && !f.primary_key { Repetition::OPTIONAL } else { Repetition::REQUIRED })
-            .with_logical_type(logical.clone());
+            .with_logical_type(logical.clone())
+            .with_id(ids.and_then(|ids| ids.get(i).copied()));
         if let Some(LogicalType::Decimal(d)) = &logical {
             b = b.with_precision(d.precision).with_scale(d.scale);
             if physical == Physical::FIXED_LEN_BYTE_ARRAY {
@@ -160,6 +167,8 @@ struct Column {
     name: String,
     values: Buffer,
     levels: Vec<i16>,
+    /// Values and nulls taken, over the file.
+    counts: (u64, u64),
 }
 
 /// A Parquet file being written to `W`: rows taken in batches, written a
@@ -192,11 +201,17 @@ fn approx_bytes(v: &Value) -> usize {
 impl<W: Write + Send> ParquetFile<W> {
     /// A file of `schema`'s fields, compressed with `codec`.
     pub fn new(out: W, schema: &EntitySchema, codec: Codec) -> ConnectorResult<Self> {
+        Self::with_ids(out, schema, codec, None)
+    }
+
+    /// [`ParquetFile::new`], its fields carrying `ids` (see
+    /// [`parquet_schema_with_ids`]).
+    pub fn with_ids(out: W, schema: &EntitySchema, codec: Codec, ids: Option<&[i32]>) -> ConnectorResult<Self> {
         let props = WriterProperties::builder()
             .set_compression(codec.parquet())
             .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")))
             .build();
-        let writer = SerializedFileWriter::new(out, Arc::new(parquet_schema(schema)?), Arc::new(props))
+        let writer = SerializedFileWriter::new(out, Arc::new(parquet_schema_with_ids(schema, ids)?), Arc::new(props))
             .map_err(|e| ConnectorError::Other(format!("opening a Parquet file: {e}")))?;
         let columns = schema
             .fields
@@ -212,7 +227,7 @@ impl<W: Write + Send> ParquetFile<W> {
                     Kind::Text | Kind::Bytes => Buffer::Bytes(Vec::new()),
                 };
                 let optional = f.nullable && !f.primary_key;
-                Column { kind, optional, name: f.name.clone(), values, levels: Vec::new() }
+                Column { kind, optional, name: f.name.clone(), values, levels: Vec::new(), counts: (0, 0) }
             })
             .collect();
         Ok(ParquetFile { writer, columns, buffered: 0, buffered_bytes: 0, group_bytes: ROW_GROUP_BYTES, rows: 0 })
@@ -254,6 +269,12 @@ impl<W: Write + Send> ParquetFile<W> {
             }
         }
         Ok(())
+    }
+
+    /// Each column's count of values and of nulls so far, in the schema's
+    /// order.
+    pub fn counts(&self) -> Vec<(u64, u64)> {
+        self.columns.iter().map(|c| c.counts).collect()
     }
 
     /// Rows taken so far.
@@ -361,9 +382,11 @@ impl Column {
     fn push(&mut self, v: &Value) {
         if matches!(v, Value::Null) {
             self.levels.push(0);
+            self.counts.1 += 1;
             return;
         }
         self.levels.push(1);
+        self.counts.0 += 1;
         match (&mut self.values, v) {
             (Buffer::Int(out), Value::Int(i)) if self.kind == Kind::Int => out.push(*i),
             (Buffer::Int(out), Value::Timestamp(t)) => {

@@ -240,6 +240,11 @@ fn typed(t: ConfigFieldType, raw: &str) -> Option<Value> {
             Some(raw.trim().parse::<i64>().map_or_else(|_| Value::String(raw.into()), Value::from))
         }
         ConfigFieldType::String => Some(Value::String(raw.into())),
+        // JSON typed in (`{"type": "sqlite", ...}`); not JSON: sent as text,
+        // and refused as the field's type.
+        ConfigFieldType::Object => {
+            Some(serde_json::from_str::<Value>(raw.trim()).unwrap_or_else(|_| Value::String(raw.into())))
+        }
     }
 }
 

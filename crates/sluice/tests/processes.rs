@@ -2008,6 +2008,92 @@ async fn an_incremental_append_into_parquet_files_killed_again_and_again_lands_e
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// PostgreSQL into a DuckLake (its catalog a SQLite file, its data a
+/// folder) through the API: an incremental append killed with SIGKILL at
+/// its checkpoints, then an overwrite killed before its end. DuckDB,
+/// attaching the lake between lives, sees each row once and never part of
+/// a commit; after the runs, every file left in the table's folder is
+/// named by the catalog (a killed attempt's are removed).
+#[tokio::test]
+async fn an_incremental_append_into_a_ducklake_killed_again_and_again_lands_every_record_once() {
+    let Some(python) = sluice_testkit::services::lake_python() else { return };
+    let Some(src) = pg_schema().await else { return };
+    const ROWS: i64 = 300_000;
+    let mut pg = sqlx::PgConnection::connect(PG_TEST_URL).await.unwrap();
+    seed_events(&mut pg, &src.name, ROWS).await;
+    let (data, db, port, api) = sqlite_service("ducklake-kill");
+    let mut proc = serve(&["serve"], &env(&data, &db, port), &api).await;
+    let id = |v: serde_json::Value| v["id"].as_str().unwrap().to_string();
+    let org = id(api.post("/v1/organizations", json!({"name": "Lake"})).await);
+    let conns = format!("/v1/organizations/{org}/connections");
+    let s = id(api.post(&conns, pg_conn("src", &src.name)).await);
+    let lake = json!({"name": "lake", "type": "ducklake", "capability": "destination", "config": {
+        "catalog": {"type": "sqlite", "path": "lake/catalog.sqlite"}, "data_path": "lake/data", "file_size_mb": 1}});
+    let d = id(api.post(&conns, lake).await);
+    let (status, tested) = api.call(reqwest::Method::POST, &format!("{conns}/{d}/test"), None).await;
+    assert_eq!(status, 200, "{tested}");
+    let flow = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "to-lake", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "sync_mode": "incremental_append", "cursor_field": "updated"}]}}),
+        )
+        .await);
+    let folder = std::fs::canonicalize(data.join("files").join(&org)).unwrap().join("lake");
+    let (catalog, lake_data) = (folder.join("catalog.sqlite"), folder.join("data"));
+    let counts = |table: &str| sluice_testkit::services::ducklake_counts(&python, &catalog, &lake_data, table);
+    let run = id(api.post(&format!("/v1/organizations/{org}/flows/{flow}/run"), json!({})).await);
+    let kills = kill_at_checkpoints(&api, &org, &flow, &run, &mut proc, &env(&data, &db, port), |kills| {
+        let (rows, distinct) = counts("main.events");
+        assert_eq!(rows, distinct, "after kill {kills}: a row twice");
+        assert!(rows < ROWS, "killed mid-run");
+    })
+    .await;
+    let done = succeeded(&api, &org, &run, 300, "the resumed run did not finish").await;
+    assert_eq!(counts("main.events"), (ROWS, ROWS), "every source record exactly once after {kills} kills");
+    assert!(done["entities"][0]["rows_read"].as_i64().unwrap() < ROWS, "resumed, not read again: {done}");
+
+    // An overwrite into another table, killed once its first file is put:
+    // nothing shows until the attempt that takes over commits the whole
+    // new set, once.
+    let snapshot = id(api
+        .post(
+            &format!("/v1/organizations/{org}/flows"),
+            json!({"name": "snapshot", "source_connection_id": s, "destination_connection_id": d, "config": {"mappings": [
+                {"source_entity": "events", "dest_entity": "snapshot", "sync_mode": "full_refresh_overwrite"}]}}),
+        )
+        .await);
+    let over = id(api.post(&format!("/v1/organizations/{org}/flows/{snapshot}/run"), json!({})).await);
+    let table_dir = lake_data.join("main/snapshot");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_dir(&table_dir).map(|d| d.count()).unwrap_or(0) == 0 {
+        let r = api.get(&format!("/v1/organizations/{org}/runs/{over}")).await;
+        assert!(r["status"] != "succeeded", "the overwrite ended before its kill: {r}");
+        assert!(Instant::now() < deadline, "nothing put within 120 s: {r}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(proc); // SIGKILL
+    assert_eq!(counts("main.snapshot"), (0, 0), "an overwrite shows nothing before it ends");
+    proc = serve(&["serve"], &env(&data, &db, port), &api).await;
+    succeeded(&api, &org, &over, 300, "the overwrite did not finish after its kill").await;
+    assert_eq!(counts("main.snapshot"), (ROWS, ROWS), "the new set once");
+    let again = id(api.post(&format!("/v1/organizations/{org}/flows/{snapshot}/run"), json!({})).await);
+    succeeded(&api, &org, &again, 300, "the second overwrite did not finish").await;
+    assert_eq!(counts("main.snapshot"), (ROWS, ROWS), "replaced, not added to");
+    // What the killed attempts put and no snapshot names is gone (the
+    // attempt that took over removed it).
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", catalog.display())).await.unwrap();
+    let named: Vec<(String,)> = sqlx::query_as("SELECT path FROM ducklake_data_file").fetch_all(&mut c).await.unwrap();
+    for table in ["events", "snapshot"] {
+        for f in std::fs::read_dir(lake_data.join("main").join(table)).unwrap().filter_map(|e| e.ok()) {
+            let name = f.file_name().to_string_lossy().to_string();
+            assert!(named.iter().any(|(n,)| *n == name), "{table}/{name} is named by no snapshot");
+        }
+    }
+    drop(proc);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 /// A change log into Parquet files (`cdc_append`, the one change capture
 /// mode plain files take) on the PostgreSQL metadata store, its first run
 /// killed with SIGKILL before any commit and again once its copy

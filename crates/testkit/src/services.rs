@@ -416,6 +416,45 @@ pub fn incompressible(n: usize) -> String {
         .collect()
 }
 
+/// `count(*)` and `count(DISTINCT id)` of `table` (`schema.table`) of the
+/// DuckLake whose SQLite catalog is `catalog` and data `data`, as DuckDB
+/// 1.5.5 reads it (its ducklake, parquet and sqlite extensions loaded from
+/// their wheels).
+pub fn ducklake_counts(
+    python: &std::path::Path,
+    catalog: &std::path::Path,
+    data: &std::path::Path,
+    table: &str,
+) -> (i64, i64) {
+    let script = r#"
+import glob, json, os, sys, duckdb
+import duckdb_extension_ducklake, duckdb_extension_parquet, duckdb_extension_sqlite_scanner
+def ext(mod, name):
+    return glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", name + ".duckdb_extension"))[0]
+c = duckdb.connect(config={"allow_unsigned_extensions": True, "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False})
+for m, n in [(duckdb_extension_parquet, "parquet"), (duckdb_extension_sqlite_scanner, "sqlite_scanner"),
+             (duckdb_extension_ducklake, "ducklake")]:
+    c.execute(f"LOAD '{ext(m, n)}'")
+c.execute(f"ATTACH 'ducklake:sqlite:{sys.argv[1]}' AS lake (DATA_PATH '{sys.argv[2]}/', READ_ONLY)")
+try:
+    print(json.dumps(c.execute(f"SELECT count(*), count(DISTINCT id) FROM lake.{sys.argv[3]}").fetchone()))
+except duckdb.CatalogException:
+    print("[0, 0]")
+"#;
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(catalog)
+        .arg(data)
+        .arg(table)
+        .output()
+        .expect("the lake readers' python runs");
+    assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Vec<i64> = serde_json::from_slice(&out.stdout).expect("two counts");
+    (v[0], v[1])
+}
+
 /// The keys under `prefix` in `bucket` of the emulator at `url` (the
 /// first 1,000; moto checks no signature).
 pub fn moto_keys(url: &str, bucket: &str, prefix: &str) -> Vec<String> {

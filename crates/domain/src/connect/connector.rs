@@ -524,6 +524,8 @@ pub enum ConfigFieldType {
     String,
     Integer,
     Boolean,
+    /// A JSON object of settings (a lake's `catalog`).
+    Object,
 }
 
 /// One configuration field of a connector type.
@@ -605,6 +607,7 @@ impl ConnectorSpec {
                             v.as_i64().is_some() || v.as_str().is_some_and(|s| s.parse::<i64>().is_ok())
                         }
                         ConfigFieldType::Boolean => v.is_boolean(),
+                        ConfigFieldType::Object => v.is_object(),
                     };
                     if !ok {
                         errors.push(crate::FieldError::new(
@@ -613,6 +616,7 @@ impl ConnectorSpec {
                                 ConfigFieldType::Integer => "must be an integer",
                                 ConfigFieldType::String => "must be a string",
                                 ConfigFieldType::Boolean => "must be a boolean",
+                                ConfigFieldType::Object => "must be an object",
                             },
                         ));
                     }

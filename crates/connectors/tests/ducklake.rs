@@ -1,0 +1,403 @@
+//! DuckLake tables written through the `Destination` port (no DuckDB in
+//! Sluice) and read back by an independent reader: DuckDB 1.5.5 with its
+//! `ducklake` extension, loaded from the PyPI wheel, attaching the catalog
+//! as any user would. Each mode's table equals what was written, each
+//! commit is one snapshot, a user's own DuckDB writes (a table of its own,
+//! a compaction) between commits are kept, and a writer killed or fenced
+//! leaves each row once.
+
+use serde_json::json;
+use sluice_connectors::Registry;
+use sluice_domain::connect::connector::*;
+use sluice_domain::connect::registry::ConnectorRegistry;
+use sluice_testkit::services::lake_python;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+const STREAM: &str = "0192flowstream";
+
+fn schema() -> EntitySchema {
+    let mut id = Field::new("id", FieldType::Integer);
+    id.nullable = false;
+    id.primary_key = true;
+    let mut amount = Field::new("amount", FieldType::Decimal);
+    amount.native_type = Some("postgres:numeric(12,2)".into());
+    EntitySchema {
+        name: "orders".into(),
+        fields: vec![
+            id,
+            Field::new("note", FieldType::String),
+            amount,
+            Field::new("at", FieldType::Timestamp),
+            Field::new("doc", FieldType::Object),
+        ],
+    }
+}
+
+fn batch(from: i64, to: i64) -> RecordBatch {
+    let fields = Arc::new(schema().fields);
+    let rows = (from..to)
+        .map(|i| {
+            vec![
+                Value::Int(i),
+                if i % 7 == 0 { Value::Null } else { Value::String(format!("note {i}")) },
+                Value::Decimal(format!("{}.{:02}", i, i % 100)),
+                Value::Timestamp(time::OffsetDateTime::from_unix_timestamp(1_767_225_600 + i).unwrap()),
+                Value::Json(json!({"i": i})),
+            ]
+        })
+        .collect();
+    RecordBatch { fields, rows }
+}
+
+struct Lake {
+    dir: PathBuf,
+    registry: Registry,
+    config: ResolvedConfig,
+}
+
+impl Lake {
+    fn new(file_size_mb: f64) -> Lake {
+        let dir = std::env::temp_dir().join(format!("sluice-ducklake-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = ResolvedConfig {
+            connector_type: "ducklake".into(),
+            values: [
+                ("catalog", json!({"type": "sqlite", "path": "lake/catalog.sqlite"})),
+                ("data_path", json!("lake/data")),
+                ("file_size_mb", json!(file_size_mb)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            credential_keys: vec![],
+            org: None,
+        };
+        Lake { registry: Registry::new(dir.clone()), dir, config }
+    }
+
+    async fn dest(&self) -> Arc<dyn Destination> {
+        self.registry.destination(&self.config).await.unwrap()
+    }
+
+    fn catalog(&self) -> PathBuf {
+        self.dir.join("lake/catalog.sqlite")
+    }
+
+    fn data(&self) -> PathBuf {
+        std::fs::canonicalize(&self.dir).unwrap().join("lake/data")
+    }
+
+    /// What DuckDB answers to `sql` (one JSON value per line of output)
+    /// with the lake attached as `lake`.
+    fn duckdb(&self, python: &Path, sql: &str) -> serde_json::Value {
+        duckdb(python, &self.catalog(), &self.data(), sql)
+    }
+
+    /// Every file under the table's folder.
+    fn files(&self) -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(self.data().join("main/orders"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().to_string()).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+}
+
+impl Drop for Lake {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `sql` (statements separated by `;`, the last one's rows printed as
+/// JSON) in DuckDB with the ducklake, parquet and sqlite extensions loaded
+/// from their wheels and the catalog attached as `lake`.
+fn duckdb(python: &Path, catalog: &Path, data: &Path, sql: &str) -> serde_json::Value {
+    duckdb_at(python, catalog, &format!("{}/", data.display()), sql, "")
+}
+
+/// [`duckdb`] with the data at `data` (a folder or an `s3://` URL of the
+/// emulator at `endpoint`).
+fn duckdb_at(python: &Path, catalog: &Path, data: &str, sql: &str, endpoint: &str) -> serde_json::Value {
+    let script = r#"
+import glob, json, os, sys, duckdb
+import duckdb_extension_ducklake, duckdb_extension_parquet, duckdb_extension_sqlite_scanner, duckdb_extension_httpfs
+def ext(mod, name):
+    return glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", name + ".duckdb_extension"))[0]
+c = duckdb.connect(config={"allow_unsigned_extensions": True, "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False})
+for m, n in [(duckdb_extension_parquet, "parquet"), (duckdb_extension_sqlite_scanner, "sqlite_scanner"),
+             (duckdb_extension_ducklake, "ducklake")]:
+    c.execute(f"LOAD '{ext(m, n)}'")
+if sys.argv[4]:
+    c.execute(f"LOAD '{ext(duckdb_extension_httpfs, 'httpfs')}'")
+    c.execute(f"""CREATE SECRET (TYPE s3, KEY_ID 'AKIDEXAMPLE', SECRET 'test-secret', REGION 'us-east-1',
+        ENDPOINT '{sys.argv[4].split('://')[1]}', URL_STYLE 'path', USE_SSL false)""")
+c.execute(f"ATTACH 'ducklake:sqlite:{sys.argv[1]}' AS lake (DATA_PATH '{sys.argv[2]}')")
+*rest, last = [s for s in sys.argv[3].split(";") if s.strip()]
+for s in rest:
+    c.execute(s)
+print(json.dumps(c.execute(last).fetchall(), default=str))
+"#;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(catalog)
+        .arg(data)
+        .arg(sql)
+        .arg(endpoint)
+        .output()
+        .expect("the lake readers' python runs");
+    assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON rows")
+}
+
+fn attempt(run: uuid::Uuid, number: u32) -> Attempt {
+    Attempt { run, number }
+}
+
+#[tokio::test]
+async fn appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_marks() {
+    let Some(python) = lake_python() else { return };
+    let lake = Lake::new(0.05);
+    let dest = lake.dest().await;
+    dest.check().await.unwrap();
+
+    // An append of 3,000 rows in two commits (files cut at about 50 KB),
+    // the stream's mark committed with the second.
+    let run = uuid::Uuid::now_v7();
+    let mut w = dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 1))).await.unwrap();
+    w.write(&batch(0, 1_000)).await.unwrap();
+    w.checkpoint().await.unwrap();
+    w.write(&batch(1_000, 3_000)).await.unwrap();
+    w.hold_position(STREAM, "cursor-3000").await.unwrap();
+    assert_eq!(w.finish().await.unwrap().rows_written, 3_000);
+    assert_eq!(dest.position_of(STREAM, "orders").await.unwrap().as_deref(), Some("cursor-3000"));
+    assert_eq!(dest.positions(STREAM).await.unwrap(), vec![("orders".to_string(), "cursor-3000".to_string())]);
+
+    let seen = lake.duckdb(
+        &python,
+        "SELECT count(*), count(DISTINCT id), sum(amount)::VARCHAR, min(\"at\")::VARCHAR, count(note), \
+         max(doc->>'i')::VARCHAR FROM lake.main.orders",
+    );
+    let sum: i64 = (0..3_000).map(|i| i * 100 + i % 100).sum();
+    let sum = format!("{}.{:02}", sum / 100, sum % 100);
+    assert_eq!(seen, json!([[3000, 3000, sum, "2026-01-01 00:00:00+00", 3000 - 429, "999"]]), "{seen}");
+    // DuckDB's own types: a decimal of its precision, a timestamp with time
+    // zone, JSON; the key not null.
+    let types = lake.duckdb(
+        &python,
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
+         WHERE table_catalog = 'lake' AND table_name = 'orders' ORDER BY ordinal_position",
+    );
+    assert_eq!(
+        types,
+        json!([
+            ["id", "BIGINT", "NO"],
+            ["note", "VARCHAR", "YES"],
+            ["amount", "DECIMAL(12,2)", "YES"],
+            ["at", "TIMESTAMP WITH TIME ZONE", "YES"],
+            ["doc", "JSON", "YES"]
+        ]),
+        "{types}"
+    );
+    // A filter on a column without statistics reads right.
+    assert_eq!(lake.duckdb(&python, "SELECT count(*) FROM lake.main.orders WHERE id BETWEEN 10 AND 19"), json!([[10]]));
+    // Two commits, two snapshots (after the catalog's first), by Sluice.
+    let snaps = lake.duckdb(&python, "SELECT snapshot_id, author, commit_message FROM lake.snapshots() ORDER BY 1");
+    assert_eq!(snaps.as_array().unwrap().len(), 3, "{snaps}");
+    assert_eq!(snaps[2][1], "sluice", "{snaps}");
+    assert_eq!(snaps[2][2], format!("sluice run {run}"), "{snaps}");
+    // Time travel sees the first commit alone.
+    assert_eq!(lake.duckdb(&python, "SELECT count(*) FROM lake.main.orders AT (VERSION => 1)"), json!([[1000]]));
+
+    // An overwrite: invisible until it finishes, then the new set alone.
+    let mut w = dest.open_for(&schema(), WriteMode::Overwrite, Some(&attempt(uuid::Uuid::now_v7(), 1))).await.unwrap();
+    w.write(&batch(5_000, 6_000)).await.unwrap();
+    w.checkpoint().await.unwrap();
+    assert_eq!(lake.duckdb(&python, "SELECT count(*) FROM lake.main.orders"), json!([[3000]]), "not yet");
+    w.finish().await.unwrap();
+    assert_eq!(
+        lake.duckdb(&python, "SELECT count(*), min(id), max(id) FROM lake.main.orders"),
+        json!([[1000, 5000, 5999]])
+    );
+
+    // A new column is added through the catalog; old rows read it null.
+    let mut wider = schema();
+    wider.fields.push(Field::new("extra", FieldType::String));
+    let mut b = batch(6_000, 6_010);
+    b.fields = Arc::new(wider.fields.clone());
+    for r in &mut b.rows {
+        r.push(Value::String("x".into()));
+    }
+    let mut w = dest.open_for(&wider, WriteMode::Append, None).await.unwrap();
+    w.write(&b).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(lake.duckdb(&python, "SELECT count(*), count(extra) FROM lake.main.orders"), json!([[1010, 10]]));
+    let described = dest.describe("orders").await.unwrap().unwrap();
+    let names: Vec<&str> = described.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["id", "note", "amount", "at", "doc", "extra"]);
+    assert_eq!(described.fields[2].field_type, FieldType::Decimal);
+}
+
+#[tokio::test]
+async fn a_users_duckdb_writes_between_commits_are_kept_and_a_compaction_is_met() {
+    let Some(python) = lake_python() else { return };
+    let lake = Lake::new(0.05);
+    let dest = lake.dest().await;
+    let mut w = dest.open(&schema(), WriteMode::Append).await.unwrap();
+    w.write(&batch(0, 500)).await.unwrap();
+    w.finish().await.unwrap();
+    // The user's DuckDB: a table of its own, rows of its own into Sluice's
+    // table, then adjacent files merged and old snapshots' files cleaned.
+    lake.duckdb(
+        &python,
+        "CREATE TABLE lake.main.mine (x INTEGER); INSERT INTO lake.main.mine VALUES (1), (2); \
+         INSERT INTO lake.main.orders (id, note) VALUES (100000, 'by duckdb'); \
+         CALL ducklake_merge_adjacent_files('lake'); SELECT 1",
+    );
+    let mut w = dest.open(&schema(), WriteMode::Append).await.unwrap();
+    w.write(&batch(500, 1_000)).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(
+        lake.duckdb(&python, "SELECT count(*), count(DISTINCT id) FROM lake.main.orders"),
+        json!([[1001, 1001]])
+    );
+    assert_eq!(lake.duckdb(&python, "SELECT sum(x) FROM lake.main.mine"), json!([[3]]));
+    // DuckDB goes on writing after Sluice: its next commit lands too.
+    assert_eq!(
+        lake.duckdb(
+            &python,
+            "INSERT INTO lake.main.orders (id) VALUES (100001); SELECT count(*) FROM lake.main.orders"
+        ),
+        json!([[1002]])
+    );
+}
+
+#[tokio::test]
+async fn a_killed_writers_files_are_removed_and_a_replaced_writer_commits_nothing() {
+    let Some(python) = lake_python() else { return };
+    let lake = Lake::new(0.02);
+    let dest = lake.dest().await;
+    let run = uuid::Uuid::now_v7();
+    let mut w = dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 1))).await.unwrap();
+    w.write(&batch(0, 300)).await.unwrap();
+    w.finish().await.unwrap();
+    let committed = lake.files();
+
+    // A writer that put files and was killed before its commit (dropped,
+    // as a killed process's state is gone).
+    let mut w = dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 2))).await.unwrap();
+    w.write(&batch(300, 3_000)).await.unwrap();
+    let orphans: Vec<String> = lake.files().into_iter().filter(|f| !committed.contains(f)).collect();
+    assert!(!orphans.is_empty(), "files were cut and put before the commit");
+    drop(w);
+    assert_eq!(lake.duckdb(&python, "SELECT count(*) FROM lake.main.orders"), json!([[300]]), "never named");
+
+    // The next writer removes them, and a frozen writer it replaced (the
+    // same run's earlier attempt, fenced) commits nothing.
+    let mut frozen = dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 3))).await.unwrap();
+    assert!(lake.files().iter().all(|f| !orphans.contains(f)), "the killed attempt's files are gone");
+    frozen.write(&batch(300, 400)).await.unwrap();
+    assert!(dest.end_earlier_attempts(&attempt(run, 4)).await.unwrap() >= 1);
+    let mut w = dest.open_for(&schema(), WriteMode::Append, Some(&attempt(run, 4))).await.unwrap();
+    w.write(&batch(300, 400)).await.unwrap();
+    w.hold_position(STREAM, "after-400").await.unwrap();
+    w.finish().await.unwrap();
+    let refused = frozen.finish().await.unwrap_err();
+    assert!(refused.to_string().contains("took over"), "{refused}");
+    assert_eq!(lake.duckdb(&python, "SELECT count(*), count(DISTINCT id) FROM lake.main.orders"), json!([[400, 400]]));
+    assert_eq!(dest.position_of(STREAM, "orders").await.unwrap().as_deref(), Some("after-400"));
+    // The fenced writer's file goes with the next writer.
+    let _ = dest.open(&schema(), WriteMode::Append).await.unwrap();
+    let named = lake.duckdb(&python, "SELECT count(*) FROM ducklake_list_files('lake', 'orders')");
+    assert_eq!(named[0][0].as_i64().unwrap() as usize, lake.files().len(), "every file left is named: {named}");
+}
+
+#[tokio::test]
+async fn data_in_a_bucket_is_read_by_duckdb_over_s3_and_a_killed_writers_objects_are_removed() {
+    let Some(python) = lake_python() else { return };
+    let Some((_moto, url)) = sluice_testkit::services::moto() else { return };
+    sluice_testkit::services::moto_bucket(&url, "lake");
+    let mut lake = Lake::new(0.02);
+    for (k, v) in [
+        ("data_path", json!("s3://lake/tables/")),
+        ("endpoint_url", json!(url)),
+        ("access_key_id", json!("AKIDEXAMPLE")),
+        ("secret_access_key", json!("test-secret")),
+    ] {
+        lake.config.values.insert(k.into(), v);
+    }
+    let dest = lake.dest().await;
+    dest.check().await.unwrap();
+    let mut w = dest.open(&schema(), WriteMode::Append).await.unwrap();
+    w.write(&batch(0, 2_000)).await.unwrap();
+    w.finish().await.unwrap();
+    // A killed writer's objects, then the next writer.
+    let mut w = dest.open(&schema(), WriteMode::Append).await.unwrap();
+    w.write(&batch(2_000, 4_000)).await.unwrap();
+    drop(w);
+    let put = sluice_testkit::services::moto_keys(&url, "lake", "tables/main/orders/");
+    let mut w = dest.open(&schema(), WriteMode::Append).await.unwrap();
+    let left = sluice_testkit::services::moto_keys(&url, "lake", "tables/main/orders/");
+    assert!(left.len() < put.len(), "the killed writer's objects are removed: {put:?} then {left:?}");
+    w.write(&batch(2_000, 2_500)).await.unwrap();
+    w.finish().await.unwrap();
+    let seen = duckdb_at(
+        &python,
+        &lake.catalog(),
+        "s3://lake/tables/",
+        "SELECT count(*), count(DISTINCT id) FROM lake.main.orders",
+        &url,
+    );
+    assert_eq!(seen, json!([[2500, 2500]]));
+    let paths = duckdb_at(
+        &python,
+        &lake.catalog(),
+        "s3://lake/tables/",
+        "SELECT data_file FROM ducklake_list_files('lake', 'orders')",
+        &url,
+    );
+    assert!(
+        paths
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p[0].as_str().unwrap().starts_with("s3://lake/tables/main/orders/sluice-")),
+        "{paths}"
+    );
+}
+
+#[tokio::test]
+async fn a_catalog_that_is_not_a_ducklake_or_of_another_version_is_named_in_one_line() {
+    let lake = Lake::new(1.0);
+    std::fs::create_dir_all(lake.dir.join("lake")).unwrap();
+    let db = rusqlite_like(&lake.catalog(), "CREATE TABLE customers (id INTEGER)").await;
+    drop(db);
+    let err = lake.dest().await.check().await.unwrap_err().to_string();
+    assert!(err.contains("not a DuckLake catalog") && err.contains("customers"), "{err}");
+
+    let other = Lake::new(1.0);
+    other.dest().await.check().await.unwrap();
+    rusqlite_like(&other.catalog(), "UPDATE ducklake_metadata SET value = '0.3' WHERE key = 'version'").await;
+    let fresh = Registry::new(other.dir.clone());
+    let err = fresh.destination(&other.config).await.unwrap().check().await.unwrap_err().to_string();
+    assert!(err.contains("DuckLake format 0.3") && err.contains("1.0"), "{err}");
+
+    let mut bad = other.config.clone();
+    bad.values.insert("catalog".into(), json!({"type": "oracle"}));
+    let errors = fresh.check_config(&bad).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "config.catalog", "{errors:?}");
+}
+
+/// Runs one statement on a SQLite file.
+async fn rusqlite_like(path: &Path, sql: &str) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).create_if_missing(true);
+    let mut c = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(&mut c).await.unwrap();
+    c
+}
