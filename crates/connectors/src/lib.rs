@@ -419,8 +419,8 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 field("access_key_id", String, false, true, None, "s3:// data: access key id"),
                 field("secret_access_key", String, false, true, None, "s3:// data: secret access key"),
             ],
-            sync_modes: APPEND_MODES.to_vec(),
-            features: vec!["appends_only", "holds_marks", "lake_snapshots"],
+            sync_modes: SYNC_MODES.to_vec(),
+            features: vec!["upsert", "apply_changes", "holds_marks", "lake_snapshots"],
             variants: vec![],
         },
     ]

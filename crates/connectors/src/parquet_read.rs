@@ -186,6 +186,34 @@ fn json_of(v: &PField) -> serde_json::Value {
     }
 }
 
+/// Each field's column in the file `r` (by name).
+fn places_of(r: &SerializedFileReader<File>, fields: &[Field]) -> Vec<Option<usize>> {
+    let names: Vec<String> =
+        r.metadata().file_metadata().schema().get_fields().iter().map(|t| t.name().to_string()).collect();
+    fields.iter().map(|f| names.iter().position(|n| *n == f.name)).collect()
+}
+
+/// One row of a file as `fields` (a field the file lacks is null).
+fn decode(
+    row: &parquet::record::Row,
+    what: &str,
+    fields: &[Field],
+    places: &[Option<usize>],
+) -> ConnectorResult<Vec<Value>> {
+    let columns: Vec<&PField> = row.get_column_iter().map(|(_, v)| v).collect();
+    let mut out = Vec::with_capacity(fields.len());
+    for (f, place) in fields.iter().zip(places) {
+        let v = match place.and_then(|i| columns.get(i)) {
+            Some(v) => value_of(v, f).ok_or_else(|| {
+                ConnectorError::Other(format!("{what}: column {} holds {v}, which is not a {:?}", f.name, f.field_type))
+            })?,
+            None => Value::Null,
+        };
+        out.push(v);
+    }
+    Ok(out)
+}
+
 /// Reads the rows of the Parquet file at `path` as `fields` (by column
 /// name; a field the file lacks is null), handing each to `each` until it
 /// answers `false`.
@@ -196,31 +224,74 @@ pub fn each_row(
     mut each: impl FnMut(Vec<Value>) -> bool,
 ) -> ConnectorResult<()> {
     let r = open(path, what)?;
-    let names: Vec<String> =
-        r.metadata().file_metadata().schema().get_fields().iter().map(|t| t.name().to_string()).collect();
-    // Each field's column in the file.
-    let places: Vec<Option<usize>> = fields.iter().map(|f| names.iter().position(|n| *n == f.name)).collect();
+    let places = places_of(&r, fields);
     for row in r.get_row_iter(None).map_err(|e| failed(what, e))? {
         let row = row.map_err(|e| failed(what, e))?;
-        let columns: Vec<&PField> = row.get_column_iter().map(|(_, v)| v).collect();
-        let mut out = Vec::with_capacity(fields.len());
-        for (f, place) in fields.iter().zip(&places) {
-            let v = match place.and_then(|i| columns.get(i)) {
-                Some(v) => value_of(v, f).ok_or_else(|| {
-                    ConnectorError::Other(format!(
-                        "{what}: column {} holds {v}, which is not a {:?}",
-                        f.name, f.field_type
-                    ))
-                })?,
-                None => Value::Null,
-            };
-            out.push(v);
-        }
-        if !each(out) {
+        if !each(decode(&row, what, fields, &places)?) {
             break;
         }
     }
     Ok(())
+}
+
+/// The rows at `positions` (ascending places in the whole file, from 0)
+/// of the Parquet file at `path`, as `fields`, each with its place; row
+/// groups that hold none of them are not read.
+pub fn rows_at(
+    path: &Path,
+    what: &str,
+    fields: &[Field],
+    positions: &[u64],
+) -> ConnectorResult<Vec<(u64, Vec<Value>)>> {
+    let r = open(path, what)?;
+    let places = places_of(&r, fields);
+    let mut out = Vec::with_capacity(positions.len());
+    let mut want = positions.iter().copied().peekable();
+    let mut start = 0u64;
+    for g in 0..r.num_row_groups() {
+        let end = start + r.metadata().row_group(g).num_rows().max(0) as u64;
+        while want.peek().is_some_and(|p| *p < start) {
+            want.next();
+        }
+        if want.peek().is_some_and(|p| *p < end) {
+            let group = r.get_row_group(g).map_err(|e| failed(what, e))?;
+            for (i, row) in group.get_row_iter(None).map_err(|e| failed(what, e))?.enumerate() {
+                let at = start + i as u64;
+                if want.peek() == Some(&at) {
+                    let row = row.map_err(|e| failed(what, e))?;
+                    out.push((at, decode(&row, what, fields, &places)?));
+                    want.next();
+                }
+                if want.peek().is_none_or(|p| *p >= end) {
+                    break;
+                }
+            }
+        }
+        start = end;
+    }
+    Ok(out)
+}
+
+/// The rows of row group `group` of the Parquet file at `path`, as
+/// `fields`; `None` past the last group.
+pub fn group_rows(path: &Path, what: &str, fields: &[Field], group: usize) -> ConnectorResult<Option<Vec<Vec<Value>>>> {
+    let r = open(path, what)?;
+    if group >= r.num_row_groups() {
+        return Ok(None);
+    }
+    let places = places_of(&r, fields);
+    let reader = r.get_row_group(group).map_err(|e| failed(what, e))?;
+    let mut out = Vec::new();
+    for row in reader.get_row_iter(None).map_err(|e| failed(what, e))? {
+        out.push(decode(&row.map_err(|e| failed(what, e))?, what, fields, &places)?);
+    }
+    Ok(Some(out))
+}
+
+/// Whether the Parquet file at `path` has a column named `name`.
+pub fn has_column(path: &Path, what: &str, name: &str) -> ConnectorResult<bool> {
+    let r = open(path, what)?;
+    Ok(r.metadata().file_metadata().schema().get_fields().iter().any(|t| t.name() == name))
 }
 
 #[cfg(test)]

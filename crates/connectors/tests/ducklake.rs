@@ -401,3 +401,205 @@ async fn rusqlite_like(path: &Path, sql: &str) -> sqlx::SqliteConnection {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(&mut c).await.unwrap();
     c
 }
+
+/// [`schema`] with the column a soft delete sets.
+fn keyed_schema() -> EntitySchema {
+    let mut s = schema();
+    s.fields.push(Field::new("_sluice_deleted_at", FieldType::Timestamp));
+    s
+}
+
+/// [`batch`]'s rows in [`keyed_schema`], their note `note`.
+fn keyed_batch(from: i64, to: i64, note: &str) -> RecordBatch {
+    let mut b = batch(from, to);
+    b.fields = Arc::new(keyed_schema().fields);
+    for r in &mut b.rows {
+        r[1] = Value::String(note.into());
+        r.push(Value::Null);
+    }
+    b
+}
+
+fn keys(ids: impl Iterator<Item = i64>) -> RecordBatch {
+    RecordBatch { fields: Arc::new(vec![schema().fields[0].clone()]), rows: ids.map(|i| vec![Value::Int(i)]).collect() }
+}
+
+fn int_range(after: Option<i64>, upto: Option<i64>) -> KeyRange {
+    KeyRange {
+        fields: vec![schema().fields[0].clone()],
+        after: after.map(|a| vec![Value::Int(a)]),
+        upto: upto.map(|u| vec![Value::Int(u)]),
+    }
+}
+
+/// What DuckDB sees of the keyed table: rows, distinct keys, and the count
+/// of each note.
+fn notes(lake: &Lake, python: &Path) -> (serde_json::Value, serde_json::Value) {
+    let counts = lake.duckdb(python, "SELECT count(*), count(DISTINCT id) FROM lake.main.orders");
+    let notes = lake.duckdb(python, "SELECT note, count(*) FROM lake.main.orders GROUP BY note ORDER BY note");
+    (counts, notes)
+}
+
+#[tokio::test]
+async fn rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckdb_applies() {
+    let Some(python) = lake_python() else { return };
+    let lake = Lake::new(0.02);
+    let dest = lake.dest().await;
+    let s = keyed_schema();
+
+    // The first commit: 2,000 rows in several files.
+    let mut w = dest.open_for(&s, WriteMode::Upsert, Some(&attempt(uuid::Uuid::now_v7(), 1))).await.unwrap();
+    w.write(&keyed_batch(0, 2_000, "v1")).await.unwrap();
+    w.checkpoint().await.unwrap();
+    // The second: 500 replaced, 100 deleted (one put back in the same
+    // commit), one key written twice (the later wins), ten updated in part
+    // (the note alone: the rest of each row kept), five soft-deleted.
+    w.write(&keyed_batch(1_000, 1_500, "v2")).await.unwrap();
+    w.delete(&keys(0..100)).await.unwrap();
+    w.write(&keyed_batch(5, 6, "back")).await.unwrap();
+    w.write(&keyed_batch(1_700, 1_701, "first")).await.unwrap();
+    w.write(&keyed_batch(1_700, 1_701, "twice")).await.unwrap();
+    let note = RecordBatch {
+        fields: Arc::new(vec![s.fields[0].clone(), s.fields[1].clone()]),
+        rows: (1_500..1_510).map(|i| vec![Value::Int(i), Value::String("updated".into())]).collect(),
+    };
+    w.update(&note).await.unwrap();
+    w.clear(&int_range(Some(1_800), Some(1_805)), Some("_sluice_deleted_at")).await.unwrap();
+    w.hold_position(STREAM, "lsn-2").await.unwrap();
+    w.finish().await.unwrap();
+
+    let (counts, seen) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1901, 1901]]), "each key once");
+    assert_eq!(seen, json!([["back", 1], ["twice", 1], ["updated", 10], ["v1", 1389], ["v2", 500]]), "{seen}");
+    // An update in part keeps the fields it does not set.
+    let kept = lake.duckdb(
+        &python,
+        "SELECT sum(amount)::VARCHAR, count(doc) FROM lake.main.orders WHERE id BETWEEN 1500 AND 1509",
+    );
+    let sum: i64 = (1_500..1_510).map(|i| i * 100 + i % 100).sum();
+    assert_eq!(kept, json!([[format!("{}.{:02}", sum / 100, sum % 100), 10]]), "{kept}");
+    let soft = lake.duckdb(
+        &python,
+        "SELECT min(id), max(id), count(*) FROM lake.main.orders WHERE _sluice_deleted_at IS NOT NULL",
+    );
+    assert_eq!(soft, json!([[1801, 1805, 5]]), "{soft}");
+    assert_eq!(dest.position_of(STREAM, "orders").await.unwrap().as_deref(), Some("lsn-2"));
+    // The replaced rows are hidden by delete files, one live per data file.
+    let live = lake.duckdb(
+        &python,
+        "SELECT count(*), count(DISTINCT data_file) FROM ducklake_list_files('lake', 'orders') \
+         WHERE delete_file IS NOT NULL",
+    );
+    assert_eq!(live[0][0], live[0][1], "one delete file per data file: {live}");
+    // Two commits: the second one snapshot that both inserted and deleted.
+    let snaps = lake.duckdb(&python, "SELECT changes::VARCHAR FROM lake.snapshots() ORDER BY snapshot_id");
+    assert_eq!(snaps.as_array().unwrap().len(), 3, "{snaps}");
+    let last = snaps[2][0].as_str().unwrap();
+    assert!(last.contains("tables_inserted_into") && last.contains("tables_deleted_from"), "{snaps}");
+
+    // The next writer: rows already replaced once are replaced again (a
+    // delete file replacing the live one), a range cleared for good.
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.write(&keyed_batch(1_000, 1_100, "v3")).await.unwrap();
+    w.clear(&int_range(Some(1_900), None), None).await.unwrap();
+    w.finish().await.unwrap();
+    let (counts, seen) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1802, 1802]]), "{seen}");
+    assert_eq!(seen, json!([["back", 1], ["twice", 1], ["updated", 10], ["v1", 1290], ["v2", 400], ["v3", 100]]));
+    // Time travel: the first commit's table, whole.
+    assert_eq!(
+        lake.duckdb(&python, "SELECT count(*), count(DISTINCT note) FROM lake.main.orders AT (VERSION => 1)"),
+        json!([[2000, 1]])
+    );
+
+    // A clear of every key, then rows: the table is those rows alone.
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.clear(&KeyRange::all(), None).await.unwrap();
+    w.write(&keyed_batch(10, 20, "fresh")).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(notes(&lake, &python), (json!([[10, 10]]), json!([["fresh", 10]])));
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.write(&keyed_batch(15, 25, "after")).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(notes(&lake, &python), (json!([[15, 15]]), json!([["after", 10], ["fresh", 5]])));
+}
+
+#[tokio::test]
+async fn a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows_by_key() {
+    let Some(python) = lake_python() else { return };
+    let lake = Lake::new(0.02);
+    let dest = lake.dest().await;
+    let s = keyed_schema();
+    // The table appended first (no index), twice over for some keys.
+    let mut w = dest.open_for(&s, WriteMode::Append, None).await.unwrap();
+    w.write(&keyed_batch(0, 1_000, "appended")).await.unwrap();
+    w.write(&keyed_batch(0, 10, "appended")).await.unwrap();
+    w.finish().await.unwrap();
+    // The user's DuckDB: adjacent files merged, a row deleted, rows of its
+    // own added and put in a file.
+    lake.duckdb(
+        &python,
+        "CALL ducklake_merge_adjacent_files('lake'); DELETE FROM lake.main.orders WHERE id IN (500, 600); \
+         INSERT INTO lake.main.orders (id, note) SELECT i, 'duckdb' FROM range(5000, 5010) r(i); \
+         CALL ducklake_flush_inlined_data('lake'); SELECT 1",
+    );
+    assert_eq!(lake.duckdb(&python, "SELECT count(*) FROM lake.main.orders"), json!([[1018]]));
+    // Rows by key now: the index is built from the files, so that each
+    // key (those appended twice too) ends once.
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.write(&keyed_batch(0, 20, "keyed")).await.unwrap();
+    w.write(&keyed_batch(500, 501, "keyed")).await.unwrap();
+    w.write(&keyed_batch(5_000, 5_005, "keyed")).await.unwrap();
+    // An update of a row DuckDB deleted (kept in its catalog) finds none.
+    w.update(&RecordBatch {
+        fields: Arc::new(vec![s.fields[0].clone(), s.fields[1].clone()]),
+        rows: vec![vec![Value::Int(600), Value::String("ghost".into())]],
+    })
+    .await
+    .unwrap();
+    w.finish().await.unwrap();
+    let (counts, seen) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1009, 1009]]), "{seen}");
+    assert_eq!(seen, json!([["appended", 978], ["duckdb", 5], ["keyed", 26]]));
+    // A merge between keyed commits keeps the row ids: no rebuild needed,
+    // and the rows still replaced right.
+    lake.duckdb(&python, "CALL ducklake_merge_adjacent_files('lake'); SELECT 1");
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.write(&keyed_batch(0, 1_000, "all")).await.unwrap();
+    w.finish().await.unwrap();
+    let (counts, seen) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1010, 1010]]), "{seen}");
+    assert_eq!(seen, json!([["all", 1000], ["duckdb", 5], ["keyed", 5]]));
+}
+
+#[tokio::test]
+async fn a_killed_keyed_writers_delete_files_are_removed_and_the_table_is_untouched() {
+    let Some(python) = lake_python() else { return };
+    let lake = Lake::new(0.02);
+    let dest = lake.dest().await;
+    let s = keyed_schema();
+    let run = uuid::Uuid::now_v7();
+    let mut w = dest.open_for(&s, WriteMode::Upsert, Some(&attempt(run, 1))).await.unwrap();
+    w.write(&keyed_batch(0, 1_000, "v1")).await.unwrap();
+    w.finish().await.unwrap();
+    let committed = lake.files();
+    // Killed in its commit: files and delete files put, the catalog's
+    // transaction never run.
+    let mut w = dest.open_for(&s, WriteMode::Upsert, Some(&attempt(run, 2))).await.unwrap();
+    w.write(&keyed_batch(0, 600, "v2")).await.unwrap();
+    w.delete(&keys(900..950)).await.unwrap();
+    w.update(&RecordBatch {
+        fields: Arc::new(vec![s.fields[0].clone(), s.fields[1].clone()]),
+        rows: vec![vec![Value::Int(0), Value::String("v3".into())]],
+    })
+    .await
+    .unwrap();
+    drop(w);
+    assert_eq!(notes(&lake, &python), (json!([[1000, 1000]]), json!([["v1", 1000]])), "nothing of it shows");
+    let mut w = dest.open_for(&s, WriteMode::Upsert, Some(&attempt(run, 3))).await.unwrap();
+    assert_eq!(lake.files(), committed, "the killed attempt's files are gone");
+    w.write(&keyed_batch(0, 600, "v2")).await.unwrap();
+    w.delete(&keys(900..950)).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(notes(&lake, &python), (json!([[950, 950]]), json!([["v1", 350], ["v2", 600]])));
+}

@@ -740,6 +740,8 @@ enum Target {
     Mariadb,
     /// JSON Lines files, with SQLite metadata.
     Files,
+    /// A DuckLake (a SQLite catalog, a data folder), with SQLite metadata.
+    DuckLake,
 }
 
 /// Change data capture from a PostgreSQL source of the test's own
@@ -819,6 +821,14 @@ async fn change_capture_killed_again_and_again(into: Target) {
             .await),
         None if into == Target::Files => id(api
             .post(&conns, json!({"name": "dst", "type": "file", "capability": "both", "config": {"path": "lake"}}))
+            .await),
+        None if into == Target::DuckLake => id(api
+            .post(
+                &conns,
+                json!({"name": "dst", "type": "ducklake", "capability": "destination", "config": {
+                "catalog": {"type": "sqlite", "path": "lake/catalog.sqlite"}, "data_path": "lake/data",
+                "file_size_mb": 4}}),
+            )
             .await),
         None => id(api.post(&conns, pg_conn("dst", &dst.name)).await),
     };
@@ -993,7 +1003,7 @@ async fn change_capture_killed_again_and_again(into: Target) {
     // change once.
     let rows = "SELECT id, v, md5(coalesce(pad, '')) FROM events ORDER BY id";
     let want: Vec<Row> = match into {
-        Target::Files => sqlx::query_as("SELECT id, v, coalesce(pad, '') FROM events ORDER BY id"),
+        Target::Files | Target::DuckLake => sqlx::query_as("SELECT id, v, coalesce(pad, '') FROM events ORDER BY id"),
         _ => sqlx::query_as(rows),
     }
     .fetch_all(&mut src)
@@ -1003,6 +1013,24 @@ async fn change_capture_killed_again_and_again(into: Target) {
         None if into == Target::Files => {
             let lake = data.join("files").join(&org).join("lake");
             (lake_rows(&lake), lake_log(&lake))
+        }
+        None if into == Target::DuckLake => {
+            let python = sluice_testkit::services::lake_python().expect("checked at the start");
+            let lake = std::fs::canonicalize(data.join("files").join(&org).join("lake")).unwrap();
+            let (catalog, folder) = (lake.join("catalog.sqlite"), lake.join("data"));
+            let read = |sql: &str| sluice_testkit::services::ducklake_query(&python, &catalog, &folder, sql);
+            let rows = read("SELECT id, v, coalesce(pad, '') FROM lake.main.events ORDER BY id");
+            let got: Vec<Row> = rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap() as i32, r[2].as_str().unwrap().to_string()))
+                .collect();
+            let log = read(
+                "SELECT count(*), count(DISTINCT id::VARCHAR || ' ' || _sluice_op || ' ' || _sluice_position) \
+                 FROM lake.main.events_log",
+            );
+            (got, (log[0][0].as_i64().unwrap(), log[0][1].as_i64().unwrap()))
         }
         Some((mut my, name)) => {
             let got = sqlx::query_as(sqlx::AssertSqlSafe(rows.replace("events", &format!("{name}.events"))))
@@ -1061,6 +1089,14 @@ async fn change_capture_killed_again_and_again_applies_every_change_once_into_ma
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_capture_killed_again_and_again_applies_every_change_once_into_files() {
     change_capture_killed_again_and_again(Target::Files).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_capture_killed_again_and_again_applies_every_change_once_into_a_ducklake() {
+    if sluice_testkit::services::lake_python().is_none() {
+        return;
+    }
+    change_capture_killed_again_and_again(Target::DuckLake).await;
 }
 
 /// A continuous CDC flow on two serving processes sharing a PostgreSQL

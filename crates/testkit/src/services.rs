@@ -418,14 +418,29 @@ pub fn incompressible(n: usize) -> String {
 
 /// `count(*)` and `count(DISTINCT id)` of `table` (`schema.table`) of the
 /// DuckLake whose SQLite catalog is `catalog` and data `data`, as DuckDB
-/// 1.5.5 reads it (its ducklake, parquet and sqlite extensions loaded from
-/// their wheels).
+/// 1.5.5 reads it (see [`ducklake_query`]); `(0, 0)` before the table is.
 pub fn ducklake_counts(
     python: &std::path::Path,
     catalog: &std::path::Path,
     data: &std::path::Path,
     table: &str,
 ) -> (i64, i64) {
+    let sql = format!("SELECT count(*), count(DISTINCT id) FROM lake.{table}");
+    let v = ducklake_query(python, catalog, data, &sql);
+    let first = v.as_array().and_then(|r| r.first()).and_then(|r| r.as_array()).cloned().unwrap_or_default();
+    (first.first().and_then(|c| c.as_i64()).unwrap_or(0), first.get(1).and_then(|c| c.as_i64()).unwrap_or(0))
+}
+
+/// The rows `sql` answers (a JSON array of arrays; none when a table it
+/// reads is not there yet) from the DuckLake whose SQLite catalog is
+/// `catalog` and data `data`, attached read-only as `lake` by DuckDB 1.5.5
+/// (its ducklake, parquet and sqlite extensions loaded from their wheels).
+pub fn ducklake_query(
+    python: &std::path::Path,
+    catalog: &std::path::Path,
+    data: &std::path::Path,
+    sql: &str,
+) -> serde_json::Value {
     let script = r#"
 import glob, json, os, sys, duckdb
 import duckdb_extension_ducklake, duckdb_extension_parquet, duckdb_extension_sqlite_scanner
@@ -438,21 +453,20 @@ for m, n in [(duckdb_extension_parquet, "parquet"), (duckdb_extension_sqlite_sca
     c.execute(f"LOAD '{ext(m, n)}'")
 c.execute(f"ATTACH 'ducklake:sqlite:{sys.argv[1]}' AS lake (DATA_PATH '{sys.argv[2]}/', READ_ONLY)")
 try:
-    print(json.dumps(c.execute(f"SELECT count(*), count(DISTINCT id) FROM lake.{sys.argv[3]}").fetchone()))
+    print(json.dumps(c.execute(sys.argv[3]).fetchall(), default=str))
 except duckdb.CatalogException:
-    print("[0, 0]")
+    print("[]")
 "#;
     let out = std::process::Command::new(python)
         .arg("-c")
         .arg(script)
         .arg(catalog)
         .arg(data)
-        .arg(table)
+        .arg(sql)
         .output()
         .expect("the lake readers' python runs");
     assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Vec<i64> = serde_json::from_slice(&out.stdout).expect("two counts");
-    (v[0], v[1])
+    serde_json::from_slice(&out.stdout).expect("JSON rows")
 }
 
 /// The keys under `prefix` in `bucket` of the emulator at `url` (the

@@ -85,6 +85,18 @@ const OWN_TABLES: &[&str] = &[
     // of the writer that raised it last.
     "CREATE TABLE IF NOT EXISTS sluice_ducklake_writers(entity VARCHAR NOT NULL PRIMARY KEY, version BIGINT NOT NULL, \
      run VARCHAR)",
+    // The key index of each table written by key: the DuckLake row id of
+    // each key's row (every row, where a key was appended more than once),
+    // and a single integer key's value (`ord`) for ranges. Kept in the
+    // commits that change the rows.
+    "CREATE TABLE IF NOT EXISTS sluice_ducklake_keys(table_id BIGINT NOT NULL, key VARCHAR NOT NULL, \
+     row_id BIGINT NOT NULL, ord BIGINT, PRIMARY KEY (table_id, key, row_id))",
+    "CREATE INDEX IF NOT EXISTS sluice_ducklake_keys_ord ON sluice_ducklake_keys(table_id, ord)",
+    // The snapshot a table's key index is true as of: a later snapshot
+    // that changed the table's rows (a user's insert, an append) makes the
+    // next keyed writer build it again.
+    "CREATE TABLE IF NOT EXISTS sluice_ducklake_indexed(table_id BIGINT NOT NULL PRIMARY KEY, \
+     snapshot BIGINT NOT NULL)",
 ];
 
 /// A value as an SQL string literal.
@@ -249,7 +261,7 @@ impl Db {
             }
             None => return Err(ConnectorError::InvalidConfig("the DuckLake catalog names no format version".into())),
         }
-        if !names.iter().any(|n| n == "sluice_ducklake_writers") {
+        if !names.iter().any(|n| n == "sluice_ducklake_indexed") {
             for t in OWN_TABLES {
                 match self {
                     Db::Sqlite(p) => raw(t).execute(p).await.map(|_| ()),

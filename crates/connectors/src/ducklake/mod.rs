@@ -19,6 +19,7 @@ use sluice_domain::connect::connector::*;
 use std::sync::Arc;
 
 pub mod catalog;
+pub mod keys;
 mod write;
 
 /// One column of a table, as its catalog holds it now.
@@ -248,11 +249,6 @@ impl Destination for DuckLake {
 
     async fn open_for(&self, schema: &EntitySchema, mode: WriteMode, attempt: Option<&Attempt>) -> WriterResult {
         check_entity(&schema.name)?;
-        if mode == WriteMode::Upsert {
-            return Err(ConnectorError::Unsupported(
-                "ducklake takes appends and overwrites here; deletes and upserts are not written yet".into(),
-            ));
-        }
         self.ready().await?;
         self.objects.check_writable().await?;
         let run = attempt.map(|a| a.run).unwrap_or_else(uuid::Uuid::now_v7);

@@ -11,8 +11,10 @@ use crate::parquet::{Codec, ParquetFile};
 use sluice_domain::connect::connector::*;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom};
+use std::io::BufWriter;
 use std::path::PathBuf;
+
+mod keyed;
 
 /// A file written and put, waiting for its commit.
 struct DataFile {
@@ -65,19 +67,12 @@ pub struct LakeWriter {
     committed: u64,
     pending: u64,
     bytes: u64,
+    /// Writing by key (upserts, deletes, updates).
+    keyed: Option<keyed::Keyed>,
 }
 
 fn spooling(name: &str, e: impl std::fmt::Display) -> ConnectorError {
     ConnectorError::Other(format!("spooling {name}: {e}"))
-}
-
-/// The size of a Parquet file's footer (its metadata, as DuckLake records it), from its last 8
-/// bytes.
-fn footer_size(f: &mut File) -> std::io::Result<u64> {
-    let mut tail = [0u8; 8];
-    f.seek(SeekFrom::End(-8))?;
-    f.read_exact(&mut tail)?;
-    Ok(u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])))
 }
 
 impl LakeWriter {
@@ -129,6 +124,13 @@ impl LakeWriter {
         let fields: Vec<Field> = columns.iter().map(|c| c.field.clone()).collect();
         let written = EntitySchema { name: schema.name.clone(), fields };
         crate::parquet::parquet_schema(&written)?;
+        let keyed = match mode {
+            WriteMode::Upsert => Some(keyed::Keyed::new(
+                &written,
+                &schema.primary_key().iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+            )?),
+            _ => None,
+        };
         Ok(LakeWriter {
             db: lake.db.clone(),
             data_path: lake.data_path.clone(),
@@ -152,6 +154,7 @@ impl LakeWriter {
             committed: 0,
             pending: 0,
             bytes: 0,
+            keyed,
         })
     }
 
@@ -178,10 +181,8 @@ impl LakeWriter {
         let (out, rows) = open.file.finish()?;
         let f = out.into_inner().map_err(|e| spooling(&open.name, e))?;
         drop(f);
-        let mut f = File::open(&open.spooled).map_err(|e| spooling(&open.name, e))?;
-        let bytes = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let footer = footer_size(&mut f).map_err(|e| spooling(&open.name, e))?;
-        drop(f);
+        let bytes = std::fs::metadata(&open.spooled).map(|m| m.len()).unwrap_or(0);
+        let footer = super::keys::footer_size(&open.spooled).map_err(|e| spooling(&open.name, e))?;
         self.objects.upload(&open.spooled, &format!("{}{}", self.folder, open.name)).await?;
         self.bytes += bytes;
         self.staged.push(DataFile { name: open.name, rows, bytes, footer, counts });
@@ -193,11 +194,19 @@ impl LakeWriter {
     /// writer's commit, it is tried again on what that one left.
     async fn commit(&mut self, replace: bool) -> ConnectorResult<WriteStats> {
         self.seal().await?;
+        let replace = replace || self.keyed.as_ref().is_some_and(|k| k.cleared);
+        let mut plan = self.plan_deletes().await?;
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.try_commit(replace, tries > 1).await {
+            match self.try_commit(replace, tries > 1, &plan).await {
                 Ok(()) => break,
+                Err(e) if tries < 20 && e.to_string().contains(keyed::STALE) => {
+                    // A user's compaction since the plan: made again on
+                    // the files it left.
+                    self.drop_plan(&plan).await;
+                    plan = self.plan_deletes().await?;
+                }
                 Err(e) if tries < 20 && (catalog::conflict(&e) || matches!(e, ConnectorError::Unreachable(_))) => {
                     tokio::time::sleep(std::time::Duration::from_millis(20 * tries)).await;
                 }
@@ -206,12 +215,15 @@ impl LakeWriter {
         }
         self.staged.clear();
         self.held.clear();
+        if let Some(k) = self.keyed.as_mut() {
+            k.reset();
+        }
         self.committed += self.pending;
         self.pending = 0;
         Ok(WriteStats { rows_written: self.committed, bytes: self.bytes })
     }
 
-    async fn try_commit(&mut self, replace: bool, again: bool) -> ConnectorResult<()> {
+    async fn try_commit(&mut self, replace: bool, again: bool, plan: &keyed::DeletePlan) -> ConnectorResult<()> {
         let mut tx = self.db.begin().await?;
         // Fenced: a writer that opened since (another attempt) owns it.
         let mine = tx
@@ -228,10 +240,17 @@ impl LakeWriter {
             )));
         }
         // A try whose commit's answer was lost may have committed.
-        if again && let Some(first) = self.staged.first() {
-            let done =
-                tx.int(&format!("SELECT count(*) FROM ducklake_data_file WHERE path = {}", text(&first.name))).await?;
-            if done.unwrap_or(0) > 0 {
+        if again {
+            let first = match (self.staged.first(), plan.files.first()) {
+                (Some(f), _) => Some(format!("SELECT count(*) FROM ducklake_data_file WHERE path = {}", text(&f.name))),
+                (None, Some((_, d))) => {
+                    Some(format!("SELECT count(*) FROM ducklake_delete_file WHERE path = {}", text(&d.name)))
+                }
+                (None, None) => None,
+            };
+            if let Some(sql) = first
+                && tx.int(&sql).await?.unwrap_or(0) > 0
+            {
                 return Ok(());
             }
         }
@@ -274,6 +293,7 @@ impl LakeWriter {
         };
 
         let now = super::read_table(&mut tx, &self.data_path, &self.schema, &self.entity).await?;
+        let created = now.is_none();
         let table_id = match (&now, self.table) {
             (Some(t), _) => {
                 if !t.folder.is_empty() && t.folder != self.folder {
@@ -353,9 +373,11 @@ impl LakeWriter {
             .await?;
         let (mut records, mut next_row, mut size) =
             stats.first().map(|r| (int(&r[0]), int(&r[1]), int(&r[2]))).unwrap_or((0, 0, 0));
+        let mut starts: Vec<(i64, i64)> = Vec::with_capacity(self.staged.len());
         for f in &self.staged {
             let id = next_file;
             next_file += 1;
+            starts.push((id, next_row));
             tx.exec(&format!(
                 "INSERT INTO ducklake_data_file VALUES ({id}, {table_id}, {snapshot}, NULL, NULL, {}, 1, 'parquet', \
                  {}, {}, {}, {next_row}, NULL, NULL, NULL, NULL)",
@@ -379,6 +401,12 @@ impl LakeWriter {
         }
         if !self.staged.is_empty() {
             changes.push(format!("inserted_into_table:{table_id}"));
+        }
+        let deleted =
+            self.commit_keys(&mut tx, plan, (table_id, snapshot), &mut next_file, &starts, (replace, created)).await?;
+        let said = format!("deleted_from_table:{table_id}");
+        if deleted && !changes.contains(&said) {
+            changes.push(said);
         }
         if stats.is_empty() {
             tx.exec(&format!("INSERT INTO ducklake_table_stats VALUES ({table_id}, {records}, {next_row}, {size})"))
@@ -445,6 +473,31 @@ impl LakeWriter {
         }
         tx.commit().await?;
         self.table = Some(table_id);
+        Ok(())
+    }
+
+    /// Rows into the open file (cut where full); by key, each replaces
+    /// the row of its key.
+    async fn put_rows(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let rows = align(batch, &self.names);
+        let limit = self.file_bytes;
+        for chunk in rows.chunks(100_000) {
+            let number = self.staged.len();
+            let open = self.start_file()?;
+            let base = open.file.rows();
+            open.file.write(chunk)?;
+            let full = open.file.bytes_written() >= limit;
+            self.pending += chunk.len() as u64;
+            if let Some(k) = self.keyed.as_mut() {
+                k.put(chunk, number, base);
+            }
+            if full {
+                self.seal().await?;
+            }
+        }
         Ok(())
     }
 
@@ -581,21 +634,24 @@ fn plan(table: Option<&Table>, schema: &EntitySchema) -> ConnectorResult<Vec<Pla
 #[async_trait::async_trait]
 impl EntityWriter for LakeWriter {
     async fn write(&mut self, batch: &RecordBatch) -> ConnectorResult<()> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let rows = align(batch, &self.names);
-        let limit = self.file_bytes;
-        for chunk in rows.chunks(100_000) {
-            let open = self.start_file()?;
-            open.file.write(chunk)?;
-            let full = open.file.bytes_written() >= limit;
-            self.pending += chunk.len() as u64;
-            if full {
-                self.seal().await?;
-            }
+        self.put_rows(batch).await
+    }
+
+    async fn delete(&mut self, keys: &RecordBatch) -> ConnectorResult<()> {
+        let k = self.keyed()?;
+        let at = k.places_in(&keys.fields)?;
+        for r in &keys.rows {
+            k.gone(super::keys::key_text(at.iter().map(|i| &r[*i])));
         }
         Ok(())
+    }
+
+    async fn update(&mut self, rows: &RecordBatch) -> ConnectorResult<()> {
+        self.update_rows(rows).await
+    }
+
+    async fn clear(&mut self, range: &KeyRange, soft_column: Option<&str>) -> ConnectorResult<()> {
+        self.clear_range(range, soft_column).await
     }
 
     async fn checkpoint(&mut self) -> ConnectorResult<WriteStats> {
@@ -620,7 +676,8 @@ impl EntityWriter for LakeWriter {
     }
 
     fn wants_checkpoint(&self) -> Option<bool> {
-        Some(!self.staged.is_empty())
+        let many = self.keyed.as_ref().is_some_and(|k| k.touched.len() >= keyed::MAX_TOUCHED);
+        Some(!self.staged.is_empty() || many)
     }
 
     async fn hold_position(&mut self, stream: &str, position: &str) -> ConnectorResult<()> {
