@@ -17,7 +17,7 @@ pub mod sqlite;
 
 use serde_json::json;
 use sluice_domain::connect::connector::*;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -401,7 +401,8 @@ pub fn specs() -> Vec<ConnectorSpec> {
                     false,
                     None,
                     "the catalog's database: {\"type\": \"sqlite\", \"path\": \"lake/catalog.sqlite\"} (relative to \
-                     the file root)",
+                     the file root) or {\"type\": \"postgres\", \"host\", \"port\", \"database\", \"user\", \
+                     \"password\", \"sslmode\", \"schema\"}",
                 ),
                 field(
                     "data_path",
@@ -418,6 +419,14 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 field("path_style", Boolean, false, false, None, "s3:// data: the bucket in the path"),
                 field("access_key_id", String, false, true, None, "s3:// data: access key id"),
                 field("secret_access_key", String, false, true, None, "s3:// data: secret access key"),
+                field(
+                    "catalog.password",
+                    String,
+                    false,
+                    true,
+                    None,
+                    "a postgres catalog: its database's password (given inside catalog, or here)",
+                ),
             ],
             sync_modes: SYNC_MODES.to_vec(),
             features: vec!["upsert", "apply_changes", "holds_marks", "lake_snapshots"],
@@ -593,22 +602,49 @@ impl Registry {
             Some(serde_json::Value::Object(m)) => m,
             _ => return Err(ConnectorError::InvalidConfig("catalog must be an object with a type".into())),
         };
-        let catalog_path = match catalog.get("type").and_then(|t| t.as_str()) {
+        enum Catalog {
+            Sqlite(common::Confined),
+            Postgres(Arc<postgres::PgConnector>, String),
+        }
+        let catalog_db = match catalog.get("type").and_then(|t| t.as_str()) {
             Some("sqlite") => match catalog.get("path").and_then(|p| p.as_str()).filter(|p| !p.is_empty()) {
-                Some(p) => common::confine(&self.org_dir(c), p)?,
+                Some(p) => {
+                    let place = common::confine(&self.org_dir(c), p)?;
+                    self.guard_sqlite(&place.path)?;
+                    Catalog::Sqlite(place)
+                }
                 None => {
                     return Err(ConnectorError::InvalidConfig("catalog.path is required for a sqlite catalog".into()));
                 }
             },
             Some("postgres") => {
-                return Err(ConnectorError::Unsupported(
-                    "a DuckLake catalog on PostgreSQL is not written yet: use {\"type\": \"sqlite\", \"path\": ...}"
-                        .into(),
-                ));
+                // The catalog's database as a connection of its own: its
+                // settings from the object, its password a credential
+                // (`catalog.password`).
+                let mut values: BTreeMap<String, serde_json::Value> =
+                    catalog.iter().filter(|(k, _)| *k != "type").map(|(k, v)| (k.clone(), v.clone())).collect();
+                if let Some(p) = c.values.get("catalog.password") {
+                    values.insert("password".into(), p.clone());
+                }
+                let schema = match values.remove("schema") {
+                    Some(serde_json::Value::String(s)) if !s.is_empty() => s,
+                    None => "public".to_string(),
+                    Some(_) => return Err(ConnectorError::InvalidConfig("catalog.schema must be a name".into())),
+                };
+                let inner = ResolvedConfig {
+                    connector_type: "postgres".into(),
+                    values,
+                    credential_keys: vec!["password".into()],
+                    org: c.org,
+                };
+                let named = |e: ConnectorError| match e {
+                    ConnectorError::InvalidConfig(m) => ConnectorError::InvalidConfig(format!("catalog: {m}")),
+                    other => other,
+                };
+                Catalog::Postgres(self.postgres(&inner).map_err(named)?, schema)
             }
             _ => return Err(ConnectorError::InvalidConfig("catalog.type must be sqlite or postgres".into())),
         };
-        self.guard_sqlite(&catalog_path.path)?;
         let data = required(c, "data_path")?.trim();
         let schema = c.str("schema").filter(|s| !s.is_empty()).unwrap_or("main");
         if schema.len() > 200 || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -633,21 +669,26 @@ impl Registry {
                     (Arc::new(dataset::objects::LocalObjects { place }), url)
                 }
             };
-            if let Some(dir) = catalog_path.path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    ConnectorError::InvalidConfig(format!("cannot create the catalog's folder: {}", e.kind()))
-                })?;
-            }
-            let opts = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(&catalog_path.path)
-                .create_if_missing(true)
-                .busy_timeout(Duration::from_secs(30))
-                .foreign_keys(false);
-            let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                .max_connections(4)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect_lazy_with(opts);
-            let db = ducklake::catalog::Db::Sqlite(pool);
+            let db = match &catalog_db {
+                Catalog::Sqlite(place) => {
+                    if let Some(dir) = place.path.parent() {
+                        std::fs::create_dir_all(dir).map_err(|e| {
+                            ConnectorError::InvalidConfig(format!("cannot create the catalog's folder: {}", e.kind()))
+                        })?;
+                    }
+                    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+                        .filename(&place.path)
+                        .create_if_missing(true)
+                        .busy_timeout(Duration::from_secs(30))
+                        .foreign_keys(false);
+                    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                        .max_connections(4)
+                        .acquire_timeout(Duration::from_secs(30))
+                        .connect_lazy_with(opts);
+                    ducklake::catalog::Db::Sqlite(pool)
+                }
+                Catalog::Postgres(pg, schema) => ducklake::catalog::Db::Postgres(pg.pool(), schema.clone()),
+            };
             Ok(ducklake::DuckLake::new(db, objects, data_path, schema.to_string(), bytes))
         })
     }

@@ -55,9 +55,77 @@ struct Lake {
     dir: PathBuf,
     registry: Registry,
     config: ResolvedConfig,
+    /// The catalog's schema in the test database, on PostgreSQL.
+    pg_schema: Option<String>,
+}
+
+/// The database the tests' PostgreSQL catalogs are schemas of.
+const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Where a test's catalog is.
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Sqlite,
+    Postgres,
 }
 
 impl Lake {
+    /// A lake whose catalog is on `engine` (`None` when PostgreSQL is not
+    /// there: said, and the test skipped).
+    async fn on(engine: Engine, file_size_mb: f64) -> Option<Lake> {
+        let mut lake = Lake::new(file_size_mb);
+        if engine == Engine::Postgres {
+            use sqlx::Connection;
+            let mut c = match sqlx::PgConnection::connect(PG_URL).await {
+                Ok(c) => c,
+                Err(e) => {
+                    sluice_testkit::services::unavailable("PostgreSQL on 127.0.0.1:5432", e, "start it");
+                    return None;
+                }
+            };
+            let schema = format!("lake_{}", uuid::Uuid::new_v4().simple());
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut c).await.unwrap();
+            lake.config.values.insert(
+                "catalog".into(),
+                json!({"type": "postgres", "host": "127.0.0.1", "port": 5432, "database": "test", "user": "postgres",
+                    "sslmode": "disable", "schema": schema}),
+            );
+            lake.pg_schema = Some(schema);
+        }
+        Some(lake)
+    }
+
+    /// Checks the catalog is where the engine keeps it: a SQLite file, or
+    /// the tables of the schema on PostgreSQL (and no file).
+    fn assert_catalog_engine(&self) {
+        match &self.pg_schema {
+            Some(schema) => {
+                assert!(!self.catalog().exists(), "no SQLite catalog beside a PostgreSQL one");
+                let out = Command::new("psql")
+                    .args([
+                        PG_URL,
+                        "-tAc",
+                        &format!("SELECT count(*) FROM {schema}.ducklake_snapshot_changes WHERE author = 'sluice'"),
+                    ])
+                    .output()
+                    .unwrap();
+                let n: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+                assert!(n > 0, "Sluice's snapshots are in the PostgreSQL catalog");
+            }
+            None => assert!(self.catalog().exists()),
+        }
+    }
+
+    /// What DuckDB's ATTACH names the catalog by, and its options.
+    fn attach(&self) -> String {
+        match &self.pg_schema {
+            Some(schema) => {
+                format!("ducklake:postgres:dbname=test host=127.0.0.1 user=postgres|, METADATA_SCHEMA '{schema}'")
+            }
+            None => format!("ducklake:sqlite:{}|", self.catalog().display()),
+        }
+    }
+
     fn new(file_size_mb: f64) -> Lake {
         let dir = std::env::temp_dir().join(format!("sluice-ducklake-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -74,7 +142,7 @@ impl Lake {
             credential_keys: vec![],
             org: None,
         };
-        Lake { registry: Registry::new(dir.clone()), dir, config }
+        Lake { registry: Registry::new(dir.clone()), dir, config, pg_schema: None }
     }
 
     async fn dest(&self) -> Arc<dyn Destination> {
@@ -92,7 +160,7 @@ impl Lake {
     /// What DuckDB answers to `sql` (one JSON value per line of output)
     /// with the lake attached as `lake`.
     fn duckdb(&self, python: &Path, sql: &str) -> serde_json::Value {
-        duckdb(python, &self.catalog(), &self.data(), sql)
+        duckdb_at(python, &self.attach(), &format!("{}/", self.data().display()), sql, "")
     }
 
     /// Every file under the table's folder.
@@ -108,34 +176,35 @@ impl Lake {
 impl Drop for Lake {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(schema) = self.pg_schema.take() {
+            let _ = Command::new("psql").args([PG_URL, "-qc", &format!("DROP SCHEMA {schema} CASCADE")]).output();
+        }
     }
 }
 
 /// Runs `sql` (statements separated by `;`, the last one's rows printed as
-/// JSON) in DuckDB with the ducklake, parquet and sqlite extensions loaded
-/// from their wheels and the catalog attached as `lake`.
-fn duckdb(python: &Path, catalog: &Path, data: &Path, sql: &str) -> serde_json::Value {
-    duckdb_at(python, catalog, &format!("{}/", data.display()), sql, "")
-}
-
-/// [`duckdb`] with the data at `data` (a folder or an `s3://` URL of the
-/// emulator at `endpoint`).
-fn duckdb_at(python: &Path, catalog: &Path, data: &str, sql: &str, endpoint: &str) -> serde_json::Value {
+/// JSON) in DuckDB with the ducklake, parquet, sqlite and postgres
+/// extensions loaded from their wheels and the catalog (`attach`: what
+/// ATTACH names, `|`, its options) attached as `lake`, its data at `data`
+/// (a folder or an `s3://` URL of the emulator at `endpoint`).
+fn duckdb_at(python: &Path, attach: &str, data: &str, sql: &str, endpoint: &str) -> serde_json::Value {
     let script = r#"
 import glob, json, os, sys, duckdb
 import duckdb_extension_ducklake, duckdb_extension_parquet, duckdb_extension_sqlite_scanner, duckdb_extension_httpfs
+import duckdb_extension_postgres_scanner
 def ext(mod, name):
     return glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", name + ".duckdb_extension"))[0]
 c = duckdb.connect(config={"allow_unsigned_extensions": True, "autoinstall_known_extensions": False,
     "autoload_known_extensions": False})
 for m, n in [(duckdb_extension_parquet, "parquet"), (duckdb_extension_sqlite_scanner, "sqlite_scanner"),
-             (duckdb_extension_ducklake, "ducklake")]:
+             (duckdb_extension_postgres_scanner, "postgres_scanner"), (duckdb_extension_ducklake, "ducklake")]:
     c.execute(f"LOAD '{ext(m, n)}'")
 if sys.argv[4]:
     c.execute(f"LOAD '{ext(duckdb_extension_httpfs, 'httpfs')}'")
     c.execute(f"""CREATE SECRET (TYPE s3, KEY_ID 'AKIDEXAMPLE', SECRET 'test-secret', REGION 'us-east-1',
         ENDPOINT '{sys.argv[4].split('://')[1]}', URL_STYLE 'path', USE_SSL false)""")
-c.execute(f"ATTACH 'ducklake:sqlite:{sys.argv[1]}' AS lake (DATA_PATH '{sys.argv[2]}')")
+target, options = sys.argv[1].split("|", 1)
+c.execute(f"ATTACH '{target}' AS lake (DATA_PATH '{sys.argv[2]}'{options})")
 *rest, last = [s for s in sys.argv[3].split(";") if s.strip()]
 for s in rest:
     c.execute(s)
@@ -144,7 +213,7 @@ print(json.dumps(c.execute(last).fetchall(), default=str))
     let out = Command::new(python)
         .arg("-c")
         .arg(script)
-        .arg(catalog)
+        .arg(attach)
         .arg(data)
         .arg(sql)
         .arg(endpoint)
@@ -160,8 +229,17 @@ fn attempt(run: uuid::Uuid, number: u32) -> Attempt {
 
 #[tokio::test]
 async fn appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_marks() {
+    appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_marks_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_marks_with_a_postgres_catalog() {
+    appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_marks_on(Engine::Postgres).await;
+}
+
+async fn appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_marks_on(engine: Engine) {
     let Some(python) = lake_python() else { return };
-    let lake = Lake::new(0.05);
+    let Some(lake) = Lake::on(engine, 0.05).await else { return };
     let dest = lake.dest().await;
     dest.check().await.unwrap();
 
@@ -244,8 +322,17 @@ async fn appends_and_overwrites_are_snapshots_duckdb_reads_with_their_types_and_
 
 #[tokio::test]
 async fn a_users_duckdb_writes_between_commits_are_kept_and_a_compaction_is_met() {
+    a_users_duckdb_writes_between_commits_are_kept_and_a_compaction_is_met_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_users_duckdb_writes_between_commits_are_kept_and_a_compaction_is_met_with_a_postgres_catalog() {
+    a_users_duckdb_writes_between_commits_are_kept_and_a_compaction_is_met_on(Engine::Postgres).await;
+}
+
+async fn a_users_duckdb_writes_between_commits_are_kept_and_a_compaction_is_met_on(engine: Engine) {
     let Some(python) = lake_python() else { return };
-    let lake = Lake::new(0.05);
+    let Some(lake) = Lake::on(engine, 0.05).await else { return };
     let dest = lake.dest().await;
     let mut w = dest.open(&schema(), WriteMode::Append).await.unwrap();
     w.write(&batch(0, 500)).await.unwrap();
@@ -347,7 +434,7 @@ async fn data_in_a_bucket_is_read_by_duckdb_over_s3_and_a_killed_writers_objects
     w.finish().await.unwrap();
     let seen = duckdb_at(
         &python,
-        &lake.catalog(),
+        &lake.attach(),
         "s3://lake/tables/",
         "SELECT count(*), count(DISTINCT id) FROM lake.main.orders",
         &url,
@@ -355,7 +442,7 @@ async fn data_in_a_bucket_is_read_by_duckdb_over_s3_and_a_killed_writers_objects
     assert_eq!(seen, json!([[2500, 2500]]));
     let paths = duckdb_at(
         &python,
-        &lake.catalog(),
+        &lake.attach(),
         "s3://lake/tables/",
         "SELECT data_file FROM ducklake_list_files('lake', 'orders')",
         &url,
@@ -442,8 +529,17 @@ fn notes(lake: &Lake, python: &Path) -> (serde_json::Value, serde_json::Value) {
 
 #[tokio::test]
 async fn rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckdb_applies() {
+    rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckdb_applies_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckdb_applies_with_a_postgres_catalog() {
+    rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckdb_applies_on(Engine::Postgres).await;
+}
+
+async fn rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckdb_applies_on(engine: Engine) {
     let Some(python) = lake_python() else { return };
-    let lake = Lake::new(0.02);
+    let Some(lake) = Lake::on(engine, 0.02).await else { return };
     let dest = lake.dest().await;
     let s = keyed_schema();
 
@@ -522,12 +618,22 @@ async fn rows_by_key_are_replaced_deleted_and_updated_through_delete_files_duckd
     w.write(&keyed_batch(15, 25, "after")).await.unwrap();
     w.finish().await.unwrap();
     assert_eq!(notes(&lake, &python), (json!([[15, 15]]), json!([["after", 10], ["fresh", 5]])));
+    lake.assert_catalog_engine();
 }
 
 #[tokio::test]
 async fn a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows_by_key() {
+    a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows_by_key_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows_by_key_with_a_postgres_catalog() {
+    a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows_by_key_on(Engine::Postgres).await;
+}
+
+async fn a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows_by_key_on(engine: Engine) {
     let Some(python) = lake_python() else { return };
-    let lake = Lake::new(0.02);
+    let Some(lake) = Lake::on(engine, 0.02).await else { return };
     let dest = lake.dest().await;
     let s = keyed_schema();
     // The table appended first (no index), twice over for some keys.

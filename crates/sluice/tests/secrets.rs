@@ -256,3 +256,53 @@ async fn a_server_asking_for_a_clear_text_password_gets_nothing() {
     drop(proc);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// A DuckLake whose catalog is on PostgreSQL: the catalog's password is a
+/// credential (`catalog.password`, read back as `***` inside the catalog),
+/// a server that asks for it in clear text gets nothing, and moving the
+/// catalog elsewhere with the stored password kept is refused.
+#[tokio::test]
+async fn a_ducklake_catalogs_password_is_a_credential_sent_nowhere_it_was_not_given_for() {
+    const PASSWORD: &str = "lake-catalog-password-42";
+    let pg = CleartextServer::postgres();
+    let (proc, data, base, org, key) = serve_with(&[]).await;
+    let http = client();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let body = |port: u16| {
+        json!({"name": "lake", "type": "ducklake", "capability": "destination", "config": {
+            "catalog": {"type": "postgres", "host": "127.0.0.1", "port": port, "database": "x", "user": "u",
+                "password": PASSWORD, "sslmode": "prefer"},
+            "data_path": "lake/data"}})
+    };
+    let (status, t) = as_editor(&http, &base, &key, &format!("{conns}/test"), body(pg.port)).await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(t["ok"], false, "{t}");
+    assert!(!t.to_string().contains(PASSWORD), "{t}");
+    assert!(!pg.received().contains(PASSWORD), "the catalog's password was sent in clear text: {:?}", pg.received());
+
+    let (status, c) = as_editor(&http, &base, &key, &conns, body(free_port())).await;
+    assert_eq!(status, 201, "{c}");
+    assert_eq!(c["config"]["catalog"]["password"], "***", "{c}");
+    assert!(!c.to_string().contains(PASSWORD), "{c}");
+    let listed = http.get(format!("{base}{conns}")).header("X-Api-Key", &key).send().await.unwrap();
+    let listed = listed.text().await.unwrap();
+    assert!(!listed.contains(PASSWORD) && listed.contains("***"), "{listed}");
+    // The catalog moved to the hostile server, the password kept as read.
+    let moved = json!({"config": {"catalog": {"type": "postgres", "host": "127.0.0.1", "port": pg.port,
+        "database": "x", "user": "u", "password": "***", "sslmode": "disable"}}});
+    let res = http
+        .patch(format!("{base}{conns}/{}", c["id"].as_str().unwrap()))
+        .header("X-Api-Key", &key)
+        .json(&moved)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let said = res.text().await.unwrap();
+    assert_eq!(status, 422, "{said}");
+    assert!(said.contains("catalog.password"), "the refusal names the credential to give again: {said}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!pg.received().contains(PASSWORD), "the stored password was sent: {:?}", pg.received());
+    drop(proc);
+    let _ = std::fs::remove_dir_all(&data);
+}

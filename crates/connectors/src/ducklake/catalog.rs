@@ -161,6 +161,9 @@ fn cell_pg(r: &sqlx::postgres::PgRow, i: usize) -> Option<String> {
     if let Ok(v) = r.try_get::<Option<i64>, _>(i) {
         return v.map(|v| v.to_string());
     }
+    if let Ok(v) = r.try_get::<Option<bool>, _>(i) {
+        return v.map(|v| if v { "1" } else { "0" }.to_string());
+    }
     if let Ok(v) = r.try_get::<Option<String>, _>(i) {
         return v;
     }
@@ -170,6 +173,28 @@ fn cell_pg(r: &sqlx::postgres::PgRow, i: usize) -> Option<String> {
     r.try_get::<Option<uuid::Uuid>, _>(i).ok().flatten().map(|v| v.to_string())
 }
 
+/// A name quoted as an SQL identifier.
+pub fn ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('\0', "").replace('"', "\"\""))
+}
+
+/// The catalog's tables as made on PostgreSQL: DuckDB 1.5.5 gives flags
+/// `BOOLEAN`, ids `UUID` and times `TIMESTAMPTZ` there (on SQLite, integers
+/// and text).
+fn postgres_table(sql: &str) -> String {
+    let mut out = sql.to_string();
+    for flag in ["path_is_relative", "nulls_allowed", "contains_nan", "contains_null", "is_partition"] {
+        out = out.replace(&format!("{flag} BIGINT"), &format!("{flag} BOOLEAN"));
+    }
+    for id in ["schema_uuid", "table_uuid", "view_uuid"] {
+        out = out.replace(&format!("{id} VARCHAR"), &format!("{id} UUID"));
+    }
+    for at in ["snapshot_time", "schedule_start"] {
+        out = out.replace(&format!("{at} VARCHAR"), &format!("{at} TIMESTAMPTZ"));
+    }
+    out
+}
+
 impl Db {
     pub async fn rows(&self, sql: &str) -> ConnectorResult<Vec<Cells>> {
         match self {
@@ -177,19 +202,27 @@ impl Db {
                 let rows = raw(sql).fetch_all(p).await.map_err(|e| failed(&e))?;
                 Ok(rows.iter().map(|r| (0..r.len()).map(|i| cell_sqlite(r, i)).collect()).collect())
             }
-            Db::Postgres(p, _) => {
-                let rows = raw(sql).fetch_all(p).await.map_err(|e| failed(&e))?;
-                Ok(rows.iter().map(|r| (0..r.len()).map(|i| cell_pg(r, i)).collect()).collect())
+            // In a transaction of its own, for the catalog's schema.
+            Db::Postgres(..) => {
+                let mut tx = self.begin().await?;
+                let rows = tx.rows(sql).await?;
+                tx.commit().await?;
+                Ok(rows)
             }
         }
     }
 
     /// A write transaction: SQLite's takes the write lock at once (so that
-    /// what it reads is what it commits on).
+    /// what it reads is what it commits on); PostgreSQL's reads and writes
+    /// the catalog's schema.
     pub async fn begin(&self) -> ConnectorResult<Tx> {
         Ok(match self {
             Db::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await.map_err(|e| failed(&e))?),
-            Db::Postgres(p, _) => Tx::Postgres(p.begin().await.map_err(|e| failed(&e))?),
+            Db::Postgres(p, schema) => {
+                let mut tx = Tx::Postgres(p.begin().await.map_err(|e| failed(&e))?);
+                tx.exec(&format!("SET LOCAL search_path TO {}", ident(schema))).await?;
+                tx
+            }
         })
     }
 
@@ -212,6 +245,19 @@ impl Db {
     /// # Errors
     /// `InvalidConfig` saying what the database holds instead.
     pub async fn init(&self, data_path: &str) -> ConnectorResult<()> {
+        if let Db::Postgres(p, schema) = self {
+            let sql = format!("CREATE SCHEMA IF NOT EXISTS {}", ident(schema));
+            if let Err(e) = raw(&sql).execute(p).await {
+                // A role that may not create it: the schema must be there.
+                let there = raw(&format!("SELECT 1 FROM pg_namespace WHERE nspname = {}", text(schema)))
+                    .fetch_optional(p)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                if there.is_none() {
+                    return Err(failed(&e));
+                }
+            }
+        }
         let names = self.table_names().await?;
         if !names.iter().any(|n| n == "ducklake_metadata") {
             let foreign: Vec<&String> = names.iter().filter(|n| !n.starts_with("sluice_ducklake_")).collect();
@@ -225,7 +271,10 @@ impl Db {
             let mut tx = self.begin().await?;
             if !tx.table_names().await?.iter().any(|n| n == "ducklake_metadata") {
                 for t in TABLES {
-                    tx.exec(t).await?;
+                    match self {
+                        Db::Sqlite(_) => tx.exec(t).await?,
+                        Db::Postgres(..) => tx.exec(&postgres_table(t)).await?,
+                    };
                 }
                 let now = tx.now();
                 for sql in [
@@ -240,7 +289,7 @@ impl Db {
                     "INSERT INTO ducklake_snapshot_changes VALUES (0, 'created_schema:\"main\"', NULL, NULL, NULL)"
                         .into(),
                     format!(
-                        "INSERT INTO ducklake_schema VALUES (0, {}, 0, NULL, 'main', 'main/', 1)",
+                        "INSERT INTO ducklake_schema VALUES (0, {}, 0, NULL, 'main', 'main/', true)",
                         text(&uuid::Uuid::new_v4().to_string())
                     ),
                 ] {
@@ -262,13 +311,11 @@ impl Db {
             None => return Err(ConnectorError::InvalidConfig("the DuckLake catalog names no format version".into())),
         }
         if !names.iter().any(|n| n == "sluice_ducklake_indexed") {
+            let mut tx = self.begin().await?;
             for t in OWN_TABLES {
-                match self {
-                    Db::Sqlite(p) => raw(t).execute(p).await.map(|_| ()),
-                    Db::Postgres(p, _) => raw(t).execute(p).await.map(|_| ()),
-                }
-                .map_err(|e| failed(&e))?;
+                tx.exec(t).await?;
             }
+            tx.commit().await?;
         }
         Ok(())
     }

@@ -280,7 +280,7 @@ impl LakeWriter {
                 let id = next_catalog;
                 next_catalog += 1;
                 tx.exec(&format!(
-                    "INSERT INTO ducklake_schema VALUES ({id}, {}, {snapshot}, NULL, {}, {}, 1)",
+                    "INSERT INTO ducklake_schema VALUES ({id}, {}, {snapshot}, NULL, {}, {}, true)",
                     text(&uuid::Uuid::new_v4().to_string()),
                     text(&self.schema),
                     text(&format!("{}/", self.schema))
@@ -311,7 +311,7 @@ impl LakeWriter {
                 next_catalog += 1;
                 let folder = self.folder.trim_end_matches('/').rsplit('/').next().unwrap_or(&self.entity).to_string();
                 tx.exec(&format!(
-                    "INSERT INTO ducklake_table VALUES ({id}, {}, {snapshot}, NULL, {schema_id}, {}, {}, 1)",
+                    "INSERT INTO ducklake_table VALUES ({id}, {}, {snapshot}, NULL, {schema_id}, {}, {}, true)",
                     text(&uuid::Uuid::now_v7().to_string()),
                     text(&self.entity),
                     text(&format!("{folder}/"))
@@ -379,7 +379,7 @@ impl LakeWriter {
             next_file += 1;
             starts.push((id, next_row));
             tx.exec(&format!(
-                "INSERT INTO ducklake_data_file VALUES ({id}, {table_id}, {snapshot}, NULL, NULL, {}, 1, 'parquet', \
+                "INSERT INTO ducklake_data_file VALUES ({id}, {table_id}, {snapshot}, NULL, NULL, {}, true, 'parquet', \
                  {}, {}, {}, {next_row}, NULL, NULL, NULL, NULL)",
                 text(&f.name),
                 f.rows,
@@ -432,13 +432,12 @@ impl LakeWriter {
             if had == 0 {
                 tx.exec(&format!(
                     "INSERT INTO ducklake_table_column_stats VALUES ({table_id}, {}, {}, NULL, NULL, NULL, NULL)",
-                    c.id,
-                    i64::from(nulls)
+                    c.id, nulls
                 ))
                 .await?;
             } else if nulls {
                 tx.exec(&format!(
-                    "UPDATE ducklake_table_column_stats SET contains_null = 1 WHERE table_id = {table_id} \
+                    "UPDATE ducklake_table_column_stats SET contains_null = true WHERE table_id = {table_id} \
                      AND column_id = {}",
                     c.id
                 ))
@@ -567,7 +566,7 @@ async fn insert_column(
         c.id,
         text(&c.field.name),
         text(&c.ty),
-        i64::from(nullable)
+        nullable
     ))
     .await
     .map(|_| ())

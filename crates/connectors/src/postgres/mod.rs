@@ -74,6 +74,11 @@ pub struct PgConnector {
 }
 
 impl PgConnector {
+    /// The pool, for a catalog kept in this database (a DuckLake's).
+    pub(crate) fn pool(&self) -> PgPool {
+        self.pool.clone()
+    }
+
     fn e(&self, e: &sqlx::Error) -> ConnectorError {
         err(e, &self.host, &self.database)
     }

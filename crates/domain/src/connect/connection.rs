@@ -60,6 +60,14 @@ impl Connection {
     pub fn public_config(&self) -> BTreeMap<String, Value> {
         let mut out = self.config.clone();
         for k in self.secrets.0.keys() {
+            // A credential of an object setting (`catalog.password`) shows
+            // inside it.
+            if let Some((outer, inner)) = k.split_once('.')
+                && let Some(Value::Object(m)) = out.get_mut(outer)
+            {
+                m.insert(inner.to_string(), Value::String(PLACEHOLDER.into()));
+                continue;
+            }
             out.insert(k.clone(), Value::String(PLACEHOLDER.into()));
         }
         out
@@ -83,7 +91,18 @@ pub fn split_config(
         } else if v.is_null() {
             config.remove(k);
         } else {
-            config.insert(k.clone(), v.clone());
+            // A credential inside an object setting (`catalog.password` of
+            // `catalog`) is kept with the credentials, under that name.
+            let mut v = v.clone();
+            if let Value::Object(m) = &mut v {
+                let inner = credential.iter().filter_map(|c| c.strip_prefix(k.as_str())?.strip_prefix('.'));
+                for name in inner {
+                    if let Some(secret) = m.remove(name) {
+                        secret_update.insert(format!("{k}.{name}"), secret);
+                    }
+                }
+            }
+            config.insert(k.clone(), v);
         }
     }
     let mut secrets = existing_secrets.clone();
@@ -289,6 +308,55 @@ mod tests {
             split_config(&spec(), &map(json!({"hots": "x"})), &BTreeMap::new(), &Credentials::default()).unwrap_err();
         let fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["config.host", "config.hots"]);
+    }
+
+    #[test]
+    fn a_credential_inside_an_object_setting_is_kept_and_shown_as_a_credential() {
+        let mut spec = spec();
+        spec.config_fields.push(crate::connect::connector::ConfigField {
+            name: "catalog",
+            field_type: crate::connect::connector::ConfigFieldType::Object,
+            required: false,
+            credential: false,
+            default: None,
+            description: "",
+        });
+        spec.config_fields.push(crate::connect::connector::ConfigField {
+            name: "catalog.password",
+            field_type: crate::connect::connector::ConfigFieldType::String,
+            required: false,
+            credential: true,
+            default: None,
+            description: "",
+        });
+        let update = map(json!({"host": "db", "catalog": {"type": "postgres", "host": "c", "password": "pw"}}));
+        let (config, secrets) = split_config(&spec, &update, &BTreeMap::new(), &Credentials::default()).unwrap();
+        assert_eq!(config["catalog"], json!({"type": "postgres", "host": "c"}), "the password is not a setting");
+        assert_eq!(secrets.0["catalog.password"], "pw");
+        let c = Connection {
+            id: ConnectionId::new(),
+            org_id: OrgId::new(),
+            name: "lake".into(),
+            integration_id: None,
+            connector_type: "x".into(),
+            capability: Capability::Destination,
+            config: config.clone(),
+            secrets: secrets.clone(),
+            status: ConnectionStatus::Untested,
+            last_tested_at: None,
+            last_error: None,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            updated_at: OffsetDateTime::UNIX_EPOCH,
+        };
+        assert_eq!(c.public_config()["catalog"], json!({"type": "postgres", "host": "c", "password": "***"}));
+        // Sent back as read, the password is kept; the catalog changed.
+        let again = map(json!({"catalog": {"type": "postgres", "host": "d", "password": "***"}}));
+        let (config, kept) = split_config(&spec, &again, &config, &secrets).unwrap();
+        assert_eq!(kept.0["catalog.password"], "pw");
+        assert_eq!(config["catalog"]["host"], "d");
+        let (values, keys) = merge_settings(&spec, None, &config, &kept);
+        assert_eq!(values["catalog.password"], "pw");
+        assert!(keys.contains(&"catalog.password".to_string()));
     }
 
     #[test]

@@ -422,7 +422,7 @@ impl LakeWriter {
             let id = *next_file;
             *next_file += 1;
             tx.exec(&format!(
-                "INSERT INTO ducklake_delete_file VALUES ({id}, {table}, {snapshot}, NULL, {data_file}, {}, 1, \
+                "INSERT INTO ducklake_delete_file VALUES ({id}, {table}, {snapshot}, NULL, {data_file}, {}, true, \
                  'parquet', {}, {}, {}, NULL, NULL)",
                 catalog::text(&w.name),
                 w.count,
