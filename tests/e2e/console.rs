@@ -1762,6 +1762,28 @@ async fn connections_are_created_from_their_spec(app: TestApp) {
         .post_and_follow(&at, &[("csrf", csrf.as_str()), ("name", "lite-1"), ("cfg.path", "lite.db")], Some(&origin))
         .await;
     assert!(status == StatusCode::OK && html.contains("Saved.") && html.contains("lite-1"), "{html}");
+
+    // A DuckLake among the destination types, with its fields: the catalog
+    // as JSON, its password a credential of its own.
+    let (_, html, _) = admin.get(&format!("{list}?type=ducklake")).await;
+    assert!(html.contains(r#"<option value="ducklake" selected>"#), "{html}");
+    assert!(html.contains(r#"name="cfg.catalog""#) && html.contains(r#"name="cfg.data_path""#), "{html}");
+    assert!(html.contains(r#"name="cfg.catalog.password" type="password""#), "{html}");
+    let (status, html, headers) = post(vec![
+        ("connector_type", "ducklake"),
+        ("name", "lake"),
+        ("cfg.catalog", r#"{"type": "postgres", "host": "127.0.0.1", "database": "lake", "user": "u"}"#),
+        ("cfg.catalog.password", "lake-secret"),
+        ("cfg.data_path", "lake/data"),
+        ("action", "create"),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let id = headers["location"].to_str().unwrap().rsplit('/').next().unwrap().to_string();
+    let c = check!(app.get(&format!("/v1/organizations/{org}/connections/{id}"), &ann).await, 200).body;
+    assert_eq!(c["config"]["catalog"]["host"], "127.0.0.1", "{c}");
+    assert_eq!(c["config"]["catalog"]["password"], "***", "the password is a credential: {c}");
+    assert!(!c.to_string().contains("lake-secret"), "{c}");
 }
 
 /// A contract made by hand in the catalog, then edited: tags and required
