@@ -420,6 +420,14 @@ pub fn specs() -> Vec<ConnectorSpec> {
                 field("access_key_id", String, false, true, None, "s3:// data: access key id"),
                 field("secret_access_key", String, false, true, None, "s3:// data: secret access key"),
                 field(
+                    "snapshot_retention_hours",
+                    Integer,
+                    false,
+                    false,
+                    Some(json!(168)),
+                    "snapshots older than this are expired and the files only they named removed (0: keep every one)",
+                ),
+                field(
                     "catalog.password",
                     String,
                     false,
@@ -651,6 +659,14 @@ impl Registry {
             return Err(ConnectorError::InvalidConfig(format!("schema '{schema}' must be letters, digits and _")));
         }
         let bytes = file_bytes(c)?;
+        let retention = match c.values.get("snapshot_retention_hours") {
+            None | Some(serde_json::Value::Null) => 168,
+            Some(v) => v.as_i64().filter(|h| (0..=24 * 365 * 100).contains(h)).ok_or_else(|| {
+                ConnectorError::InvalidConfig(
+                    "snapshot_retention_hours must be a whole number of hours, 0 or more".into(),
+                )
+            })?,
+        };
         self.ducklake.get_or(c, || {
             let (objects, data_path): (Arc<dyn dataset::objects::Objects>, String) = match data.strip_prefix("s3://") {
                 Some(rest) => {
@@ -689,7 +705,7 @@ impl Registry {
                 }
                 Catalog::Postgres(pg, schema) => ducklake::catalog::Db::Postgres(pg.pool(), schema.clone()),
             };
-            Ok(ducklake::DuckLake::new(db, objects, data_path, schema.to_string(), bytes))
+            Ok(ducklake::DuckLake::new(db, objects, data_path, schema.to_string(), bytes).with_retention(retention))
         })
     }
 
@@ -793,6 +809,8 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
                         "schema"
                     } else if m.contains("file_size_mb") {
                         "file_size_mb"
+                    } else if m.contains("snapshot_retention_hours") {
+                        "snapshot_retention_hours"
                     } else if m.contains("endpoint_url") {
                         "endpoint_url"
                     } else {

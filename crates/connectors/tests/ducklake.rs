@@ -709,3 +709,69 @@ async fn a_killed_keyed_writers_delete_files_are_removed_and_the_table_is_untouc
     w.finish().await.unwrap();
     assert_eq!(notes(&lake, &python), (json!([[950, 950]]), json!([["v1", 350], ["v2", 600]])));
 }
+
+#[tokio::test]
+async fn a_table_committed_to_often_has_its_small_files_merged_and_old_snapshots_expired() {
+    a_table_committed_to_often_has_its_small_files_merged_and_old_snapshots_expired_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_table_committed_to_often_has_its_small_files_merged_and_old_snapshots_expired_with_a_postgres_catalog() {
+    a_table_committed_to_often_has_its_small_files_merged_and_old_snapshots_expired_on(Engine::Postgres).await;
+}
+
+async fn a_table_committed_to_often_has_its_small_files_merged_and_old_snapshots_expired_on(engine: Engine) {
+    let Some(python) = lake_python() else { return };
+    let Some(mut lake) = Lake::on(engine, 1.0).await else { return };
+    lake.config.values.insert("snapshot_retention_hours".into(), json!(24));
+    let dest = lake.dest().await;
+    let s = keyed_schema();
+    // A change stream's minute commits: 40 commits of 50 rows, each
+    // replacing 10 rows of the one before (files far under a quarter MB).
+    let mut w = dest.open_for(&s, WriteMode::Upsert, Some(&attempt(uuid::Uuid::now_v7(), 1))).await.unwrap();
+    for c in 0..40i64 {
+        w.write(&keyed_batch(c * 40, c * 40 + 50, &format!("c{c}"))).await.unwrap();
+        w.delete(&keys(std::iter::once(c * 40 + 1))).await.unwrap();
+        w.hold_position(STREAM, &format!("lsn-{c}")).await.unwrap();
+        w.checkpoint().await.unwrap();
+    }
+    w.finish().await.unwrap();
+    // 1,610 keys (0..1610), less the 40 deleted, each once.
+    let (counts, _) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1570, 1570]]), "each key once after the merges");
+    let live = lake.duckdb(&python, "SELECT count(*) FROM ducklake_list_files('lake', 'orders')");
+    assert!(live[0][0].as_i64().unwrap() < 16, "the small files were merged: {live}");
+    let merges =
+        lake.duckdb(&python, "SELECT count(*) FROM lake.snapshots() WHERE commit_message LIKE '%small files merged'");
+    assert!(merges[0][0].as_i64().unwrap() >= 1, "{merges}");
+    // Time travel still sees an early commit whole (its files ended, kept).
+    assert_eq!(lake.duckdb(&python, "SELECT count(*) FROM lake.main.orders AT (VERSION => 1)"), json!([[49]]));
+    assert_eq!(dest.position_of(STREAM, "orders").await.unwrap().as_deref(), Some("lsn-39"));
+    let on_disk_before = lake.files().len();
+
+    // A day and more later (the snapshots made older by hand): the next
+    // writer's commit expires them, and the files only they named go.
+    let old = "UPDATE ducklake_snapshot SET snapshot_time = '2020-01-01 00:00:00.000000+00'";
+    match &lake.pg_schema {
+        Some(schema) => {
+            let out =
+                Command::new("psql").args([PG_URL, "-qc", &format!("SET search_path TO {schema}; {old}")]).output();
+            assert!(out.unwrap().status.success());
+        }
+        None => drop(rusqlite_like(&lake.catalog(), old).await),
+    }
+    let fresh = Registry::new(lake.dir.clone());
+    let dest = fresh.destination(&lake.config).await.unwrap();
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.write(&keyed_batch(0, 1, "last")).await.unwrap();
+    w.finish().await.unwrap();
+    let snaps = lake.duckdb(&python, "SELECT count(*), min(snapshot_id) FROM lake.snapshots()");
+    assert_eq!(snaps[0][0], 1, "the latest snapshot alone is kept: {snaps}");
+    let (counts, _) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1570, 1570]]));
+    let named = lake.duckdb(&python, "SELECT count(*) + count(delete_file) FROM ducklake_list_files('lake', 'orders')");
+    let on_disk = lake.files().len();
+    assert_eq!(named[0][0].as_i64().unwrap() as usize, on_disk, "every file left is named: {named}");
+    assert!(on_disk < on_disk_before, "the expired snapshots' files are gone ({on_disk_before} then {on_disk})");
+    assert_eq!(dest.position_of(STREAM, "orders").await.unwrap().as_deref(), Some("lsn-39"));
+}

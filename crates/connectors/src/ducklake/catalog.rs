@@ -92,6 +92,8 @@ const OWN_TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sluice_ducklake_keys(table_id BIGINT NOT NULL, key VARCHAR NOT NULL, \
      row_id BIGINT NOT NULL, ord BIGINT, PRIMARY KEY (table_id, key, row_id))",
     "CREATE INDEX IF NOT EXISTS sluice_ducklake_keys_ord ON sluice_ducklake_keys(table_id, ord)",
+    // Rows moved by a merge are found by their row ids.
+    "CREATE INDEX IF NOT EXISTS sluice_ducklake_keys_row ON sluice_ducklake_keys(table_id, row_id)",
     // The snapshot a table's key index is true as of: a later snapshot
     // that changed the table's rows (a user's insert, an append) makes the
     // next keyed writer build it again.

@@ -393,6 +393,18 @@ pub async fn rebuild(
     Err(ConnectorError::Other("the DuckLake table kept changing while Sluice built its key index: try again".into()))
 }
 
+/// In `tx`: whether the index of `table` is true as of its last snapshot
+/// (`None`: never built, or built again since).
+pub async fn holds_in(tx: &mut super::catalog::Tx, table: i64) -> ConnectorResult<Option<bool>> {
+    let Some(at) = tx.int(&format!("SELECT snapshot FROM sluice_ducklake_indexed WHERE table_id = {table}")).await?
+    else {
+        return Ok(None);
+    };
+    let later =
+        tx.rows(&format!("SELECT changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > {at}")).await?;
+    Ok(Some(!later.iter().any(|r| r[0].as_deref().is_some_and(|c| changes_rows(c, table)))))
+}
+
 /// Whether the index of `table` is true now: built, and no snapshot since
 /// changed the table's rows.
 pub async fn index_holds(db: &Db, table: i64) -> ConnectorResult<bool> {

@@ -50,6 +50,8 @@ pub struct DuckLake {
     data_path: String,
     schema: String,
     file_bytes: u64,
+    /// How long snapshots are kept (`None` or 0: every one).
+    retention_hours: Option<i64>,
     ready: tokio::sync::OnceCell<()>,
 }
 
@@ -176,7 +178,21 @@ async fn read_table(tx: &mut catalog::Tx, data_path: &str, schema: &str, name: &
 impl DuckLake {
     pub fn new(db: Db, objects: Arc<dyn Objects>, data_path: String, schema: String, file_bytes: u64) -> Self {
         let data_path = if data_path.ends_with('/') { data_path } else { format!("{data_path}/") };
-        DuckLake { db, objects, data_path, schema, file_bytes: file_bytes.max(1), ready: Default::default() }
+        DuckLake {
+            db,
+            objects,
+            data_path,
+            schema,
+            file_bytes: file_bytes.max(1),
+            retention_hours: None,
+            ready: Default::default(),
+        }
+    }
+
+    /// Snapshots older than `hours` are expired by the writers (0: none).
+    pub fn with_retention(mut self, hours: i64) -> Self {
+        self.retention_hours = Some(hours).filter(|h| *h > 0);
+        self
     }
 
     /// The catalog made (where new) and checked, once.

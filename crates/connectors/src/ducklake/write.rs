@@ -15,6 +15,7 @@ use std::io::BufWriter;
 use std::path::PathBuf;
 
 mod keyed;
+mod upkeep;
 
 /// A file written and put, waiting for its commit.
 struct DataFile {
@@ -69,6 +70,10 @@ pub struct LakeWriter {
     bytes: u64,
     /// Writing by key (upserts, deletes, updates).
     keyed: Option<keyed::Keyed>,
+    /// How long snapshots are kept (`None` or 0: every one).
+    retention_hours: Option<i64>,
+    /// When this writer last expired snapshots.
+    expired_at: Option<std::time::Instant>,
 }
 
 fn spooling(name: &str, e: impl std::fmt::Display) -> ConnectorError {
@@ -155,6 +160,8 @@ impl LakeWriter {
             pending: 0,
             bytes: 0,
             keyed,
+            retention_hours: lake.retention_hours,
+            expired_at: None,
         })
     }
 
@@ -220,25 +227,13 @@ impl LakeWriter {
         }
         self.committed += self.pending;
         self.pending = 0;
+        self.upkeep().await;
         Ok(WriteStats { rows_written: self.committed, bytes: self.bytes })
     }
 
     async fn try_commit(&mut self, replace: bool, again: bool, plan: &keyed::DeletePlan) -> ConnectorResult<()> {
         let mut tx = self.db.begin().await?;
-        // Fenced: a writer that opened since (another attempt) owns it.
-        let mine = tx
-            .exec(&format!(
-                "UPDATE sluice_ducklake_writers SET version = version WHERE entity = {} AND version = {}",
-                text(&self.fenced_as),
-                self.version
-            ))
-            .await?;
-        if mine != 1 {
-            return Err(ConnectorError::Other(format!(
-                "another writer of {} took over (an attempt that replaced this one): this one commits nothing",
-                self.fenced_as
-            )));
-        }
+        self.fence(&mut tx).await?;
         // A try whose commit's answer was lost may have committed.
         if again {
             let first = match (self.staged.first(), plan.files.first()) {
@@ -496,6 +491,25 @@ impl LakeWriter {
             if full {
                 self.seal().await?;
             }
+        }
+        Ok(())
+    }
+
+    /// Fails unless this writer still owns the table (no writer opened
+    /// since, another attempt's): checked first in each of its commits.
+    async fn fence(&self, tx: &mut catalog::Tx) -> ConnectorResult<()> {
+        let mine = tx
+            .exec(&format!(
+                "UPDATE sluice_ducklake_writers SET version = version WHERE entity = {} AND version = {}",
+                text(&self.fenced_as),
+                self.version
+            ))
+            .await?;
+        if mine != 1 {
+            return Err(ConnectorError::Other(format!(
+                "another writer of {} took over (an attempt that replaced this one): this one commits nothing",
+                self.fenced_as
+            )));
         }
         Ok(())
     }

@@ -453,15 +453,7 @@ impl LakeWriter {
         }
         // True as of this snapshot where it was before it, and no one else
         // changed the rows in between.
-        let at = tx.int(&format!("SELECT snapshot FROM sluice_ducklake_indexed WHERE table_id = {table}")).await?;
-        let holds = match at {
-            Some(at) => !tx
-                .rows(&format!("SELECT changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > {at}"))
-                .await?
-                .iter()
-                .any(|r| r[0].as_deref().is_some_and(|c| keys::changes_rows(c, table))),
-            None => replaced || created,
-        };
+        let holds = keys::holds_in(tx, table).await?.unwrap_or(replaced || created);
         if holds {
             tx.exec(&format!(
                 "INSERT INTO sluice_ducklake_indexed VALUES ({table}, {snapshot}) ON CONFLICT (table_id) \
