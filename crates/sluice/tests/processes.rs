@@ -1030,6 +1030,21 @@ async fn change_capture_killed_again_and_again(into: Target) {
                 "SELECT count(*), count(DISTINCT id::VARCHAR || ' ' || _sluice_op || ' ' || _sluice_position) \
                  FROM lake.main.events_log",
             );
+            // What killed attempts put and no snapshot names is gone: every
+            // file left is named by the catalog (live, or ended and kept
+            // for time travel).
+            let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", catalog.display())).await.unwrap();
+            let named: Vec<(String,)> =
+                sqlx::query_as("SELECT path FROM ducklake_data_file UNION ALL SELECT path FROM ducklake_delete_file")
+                    .fetch_all(&mut c)
+                    .await
+                    .unwrap();
+            for table in ["events", "events_log"] {
+                for f in std::fs::read_dir(folder.join("main").join(table)).unwrap().filter_map(|e| e.ok()) {
+                    let name = f.file_name().to_string_lossy().to_string();
+                    assert!(named.iter().any(|(n,)| *n == name), "{table}/{name} is named by no snapshot");
+                }
+            }
             (got, (log[0][0].as_i64().unwrap(), log[0][1].as_i64().unwrap()))
         }
         Some((mut my, name)) => {
