@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 on_both_backends!(
     clean_syncs_verify_clean_and_corruption_is_found_by_key,
+    a_ducklake_mirror_is_verified_and_repaired_through_its_commits,
     postgres_tables_are_compared_by_checksums_where_the_rows_lie,
     verification_requests_are_checked
 );
@@ -323,4 +324,104 @@ async fn verification_requests_are_checked(app: TestApp) {
     check!(app.get(&one, &bob).await, 404);
     check!(app.get(&format!("/v1/organizations/{other}/flows/{flow}/verifications"), &bob).await, 404);
     check!(app.post(&format!("/v1/organizations/{other}/flows/{flow}/verify"), &bob, json!({})).await, 404);
+}
+
+/// A DuckLake mirror (its catalog a SQLite file) verifies clean; a user's
+/// DuckDB deleting, changing and adding rows is found by key (the lake read
+/// as its files less its delete files), and the repair run writes the
+/// differing keys again through a commit like any other, after which the
+/// lake matches again.
+async fn a_ducklake_mirror_is_verified_and_repaired_through_its_commits(app: TestApp) {
+    let Some(python) = sluice_testkit::services::lake_python() else { return };
+    let Some(src) = sluice_tests::pg_schema().await else { return };
+    let s = &src.name;
+    pg_exec(format!(
+        "CREATE TABLE {s}.people (id bigint PRIMARY KEY, name text NOT NULL, email text, score numeric(10,2),
+           born date, active boolean, updated timestamptz NOT NULL);
+         INSERT INTO {s}.people SELECT i, 'person ' || i, 'p' || i || '@example.com', i * 1.25,
+           DATE '2000-01-01' + i, i % 2 = 0, TIMESTAMPTZ '2026-01-01T00:00:00Z' + i * INTERVAL '1 minute'
+           FROM generate_series(1, 60) i;"
+    ))
+    .await;
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "crm", "type": "postgres", "capability": "source",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": s, "sslmode": "disable"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let lake = check!(
+        app.post(
+            &conns,
+            &ann,
+            json!({"name": "lake", "type": "ducklake", "capability": "destination",
+            "config": {"catalog": {"type": "sqlite", "path": "lake/catalog.sqlite"}, "data_path": "lake/tables"}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let flow =
+        check!(
+        app.post(&format!("/v1/organizations/{org}/flows"), &ann, json!({
+            "name": "people-to-lake", "source_connection_id": source, "destination_connection_id": lake,
+            "config": {"mappings": [{"source_entity": "people", "sync_mode": "incremental_deduped",
+                "cursor_field": "updated", "primary_key": "id", "transform": [{"op": "mask", "field": "email"}]}]}
+        }))
+        .await,
+        201
+    )
+        .id();
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    let v = verify(&app, &ann, &org, &flow, json!({})).await;
+    assert_eq!(v["status"], "matched", "{v}");
+    let e = &v["entities"][0];
+    assert_eq!((e["source_rows"].as_u64(), e["destination_rows"].as_u64()), (Some(60), Some(60)), "{v}");
+
+    let dir = std::fs::canonicalize(app.org_files(&org)).unwrap().join("lake");
+    let (catalog, data) = (dir.join("catalog.sqlite"), dir.join("tables"));
+    sluice_testkit::services::ducklake_exec(
+        &python,
+        &catalog,
+        &data,
+        "DELETE FROM lake.main.people WHERE id = 3; UPDATE lake.main.people SET score = 99 WHERE id = 5; \
+         INSERT INTO lake.main.people SELECT 999, name, email, score, born, active, updated FROM lake.main.people \
+         WHERE id = 1; SELECT 1",
+    );
+    let v = verify(&app, &ann, &org, &flow, json!({"repair": true})).await;
+    assert_eq!(v["status"], "mismatched", "{v}");
+    let e = &v["entities"][0];
+    assert_eq!(e["missing"], json!({"count": 1, "keys": [3]}), "{v}");
+    assert_eq!(e["extra"], json!({"count": 1, "keys": [999]}), "{v}");
+    assert_eq!(e["different"], json!({"count": 1, "keys": [5]}), "{v}");
+    let run_id = v["repair_run_id"].as_str().unwrap_or_else(|| panic!("no repair run: {v}")).to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let repair = loop {
+        let r = check!(app.get(&format!("/v1/organizations/{org}/runs/{run_id}"), &ann).await, 200).body;
+        if r["finished_at"].is_string() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "repair run unfinished: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(repair["status"], "succeeded", "{repair}");
+    assert_eq!(repair["entities"][0]["rows_written"], 3, "two rows written again, one removed: {repair}");
+    let seen = sluice_testkit::services::ducklake_query(
+        &python,
+        &catalog,
+        &data,
+        "SELECT count(*), count(DISTINCT id), max(id), sum(score)::VARCHAR FROM lake.main.people",
+    );
+    let sum: f64 = (1..=60).map(|i| f64::from(i) * 1.25).sum();
+    assert_eq!(seen, json!([[60, 60, 60, format!("{sum:.2}")]]), "the lake equals the source again: {seen}");
+    let v = verify(&app, &ann, &org, &flow, json!({})).await;
+    assert_eq!(v["status"], "matched", "{v}");
 }

@@ -749,6 +749,8 @@ impl sluice_domain::connect::registry::ConnectorRegistry for Registry {
             "mysql" => Ok(self.mysql(c)?),
             "file" => self.file_source(c),
             "s3" => Ok(self.s3_dataset(c)?),
+            // Read back for a verification of its mirror, and previews.
+            "ducklake" => Ok(self.ducklake(c)?),
             other => Err(ConnectorError::Unsupported(format!("no connector of type '{other}'"))),
         }
     }

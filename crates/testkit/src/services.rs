@@ -441,6 +441,28 @@ pub fn ducklake_query(
     data: &std::path::Path,
     sql: &str,
 ) -> serde_json::Value {
+    ducklake_duckdb(python, catalog, data, sql, "READ_ONLY")
+}
+
+/// Runs `sql` (statements separated by `;`, the last one's rows answered)
+/// as a user's DuckDB writing to the lake would, inlining nothing into the
+/// catalog (every insert and delete in files).
+pub fn ducklake_exec(
+    python: &std::path::Path,
+    catalog: &std::path::Path,
+    data: &std::path::Path,
+    sql: &str,
+) -> serde_json::Value {
+    ducklake_duckdb(python, catalog, data, sql, "DATA_INLINING_ROW_LIMIT 0")
+}
+
+fn ducklake_duckdb(
+    python: &std::path::Path,
+    catalog: &std::path::Path,
+    data: &std::path::Path,
+    sql: &str,
+    options: &str,
+) -> serde_json::Value {
     let script = r#"
 import glob, json, os, sys, duckdb
 import duckdb_extension_ducklake, duckdb_extension_parquet, duckdb_extension_sqlite_scanner
@@ -451,10 +473,15 @@ c = duckdb.connect(config={"allow_unsigned_extensions": True, "autoinstall_known
 for m, n in [(duckdb_extension_parquet, "parquet"), (duckdb_extension_sqlite_scanner, "sqlite_scanner"),
              (duckdb_extension_ducklake, "ducklake")]:
     c.execute(f"LOAD '{ext(m, n)}'")
-c.execute(f"ATTACH 'ducklake:sqlite:{sys.argv[1]}' AS lake (DATA_PATH '{sys.argv[2]}/', READ_ONLY)")
+c.execute(f"ATTACH 'ducklake:sqlite:{sys.argv[1]}' AS lake (DATA_PATH '{sys.argv[2]}/', {sys.argv[4]})")
+*rest, last = [s for s in sys.argv[3].split(";") if s.strip()]
+for s in rest:
+    c.execute(s)
 try:
-    print(json.dumps(c.execute(sys.argv[3]).fetchall(), default=str))
+    print(json.dumps(c.execute(last).fetchall(), default=str))
 except duckdb.CatalogException:
+    if sys.argv[4] != "READ_ONLY":
+        raise
     print("[]")
 "#;
     let out = std::process::Command::new(python)
@@ -463,6 +490,7 @@ except duckdb.CatalogException:
         .arg(catalog)
         .arg(data)
         .arg(sql)
+        .arg(options)
         .output()
         .expect("the lake readers' python runs");
     assert!(out.status.success(), "DuckDB: {}", String::from_utf8_lossy(&out.stderr));

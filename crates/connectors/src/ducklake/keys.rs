@@ -137,6 +137,65 @@ pub fn place(files: &[LiveFile], rid: i64) -> Option<(usize, u64)> {
     (rid < f.start + f.count).then(|| (i, (rid - f.start) as u64))
 }
 
+/// Where a table's rows are by row id: a file of Sluice's holds its rows'
+/// from its first row id on; a file DuckDB wrote its row ids into (an
+/// update keeps a row's id in a new file, a flush of inlined rows) holds
+/// the ids it names.
+pub struct Placer {
+    files: Vec<LiveFile>,
+    /// The files placed by their first row id, by it.
+    ranged: Vec<usize>,
+    /// The live rows of the files that name their row ids.
+    inside: std::collections::HashMap<i64, (usize, u64)>,
+}
+
+impl Placer {
+    pub async fn new(objects: &dyn Objects, files: Vec<LiveFile>) -> ConnectorResult<Placer> {
+        let mut ranged = Vec::with_capacity(files.len());
+        let mut inside = std::collections::HashMap::new();
+        let ids = [Field::new(ROW_ID_COLUMN, FieldType::Integer)];
+        for (i, f) in files.iter().enumerate() {
+            let ours = f.key.rsplit('/').next().is_some_and(|n| n.starts_with("sluice-"));
+            if !ours {
+                let local = objects.fetch(&f.key).await?;
+                if crate::parquet_read::has_column(&local.path, &f.key, ROW_ID_COLUMN)? {
+                    let gone = deleted_places(objects, f).await?;
+                    let mut at = 0u64;
+                    let mut group = 0;
+                    while let Some(rows) = crate::parquet_read::group_rows(&local.path, &f.key, &ids, group)? {
+                        group += 1;
+                        for r in rows {
+                            if let (Some(Value::Int(rid)), Err(_)) = (r.first(), gone.binary_search(&at)) {
+                                inside.insert(*rid, (i, at));
+                            }
+                            at += 1;
+                        }
+                    }
+                    continue;
+                }
+            }
+            ranged.push(i);
+        }
+        ranged.sort_by_key(|i| files[*i].start);
+        Ok(Placer { files, ranged, inside })
+    }
+
+    pub fn files(&self) -> &[LiveFile] {
+        &self.files
+    }
+
+    /// The file (its index in [`Placer::files`]) and place of row id `rid`.
+    pub fn place(&self, rid: i64) -> Option<(usize, u64)> {
+        if let Some(p) = self.inside.get(&rid) {
+            return Some(*p);
+        }
+        let k = self.ranged.partition_point(|i| self.files[*i].start <= rid).checked_sub(1)?;
+        let i = self.ranged[k];
+        let f = &self.files[i];
+        (rid < f.start + f.count).then(|| (i, (rid - f.start) as u64))
+    }
+}
+
 /// The row ids the index holds for `keys`.
 pub async fn lookup(db: &Db, table: i64, keys: &[&str]) -> ConnectorResult<Vec<(String, i64)>> {
     let mut out = Vec::new();
@@ -331,9 +390,8 @@ pub async fn rebuild(
         tx.commit().await?;
         for f in live_files(db, data_path, folder, table).await? {
             let local = objects.fetch(&f.key).await?;
-            // A file DuckDB wrote its row ids into (inlined rows flushed, a
-            // merge of such files): Sluice places rows by the file's first
-            // row id, so they must run on from it.
+            // A file DuckDB wrote its row ids into (an update, inlined rows
+            // flushed): each row's id is its own.
             let mut read = key.to_vec();
             let inside = crate::parquet_read::has_column(&local.path, &f.key, ROW_ID_COLUMN)?;
             if inside {
@@ -354,13 +412,17 @@ pub async fn rebuild(
                 group += 1;
                 let mut entries = Vec::with_capacity(rows.len());
                 for mut r in rows {
-                    let rid = f.start + at as i64;
-                    if inside && r.pop().is_some_and(|v| !matches!(v, Value::Int(n) if n == rid)) {
-                        return Err(ConnectorError::InvalidConfig(format!(
-                            "the DuckLake file {} holds row ids that do not run on from its first one (DuckDB \
-                             rewrote it): Sluice cannot place its rows by key",
-                            f.key
-                        )));
+                    let mut rid = f.start + at as i64;
+                    if inside {
+                        match r.pop() {
+                            Some(Value::Int(n)) => rid = n,
+                            _ => {
+                                return Err(ConnectorError::InvalidConfig(format!(
+                                    "the DuckLake file {} names a row without its row id: Sluice cannot place it",
+                                    f.key
+                                )));
+                            }
+                        }
                     }
                     while g < gone.len() && gone[g] < at {
                         g += 1;

@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 pub mod catalog;
 pub mod keys;
+mod read;
+pub mod stats;
 mod write;
 
 /// One column of a table, as its catalog holds it now.

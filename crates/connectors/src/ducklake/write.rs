@@ -5,6 +5,7 @@
 //! files ended), the table's statistics and the marks held.
 
 use super::catalog::{self, int, opt, text};
+use super::stats::{Stat, Tracker, merge};
 use super::{Column, DuckLake, Table, field_of, lake_type, widens};
 use crate::common::align;
 use crate::parquet::{Codec, ParquetFile};
@@ -25,12 +26,15 @@ struct DataFile {
     footer: u64,
     /// Per written column: values, nulls.
     counts: Vec<(u64, u64)>,
+    /// Per written column: least, greatest, NaN.
+    stats: Vec<Stat>,
 }
 
 struct Open {
     file: ParquetFile<BufWriter<File>>,
     spooled: PathBuf,
     name: String,
+    stats: Tracker,
 }
 
 /// A written column: its field, and the catalog column it is (its id
@@ -172,7 +176,7 @@ impl LakeWriter {
             let group = (self.file_bytes / 2).min(crate::parquet::ROW_GROUP_BYTES as u64) as usize;
             let out = BufWriter::with_capacity(1 << 20, f);
             let file = ParquetFile::with_ids(out, &self.written, Codec::Zstd, Some(&self.ids))?.with_group_bytes(group);
-            self.open = Some(Open { file, spooled, name });
+            self.open = Some(Open { file, spooled, name, stats: Tracker::new(&self.written.fields) });
         }
         Ok(self.open.as_mut().expect("opened above"))
     }
@@ -185,6 +189,7 @@ impl LakeWriter {
             return Ok(());
         }
         let counts = open.file.counts();
+        let stats = open.stats.stats();
         let (out, rows) = open.file.finish()?;
         let f = out.into_inner().map_err(|e| spooling(&open.name, e))?;
         drop(f);
@@ -192,7 +197,7 @@ impl LakeWriter {
         let footer = super::keys::footer_size(&open.spooled).map_err(|e| spooling(&open.name, e))?;
         self.objects.upload(&open.spooled, &format!("{}{}", self.folder, open.name)).await?;
         self.bytes += bytes;
-        self.staged.push(DataFile { name: open.name, rows, bytes, footer, counts });
+        self.staged.push(DataFile { name: open.name, rows, bytes, footer, counts, stats });
         Ok(())
     }
 
@@ -368,6 +373,9 @@ impl LakeWriter {
             .await?;
         let (mut records, mut next_row, mut size) =
             stats.first().map(|r| (int(&r[0]), int(&r[1]), int(&r[2]))).unwrap_or((0, 0, 0));
+        // Rows written before (not replaced): a column new to them reads
+        // null there.
+        let earlier_rows = records > 0 && !replace;
         let mut starts: Vec<(i64, i64)> = Vec::with_capacity(self.staged.len());
         for f in &self.staged {
             let id = next_file;
@@ -382,11 +390,14 @@ impl LakeWriter {
                 f.footer
             ))
             .await?;
-            for (c, (values, nulls)) in self.columns.iter().zip(&f.counts) {
+            for ((c, (values, nulls)), st) in self.columns.iter().zip(&f.counts).zip(&f.stats) {
                 tx.exec(&format!(
                     "INSERT INTO ducklake_file_column_stats VALUES ({id}, {table_id}, {}, NULL, {values}, {nulls}, \
-                     NULL, NULL, NULL, NULL)",
-                    c.id
+                     {}, {}, {}, NULL)",
+                    c.id,
+                    opt(st.min.as_deref()),
+                    opt(st.max.as_deref()),
+                    st.nan.map_or("NULL".into(), |n| n.to_string())
                 ))
                 .await?;
             }
@@ -413,30 +424,56 @@ impl LakeWriter {
             ))
             .await?;
         }
-        // A column's table statistics are unknown (no minimum or maximum):
-        // readers then prune nothing by them.
-        for c in &self.columns {
-            let nulls = self.staged.iter().any(|f| f.counts.get(self.index(c.id)).is_some_and(|n| n.1 > 0));
+        // Each column's table statistics take in this commit's files (an
+        // overwrite's alone): DuckDB prunes by them, and merges its own
+        // writes into them.
+        if replace {
+            tx.exec(&format!("DELETE FROM ducklake_table_column_stats WHERE table_id = {table_id}")).await?;
+        }
+        for (i, c) in self.columns.iter().enumerate() {
+            let nulls = self.staged.iter().any(|f| f.counts.get(i).is_some_and(|n| n.1 > 0));
+            let nan = self.staged.iter().any(|f| f.stats.get(i).is_some_and(|s| s.nan == Some(true)));
+            let (mut min, mut max) = (None, None);
+            for f in &self.staged {
+                let Some(st) = f.stats.get(i) else { continue };
+                min = merge(&c.field, min.as_deref(), st.min.as_deref(), true);
+                max = merge(&c.field, max.as_deref(), st.max.as_deref(), false);
+            }
             let had = tx
-                .int(&format!(
-                    "SELECT count(*) FROM ducklake_table_column_stats WHERE table_id = {table_id} AND column_id = {}",
-                    c.id
-                ))
-                .await?
-                .unwrap_or(0);
-            if had == 0 {
-                tx.exec(&format!(
-                    "INSERT INTO ducklake_table_column_stats VALUES ({table_id}, {}, {}, NULL, NULL, NULL, NULL)",
-                    c.id, nulls
-                ))
-                .await?;
-            } else if nulls {
-                tx.exec(&format!(
-                    "UPDATE ducklake_table_column_stats SET contains_null = true WHERE table_id = {table_id} \
-                     AND column_id = {}",
+                .rows(&format!(
+                    "SELECT contains_null, contains_nan, min_value, max_value FROM ducklake_table_column_stats \
+                     WHERE table_id = {table_id} AND column_id = {}",
                     c.id
                 ))
                 .await?;
+            let float = c.field.field_type == FieldType::Number;
+            match had.first() {
+                None => {
+                    tx.exec(&format!(
+                        "INSERT INTO ducklake_table_column_stats VALUES ({table_id}, {}, {}, {}, {}, {}, NULL)",
+                        c.id,
+                        nulls || earlier_rows,
+                        if float { nan.to_string() } else { "NULL".into() },
+                        opt(min.as_deref()),
+                        opt(max.as_deref())
+                    ))
+                    .await?;
+                }
+                Some(r) if !self.staged.is_empty() => {
+                    let min = merge(&c.field, r[2].as_deref(), min.as_deref(), true);
+                    let max = merge(&c.field, r[3].as_deref(), max.as_deref(), false);
+                    let nan = if float { (nan || int(&r[1]) == 1).to_string() } else { "NULL".into() };
+                    tx.exec(&format!(
+                        "UPDATE ducklake_table_column_stats SET contains_null = {}, contains_nan = {nan}, \
+                         min_value = {}, max_value = {} WHERE table_id = {table_id} AND column_id = {}",
+                        nulls || int(&r[0]) == 1,
+                        opt(min.as_deref()),
+                        opt(max.as_deref()),
+                        c.id
+                    ))
+                    .await?;
+                }
+                Some(_) => {}
             }
         }
 
@@ -483,6 +520,7 @@ impl LakeWriter {
             let open = self.start_file()?;
             let base = open.file.rows();
             open.file.write(chunk)?;
+            open.stats.add(chunk);
             let full = open.file.bytes_written() >= limit;
             self.pending += chunk.len() as u64;
             if let Some(k) = self.keyed.as_mut() {
@@ -512,10 +550,6 @@ impl LakeWriter {
             )));
         }
         Ok(())
-    }
-
-    fn index(&self, id: i64) -> usize {
-        self.columns.iter().position(|c| c.id == id).unwrap_or(usize::MAX)
     }
 
     /// The columns the table lacks added, and those written wider widened,

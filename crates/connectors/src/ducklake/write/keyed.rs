@@ -195,6 +195,7 @@ impl LakeWriter {
         let refs: Vec<&str> = committed.iter().map(String::as_str).collect();
         let found = keys::lookup(&self.db, table, &refs).await?;
         let files = keys::live_files(&self.db, &self.data_path, &self.folder, table).await?;
+        let placer = keys::Placer::new(&*self.objects, files).await?;
         // The key's latest row where it has more than one.
         let mut newest: HashMap<String, i64> = HashMap::new();
         for (k, rid) in found {
@@ -203,12 +204,12 @@ impl LakeWriter {
         }
         let mut by_file: BTreeMap<usize, Vec<(u64, String)>> = BTreeMap::new();
         for (k, rid) in newest {
-            if let Some((i, p)) = keys::place(&files, rid) {
+            if let Some((i, p)) = placer.place(rid) {
                 by_file.entry(i).or_default().push((p, k));
             }
         }
         for (i, mut places) in by_file {
-            let file: &LiveFile = &files[i];
+            let file: &LiveFile = &placer.files()[i];
             places.sort();
             let local = self.objects.fetch(&file.key).await?;
             let at: Vec<u64> = places.iter().map(|p| p.0).collect();
@@ -330,12 +331,17 @@ impl LakeWriter {
             self.ensure_index().await?;
             let refs: Vec<&str> = touched.iter().map(String::as_str).collect();
             let found = keys::lookup(&self.db, table, &refs).await?;
-            files = keys::live_files(&self.db, &self.data_path, &self.folder, table).await?;
+            let placer = keys::Placer::new(
+                &*self.objects,
+                keys::live_files(&self.db, &self.data_path, &self.folder, table).await?,
+            )
+            .await?;
             for (_, rid) in found {
-                if let Some((i, p)) = keys::place(&files, rid) {
+                if let Some((i, p)) = placer.place(rid) {
                     per_old.entry(i).or_default().push(p);
                 }
             }
+            files = placer.files().to_vec();
         }
         let result = async {
             for (i, places) in per_old {

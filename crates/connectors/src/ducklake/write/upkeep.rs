@@ -33,6 +33,7 @@ struct Merged {
     bytes: u64,
     footer: u64,
     counts: Vec<(u64, u64)>,
+    stats: Vec<crate::ducklake::stats::Stat>,
     /// Each moved row's old row id and its place in the merged file.
     moved: Vec<(i64, u64)>,
     /// The files merged, each with the live delete file read.
@@ -126,6 +127,7 @@ impl LakeWriter {
         let mut out = ParquetFile::with_ids(BufWriter::with_capacity(1 << 20, f), &schema, Codec::Zstd, Some(&ids))?
             .with_group_bytes(group);
         let mut moved = Vec::new();
+        let mut tracker = crate::ducklake::stats::Tracker::new(&fields);
         let mut done = Vec::with_capacity(picked.len());
         let written = async {
             for lf in picked {
@@ -144,6 +146,7 @@ impl LakeWriter {
                         at += 1;
                     }
                     out.write(&keep)?;
+                    tracker.add(&keep);
                 }
                 done.push((lf.id, lf.deletes.as_ref().map(|d| d.0)));
             }
@@ -161,7 +164,7 @@ impl LakeWriter {
         let bytes = std::fs::metadata(&spooled).map(|m| m.len()).map_err(fail)?;
         let footer = keys::footer_size(&spooled).map_err(fail)?;
         self.objects.upload(&spooled, &format!("{}{name}", self.folder)).await?;
-        Ok(Merged { name, rows, bytes, footer, counts, moved, picked: done })
+        Ok(Merged { name, rows, bytes, footer, counts, stats: tracker.stats(), moved, picked: done })
     }
 
     /// One transaction: the merged files (and their delete files) ended,
@@ -216,11 +219,14 @@ impl LakeWriter {
             m.footer
         ))
         .await?;
-        for (c, (values, nulls)) in t.columns.iter().zip(&m.counts) {
+        for ((c, (values, nulls)), st) in t.columns.iter().zip(&m.counts).zip(&m.stats) {
             tx.exec(&format!(
                 "INSERT INTO ducklake_file_column_stats VALUES ({file_id}, {table}, {}, NULL, {values}, {nulls}, \
-                 NULL, NULL, NULL, NULL)",
-                c.id
+                 {}, {}, {}, NULL)",
+                c.id,
+                opt(st.min.as_deref()),
+                opt(st.max.as_deref()),
+                st.nan.map_or("NULL".into(), |n| n.to_string())
             ))
             .await?;
         }
