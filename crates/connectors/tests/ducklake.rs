@@ -667,6 +667,27 @@ async fn a_users_duckdb_writes_to_a_keyed_table_are_indexed_before_the_next_rows
     let (counts, seen) = notes(&lake, &python);
     assert_eq!(counts, json!([[1009, 1009]]), "{seen}");
     assert_eq!(seen, json!([["appended", 978], ["duckdb", 5], ["keyed", 26]]));
+    // The user's DuckDB writes while a writer by key is open (between two
+    // of its commits): the writer's next commit finds the index stale,
+    // builds it again and plans anew, so each key still ends once.
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.write(&keyed_batch(700, 710, "keyed")).await.unwrap();
+    w.checkpoint().await.unwrap();
+    lake.duckdb(
+        &python,
+        "UPDATE lake.main.orders SET note = 'by duckdb' WHERE id = 705; \
+         INSERT INTO lake.main.orders (id, note) VALUES (6000, 'duckdb'); \
+         CALL ducklake_flush_inlined_data('lake'); SELECT 1",
+    );
+    w.write(&keyed_batch(705, 706, "keyed")).await.unwrap();
+    w.write(&keyed_batch(6_000, 6_001, "keyed")).await.unwrap();
+    w.finish().await.unwrap();
+    let (counts, _) = notes(&lake, &python);
+    assert_eq!(counts, json!([[1010, 1010]]), "each key once after DuckDB wrote in the middle");
+    let mut w = dest.open_for(&s, WriteMode::Upsert, None).await.unwrap();
+    w.delete(&keys(std::iter::once(6_000))).await.unwrap();
+    w.finish().await.unwrap();
+
     // A merge between keyed commits keeps the row ids: no rebuild needed,
     // and the rows still replaced right.
     lake.duckdb(&python, "CALL ducklake_merge_adjacent_files('lake'); SELECT 1");

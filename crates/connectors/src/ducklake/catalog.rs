@@ -223,6 +223,9 @@ impl Db {
             Db::Postgres(p, schema) => {
                 let mut tx = Tx::Postgres(p.begin().await.map_err(|e| failed(&e))?);
                 tx.exec(&format!("SET LOCAL search_path TO {}", ident(schema))).await?;
+                // Literals are quoted as the standard says (a backslash is
+                // a character), whatever the server's default.
+                tx.exec("SET LOCAL standard_conforming_strings = on").await?;
                 tx
             }
         })
@@ -361,7 +364,7 @@ impl Tx {
         .map_err(|e| failed(&e))
     }
 
-    async fn table_names(&mut self) -> ConnectorResult<Vec<String>> {
+    pub async fn table_names(&mut self) -> ConnectorResult<Vec<String>> {
         let sql = match self {
             Tx::Sqlite(_) => "SELECT name FROM sqlite_master WHERE type = 'table'".to_string(),
             Tx::Postgres(_) => "SELECT table_name::text FROM information_schema.tables \

@@ -10,7 +10,7 @@
 //! scan of the table; the index is built from the table's files once, when
 //! someone else changed the rows since Sluice last kept it.
 
-use super::catalog::{Db, int, text};
+use super::catalog::{Cells, Db, int, text};
 use crate::dataset::objects::Objects;
 use crate::parquet::{Codec, ParquetFile};
 use sluice_domain::connect::connector::*;
@@ -455,6 +455,22 @@ pub async fn rebuild(
     Err(ConnectorError::Other("the DuckLake table kept changing while Sluice built its key index: try again".into()))
 }
 
+/// Whether an index true as of snapshot `at` still is: every snapshot since
+/// is there to tell (none expired in between: `span`, the count and the
+/// greatest id from `at` on), and none of them changed the table's rows.
+fn holds_since(at: i64, span: &[Cells], later: &[Cells], table: i64) -> bool {
+    let (count, max) = span.first().map(|r| (int(&r[0]), int(&r[1]))).unwrap_or((0, 0));
+    count == max - at + 1 && !later.iter().any(|r| r[0].as_deref().is_some_and(|c| changes_rows(c, table)))
+}
+
+fn span_sql(at: i64) -> String {
+    format!("SELECT count(*), max(snapshot_id) FROM ducklake_snapshot WHERE snapshot_id >= {at}")
+}
+
+fn later_sql(at: i64) -> String {
+    format!("SELECT changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > {at}")
+}
+
 /// In `tx`: whether the index of `table` is true as of its last snapshot
 /// (`None`: never built, or built again since).
 pub async fn holds_in(tx: &mut super::catalog::Tx, table: i64) -> ConnectorResult<Option<bool>> {
@@ -462,9 +478,9 @@ pub async fn holds_in(tx: &mut super::catalog::Tx, table: i64) -> ConnectorResul
     else {
         return Ok(None);
     };
-    let later =
-        tx.rows(&format!("SELECT changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > {at}")).await?;
-    Ok(Some(!later.iter().any(|r| r[0].as_deref().is_some_and(|c| changes_rows(c, table)))))
+    let span = tx.rows(&span_sql(at)).await?;
+    let later = tx.rows(&later_sql(at)).await?;
+    Ok(Some(holds_since(at, &span, &later, table)))
 }
 
 /// Whether the index of `table` is true now: built, and no snapshot since
@@ -472,9 +488,9 @@ pub async fn holds_in(tx: &mut super::catalog::Tx, table: i64) -> ConnectorResul
 pub async fn index_holds(db: &Db, table: i64) -> ConnectorResult<bool> {
     let at = db.rows(&format!("SELECT snapshot FROM sluice_ducklake_indexed WHERE table_id = {table}")).await?;
     let Some(at) = at.first().map(|r| int(&r[0])) else { return Ok(false) };
-    let later =
-        db.rows(&format!("SELECT changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > {at}")).await?;
-    Ok(!later.iter().any(|r| r[0].as_deref().is_some_and(|c| changes_rows(c, table))))
+    let span = db.rows(&span_sql(at)).await?;
+    let later = db.rows(&later_sql(at)).await?;
+    Ok(holds_since(at, &span, &later, table))
 }
 
 #[cfg(test)]

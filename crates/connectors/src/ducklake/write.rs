@@ -213,6 +213,13 @@ impl LakeWriter {
             tries += 1;
             match self.try_commit(replace, tries > 1, &plan).await {
                 Ok(()) => break,
+                Err(e) if tries < 20 && e.to_string().contains(keyed::STALE_INDEX) => {
+                    if let Some(k) = self.keyed.as_mut() {
+                        k.indexed = false;
+                    }
+                    self.drop_plan(&plan).await;
+                    plan = self.plan_deletes().await?;
+                }
                 Err(e) if tries < 20 && e.to_string().contains(keyed::STALE) => {
                     // A user's compaction since the plan: made again on
                     // the files it left.
@@ -477,6 +484,36 @@ impl LakeWriter {
             }
         }
 
+        // The table's columns this writer leaves out read null in its
+        // files: DuckDB must not think them free of nulls.
+        if !self.staged.is_empty() {
+            let columns = tx
+                .rows(&format!(
+                    "SELECT column_id FROM ducklake_column WHERE table_id = {table_id} AND end_snapshot IS NULL \
+                     AND parent_column IS NULL"
+                ))
+                .await?;
+            for r in columns {
+                let id = int(&r[0]);
+                if self.columns.iter().any(|c| c.id == id) {
+                    continue;
+                }
+                let set = tx
+                    .exec(&format!(
+                        "UPDATE ducklake_table_column_stats SET contains_null = true WHERE table_id = {table_id} \
+                         AND column_id = {id}"
+                    ))
+                    .await?;
+                if set == 0 {
+                    tx.exec(&format!(
+                        "INSERT INTO ducklake_table_column_stats VALUES ({table_id}, {id}, true, NULL, NULL, NULL, \
+                         NULL)"
+                    ))
+                    .await?;
+                }
+            }
+        }
+
         for (stream, position) in &self.held {
             tx.exec(&format!(
                 "INSERT INTO sluice_ducklake_marks VALUES ({table_id}, {}, {}) ON CONFLICT (table_id, stream) \
@@ -499,6 +536,13 @@ impl LakeWriter {
                 text(&changes.join(",")),
                 text(&format!("sluice run {}", self.run)),
                 opt(Some(&extra))
+            ))
+            .await?;
+        } else if self.keyed.is_some() {
+            // No snapshot made: the index is true as of the last one there.
+            tx.exec(&format!(
+                "UPDATE sluice_ducklake_indexed SET snapshot = {} WHERE table_id = {table_id} AND snapshot = {snapshot}",
+                snapshot - 1
             ))
             .await?;
         }

@@ -130,6 +130,11 @@ pub(super) struct DeletePlan {
 /// changed (a user's compaction): it is made again.
 pub(super) const STALE: &str = "the DuckLake files changed under the commit";
 
+/// The text of an error that means another writer changed the table's rows
+/// since the key index was checked: it is built again, and the plan made
+/// again.
+pub(super) const STALE_INDEX: &str = "the DuckLake table's rows changed under its key index";
+
 impl LakeWriter {
     pub(super) fn keyed(&mut self) -> ConnectorResult<&mut Keyed> {
         self.keyed.as_mut().ok_or_else(|| {
@@ -187,7 +192,8 @@ impl LakeWriter {
             }
         }
         let Some(table) = self.table else { return Ok(out) };
-        if committed.is_empty() {
+        // After a clear of every key, the committed rows are gone already.
+        if committed.is_empty() || self.keyed.as_ref().is_some_and(|k| k.cleared) {
             return Ok(out);
         }
         let committed: Vec<String> = committed.into_iter().map(str::to_string).collect();
@@ -397,6 +403,13 @@ impl LakeWriter {
         (replaced, created): (bool, bool),
     ) -> ConnectorResult<bool> {
         let Some(k) = self.keyed.as_ref() else { return Ok(false) };
+        // The index this commit planned on must still be true: another
+        // writer (a user's DuckDB) that changed the rows since makes it
+        // build the index again and plan anew.
+        let holds = keys::holds_in(tx, table).await?;
+        if !replaced && !created && holds != Some(true) {
+            return Err(ConnectorError::Other(format!("{STALE_INDEX} (table {table})")));
+        }
         let mut deleted = false;
         for (target, w) in &plan.files {
             let data_file = match *target {
@@ -459,8 +472,7 @@ impl LakeWriter {
         }
         // True as of this snapshot where it was before it, and no one else
         // changed the rows in between.
-        let holds = keys::holds_in(tx, table).await?.unwrap_or(replaced || created);
-        if holds {
+        if holds.unwrap_or(true) || replaced || created {
             tx.exec(&format!(
                 "INSERT INTO sluice_ducklake_indexed VALUES ({table}, {snapshot}) ON CONFLICT (table_id) \
                  DO UPDATE SET snapshot = excluded.snapshot"

@@ -80,10 +80,16 @@ impl LakeWriter {
         if small.len() < MERGE_AT {
             return Ok(false);
         }
+        // A file with deletes DuckDB keeps in the catalog is left alone
+        // (its hidden rows would come back).
+        let inlined = self.inlined_deletes(table).await?;
         let mut picked: Vec<LiveFile> = Vec::new();
         let mut total = 0i64;
         for f in keys::live_files(&self.db, &self.data_path, &self.folder, table).await? {
             let Some(bytes) = small.get(&f.id) else { continue };
+            if inlined.contains(&f.id) {
+                continue;
+            }
             if total + bytes > self.file_bytes as i64 && !picked.is_empty() {
                 break;
             }
@@ -114,6 +120,17 @@ impl LakeWriter {
             // removes it if no snapshot names it).
             Err(e) => Err(e),
         }
+    }
+
+    /// The files of `table` that deletes DuckDB keeps in the catalog hide
+    /// rows of.
+    async fn inlined_deletes(&self, table: i64) -> ConnectorResult<Vec<i64>> {
+        let name = format!("ducklake_inlined_delete_{table}");
+        if !self.db.table_names().await?.contains(&name) {
+            return Ok(Vec::new());
+        }
+        let rows = self.db.rows(&format!("SELECT DISTINCT file_id FROM {name}")).await?;
+        Ok(rows.iter().map(|r| int(&r[0])).collect())
     }
 
     /// Writes the live rows of `picked` into one file and puts it.
@@ -186,6 +203,13 @@ impl LakeWriter {
             if now != Some(*had) {
                 return Ok(false);
             }
+        }
+        let inlined = format!("ducklake_inlined_delete_{table}");
+        let ids_list = m.picked.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ");
+        if tx.table_names().await?.contains(&inlined)
+            && tx.int(&format!("SELECT count(*) FROM {inlined} WHERE file_id IN ({ids_list})")).await?.unwrap_or(0) > 0
+        {
+            return Ok(false);
         }
         let last = tx
             .rows(
