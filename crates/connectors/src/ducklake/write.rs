@@ -388,26 +388,9 @@ impl LakeWriter {
             let id = next_file;
             next_file += 1;
             starts.push((id, next_row));
-            tx.exec(&format!(
-                "INSERT INTO ducklake_data_file VALUES ({id}, {table_id}, {snapshot}, NULL, NULL, {}, true, 'parquet', \
-                 {}, {}, {}, {next_row}, NULL, NULL, NULL, NULL)",
-                text(&f.name),
-                f.rows,
-                f.bytes,
-                f.footer
-            ))
-            .await?;
-            for ((c, (values, nulls)), st) in self.columns.iter().zip(&f.counts).zip(&f.stats) {
-                tx.exec(&format!(
-                    "INSERT INTO ducklake_file_column_stats VALUES ({id}, {table_id}, {}, NULL, {values}, {nulls}, \
-                     {}, {}, {}, NULL)",
-                    c.id,
-                    opt(st.min.as_deref()),
-                    opt(st.max.as_deref()),
-                    st.nan.map_or("NULL".into(), |n| n.to_string())
-                ))
-                .await?;
-            }
+            let file = NamedFile { id, table: table_id, snapshot, name: &f.name, rows: f.rows, bytes: f.bytes };
+            let columns: Vec<i64> = self.columns.iter().map(|c| c.id).collect();
+            name_data_file(&mut tx, &file, (f.footer, next_row), &columns, &f.counts, &f.stats).await?;
             next_row += f.rows as i64;
             records += f.rows as i64;
             size += f.bytes as i64;
@@ -638,6 +621,48 @@ impl LakeWriter {
         }
         self.staged.clear();
     }
+}
+
+/// A data file a snapshot names.
+pub(super) struct NamedFile<'a> {
+    pub id: i64,
+    pub table: i64,
+    pub snapshot: i64,
+    pub name: &'a str,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// Names `f` (its footer size and first row id `at`) in the catalog, with
+/// each of its `columns`' counts and statistics.
+pub(super) async fn name_data_file(
+    tx: &mut catalog::Tx,
+    f: &NamedFile<'_>,
+    (footer, at): (u64, i64),
+    columns: &[i64],
+    counts: &[(u64, u64)],
+    stats: &[Stat],
+) -> ConnectorResult<()> {
+    let NamedFile { id, table, snapshot, .. } = *f;
+    tx.exec(&format!(
+        "INSERT INTO ducklake_data_file VALUES ({id}, {table}, {snapshot}, NULL, NULL, {}, true, 'parquet', {}, {}, \
+         {footer}, {at}, NULL, NULL, NULL, NULL)",
+        text(f.name),
+        f.rows,
+        f.bytes
+    ))
+    .await?;
+    for ((c, (values, nulls)), st) in columns.iter().zip(counts).zip(stats) {
+        tx.exec(&format!(
+            "INSERT INTO ducklake_file_column_stats VALUES ({id}, {table}, {c}, NULL, {values}, {nulls}, {}, {}, {}, \
+             NULL)",
+            opt(st.min.as_deref()),
+            opt(st.max.as_deref()),
+            st.nan.map_or("NULL".into(), |n| n.to_string())
+        ))
+        .await?;
+    }
+    Ok(())
 }
 
 fn conflicted(entity: &str, what: &str) -> ConnectorError {

@@ -234,26 +234,9 @@ impl LakeWriter {
             ))
             .await?;
         let (records, start, size) = stats.first().map(|r| (int(&r[0]), int(&r[1]), int(&r[2]))).unwrap_or((0, 0, 0));
-        tx.exec(&format!(
-            "INSERT INTO ducklake_data_file VALUES ({file_id}, {table}, {snapshot}, NULL, NULL, {}, true, 'parquet', \
-             {}, {}, {}, {start}, NULL, NULL, NULL, NULL)",
-            text(&m.name),
-            m.rows,
-            m.bytes,
-            m.footer
-        ))
-        .await?;
-        for ((c, (values, nulls)), st) in t.columns.iter().zip(&m.counts).zip(&m.stats) {
-            tx.exec(&format!(
-                "INSERT INTO ducklake_file_column_stats VALUES ({file_id}, {table}, {}, NULL, {values}, {nulls}, \
-                 {}, {}, {}, NULL)",
-                c.id,
-                opt(st.min.as_deref()),
-                opt(st.max.as_deref()),
-                st.nan.map_or("NULL".into(), |n| n.to_string())
-            ))
-            .await?;
-        }
+        let file = super::NamedFile { id: file_id, table, snapshot, name: &m.name, rows: m.rows, bytes: m.bytes };
+        let columns: Vec<i64> = t.columns.iter().map(|c| c.id).collect();
+        super::name_data_file(&mut tx, &file, (m.footer, start), &columns, &m.counts, &m.stats).await?;
         let rows = m.rows as i64;
         let sql = if stats.is_empty() {
             format!("INSERT INTO ducklake_table_stats VALUES ({table}, {rows}, {}, {})", start + rows, m.bytes)
