@@ -333,7 +333,26 @@ impl Db {
     }
 }
 
+/// The catalog's latest snapshot: what the next one goes on from.
+pub struct LastSnapshot {
+    pub id: i64,
+    pub schema_version: i64,
+    pub next_catalog: i64,
+    pub next_file: i64,
+}
+
 impl Tx {
+    pub async fn last_snapshot(&mut self) -> ConnectorResult<LastSnapshot> {
+        let rows = self
+            .rows(
+                "SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM ducklake_snapshot \
+                 ORDER BY snapshot_id DESC LIMIT 1",
+            )
+            .await?;
+        let r = rows.first().ok_or_else(|| ConnectorError::Other("the DuckLake catalog has no snapshot".into()))?;
+        Ok(LastSnapshot { id: int(&r[0]), schema_version: int(&r[1]), next_catalog: int(&r[2]), next_file: int(&r[3]) })
+    }
+
     pub async fn rows(&mut self, sql: &str) -> ConnectorResult<Vec<Cells>> {
         match self {
             Tx::Sqlite(t) => {

@@ -10,7 +10,7 @@
 //! scan of the table; the index is built from the table's files once, when
 //! someone else changed the rows since Sluice last kept it.
 
-use super::catalog::{Cells, Db, int, text};
+use super::catalog::{Cells, Db, ident, int, text};
 use crate::dataset::objects::Objects;
 use crate::parquet::{Codec, ParquetFile};
 use sluice_domain::connect::connector::*;
@@ -130,13 +130,6 @@ pub async fn live_files(db: &Db, data_path: &str, folder: &str, table: i64) -> C
     Ok(out)
 }
 
-/// Which of `files` (by first row id) holds row id `rid`, and its place.
-pub fn place(files: &[LiveFile], rid: i64) -> Option<(usize, u64)> {
-    let i = files.partition_point(|f| f.start <= rid).checked_sub(1)?;
-    let f = &files[i];
-    (rid < f.start + f.count).then(|| (i, (rid - f.start) as u64))
-}
-
 /// Where a table's rows are by row id: a file of Sluice's holds its rows'
 /// from its first row id on; a file DuckDB wrote its row ids into (an
 /// update keeps a row's id in a new file, a flush of inlined rows) holds
@@ -176,8 +169,18 @@ impl Placer {
             }
             ranged.push(i);
         }
+        Ok(Placer::ranged(files, ranged, inside))
+    }
+
+    /// Files placed by their first row id, and the rows `inside` placed
+    /// by the ids they name.
+    fn ranged(
+        files: Vec<LiveFile>,
+        mut ranged: Vec<usize>,
+        inside: std::collections::HashMap<i64, (usize, u64)>,
+    ) -> Placer {
         ranged.sort_by_key(|i| files[*i].start);
-        Ok(Placer { files, ranged, inside })
+        Placer { files, ranged, inside }
     }
 
     pub fn files(&self) -> &[LiveFile] {
@@ -194,6 +197,56 @@ impl Placer {
         let f = &self.files[i];
         (rid < f.start + f.count).then(|| (i, (rid - f.start) as u64))
     }
+}
+
+/// Whether DuckDB keeps live rows of `table` inlined in its catalog
+/// (small inserts), which Sluice can neither place nor read.
+pub async fn has_inlined_rows(db: &Db, table: i64) -> ConnectorResult<bool> {
+    for r in db.rows(&format!("SELECT table_name FROM ducklake_inlined_data_tables WHERE table_id = {table}")).await? {
+        let Some(name) = &r[0] else { continue };
+        let n = db.rows(&format!("SELECT count(*) FROM {} WHERE end_snapshot IS NULL", ident(name))).await?;
+        if n.first().map(|r| int(&r[0])).unwrap_or(0) > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether DuckDB keeps deletes of `table` in its catalog.
+pub async fn has_inlined_deletes(db: &Db, table: i64) -> ConnectorResult<bool> {
+    Ok(db.table_names().await?.contains(&format!("ducklake_inlined_delete_{table}")))
+}
+
+/// The places of `file` its rows are hidden at, in order: its delete
+/// file's, and (`inlined`) those DuckDB keeps in the catalog.
+pub async fn hidden_places(
+    db: &Db,
+    objects: &dyn Objects,
+    file: &LiveFile,
+    table: i64,
+    inlined: bool,
+) -> ConnectorResult<Vec<u64>> {
+    let mut gone = deleted_places(objects, file).await?;
+    if inlined {
+        let sql = format!("SELECT row_id FROM ducklake_inlined_delete_{table} WHERE file_id = {}", file.id);
+        gone.extend(db.rows(&sql).await?.iter().map(|r| int(&r[0]) as u64));
+        gone.sort_unstable();
+        gone.dedup();
+    }
+    Ok(gone)
+}
+
+/// Whether data file `id` is live, and then its live delete file, as a
+/// commit's transaction sees them (a plan made on other is stale).
+pub async fn file_now(tx: &mut super::catalog::Tx, id: i64) -> ConnectorResult<Option<Option<i64>>> {
+    let live = tx
+        .rows(&format!(
+            "SELECT f.data_file_id, d.delete_file_id FROM ducklake_data_file f \
+             LEFT JOIN ducklake_delete_file d ON d.data_file_id = f.data_file_id AND d.end_snapshot IS NULL \
+             WHERE f.data_file_id = {id} AND f.end_snapshot IS NULL"
+        ))
+        .await?;
+    Ok(live.first().map(|r| r[1].as_deref().and_then(|c| c.parse().ok())))
 }
 
 /// The row ids the index holds for `keys`.
@@ -368,22 +421,14 @@ pub async fn rebuild(
     for _ in 0..5 {
         let last = db.rows("SELECT max(snapshot_id) FROM ducklake_snapshot").await?;
         let last = last.first().map(|r| int(&r[0])).unwrap_or(0);
-        for r in
-            db.rows(&format!("SELECT table_name FROM ducklake_inlined_data_tables WHERE table_id = {table}")).await?
-        {
-            let Some(name) = &r[0] else { continue };
-            let n = db
-                .rows(&format!("SELECT count(*) FROM \"{}\" WHERE end_snapshot IS NULL", name.replace('"', "\"\"")))
-                .await?;
-            if n.first().map(|r| int(&r[0])).unwrap_or(0) > 0 {
-                return Err(ConnectorError::InvalidConfig(
-                    "the DuckLake table holds rows DuckDB inlined in its catalog (small inserts): Sluice writes a \
-                     table by key once they are in files (CALL ducklake_flush_inlined_data in DuckDB)"
-                        .into(),
-                ));
-            }
+        if has_inlined_rows(db, table).await? {
+            return Err(ConnectorError::InvalidConfig(
+                "the DuckLake table holds rows DuckDB inlined in its catalog (small inserts): Sluice writes a \
+                 table by key once they are in files (CALL ducklake_flush_inlined_data in DuckDB)"
+                    .into(),
+            ));
         }
-        let inlined_deletes = db.table_names().await?.contains(&format!("ducklake_inlined_delete_{table}"));
+        let inlined_deletes = has_inlined_deletes(db, table).await?;
         let mut tx = db.begin().await?;
         tx.exec(&format!("DELETE FROM sluice_ducklake_keys WHERE table_id = {table}")).await?;
         tx.exec(&format!("DELETE FROM sluice_ducklake_indexed WHERE table_id = {table}")).await?;
@@ -397,14 +442,7 @@ pub async fn rebuild(
             if inside {
                 read.push(Field::new(ROW_ID_COLUMN, FieldType::Integer));
             }
-            let mut gone = deleted_places(objects, &f).await?;
-            if inlined_deletes {
-                // Deletes DuckDB kept in the catalog (each a place in a file).
-                let sql = format!("SELECT row_id FROM ducklake_inlined_delete_{table} WHERE file_id = {}", f.id);
-                gone.extend(db.rows(&sql).await?.iter().map(|r| int(&r[0]) as u64));
-                gone.sort_unstable();
-                gone.dedup();
-            }
+            let gone = hidden_places(db, objects, &f, table, inlined_deletes).await?;
             let mut at = 0u64;
             let mut g = 0;
             let mut group = 0;
@@ -503,14 +541,20 @@ mod tests {
 
     #[test]
     fn a_row_id_is_placed_in_the_file_that_holds_it() {
-        let files = [file(0, 10), file(10, 5), file(20, 3)];
-        assert_eq!(place(&files, 0), Some((0, 0)));
-        assert_eq!(place(&files, 9), Some((0, 9)));
-        assert_eq!(place(&files, 10), Some((1, 0)));
-        assert_eq!(place(&files, 15), None, "between files: a row deleted with its file");
-        assert_eq!(place(&files, 22), Some((2, 2)));
-        assert_eq!(place(&files, 23), None);
-        assert_eq!(place(&[], 1), None);
+        // Out of order, as the catalog may list them; the third file's row
+        // 21 an update of DuckDB's moved into the fourth, which names it.
+        let files = vec![file(10, 5), file(0, 10), file(20, 3), file(100, 1)];
+        let moved = std::collections::HashMap::from([(21, (3, 0))]);
+        let p = Placer::ranged(files, vec![0, 1, 2], moved);
+        assert_eq!(p.place(0), Some((1, 0)));
+        assert_eq!(p.place(9), Some((1, 9)));
+        assert_eq!(p.place(10), Some((0, 0)));
+        assert_eq!(p.place(15), None, "between files: a row deleted with its file");
+        assert_eq!(p.place(22), Some((2, 2)));
+        assert_eq!(p.place(21), Some((3, 0)), "placed by the id its file names");
+        assert_eq!(p.place(23), None);
+        assert_eq!(p.place(100), None, "a file that names its ids is not placed by its first");
+        assert_eq!(Placer::ranged(Vec::new(), Vec::new(), Default::default()).place(1), None);
     }
 
     #[test]

@@ -62,23 +62,6 @@ impl RecordReader for LakeReader {
     }
 }
 
-/// Rows read whole, handed over as one batch.
-struct Held {
-    fields: Arc<Vec<Field>>,
-    rows: Option<Vec<Vec<Value>>>,
-}
-
-#[async_trait::async_trait]
-impl RecordReader for Held {
-    fn fields(&self) -> Arc<Vec<Field>> {
-        self.fields.clone()
-    }
-
-    async fn next_batch(&mut self) -> ConnectorResult<Option<RecordBatch>> {
-        Ok(self.rows.take().filter(|r| !r.is_empty()).map(|rows| RecordBatch { fields: self.fields.clone(), rows }))
-    }
-}
-
 impl DuckLake {
     /// The table `entity`: its id, folder and fields.
     async fn table_of(&self, entity: &str) -> ConnectorResult<super::Table> {
@@ -91,43 +74,21 @@ impl DuckLake {
 
     /// The table's live files, each with the places it hides.
     async fn readable_files(&self, t: &super::Table) -> ConnectorResult<VecDeque<(LiveFile, Vec<u64>)>> {
-        let names = self.db.table_names().await?;
-        for r in self
-            .db
-            .rows(&format!("SELECT table_name FROM ducklake_inlined_data_tables WHERE table_id = {}", t.id))
-            .await?
-        {
-            let Some(name) = &r[0] else { continue };
-            let n = self
-                .db
-                .rows(&format!("SELECT count(*) FROM \"{}\" WHERE end_snapshot IS NULL", name.replace('"', "\"\"")))
-                .await?;
-            if n.first().map(|r| catalog_int(&r[0])).unwrap_or(0) > 0 {
-                return Err(ConnectorError::Unsupported(
-                    "the DuckLake table holds rows DuckDB inlined in its catalog: Sluice reads it once they are in \
-                     files (CALL ducklake_flush_inlined_data in DuckDB)"
-                        .into(),
-                ));
-            }
+        if keys::has_inlined_rows(&self.db, t.id).await? {
+            return Err(ConnectorError::Unsupported(
+                "the DuckLake table holds rows DuckDB inlined in its catalog: Sluice reads it once they are in \
+                 files (CALL ducklake_flush_inlined_data in DuckDB)"
+                    .into(),
+            ));
         }
-        let inlined_deletes = names.contains(&format!("ducklake_inlined_delete_{}", t.id));
+        let inlined = keys::has_inlined_deletes(&self.db, t.id).await?;
         let mut out = VecDeque::new();
         for f in keys::live_files(&self.db, &self.data_path, &t.folder, t.id).await? {
-            let mut gone = keys::deleted_places(&*self.objects, &f).await?;
-            if inlined_deletes {
-                let sql = format!("SELECT row_id FROM ducklake_inlined_delete_{} WHERE file_id = {}", t.id, f.id);
-                gone.extend(self.db.rows(&sql).await?.iter().map(|r| catalog_int(&r[0]) as u64));
-                gone.sort_unstable();
-                gone.dedup();
-            }
+            let gone = keys::hidden_places(&self.db, &*self.objects, &f, t.id, inlined).await?;
             out.push_back((f, gone));
         }
         Ok(out)
     }
-}
-
-fn catalog_int(c: &Option<String>) -> i64 {
-    super::catalog::int(c)
 }
 
 #[async_trait::async_trait]
@@ -201,6 +162,6 @@ impl Source for DuckLake {
                 crate::parquet_read::rows_at(&local.path, &f.key, &fields, &places)?.into_iter().map(|(_, r)| r),
             );
         }
-        Ok(Some(Box::new(Held { fields, rows: Some(rows) })))
+        Ok(Some(Box::new(HeldRows { fields, rows: Some(rows) })))
     }
 }

@@ -261,17 +261,11 @@ impl LakeWriter {
                 return Ok(());
             }
         }
-        let last = tx
-            .rows(
-                "SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM ducklake_snapshot \
-                 ORDER BY snapshot_id DESC LIMIT 1",
-            )
-            .await?;
-        let last = last.first().ok_or_else(|| ConnectorError::Other("the DuckLake catalog has no snapshot".into()))?;
-        let snapshot = int(&last[0]) + 1;
-        let mut schema_version = int(&last[1]);
-        let mut next_catalog = int(&last[2]);
-        let mut next_file = int(&last[3]);
+        let last = tx.last_snapshot().await?;
+        let snapshot = last.id + 1;
+        let mut schema_version = last.schema_version;
+        let mut next_catalog = last.next_catalog;
+        let mut next_file = last.next_file;
         let mut changes: Vec<String> = Vec::new();
         let mut altered = false;
 

@@ -180,6 +180,23 @@ pub trait RecordReader: Send {
     async fn next_batch(&mut self) -> ConnectorResult<Option<RecordBatch>>;
 }
 
+/// A reader over rows already in memory: one batch (none when empty).
+pub struct HeldRows {
+    pub fields: Arc<Vec<Field>>,
+    pub rows: Option<Vec<Vec<Value>>>,
+}
+
+#[async_trait::async_trait]
+impl RecordReader for HeldRows {
+    fn fields(&self) -> Arc<Vec<Field>> {
+        self.fields.clone()
+    }
+
+    async fn next_batch(&mut self) -> ConnectorResult<Option<RecordBatch>> {
+        Ok(self.rows.take().filter(|r| !r.is_empty()).map(|rows| RecordBatch { fields: self.fields.clone(), rows }))
+    }
+}
+
 #[async_trait::async_trait]
 pub trait Source: Send + Sync {
     async fn check(&self) -> ConnectorResult<()>;

@@ -414,15 +414,7 @@ impl LakeWriter {
         for (target, w) in &plan.files {
             let data_file = match *target {
                 Target::Old { id, had } => {
-                    let live = tx
-                        .rows(&format!(
-                            "SELECT f.data_file_id, d.delete_file_id FROM ducklake_data_file f \
-                             LEFT JOIN ducklake_delete_file d ON d.data_file_id = f.data_file_id \
-                             AND d.end_snapshot IS NULL WHERE f.data_file_id = {id} AND f.end_snapshot IS NULL"
-                        ))
-                        .await?;
-                    let now: Option<Option<i64>> = live.first().map(|r| r[1].as_deref().and_then(|c| c.parse().ok()));
-                    if now != Some(had) {
+                    if keys::file_now(tx, id).await? != Some(had) {
                         return Err(ConnectorError::Other(format!("{STALE} (data file {id})")));
                     }
                     if let Some(had) = had {

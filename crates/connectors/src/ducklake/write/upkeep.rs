@@ -192,35 +192,20 @@ impl LakeWriter {
         let mut tx = self.db.begin().await?;
         self.fence(&mut tx).await?;
         for (id, had) in &m.picked {
-            let live = tx
-                .rows(&format!(
-                    "SELECT f.data_file_id, d.delete_file_id FROM ducklake_data_file f \
-                     LEFT JOIN ducklake_delete_file d ON d.data_file_id = f.data_file_id AND d.end_snapshot IS NULL \
-                     WHERE f.data_file_id = {id} AND f.end_snapshot IS NULL"
-                ))
-                .await?;
-            let now: Option<Option<i64>> = live.first().map(|r| r[1].as_deref().and_then(|c| c.parse().ok()));
-            if now != Some(*had) {
+            if keys::file_now(&mut tx, *id).await? != Some(*had) {
                 return Ok(false);
             }
         }
         let inlined = format!("ducklake_inlined_delete_{table}");
-        let ids_list = m.picked.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ");
+        let ids = m.picked.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ");
         if tx.table_names().await?.contains(&inlined)
-            && tx.int(&format!("SELECT count(*) FROM {inlined} WHERE file_id IN ({ids_list})")).await?.unwrap_or(0) > 0
+            && tx.int(&format!("SELECT count(*) FROM {inlined} WHERE file_id IN ({ids})")).await?.unwrap_or(0) > 0
         {
             return Ok(false);
         }
-        let last = tx
-            .rows(
-                "SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM ducklake_snapshot \
-                 ORDER BY snapshot_id DESC LIMIT 1",
-            )
-            .await?;
-        let last = last.first().ok_or_else(|| ConnectorError::Other("the DuckLake catalog has no snapshot".into()))?;
-        let snapshot = int(&last[0]) + 1;
-        let file_id = int(&last[3]);
-        let ids = m.picked.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ");
+        let last = tx.last_snapshot().await?;
+        let snapshot = last.id + 1;
+        let file_id = last.next_file;
         tx.exec(&format!("UPDATE ducklake_data_file SET end_snapshot = {snapshot} WHERE data_file_id IN ({ids})"))
             .await?;
         tx.exec(&format!(
@@ -268,8 +253,8 @@ impl LakeWriter {
         let now = tx.now();
         tx.exec(&format!(
             "INSERT INTO ducklake_snapshot VALUES ({snapshot}, {now}, {}, {}, {})",
-            int(&last[1]),
-            int(&last[2]),
+            last.schema_version,
+            last.next_catalog,
             file_id + 1
         ))
         .await?;

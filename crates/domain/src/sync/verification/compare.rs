@@ -11,7 +11,7 @@
 //! reported, nor one the source changed meanwhile.
 
 use super::values::*;
-use crate::connect::connector::{Field, KeyRange, KeyedRead, ReadRequest, RecordReader, Source};
+use crate::connect::connector::{Field, HeldRows, KeyRange, KeyedRead, ReadRequest, RecordReader, Source};
 use crate::shared::ids::{FlowId, OrgId, VerificationId};
 use crate::shared::record::{RecordBatch, Value};
 use crate::sync::flow::Mapping;
@@ -390,23 +390,6 @@ impl Ord for SortKey {
     }
 }
 
-/// A reader over rows already in memory.
-struct Held {
-    fields: Arc<Vec<Field>>,
-    rows: Option<Vec<Vec<Value>>>,
-}
-
-#[async_trait::async_trait]
-impl RecordReader for Held {
-    fn fields(&self) -> Arc<Vec<Field>> {
-        self.fields.clone()
-    }
-
-    async fn next_batch(&mut self) -> crate::connect::connector::ConnectorResult<Option<RecordBatch>> {
-        Ok(self.rows.take().filter(|r| !r.is_empty()).map(|rows| RecordBatch { fields: self.fields.clone(), rows }))
-    }
-}
-
 /// The rows of `entity` in `range`, in key order: read by key where the
 /// source can, else read whole (up to [`UNKEYED_ROWS`]) and ordered here.
 /// (Rows of given keys: [`rows_of`].)
@@ -447,7 +430,7 @@ pub async fn read_ordered(
     };
     rows.retain(|r| inside(&key(r)));
     rows.sort_by_cached_key(|r| SortKey(key(r)));
-    Ok(Box::new(Held { fields, rows: Some(rows) }))
+    Ok(Box::new(HeldRows { fields, rows: Some(rows) }))
 }
 
 /// Merges the source's rows (transformed by `steps`) with the
@@ -773,7 +756,7 @@ mod tests {
 
     fn reader(fields: &[&str], rows: Vec<Vec<Value>>) -> Ordered {
         let fields = Arc::new(fields.iter().map(|n| Field::new(*n, FieldType::Integer)).collect::<Vec<_>>());
-        Ordered::new(Box::new(Held { fields, rows: Some(rows) }))
+        Ordered::new(Box::new(HeldRows { fields, rows: Some(rows) }))
     }
 
     #[test]
@@ -835,7 +818,7 @@ mod tests {
                 Field { primary_key: true, ..Field::new("id", FieldType::Integer) },
                 Field::new("v", FieldType::String),
             ]);
-            Ok(Box::new(Held { fields, rows: Some(self.0.clone()) }))
+            Ok(Box::new(HeldRows { fields, rows: Some(self.0.clone()) }))
         }
     }
 
