@@ -431,3 +431,165 @@ async fn binlog_changes_apply_once_with_sqlite_metadata() {
 async fn binlog_changes_apply_once_with_postgres_metadata() {
     scenario(Backend::Postgres).await;
 }
+
+/// Every row of `schema.table` as JSON (its columns by name), by id; none
+/// while the table does not exist.
+async fn mirrored(schema: &str, table: &str) -> Vec<Value> {
+    let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    let sql = format!("SELECT row_to_json(t)::text FROM {schema}.{table} t ORDER BY id");
+    let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_all(&mut c).await.unwrap_or_default();
+    rows.iter().map(|r| serde_json::from_str(r).unwrap()).collect()
+}
+
+/// DDL between changes a run has still to read, one kind to a table, with
+/// a table beside them that only changes: a column dropped, retyped or
+/// renamed, a table renamed or dropped. Each stops its table alone at its
+/// position, saying what happened and to copy it again; the steady table
+/// gets every change; a table copied again (`DELETE …/state/{entity}`)
+/// equals the source. `names`: the server logs column names
+/// (`binlog_row_metadata = FULL`), else types only.
+async fn ddl_mid_stream(backend: Backend, names: bool) {
+    let Some(app) = spawn_app(backend).await else { return };
+    let settings: &'static [&'static str] = if names { &["--binlog-row-metadata=FULL"] } else { &[] };
+    let Some((source, mut src)) = binlog_source(settings).await else { return };
+    let Some(dst) = sluice_tests::pg_schema().await else { return };
+    let tables = ["steady", "dropcol", "retype", "renamecol", "renamed", "dropped"];
+    for t in tables {
+        exec(
+            &mut src,
+            &format!(
+                "CREATE TABLE {t} (id int PRIMARY KEY, note varchar(50), n int) ENGINE = InnoDB;
+                 INSERT INTO {t} VALUES (1, 'one', 1)"
+            ),
+        )
+        .await;
+    }
+    let ann = app.token("ann@example.com");
+    let org = check!(app.post("/v1/organizations", &ann, json!({"name": "Acme"})).await, 201).id();
+    let conns = format!("/v1/organizations/{org}/connections");
+    let source_id = check!(
+        app.post(&conns, &ann, json!({"name": "shop", "type": "mysql", "capability": "source",
+            "config": {"host": "127.0.0.1", "port": source.port, "database": "shop", "user": "root", "ssl_mode": "disabled"}}))
+        .await,
+        201
+    )
+    .id();
+    let conn = check!(
+        app.post(&conns, &ann, json!({"name": "wh", "type": "postgres", "capability": "both",
+            "config": {"host": "127.0.0.1", "database": "test", "user": "postgres", "schema": dst.name, "sslmode": "disable"}}))
+        .await,
+        201
+    )
+    .id();
+    let mappings: Vec<Value> = tables.iter().map(|t| json!({"source_entity": t, "sync_mode": "cdc_deduped"})).collect();
+    let flows_path = format!("/v1/organizations/{org}/flows");
+    let flow = check!(
+        app.post(
+            &flows_path,
+            &ann,
+            json!({"name": "shop", "source_connection_id": source_id,
+            "destination_connection_id": conn, "config": {"mappings": mappings}})
+        )
+        .await,
+        201
+    )
+    .id();
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+
+    // A change logged in each table's old form, the DDL, a change in the
+    // new form; the steady table changes between them.
+    let mut step = 2;
+    for (t, ddl, after) in [
+        ("dropcol", "ALTER TABLE dropcol DROP COLUMN n", "INSERT INTO dropcol VALUES (2, 'two')"),
+        ("retype", "ALTER TABLE retype MODIFY n varchar(20)", "INSERT INTO retype VALUES (2, 'two', 'x')"),
+        (
+            "renamecol",
+            "ALTER TABLE renamecol RENAME COLUMN note TO title",
+            "INSERT INTO renamecol VALUES (2, 'two', 2)",
+        ),
+        ("renamed", "RENAME TABLE renamed TO renamed_too", "INSERT INTO renamed_too VALUES (2, 'two', 2)"),
+        ("dropped", "DROP TABLE dropped", "SELECT 1"),
+    ] {
+        exec(&mut src, &format!("UPDATE {t} SET note = 'uno' WHERE id = 1")).await;
+        for sql in [ddl, after] {
+            step += 1;
+            exec(&mut src, &format!("INSERT INTO steady VALUES ({step}, 'n{step}', {step})")).await;
+            exec(&mut src, sql).await;
+        }
+    }
+    exec(&mut src, "UPDATE steady SET note = 'last' WHERE id = 1").await;
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    let entity = |r: &Value, name: &str| {
+        r["entities"].as_array().unwrap().iter().find(|e| e["entity"] == name).cloned().unwrap_or(Value::Null)
+    };
+    println!("DDL mid-stream (names {names}): {}", r["entities"]);
+    assert_eq!(entity(&r, "steady")["status"], "succeeded", "{r}");
+    let want: Vec<Value> = (1..=12)
+        .filter(|i| *i != 2)
+        .map(|i| match i {
+            1 => json!({"id": 1, "note": "last", "n": 1}),
+            i => json!({"id": i, "note": format!("n{i}"), "n": i}),
+        })
+        .collect();
+    assert_eq!(mirrored(&dst.name, "steady").await, want, "the steady table has every change");
+    for t in ["dropcol", "retype", "renamecol", "renamed", "dropped"] {
+        let e = entity(&r, t);
+        assert_eq!(e["status"], "failed", "{t}: {e}");
+        let said = e["error"].as_str().unwrap_or_default();
+        assert!(said.contains("copy"), "{t} says to copy it again: {said}");
+        // Stopped at its position: the change before the DDL is not
+        // applied in a form the table no longer has.
+        assert_eq!(mirrored(&dst.name, t).await, [json!({"id": 1, "note": "one", "n": 1})], "{t}");
+    }
+    // Copied again, each table whose columns changed equals the source.
+    for t in ["dropcol", "retype", "renamecol"] {
+        check!(app.delete(&format!("{flows_path}/{flow}/state/{t}"), &ann).await, 204);
+    }
+    let r = run(&app, &ann, &org, &flow).await;
+    for t in ["dropcol", "renamecol", "steady"] {
+        assert_eq!(entity(&r, t)["status"], "succeeded", "{t}: {r}");
+    }
+    // The copy of the retyped table meets the destination's column of the
+    // old type: it stops alone, saying what to do; done, it copies.
+    let said = entity(&r, "retype")["error"].as_str().unwrap_or_default().to_string();
+    assert!(said.contains("the copy stops; change the destination's columns"), "{said}");
+    let mut pg = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test").await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP TABLE {}.retype", dst.name))).execute(&mut pg).await.unwrap();
+    check!(app.delete(&format!("{flows_path}/{flow}/state/retype"), &ann).await, 204);
+    let r = run(&app, &ann, &org, &flow).await;
+    assert_eq!(entity(&r, "retype")["status"], "succeeded", "{r}");
+    // Each holds the source's rows in its columns as they are now (the
+    // old columns stay, written null from then on).
+    let cols = |t: &'static str, names: &'static [&'static str]| {
+        let dst = dst.name.clone();
+        async move {
+            mirrored(&dst, t)
+                .await
+                .iter()
+                .map(|r| names.iter().map(|n| r[n].clone()).collect())
+                .collect::<Vec<Vec<Value>>>()
+        }
+    };
+    assert_eq!(cols("dropcol", &["id", "note"]).await, [[json!(1), json!("uno")], [json!(2), json!("two")]]);
+    assert_eq!(
+        cols("retype", &["id", "note", "n"]).await,
+        [[json!(1), json!("uno"), json!("1")], [json!(2), json!("two"), json!("x")]]
+    );
+    assert_eq!(
+        cols("renamecol", &["id", "title", "n"]).await,
+        [[json!(1), json!("uno"), json!(1)], [json!(2), json!("two"), json!(2)]]
+    );
+    check!(app.delete(&format!("{flows_path}/{flow}"), &ann).await, 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_between_unread_changes_stops_each_table_alone_with_types_logged_on_sqlite_metadata() {
+    ddl_mid_stream(Backend::Sqlite, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_between_unread_changes_stops_each_table_alone_with_names_logged_on_postgres_metadata() {
+    ddl_mid_stream(Backend::Postgres, true).await;
+}

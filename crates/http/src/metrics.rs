@@ -160,10 +160,12 @@ impl sluice_domain::monitoring::ports::Metrics for Metrics {
         self.deliveries.get_or_create(&Outcome { outcome: outcome.to_string() }).inc();
     }
 
-    fn cdc_stream(&self, flow: &str, retained_bytes: u64, caught_up: time::OffsetDateTime) {
+    fn cdc_stream(&self, flow: &str, retained_bytes: u64, caught_up: Option<time::OffsetDateTime>) {
         let label = FlowLabel { flow: flow.to_string() };
         self.cdc_retained.get_or_create(&label).set(i64::try_from(retained_bytes).unwrap_or(i64::MAX));
-        self.caught_up.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(label.flow, caught_up);
+        if let Some(at) = caught_up {
+            self.caught_up.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(label.flow, at);
+        }
     }
 }
 
@@ -179,7 +181,7 @@ mod tests {
         m.run_finished("succeeded", 42, 3.5);
         m.gateway_validation("valid");
         m.webhook_delivery("delivered");
-        m.cdc_stream("0194c4a2-0000-7000-8000-000000000001", 4096, time::OffsetDateTime::now_utc());
+        m.cdc_stream("0194c4a2-0000-7000-8000-000000000001", 4096, Some(time::OffsetDateTime::now_utc()));
         let text = m.render(Some(7));
         for line in [
             "http_requests_total{method=\"GET\",route=\"/v1/organizations/{orgId}\",status=\"200\"} 1",

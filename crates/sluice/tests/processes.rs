@@ -18,11 +18,6 @@ use std::time::{Duration, Instant};
 
 const PG_TEST_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-#[allow(clippy::disallowed_methods)] // a test switch, not configuration
-fn postgres_admin_url() -> String {
-    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
 /// A schema of the test's own in database `test`, dropped on drop.
 struct PgSchema {
     name: String,
@@ -354,12 +349,6 @@ async fn an_append_killed_mid_load_is_committed_once_and_a_keyed_source_appends_
     let _ = std::fs::remove_dir_all(&data);
 }
 
-/// Rows in a table, 0 when it does not exist.
-/// Runs `sql` (several statements) on the test database.
-async fn exec(pg: &mut sqlx::PgConnection, sql: String) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pg).await.unwrap();
-}
-
 /// Creates `schema.events` with `rows` rows, one second apart.
 async fn seed_events(pg: &mut sqlx::PgConnection, schema: &str, rows: i64) {
     exec(
@@ -370,32 +359,6 @@ async fn seed_events(pg: &mut sqlx::PgConnection, schema: &str, rows: i64) {
         ),
     )
     .await;
-}
-
-/// Starts `sluice` with `args` and waits until `api` answers.
-async fn serve(args: &[&str], env: &[(&str, String)], api: &Api) -> Proc {
-    let p = spawn(args, env);
-    wait_healthy(&api.client, &api.base).await;
-    p
-}
-
-/// A metadata database of its own on the test PostgreSQL and a data
-/// directory for one service: (admin connection, database name, URL,
-/// data directory); `None` (skipped, loudly) when PostgreSQL is down.
-async fn pg_metadata_db(kind: &str) -> Option<(sea_orm::DatabaseConnection, String, String, std::path::PathBuf)> {
-    use sea_orm::{ConnectionTrait, Database};
-    let admin = match Database::connect(&postgres_admin_url()).await {
-        Ok(a) => a,
-        Err(e) => {
-            postgres_unreachable(e);
-            return None;
-        }
-    };
-    let name = format!("sluice_{kind}_{}", random_base62(8).to_lowercase());
-    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
-    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
-    let data = std::env::temp_dir().join(format!("sluice-{kind}-{}", random_base62(8).to_lowercase()));
-    Some((admin, name, db, data))
 }
 
 /// Waits up to `secs` for `run` to succeed (failing on a failure or a
@@ -413,12 +376,12 @@ async fn succeeded(api: &Api, org: &str, run: &str, secs: u64, late: &str) -> se
     }
 }
 
+/// Rows `sql` counts, 0 when its table does not exist.
 async fn count_rows(pg: &mut sqlx::PgConnection, sql: &str) -> i64 {
     let r: Result<(i64,), _> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(pg).await;
     r.map(|(n,)| n).unwrap_or(0)
 }
 
-/// Sends `signal` (`STOP`, `CONT`) to a process.
 /// Sends SIGTERM and waits (up to 60 s) for a clean exit; answers the
 /// process's log.
 async fn terminate(p: &mut Proc, log: &std::path::Path) -> String {
@@ -433,11 +396,6 @@ async fn terminate(p: &mut Proc, log: &std::path::Path) -> String {
     };
     assert!(status.success(), "a clean exit: {status:?}");
     std::fs::read_to_string(log).unwrap()
-}
-
-fn signal(p: &Proc, signal: &str) {
-    let ok = std::process::Command::new("kill").args([&format!("-{signal}"), &p.0.id().to_string()]).status().unwrap();
-    assert!(ok.success(), "kill -{signal}");
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use sluice_domain::connect::connector::{
 use sluice_domain::shared::record::{parse_date, parse_timestamp};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use std::collections::HashMap;
+use std::time::Duration;
 use time::OffsetDateTime;
 
 /// How many events the reading task sends at once.
@@ -245,6 +246,10 @@ pub(super) fn literal_of(f: &Field, v: &Value) -> String {
 /// counts as running had committed already (see `chunk_snapshot`).
 const SNAPSHOT_TRIES: u32 = 200;
 
+/// How long a new stream waits for a replication connection while the
+/// server's `max_wal_senders` are all taken.
+const SENDER_WAIT: Duration = Duration::from_secs(600);
+
 /// The exported snapshot's connection: the snapshot lives while it does.
 /// Dropped, it says goodbye to the server (a `Terminate`, so that the
 /// server's process lets go of the slot at once) on a task of its own.
@@ -428,12 +433,56 @@ impl PgConnector {
 
     /// A direct connection with this connector's settings, for replication
     /// work a pooled connection must not carry on with.
-    async fn direct(&self, replication: bool) -> ConnectorResult<sqlx::PgConnection> {
-        let opts = if replication { self.opts.clone().replication("database") } else { self.opts.clone() };
+    async fn direct(&self) -> ConnectorResult<sqlx::PgConnection> {
         with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
-            sqlx::PgConnection::connect_with(&opts).await.map_err(|e| self.e(&e))
+            sqlx::PgConnection::connect_with(&self.opts).await.map_err(|e| self.e(&e))
         })
         .await
+    }
+
+    /// A replication connection. Each new slot's copy holds one while it
+    /// reads in the slot's snapshot, and the server allows
+    /// `max_wal_senders` of them: while all are taken (many flows
+    /// starting at once), it waits for one, up to [`SENDER_WAIT`], rather
+    /// than fail the run.
+    async fn replication_connection(&self) -> ConnectorResult<sqlx::PgConnection> {
+        let deadline = std::time::Instant::now() + SENDER_WAIT;
+        let mut pause = Duration::from_millis(500);
+        let mut waited = false;
+        loop {
+            let opts = self.opts.clone().replication("database");
+            let tried = with_timeout(&format!("connecting to {}", self.host), CONNECT_TIMEOUT, async {
+                Ok(sqlx::PgConnection::connect_with(&opts).await)
+            })
+            .await?;
+            let e = match tried {
+                Ok(conn) => return Ok(conn),
+                Err(e) => e,
+            };
+            let senders_taken = e
+                .as_database_error()
+                .is_some_and(|d| d.code().as_deref() == Some("53300") && d.message().contains("max_wal_senders"));
+            if !senders_taken {
+                return Err(self.e(&e));
+            }
+            if std::time::Instant::now() + pause > deadline {
+                return Err(ConnectorError::Timeout(format!(
+                    "every replication connection {} allows (max_wal_senders) stayed taken for {} s: each new \
+                     stream's first copy holds one while it reads; raise max_wal_senders or start fewer flows \
+                     at once",
+                    self.host,
+                    SENDER_WAIT.as_secs()
+                )));
+            }
+            if !waited {
+                tracing::info!(host = %self.host, "every replication connection is taken (max_wal_senders): waiting");
+                waited = true;
+            }
+            // Spread the retries of many runs waiting at once.
+            let jitter = Duration::from_millis(u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 4);
+            tokio::time::sleep(pause + jitter).await;
+            pause = (pause * 2).min(Duration::from_secs(8));
+        }
     }
 
     /// The tables of `entities`, qualified, in a stable order.
@@ -575,7 +624,7 @@ impl PgConnector {
     /// Makes logical replication slot `slot` on a replication connection
     /// that exports its snapshot (held open by the answer's `hold`).
     async fn create_slot(&self, slot: &str, temporary: bool) -> ConnectorResult<StreamStart> {
-        let mut conn = self.direct(true).await?;
+        let mut conn = self.replication_connection().await?;
         let kind = if temporary { "TEMPORARY LOGICAL" } else { "LOGICAL" };
         let sql = format!("CREATE_REPLICATION_SLOT {} {kind} pgoutput EXPORT_SNAPSHOT", quote_dq(slot));
         let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(&mut conn).await.map_err(|e| self.e(&e))?;
@@ -877,7 +926,7 @@ impl ChangeSource for PgConnector {
             from.iter().map(|(e, p)| Ok((e.clone(), lsn_of(p)?))).collect::<ConnectorResult<HashMap<_, _>>>()?;
         // A connection of its own, closed when the read ends or is dropped,
         // so that no server process goes on holding the slot after it.
-        let mut conn = self.direct(false).await?;
+        let mut conn = self.direct().await?;
         // `Ok(None)` says the read reached its end.
         let (tx, rx) = tokio::sync::mpsc::channel::<crate::common::ChangeBatch>(4);
         let (host, database, schema) = (self.host.clone(), self.database.clone(), self.schema.clone());

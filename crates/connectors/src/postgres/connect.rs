@@ -85,7 +85,8 @@ pub(super) fn err(e: &sqlx::Error, host: &str, database: &str) -> ConnectorError
             // The server ended the session: an administrator, a dropped
             // database, a shutdown.
             Some("57P01" | "57P02" | "57P03") => ConnectorError::Unreachable(format!(
-                "{host} ended the session ({}): the database \"{database}\" was dropped, the server is shutting down, or an administrator ended it",
+                "{host}: the server ended the session ({}); the database \"{database}\" was dropped, the server is \
+                 shutting down, or an administrator ended it",
                 d.message()
             )),
             _ => ConnectorError::Other(with_place(d.as_ref())),

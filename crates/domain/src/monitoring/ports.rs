@@ -64,8 +64,8 @@ pub trait Metrics: Send + Sync {
     fn webhook_delivery(&self, outcome: &'static str);
     /// Flow `flow`'s change stream: its source keeps `retained_bytes` of log
     /// for it, and its destination holds every change the source had at
-    /// `caught_up` (the lag is the time since).
-    fn cdc_stream(&self, _flow: &str, _retained_bytes: u64, _caught_up: time::OffsetDateTime) {}
+    /// `caught_up` (the lag is the time since; `None`: as it was).
+    fn cdc_stream(&self, _flow: &str, _retained_bytes: u64, _caught_up: Option<time::OffsetDateTime>) {}
 }
 
 /// Counts nothing (embedders and tests without an operator).

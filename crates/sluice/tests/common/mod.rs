@@ -146,3 +146,46 @@ pub fn token() -> String {
         .issue("ops@example.com", Some("ops@example.com"), None, Duration::from_secs(3600))
         .unwrap()
 }
+
+/// Runs `sql` (several statements) on a PostgreSQL connection.
+pub async fn exec(pg: &mut sqlx::PgConnection, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pg).await.unwrap();
+}
+
+/// Starts `sluice` with `args` and waits until `api` answers.
+pub async fn serve(args: &[&str], env: &[(&str, String)], api: &Api) -> Proc {
+    let p = spawn(args, env);
+    wait_healthy(&api.client, &api.base).await;
+    p
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`) to a process.
+pub fn signal(p: &Proc, signal: &str) {
+    let ok = Command::new("kill").args([&format!("-{signal}"), &p.0.id().to_string()]).status().unwrap();
+    assert!(ok.success(), "kill -{signal}");
+}
+
+#[allow(clippy::disallowed_methods)] // a test switch, not configuration
+pub fn postgres_admin_url() -> String {
+    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A metadata database of its own on the test PostgreSQL and a data
+/// directory for one service: (admin connection, database name, URL,
+/// data directory); `None` (skipped, loudly) when PostgreSQL is down.
+pub async fn pg_metadata_db(kind: &str) -> Option<(sea_orm::DatabaseConnection, String, String, std::path::PathBuf)> {
+    use sea_orm::{ConnectionTrait, Database};
+    let admin = match Database::connect(&postgres_admin_url()).await {
+        Ok(a) => a,
+        Err(e) => {
+            postgres_unreachable(e);
+            return None;
+        }
+    };
+    let name = format!("sluice_{kind}_{}", sluice_domain::shared::secret::random_base62(8).to_lowercase());
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await.unwrap();
+    let db = format!("postgres://postgres@127.0.0.1:5432/{name}");
+    let data = std::env::temp_dir()
+        .join(format!("sluice-{kind}-{}", sluice_domain::shared::secret::random_base62(8).to_lowercase()));
+    Some((admin, name, db, data))
+}

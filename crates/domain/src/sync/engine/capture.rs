@@ -41,8 +41,8 @@ use super::{BATCH_ROWS, CHECKPOINT_ROWS, Engine};
 use crate::connect::changes::{Change, ChangeEvent, ChangeOp, ChangeSource, Chunk, Position};
 use crate::connect::connection::Connection;
 use crate::connect::connector::{
-    Destination, EntitySchema, EntityWriter, Field, FieldType, KeyRange, ReadRequest, RecordBatch, Source, Value,
-    WriteMode,
+    ConnectorError, ConnectorResult, Destination, EntitySchema, EntityWriter, Field, FieldType, KeyRange, ReadRequest,
+    RecordBatch, Source, Value, WriteMode,
 };
 use crate::sync::flow::{Cursor, EntityStats, EntityStatus, Flow, LogLevel, Mapping, Run};
 use crate::sync::mark::{held_text, parse_held};
@@ -70,6 +70,30 @@ const CONTINUOUS_COMMIT: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// [`MAX_RETAINED`] unless set: 10 GiB.
 pub const DEFAULT_MAX_RETAINED: u64 = 10 << 30;
+
+/// Whether a failure is of the rows a destination table refused (a column
+/// of another type, say), not of the run: the table stops alone. One of a
+/// lost lease, a cancel, a server away (transient) or with a code of its
+/// own still fails the run.
+fn refused_rows(f: &Failure) -> bool {
+    !f.transient && !f.lost && f.halt.is_none() && f.code.is_none()
+}
+
+impl Engine {
+    /// Stops a table whose copy its destination refused (`at`: where),
+    /// saying what to do; the stream goes on for the others.
+    async fn stop_copy(&self, scope: Scope<'_>, e: &mut Entity<'_>, f: &Failure, at: &str) {
+        let entity = e.m.source_entity.clone();
+        let at = if at.is_empty() { String::new() } else { format!(" {at}") };
+        let message = format!(
+            "{}: the copy stops{at}; change the destination's columns to match the source's (or drop its \
+             table), then copy it again with DELETE …/state/{entity}",
+            f.message
+        );
+        self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
+        e.stop(Stop::Failed(message)).await;
+    }
+}
 
 /// Why one entity stopped while the stream went on for the others.
 #[derive(Debug, Clone)]
@@ -294,6 +318,10 @@ impl Engine {
     ) -> Vec<(usize, EntityStats, Result<(), Failure>)> {
         let mut entities = Vec::new();
         let outcome = self.capture_all(scope, mappings, earlier, &mut entities).await;
+        if outcome.is_err() {
+            // The source keeps its log for the stream all the same.
+            self.watch_stream(scope.flow, &scope.flow.stream_name(), scope.changes, None, scope.budget).await;
+        }
         let mut out = Vec::new();
         for (index, m) in mappings {
             let e = entities.iter_mut().find(|e| e.index == *index);
@@ -349,7 +377,22 @@ impl Engine {
         entities: &mut Vec<Entity<'a>>,
     ) -> Result<(), Failure> {
         let stream = scope.flow.stream_name();
-        let names: Vec<String> = mappings.iter().map(|(_, m)| m.source_entity.clone()).collect();
+        // A table gone from the source (dropped or renamed since the last
+        // run) stops alone; the stream goes on for the others.
+        let mut fields = Vec::with_capacity(mappings.len());
+        for (_, m) in mappings {
+            fields.push(scope.source.entity_fields(&m.source_entity).await);
+        }
+        let gone = |f: &ConnectorResult<Arc<Vec<Field>>>| matches!(f, Err(ConnectorError::EntityNotFound(_)));
+        let mut names: Vec<String> =
+            mappings.iter().zip(&fields).filter(|(_, f)| !gone(f)).map(|((_, m), _)| m.source_entity.clone()).collect();
+        names.dedup();
+        if names.is_empty() {
+            let (Some(Err(e)), Some((_, m))) = (fields.into_iter().next(), mappings.first()) else {
+                return Err(Failure::all("the flow has no table"));
+            };
+            return Err(failure_of(&m.source_entity, e));
+        }
         let (held, retained) = self.reconcile_stream(scope, &stream, mappings).await?;
         let start = scope.changes.open_stream(&stream, &names).await?;
         // A position is never past the source's end (one edited by hand
@@ -359,8 +402,8 @@ impl Engine {
             false => Some(scope.changes.end_position().await?),
         };
         let bounds = Bounds { start: &start.position, retained: retained.as_ref(), end: end.as_ref() };
-        for (index, m) in mappings {
-            entities.push(self.capture_entity(scope, *index, m, earlier, &held, bounds).await?);
+        for ((index, m), fields) in mappings.iter().zip(fields) {
+            entities.push(self.capture_entity(scope, (*index, m), fields, earlier, &held, bounds).await?);
         }
         self.copy_new_tables(scope, &stream, start, entities).await?;
         self.follow_stream(scope, &stream, entities).await
@@ -415,16 +458,30 @@ impl Engine {
     async fn capture_entity<'a>(
         &self,
         scope: Scope<'_>,
-        index: usize,
-        m: &'a Mapping,
+        (index, m): (usize, &'a Mapping),
+        source_fields: ConnectorResult<Arc<Vec<Field>>>,
         earlier: &[EntityStats],
         held: &HashMap<String, String>,
         bounds: Bounds<'_>,
     ) -> Result<Entity<'a>, Failure> {
-        let Scope { run, source, changes, dest, .. } = scope;
+        let Scope { run, changes, dest, .. } = scope;
         let entity = m.source_entity.as_str();
-        let source_fields = source.entity_fields(entity).await.map_err(|e| failure_of(entity, e))?;
-        let schema = capture_schema(m, &source_fields).map_err(|message| Failure::all(message).of(entity))?;
+        let (source_fields, gone) = match source_fields {
+            Ok(f) => (f, None),
+            Err(ConnectorError::EntityNotFound(_)) => {
+                let message = format!(
+                    "the source has no table {entity} any more (dropped, or renamed): this table stops at its \
+                     position while the flow's others go on; once it is back, copy it again with DELETE \
+                     …/state/{entity}, or remove it from the flow"
+                );
+                (Arc::new(Vec::new()), Some(message))
+            }
+            Err(e) => return Err(failure_of(entity, e)),
+        };
+        let schema = match &gone {
+            Some(_) => EntitySchema { name: m.destination().to_string(), fields: Vec::new() },
+            None => capture_schema(m, &source_fields).map_err(|message| Failure::all(message).of(entity))?,
+        };
         let prior = earlier.iter().find(|e| e.entity == m.source_entity).map_or(0, |e| e.rows_written);
         let (text, mark) = match held.get(m.destination()).map(|t| parse_held(t)) {
             Some((p, mark)) => (Some(p), mark),
@@ -463,6 +520,12 @@ impl Engine {
             held_mark: mark.clone(),
             mark,
         };
+        if let Some(message) = gone {
+            self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
+            e.copy = false;
+            e.stopped = Some(Stop::Failed(message));
+            return Ok(e);
+        }
         if let Some(mark) = &e.mark {
             let message = format!(
                 "the copy in chunks goes on after chunk {} of about {}, from the position it holds",
@@ -483,6 +546,18 @@ impl Engine {
             None => None,
         } {
             let message = retyped_message(&retyped, entity);
+            self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
+            e.stopped = Some(Stop::Failed(message));
+        } else if let Some(renamed) = match (&position, dest.describe(m.destination()).await) {
+            // Renamed since the last run (a binlog matched by position
+            // names the changes after the catalog, so the stream would not
+            // tell).
+            (Some(_), Ok(Some(there))) => Some(renamed_columns(&there.fields, &e.schema.fields)),
+            _ => None,
+        }
+        .filter(|r| !r.is_empty())
+        {
+            let message = renamed_message(&renamed, entity);
             self.log(run, LogLevel::Error, Some(entity), message.clone()).await;
             e.stopped = Some(Stop::Failed(message));
         } else if position.is_some() && self.blocked_by_policy(run, m, dest, &e.schema).await.unwrap_or(false) {
@@ -576,7 +651,60 @@ fn columns_gone_message(gone: &[&str], stream: &[Field], catalog: &[Field], enti
     )
 }
 
+/// Why a table stops whose source columns were renamed (`renamed`:
+/// `old → new`) since the destination took them: followed, the new names
+/// would start columns of their own beside the old ones.
+fn renamed_message(renamed: &[String], entity: &str) -> String {
+    format!(
+        "source columns were renamed ({}): this table stops at its position; copy it again with DELETE \
+         …/state/{entity} to follow them (the destination then takes the source's columns as they are now; a \
+         rename transform step keeps a column's old name there)",
+        renamed.join(", ")
+    )
+}
+
+/// The columns of `was` (in their order) that `now` names otherwise, as
+/// `old → new`: the two at the same place among the columns only one of
+/// them has, of the same type. Sluice's own columns (`_sluice_…`) aside.
+fn renamed_columns(was: &[Field], now: &[Field]) -> Vec<String> {
+    let only = |a: &[Field], b: &[Field]| -> Vec<(String, FieldType)> {
+        a.iter()
+            .filter(|f| !f.name.starts_with("_sluice_") && b.iter().all(|x| x.name != f.name))
+            .map(|f| (f.name.clone(), f.field_type))
+            .collect()
+    };
+    let (old, new) = (only(was, now), only(now, was));
+    old.iter().zip(&new).filter(|((_, a), (_, b))| a == b).map(|((a, _), (b, _))| format!("{a} → {b}")).collect()
+}
+
 /// Where each of `stream`'s fields goes among `fields` (by name).
 fn order_of(stream: &[Field], fields: &[Field]) -> Vec<Option<usize>> {
     stream.iter().map(|f| fields.iter().position(|x| x.name == f.name)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(cols: &[(&str, FieldType)]) -> Vec<Field> {
+        cols.iter().map(|(n, t)| Field::new(*n, *t)).collect()
+    }
+
+    #[test]
+    fn a_column_in_the_place_of_one_gone_of_its_type_is_a_rename() {
+        use FieldType::*;
+        let was = fields(&[("id", Integer), ("note", String), ("n", Integer), ("_sluice_op", String)]);
+        let renamed = fields(&[("id", Integer), ("title", String), ("n", Integer)]);
+        assert_eq!(renamed_columns(&was, &renamed), ["note → title"]);
+        // Another type in its place: dropped and added, not renamed.
+        let retyped = fields(&[("id", Integer), ("flag", Boolean), ("n", Integer)]);
+        assert!(renamed_columns(&was, &retyped).is_empty());
+        // Only added, or only dropped: nothing renamed.
+        let wider = fields(&[("id", Integer), ("note", String), ("n", Integer), ("extra", String)]);
+        assert!(renamed_columns(&was, &wider).is_empty());
+        assert!(renamed_columns(&was, &fields(&[("id", Integer), ("n", Integer)])).is_empty());
+        // Two, paired in order.
+        let both = fields(&[("id", Integer), ("title", String), ("count", Integer)]);
+        assert_eq!(renamed_columns(&was, &both), ["note → title", "n → count"]);
+    }
 }

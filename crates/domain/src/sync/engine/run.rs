@@ -224,20 +224,25 @@ impl Engine {
             Ok(EntityOutcome::Stopped) => RunStatus::Queued,
             Ok(EntityOutcome::Drift) => RunStatus::DriftDetected,
             Ok(EntityOutcome::Done) => {
-                let failed: Vec<&str> = run
-                    .entities
-                    .iter()
-                    .filter(|e| e.status == EntityStatus::Failed)
-                    .map(|e| e.entity.as_str())
-                    .collect();
+                let failed: Vec<&EntityStats> =
+                    run.entities.iter().filter(|e| e.status == EntityStatus::Failed).collect();
                 if failed.is_empty() {
                     RunStatus::Succeeded
                 } else {
+                    let names: Vec<&str> = failed.iter().map(|e| e.entity.as_str()).collect();
+                    // One cause for them all (a destination away, say) is
+                    // said once, here too.
+                    let why = match failed[0].error.as_deref() {
+                        Some(why) if failed.len() > 1 && failed.iter().all(|e| e.error.as_deref() == Some(why)) => {
+                            format!(" ({why})")
+                        }
+                        _ => String::new(),
+                    };
                     run.error = Some(format!(
-                        "{} of {} entities failed: {}",
+                        "{} of {} entities failed: {}{why}",
                         failed.len(),
                         run.entities.len(),
-                        failed.join(", ")
+                        names.join(", ")
                     ));
                     RunStatus::Failed
                 }

@@ -119,8 +119,22 @@ impl Engine {
                 }
             };
             let chunk = scope.changes.read_chunk(&entity, &key, after.as_deref(), CHUNK_ROWS).await;
-            e.apply_chunk(chunk.map_err(|x| e.failed(x))?, &key, after).await?;
-            self.commit_chunk(scope, e).await?;
+            let chunk = chunk.map_err(|x| e.failed(x))?;
+            let written = match e.apply_chunk(chunk, &key, after).await {
+                Ok(()) => self.commit_chunk(scope, e).await,
+                Err(f) => Err(f),
+            };
+            match written {
+                Ok(()) => {}
+                // Rows this destination table does not take (a column of
+                // another type): this table stops alone, the others go on.
+                Err(f) if refused_rows(&f) => {
+                    let at = format!("at chunk {}", e.held_mark.as_ref().map_or(0, |m| m.done) + 1);
+                    self.stop_copy(scope, e, &f, &at).await;
+                    return Ok(());
+                }
+                Err(f) => return Err(f),
+            }
             if started.elapsed() >= CHUNK_PASS {
                 return Ok(());
             }

@@ -77,8 +77,16 @@ impl Engine {
                 let e = &mut entities[i];
                 e.position = snap.position.clone();
                 e.standing_in = false;
-                self.copy_first(scope, e, snap.snapshot.as_deref()).await?;
-                e.held = e.position.clone();
+                match self.copy_first(scope, e, snap.snapshot.as_deref()).await {
+                    Ok(()) => e.held = e.position.clone(),
+                    // A mirror whose rows its destination table does not
+                    // take stops alone; a change log's history would be
+                    // cut, so it fails the run.
+                    Err(f) if refused_rows(&f) && e.m.sync_mode == SyncMode::CdcDeduped => {
+                        self.stop_copy(scope, e, &f, "").await;
+                    }
+                    Err(f) => return Err(f),
+                }
             }
         } else {
             drop(start);

@@ -41,7 +41,7 @@ impl Engine {
             if let Some(min) = min.cloned() {
                 changes.confirm(stream, &min).await?;
             }
-            self.watch_stream(flow, stream, changes, caught_up, budget).await;
+            self.watch_stream(flow, stream, changes, Some(caught_up), budget).await;
             // A run goes on while a table is being copied in chunks, then
             // ends (a continuous one goes on anyway).
             let copying = entities.iter().any(|e| e.mark.is_some() && e.stopped.is_none());
@@ -70,17 +70,19 @@ impl Engine {
         }
     }
 
-    /// After a run's read: the flow's stream in the metrics (the log its
-    /// source keeps for it, and when its destination last caught up), and
-    /// a `cdc.retained_over_budget` event, at most one a day per flow,
-    /// while the source keeps more than `budget` bytes (the source
-    /// connection's [`retained_budget`]).
+    /// After a run's read, and after a run that failed (its destination
+    /// away, say: the log the source keeps then grows): the flow's stream
+    /// in the metrics (the log its source keeps for it, and when its
+    /// destination last caught up, `None` leaving that as it was), and a
+    /// `cdc.retained_over_budget` event, at most one a day per flow, while
+    /// the source keeps more than `budget` bytes (the source connection's
+    /// [`retained_budget`]).
     pub(super) async fn watch_stream(
         &self,
         flow: &Flow,
         stream: &str,
         changes: &Arc<dyn ChangeSource>,
-        caught_up: OffsetDateTime,
+        caught_up: Option<OffsetDateTime>,
         budget: u64,
     ) {
         let retained = match changes.retained_bytes(stream).await {
@@ -280,6 +282,15 @@ impl Engine {
             new.iter().filter(|n| catalog.iter().all(|f| f.name != **n)).map(String::as_str).collect();
         if !dropped.is_empty() {
             let message = columns_gone_message(&dropped, &s.fields, &catalog, &entity);
+            self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
+            e.stop(Stop::Failed(message)).await;
+            return Ok(());
+        }
+        // A column the stream no longer names, and a new one in its place
+        // of its type: renamed (a binlog that logs names says so this way).
+        let renamed = renamed_columns(&e.source_fields, &s.fields);
+        if !renamed.is_empty() {
+            let message = renamed_message(&renamed, &entity);
             self.log(scope.run, LogLevel::Error, Some(&entity), message.clone()).await;
             e.stop(Stop::Failed(message)).await;
             return Ok(());
