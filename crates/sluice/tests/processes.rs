@@ -1157,39 +1157,8 @@ async fn continuous_capture_killed_and_frozen(files: bool) {
     let mut open = sqlx::PgConnection::connect(&source.url("postgres")).await.unwrap();
     exec(&mut open, "BEGIN; INSERT INTO events SELECT -g, 0, 'open' FROM generate_series(1, 500) g".into()).await;
     // The writer: transactions of 200 inserts, 200 updates (every tenth
-    // value over 2 KB, stored out of line) or 100 deletes, until told to stop.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (url, stop) = (source.url("postgres"), stop.clone());
-        tokio::spawn(async move {
-            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-            let (mut changes, mut next, mut t) = (0u64, 1i64, 0u64);
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let sql = match t % 3 {
-                    0 => {
-                        next += 200;
-                        format!(
-                            "INSERT INTO events SELECT g, 0, 'p' FROM generate_series({}, {}) g",
-                            next - 200,
-                            next - 1
-                        )
-                    }
-                    1 => format!(
-                        "UPDATE events SET v = v + 1, pad = CASE WHEN id % 10 = 0 THEN \
-                         (SELECT string_agg(md5(id::text || i::text || v::text), '') FROM generate_series(1, 80) i) \
-                         ELSE 'q' END WHERE id > 0 AND id % 7 = {} AND id >= {}",
-                        t % 7,
-                        (next - 1400).max(1)
-                    ),
-                    _ => format!("DELETE FROM events WHERE id > 0 AND id % 11 = {} AND id < {}", t % 11, next - 2000),
-                };
-                changes += sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap().rows_affected();
-                t += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            changes
-        })
-    };
+    // value over 2 KB, stored out of line) or deletes, until told to stop.
+    let (stop, writer) = events_writer(source.url("postgres"), 200, Duration::from_millis(20));
 
     let meta = sqlx::PgPool::connect(&db).await.unwrap();
     // The process holding the flow's running run, by the pid in its worker id.

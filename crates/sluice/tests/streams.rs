@@ -313,39 +313,8 @@ async fn a_continuous_flow_outlives_its_destination_going_away_and_applies_every
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The writer: transactions of 100 inserts, 100 updates (every tenth
-    // value over 2 KB) or 50 deletes, every 50 ms, until told to stop.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (url, stop) = (source.url("postgres"), stop.clone());
-        tokio::spawn(async move {
-            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-            let (mut changes, mut next, mut t) = (0u64, 1i64, 0u64);
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let sql = match t % 3 {
-                    0 => {
-                        next += 100;
-                        format!(
-                            "INSERT INTO events SELECT g, 0, 'p' FROM generate_series({}, {}) g",
-                            next - 100,
-                            next - 1
-                        )
-                    }
-                    1 => format!(
-                        "UPDATE events SET v = v + 1, pad = CASE WHEN id % 10 = 0 THEN \
-                         (SELECT string_agg(md5(id::text || i::text || v::text), '') FROM generate_series(1, 80) i) \
-                         ELSE 'q' END WHERE id % 7 = {} AND id >= {}",
-                        t % 7,
-                        (next - 700).max(1)
-                    ),
-                    _ => format!("DELETE FROM events WHERE id % 11 = {} AND id < {}", t % 11, next - 1000),
-                };
-                changes += sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap().rows_affected();
-                t += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            changes
-        })
-    };
+    // value over 2 KB) or deletes, every 50 ms, until told to stop.
+    let (stop, writer) = events_writer(source.url("postgres"), 100, Duration::from_millis(50));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let runs_path = format!("/v1/organizations/{org}/flows/{flow}/runs");
     let runs = || async { api.get(&runs_path).await["data"].as_array().cloned().unwrap_or_default() };

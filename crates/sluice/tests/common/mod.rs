@@ -189,3 +189,48 @@ pub async fn pg_metadata_db(kind: &str) -> Option<(sea_orm::DatabaseConnection, 
         .join(format!("sluice-{kind}-{}", sluice_domain::shared::secret::random_base62(8).to_lowercase()));
     Some((admin, name, db, data))
 }
+
+/// A writer of `events (id bigint PRIMARY KEY, v int, pad text)` at `url`:
+/// by turns, a transaction of `batch` inserts (ids from 1 on), one of
+/// updates of the last `7 × batch` ids (every tenth value over 2 KB,
+/// stored out of line), one of deletes of ids older than `10 × batch`,
+/// with `pause` between; until the flag answered is set. The task answers
+/// how many rows it changed (rows of negative ids are left alone).
+pub fn events_writer(
+    url: String,
+    batch: i64,
+    pause: Duration,
+) -> (std::sync::Arc<std::sync::atomic::AtomicBool>, tokio::task::JoinHandle<u64>) {
+    use sqlx::Connection;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let task = tokio::spawn(async move {
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        let (mut changes, mut next, mut t) = (0u64, 1i64, 0u64);
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            let sql = match t % 3 {
+                0 => {
+                    next += batch;
+                    format!(
+                        "INSERT INTO events SELECT g, 0, 'p' FROM generate_series({}, {}) g",
+                        next - batch,
+                        next - 1
+                    )
+                }
+                1 => format!(
+                    "UPDATE events SET v = v + 1, pad = CASE WHEN id % 10 = 0 THEN \
+                     (SELECT string_agg(md5(id::text || i::text || v::text), '') FROM generate_series(1, 80) i) \
+                     ELSE 'q' END WHERE id > 0 AND id % 7 = {} AND id >= {}",
+                    t % 7,
+                    (next - 7 * batch).max(1)
+                ),
+                _ => format!("DELETE FROM events WHERE id > 0 AND id % 11 = {} AND id < {}", t % 11, next - 10 * batch),
+            };
+            changes += sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap().rows_affected();
+            t += 1;
+            tokio::time::sleep(pause).await;
+        }
+        changes
+    });
+    (stop, task)
+}
